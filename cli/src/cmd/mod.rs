@@ -1,0 +1,7 @@
+//! One module per subcommand.
+
+pub mod accept;
+pub mod bom;
+pub mod check_config;
+pub mod probe;
+pub mod report;

@@ -1,0 +1,52 @@
+//! `fabric-check`: the binary that does the real work, run by hand, by the SPANK plugin as a child
+//! process, or as Slurm's `HealthCheckProgram`.
+//!
+//! Each subcommand lives in its own file under `cmd/` with its clap `Args` and a `run` function
+//! that returns the process exit code; this file only dispatches.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "fabric-check",
+    version,
+    about = "Keep a GPU cluster honest about its RDMA fabric"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Node-local passive fabric checks (exit 0 pass, 1 warn, 2 fail, 3 could not run).
+    Probe(cmd::probe::Args),
+    /// Print or pin the node's bill of materials.
+    Bom(cmd::bom::Args),
+    /// Validate the plugin's plugstack.conf arguments and the TOML configuration.
+    CheckConfig(cmd::check_config::Args),
+    /// Cost per accepted run and fabrics side by side, from Slurm accounting.
+    Report(cmd::report::Args),
+    /// Acceptance report from nccl-tests outputs and pinned BOMs.
+    Accept(cmd::accept::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Probe(a) => cmd::probe::run(a),
+        Command::Bom(a) => cmd::bom::run(a),
+        Command::CheckConfig(a) => cmd::check_config::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Accept(a) => cmd::accept::run(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(err) => {
+            eprintln!("fabric-check: error: {err:#}");
+            std::process::exit(3);
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! `fabric-core`: everything fabric-check knows, with no process or FFI concerns.
+//!
+//! Crate map:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`plugin_args`] | the `plugstack.conf` arguments of the SPANK plugin, parsed and validated |
+//! | [`fabric_option`] | the `--fabric-check[=quick\|full\|off]` option value |
+//! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
+//! | [`probe`] | node probe: sysfs gather, pure checks, verdicts, outputs |
+//! | [`config`] | the TOML configuration (expectations and thresholds per node pattern) |
+//! | [`bom`] | the node's bill of materials and drift against a pinned one |
+//! | [`record`] | `fabric-run` JSON-lines records |
+//! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment` |
+//! | [`drain`] | drain/resume etiquette and the mass-drain guard |
+//! | [`slurm`] | the Slurm CLI adapter (`scontrol`, `sacct`, `sacctmgr`), bounded in time |
+//! | [`cost`] | the cost model: cost per accepted run |
+//! | [`report`] | `fabric-check report`: sacct parsing and side-by-side reports |
+//! | [`accept`] | `fabric-check accept`: nccl-tests parsing and the acceptance report |
+//!
+//! Nothing here uses `unsafe`; the workspace denies it outside the SPANK plugin's FFI module.
+
+pub mod accept;
+pub mod bom;
+pub mod config;
+pub mod cost;
+pub mod drain;
+pub mod fabric_option;
+pub mod hostlist;
+pub mod plugin_args;
+pub mod probe;
+pub mod record;
+pub mod report;
+pub mod slurm;
+pub mod tag;

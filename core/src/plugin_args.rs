@@ -1,0 +1,407 @@
+//! The SPANK plugin's arguments: the `key=value` words after the `.so` path in `plugstack.conf`.
+//!
+//! Parsing never fails as a whole: every word that is unknown, malformed or out of range becomes
+//! an [`ArgProblem`] (named in the slurmd log and by `fabric-check check-config`) and the setting
+//! keeps its documented default, so a typo never stops slurmd and is never silently ignored.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Whether the prolog probes every job or only jobs that ask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobMode {
+    /// Every job is probed unless it says `--fabric-check=off`.
+    Always,
+    /// Only jobs with `--fabric-check` are probed (the default).
+    OptIn,
+    /// The plugin registers its option but never probes.
+    Off,
+}
+
+/// What the prolog does with a `fail` verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Drain the node with a specific reason and fail the prolog so Slurm requeues the job.
+    Enforce,
+    /// Tag the job only.
+    Warn,
+    /// Log only.
+    Observe,
+}
+
+/// The mass-drain guard's limit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DrainLimit {
+    /// At most this many nodes drained by fabric-check at once.
+    Nodes(u32),
+    /// At most this fraction (0..=1) of the cluster's nodes.
+    Fraction(f64),
+}
+
+/// The plugin's settings, every one with a documented default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PluginArgs {
+    /// `config=`: the probe's TOML configuration (`%n` expands to the node name).
+    pub config: PathBuf,
+    /// `probe=`: absolute path of the `fabric-check` binary the prolog runs.
+    pub probe: PathBuf,
+    /// `mode=always|opt-in|off`.
+    pub mode: JobMode,
+    /// `timeout=SECONDS`: hard limit for one probe run, after which its process group is killed.
+    pub timeout: Duration,
+    /// `policy=enforce|warn|observe`.
+    pub policy: Policy,
+    /// `sysfs_root=DIR`: where the probe reads sysfs (`%n` expands; for testbeds and containers).
+    pub sysfs_root: Option<PathBuf>,
+    /// `state_dir=DIR`: node-local state (counter snapshots keyed by job id).
+    pub state_dir: PathBuf,
+    /// `drain_on_error=yes|no`: drain when the probe could not run (default no).
+    pub drain_on_error: bool,
+    /// `max_drain=N|P%`: the mass-drain guard.
+    pub max_drain: DrainLimit,
+    /// `dry_run=yes|no`: log what would be drained instead of draining.
+    pub dry_run: bool,
+}
+
+impl Default for PluginArgs {
+    fn default() -> Self {
+        Self {
+            config: PathBuf::from("/etc/fabric-check/fabric-check.toml"),
+            probe: PathBuf::from("/usr/local/bin/fabric-check"),
+            mode: JobMode::OptIn,
+            timeout: Duration::from_secs(20),
+            policy: Policy::Enforce,
+            sysfs_root: None,
+            state_dir: PathBuf::from("/var/lib/fabric-check"),
+            drain_on_error: false,
+            max_drain: DrainLimit::Fraction(0.1),
+            dry_run: false,
+        }
+    }
+}
+
+/// Every key the plugin accepts, for messages.
+pub const KNOWN_KEYS: &[&str] = &[
+    "config",
+    "probe",
+    "mode",
+    "timeout",
+    "policy",
+    "sysfs_root",
+    "state_dir",
+    "drain_on_error",
+    "max_drain",
+    "dry_run",
+];
+
+/// Longest timeout accepted; Slurm's own `PrologEpilogTimeout` should be longer still.
+pub const MAX_TIMEOUT_S: u64 = 600;
+
+/// One plugin argument that could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgProblem {
+    /// A key the plugin does not know.
+    #[error("unknown plugin argument {key:?}: known keys are {known}", known = KNOWN_KEYS.join(", "))]
+    Unknown {
+        /// The key as written.
+        key: String,
+    },
+    /// A word without `=` or with an empty key.
+    #[error("malformed plugin argument {word:?}: write key=value")]
+    Malformed {
+        /// The word as written.
+        word: String,
+    },
+    /// A known key with a value it cannot take.
+    #[error("plugin argument {key}={value:?} is invalid: {expected}; using the default")]
+    BadValue {
+        /// The key.
+        key: String,
+        /// The value as written (bounded).
+        value: String,
+        /// What the key takes.
+        expected: &'static str,
+    },
+    /// The same key twice.
+    #[error("plugin argument {key:?} is given more than once: the last one wins")]
+    Repeated {
+        /// The key.
+        key: String,
+    },
+}
+
+fn bounded(s: &str) -> String {
+    s.chars().take(200).collect()
+}
+
+fn parse_bool(v: &str) -> Option<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "1" | "on" => Some(true),
+        "no" | "false" | "0" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+fn absolute_path(v: &str) -> Option<PathBuf> {
+    let p = PathBuf::from(v);
+    (p.is_absolute() && !v.contains('\0')).then_some(p)
+}
+
+fn parse_drain_limit(v: &str) -> Option<DrainLimit> {
+    if let Some(pct) = v.strip_suffix('%') {
+        let p: f64 = pct.parse().ok()?;
+        (p > 0.0 && p <= 100.0).then_some(DrainLimit::Fraction(p / 100.0))
+    } else {
+        v.parse().ok().map(DrainLimit::Nodes)
+    }
+}
+
+impl PluginArgs {
+    /// Parses the plugin's argument words; never fails, see the module docs.
+    pub fn parse<'a>(words: impl IntoIterator<Item = &'a str>) -> (Self, Vec<ArgProblem>) {
+        let mut args = Self::default();
+        let mut problems = Vec::new();
+        let mut seen: Vec<String> = Vec::new();
+        for word in words {
+            let Some((key, value)) = word.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+                problems.push(ArgProblem::Malformed {
+                    word: bounded(word),
+                });
+                continue;
+            };
+            if !KNOWN_KEYS.contains(&key) {
+                problems.push(ArgProblem::Unknown { key: bounded(key) });
+                continue;
+            }
+            if seen.iter().any(|k| k == key) {
+                problems.push(ArgProblem::Repeated {
+                    key: key.to_owned(),
+                });
+            }
+            seen.push(key.to_owned());
+            let bad = |expected| ArgProblem::BadValue {
+                key: key.to_owned(),
+                value: bounded(value),
+                expected,
+            };
+            const ABS: &str = "an absolute path";
+            const YES_NO: &str = "yes or no";
+            let result = match key {
+                "config" => absolute_path(value)
+                    .map(|p| args.config = p)
+                    .ok_or(bad(ABS)),
+                "probe" => absolute_path(value).map(|p| args.probe = p).ok_or(bad(ABS)),
+                "sysfs_root" => absolute_path(value)
+                    .map(|p| args.sysfs_root = Some(p))
+                    .ok_or(bad(ABS)),
+                "state_dir" => absolute_path(value)
+                    .map(|p| args.state_dir = p)
+                    .ok_or(bad(ABS)),
+                "mode" => match value {
+                    "always" => Ok(args.mode = JobMode::Always),
+                    "opt-in" => Ok(args.mode = JobMode::OptIn),
+                    "off" => Ok(args.mode = JobMode::Off),
+                    _ => Err(bad("always, opt-in or off")),
+                },
+                "policy" => match value {
+                    "enforce" => Ok(args.policy = Policy::Enforce),
+                    "warn" => Ok(args.policy = Policy::Warn),
+                    "observe" => Ok(args.policy = Policy::Observe),
+                    _ => Err(bad("enforce, warn or observe")),
+                },
+                "timeout" => value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|s| (1..=MAX_TIMEOUT_S).contains(s))
+                    .map(|s| args.timeout = Duration::from_secs(s))
+                    .ok_or(bad("whole seconds from 1 to 600")),
+                "drain_on_error" => parse_bool(value)
+                    .map(|b| args.drain_on_error = b)
+                    .ok_or(bad(YES_NO)),
+                "dry_run" => parse_bool(value)
+                    .map(|b| args.dry_run = b)
+                    .ok_or(bad(YES_NO)),
+                "max_drain" => parse_drain_limit(value)
+                    .map(|l| args.max_drain = l)
+                    .ok_or(bad("a node count (e.g. 2) or a percentage (e.g. 10%)")),
+                _ => unreachable!("key checked against KNOWN_KEYS"),
+            };
+            if let Err(p) = result {
+                problems.push(p);
+            }
+        }
+        (args, problems)
+    }
+}
+
+/// Expands `%n` in a configured path to the node name (other `%` sequences are kept as written).
+///
+/// The node name is checked to be a plain host name so that it cannot walk out of the directory.
+pub fn expand_node(path: &std::path::Path, node: &str) -> Option<PathBuf> {
+    let text = path.to_str()?;
+    if !text.contains("%n") {
+        return Some(path.to_path_buf());
+    }
+    let plain = !node.is_empty()
+        && node.len() <= 64
+        && node
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && node != "."
+        && node != "..";
+    plain.then(|| PathBuf::from(text.replace("%n", node)))
+}
+
+/// One `plugstack.conf` line that loads fabric-check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlugstackLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// `required` or `optional`.
+    pub kind: String,
+    /// The `.so` path as written.
+    pub so_path: String,
+    /// The argument words.
+    pub args: Vec<String>,
+}
+
+impl fmt::Display for PlugstackLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {} {}", self.line, self.kind, self.so_path)
+    }
+}
+
+/// Finds the lines of a `plugstack.conf` text that load `spank_fabric_check.so`.
+pub fn plugstack_lines(text: &str) -> Vec<PlugstackLine> {
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, raw)| {
+            let line = raw.split('#').next().unwrap_or("");
+            let mut words = line.split_whitespace();
+            let kind = words.next()?;
+            if kind != "required" && kind != "optional" {
+                return None;
+            }
+            let so_path = words.next()?;
+            if !so_path.ends_with("spank_fabric_check.so") {
+                return None;
+            }
+            Some(PlugstackLine {
+                line: i + 1,
+                kind: kind.to_owned(),
+                so_path: so_path.to_owned(),
+                args: words.map(str::to_owned).collect(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_arguments_give_the_documented_defaults() {
+        let (args, problems) = PluginArgs::parse([]);
+        assert!(problems.is_empty());
+        assert_eq!(args, PluginArgs::default());
+        assert_eq!(args.mode, JobMode::OptIn);
+        assert_eq!(args.timeout, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn every_known_key_is_applied() {
+        let (args, problems) = PluginArgs::parse([
+            "config=/etc/fc/%n.toml",
+            "probe=/opt/fc/bin/fabric-check",
+            "mode=always",
+            "timeout=7",
+            "policy=warn",
+            "sysfs_root=/srv/sysfs/%n",
+            "state_dir=/var/tmp/fc",
+            "drain_on_error=yes",
+            "max_drain=25%",
+            "dry_run=true",
+        ]);
+        assert_eq!(problems, vec![]);
+        assert_eq!(args.config, PathBuf::from("/etc/fc/%n.toml"));
+        assert_eq!(args.probe, PathBuf::from("/opt/fc/bin/fabric-check"));
+        assert_eq!(args.mode, JobMode::Always);
+        assert_eq!(args.timeout, Duration::from_secs(7));
+        assert_eq!(args.policy, Policy::Warn);
+        assert_eq!(args.sysfs_root, Some(PathBuf::from("/srv/sysfs/%n")));
+        assert_eq!(args.state_dir, PathBuf::from("/var/tmp/fc"));
+        assert!(args.drain_on_error && args.dry_run);
+        assert_eq!(args.max_drain, DrainLimit::Fraction(0.25));
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_and_the_rest_still_apply() {
+        let (args, problems) = PluginArgs::parse(["timout=5", "mode=always"]);
+        assert_eq!(
+            problems,
+            vec![ArgProblem::Unknown {
+                key: "timout".into()
+            }]
+        );
+        assert!(problems[0].to_string().contains("\"timout\""));
+        assert_eq!(args.mode, JobMode::Always);
+        assert_eq!(args.timeout, PluginArgs::default().timeout);
+    }
+
+    #[test]
+    fn malformed_words_and_bad_values_are_reported_and_keep_defaults() {
+        let (args, problems) = PluginArgs::parse([
+            "verbose",
+            "=x",
+            "probe=fabric-check",
+            "timeout=0",
+            "timeout=forever",
+            "mode=sometimes",
+            "max_drain=150%",
+        ]);
+        assert_eq!(problems.len(), 8, "{problems:?}");
+        assert!(matches!(&problems[0], ArgProblem::Malformed { word } if word == "verbose"));
+        assert!(problems[2].to_string().contains("absolute path"));
+        assert!(matches!(&problems[4], ArgProblem::Repeated { key } if key == "timeout"));
+        assert!(problems[6].to_string().contains("always, opt-in or off"));
+        assert_eq!(args, PluginArgs::default());
+    }
+
+    #[test]
+    fn a_repeated_key_is_reported_and_the_last_wins() {
+        let (args, problems) = PluginArgs::parse(["timeout=5", "timeout=9"]);
+        assert_eq!(
+            problems,
+            vec![ArgProblem::Repeated {
+                key: "timeout".into()
+            }]
+        );
+        assert_eq!(args.timeout, Duration::from_secs(9));
+    }
+
+    #[test]
+    fn node_expansion_refuses_names_that_could_escape_the_directory() {
+        let p = std::path::Path::new("/srv/%n/sysfs");
+        assert_eq!(expand_node(p, "n3"), Some(PathBuf::from("/srv/n3/sysfs")));
+        assert_eq!(expand_node(p, ".."), None);
+        assert_eq!(expand_node(p, "a/b"), None);
+        assert_eq!(expand_node(p, ""), None);
+        let fixed = std::path::Path::new("/etc/x.toml");
+        assert_eq!(expand_node(fixed, ""), Some(fixed.to_path_buf()));
+    }
+
+    #[test]
+    fn plugstack_lines_find_our_plugin_and_its_words_only() {
+        let text = "# comment\ninclude /etc/slurm/plugstack.conf.d/*\n\
+                    optional /usr/lib/other.so a=b\n\
+                    required /usr/lib/slurm/spank_fabric_check.so mode=always timeout=5 # note\n";
+        let lines = plugstack_lines(text);
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].line, 4);
+        assert_eq!(lines[0].kind, "required");
+        assert_eq!(lines[0].args, vec!["mode=always", "timeout=5"]);
+    }
+}

@@ -1,0 +1,1 @@
+//! The SPANK plugin (being built).
