@@ -200,17 +200,21 @@ impl PluginArgs {
                     .map(|p| args.state_dir = p)
                     .ok_or(bad(ABS)),
                 "mode" => match value {
-                    "always" => Ok(args.mode = JobMode::Always),
-                    "opt-in" => Ok(args.mode = JobMode::OptIn),
-                    "off" => Ok(args.mode = JobMode::Off),
-                    _ => Err(bad("always, opt-in or off")),
-                },
+                    "always" => Some(JobMode::Always),
+                    "opt-in" => Some(JobMode::OptIn),
+                    "off" => Some(JobMode::Off),
+                    _ => None,
+                }
+                .map(|m| args.mode = m)
+                .ok_or(bad("always, opt-in or off")),
                 "policy" => match value {
-                    "enforce" => Ok(args.policy = Policy::Enforce),
-                    "warn" => Ok(args.policy = Policy::Warn),
-                    "observe" => Ok(args.policy = Policy::Observe),
-                    _ => Err(bad("enforce, warn or observe")),
-                },
+                    "enforce" => Some(Policy::Enforce),
+                    "warn" => Some(Policy::Warn),
+                    "observe" => Some(Policy::Observe),
+                    _ => None,
+                }
+                .map(|p| args.policy = p)
+                .ok_or(bad("enforce, warn or observe")),
                 "timeout" => value
                     .parse::<u64>()
                     .ok()
