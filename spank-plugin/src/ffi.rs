@@ -1,0 +1,218 @@
+//! The only unsafe code of the plugin: bindings generated from the installed `slurm/spank.h`,
+//! the symbols Slurm looks up, and [`SlurmHost`], the safe face of a live `spank_t`.
+//!
+//! Layering, as cudarc does for CUDA: raw bindings (`sys`) → small functions that return Rust
+//! values (`SlurmHost` methods) → the safe [`Host`] trait used by [`crate::plugin`].
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::plugin::{self, Context, Host};
+
+#[allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code,
+    missing_debug_implementations,
+    clippy::all
+)]
+mod sys {
+    include!(concat!(env!("OUT_DIR"), "/spank_bindings.rs"));
+}
+
+/// The plugin's name; Slurm derives the option's environment variable from it
+/// (`SPANK__SLURM_SPANK_OPTION_fabric_check_fabric_check`).
+// SAFETY: a NUL-terminated byte array with the exact name and type Slurm's loader looks up.
+#[unsafe(no_mangle)]
+pub static plugin_name: [u8; 13] = *b"fabric_check\0";
+
+/// Marks the library as a SPANK plugin.
+// SAFETY: as above; Slurm requires the value "spank".
+#[unsafe(no_mangle)]
+pub static plugin_type: [u8; 6] = *b"spank\0";
+
+/// The Slurm version the plugin was built against; Slurm loads it only on the same major.minor.
+// SAFETY: an `unsigned int`, as `SPANK_PLUGIN()` in spank.h declares it.
+#[unsafe(no_mangle)]
+pub static plugin_version: u32 = sys::SLURM_VERSION_NUMBER;
+
+/// The `spank_option` Slurm keeps a pointer to after registration, so it must be static.
+struct OptionCell(sys::spank_option);
+
+// SAFETY: the struct only holds pointers to 'static C string literals and a function pointer;
+// neither we nor Slurm write through them, and the plugin starts no threads.
+unsafe impl Sync for OptionCell {}
+
+static FABRIC_OPTION: OptionCell = OptionCell(sys::spank_option {
+    name: c"fabric-check".as_ptr().cast_mut(),
+    arginfo: c"quick|full|off".as_ptr().cast_mut(),
+    usage: c"Check the RDMA fabric of the job's nodes before it starts: quick (node probe, the default), full (probe and a cross-node collective) or off.".as_ptr().cast_mut(),
+    has_arg: 2,
+    val: 1,
+    cb: Some(option_cb),
+});
+
+fn option_ptr() -> *mut sys::spank_option {
+    std::ptr::from_ref(&FABRIC_OPTION.0).cast_mut()
+}
+
+/// Runs `f`, turning an error or a panic into a logged message and `-1`.
+fn guard(callback: &str, f: impl FnOnce() -> Result<(), String>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(msg)) => {
+            log_error(&msg);
+            -1
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            log_error(&format!(
+                "fabric-check: internal error in {callback}: {what}; the callback failed cleanly, please report it"
+            ));
+            -1
+        }
+    }
+}
+
+fn c_message(msg: &str) -> CString {
+    let clean: String = msg.chars().map(|c| if c == '\0' { '?' } else { c }).collect();
+    CString::new(clean).unwrap_or_default()
+}
+
+fn log_info(msg: &str) {
+    let m = c_message(msg);
+    // SAFETY: "%s" with one valid NUL-terminated string, as slurm_info's printf contract wants.
+    unsafe { sys::slurm_info(c"%s".as_ptr(), m.as_ptr()) }
+}
+
+fn log_error(msg: &str) {
+    let m = c_message(msg);
+    // SAFETY: as in `log_info`.
+    unsafe { sys::slurm_error(c"%s".as_ptr(), m.as_ptr()) }
+}
+
+fn log_debug(msg: &str) {
+    let m = c_message(msg);
+    // SAFETY: as in `log_info`.
+    unsafe { sys::slurm_debug(c"%s".as_ptr(), m.as_ptr()) }
+}
+
+/// Copies `argv[0..ac]` into owned strings (lossy UTF-8).
+///
+/// # Safety
+/// `av` must point to `ac` valid NUL-terminated strings (Slurm's contract), or be null.
+unsafe fn args(ac: c_int, av: *mut *mut c_char) -> Vec<String> {
+    if av.is_null() || ac <= 0 {
+        return Vec::new();
+    }
+    (0..ac as usize)
+        .filter_map(|i| {
+            // SAFETY: i < ac and av holds ac pointers (caller's contract).
+            let p = unsafe { *av.add(i) };
+            // SAFETY: each non-null entry is a NUL-terminated string owned by Slurm.
+            (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+/// The safe face of a live `spank_t`, valid for one callback.
+struct SlurmHost {
+    sp: sys::spank_t,
+}
+
+impl Host for SlurmHost {
+    fn context(&self) -> Context {
+        // SAFETY: no arguments; valid in every callback.
+        match unsafe { sys::spank_context() } {
+            sys::spank_context::S_CTX_LOCAL => Context::Local,
+            sys::spank_context::S_CTX_REMOTE => Context::Remote,
+            sys::spank_context::S_CTX_ALLOCATOR => Context::Allocator,
+            sys::spank_context::S_CTX_SLURMD => Context::Slurmd,
+            sys::spank_context::S_CTX_JOB_SCRIPT => Context::JobScript,
+            _ => Context::Unknown,
+        }
+    }
+
+    fn register_option(&self) -> Result<(), String> {
+        // SAFETY: `sp` is the handle of the running callback; the option is 'static.
+        let rc = unsafe { sys::spank_option_register(self.sp, option_ptr()) };
+        if rc == sys::ESPANK_SUCCESS {
+            Ok(())
+        } else {
+            Err(format!("fabric-check: cannot register --fabric-check (spank error {rc})"))
+        }
+    }
+
+    fn option(&self) -> Option<Option<String>> {
+        let mut optarg: *mut c_char = std::ptr::null_mut();
+        // SAFETY: valid handle, 'static option, and a valid out-pointer.
+        let rc = unsafe { sys::spank_option_getopt(self.sp, option_ptr(), &mut optarg) };
+        if rc != sys::ESPANK_SUCCESS {
+            return None;
+        }
+        if optarg.is_null() {
+            return Some(None);
+        }
+        // SAFETY: Slurm returns a NUL-terminated string it owns for the callback's duration.
+        let s = unsafe { CStr::from_ptr(optarg) }.to_string_lossy().into_owned();
+        Some(Some(s))
+    }
+
+    fn job_id(&self) -> Option<u32> {
+        let mut id: u32 = 0;
+        // SAFETY: S_JOB_ID takes one `uint32_t *` (spank.h).
+        let rc = unsafe { sys::spank_get_item(self.sp, sys::spank_item_S_JOB_ID, &mut id as *mut u32) };
+        (rc == sys::ESPANK_SUCCESS).then_some(id)
+    }
+
+    fn info(&self, msg: &str) {
+        log_info(msg);
+    }
+
+    fn error(&self, msg: &str) {
+        log_error(msg);
+    }
+
+    fn debug(&self, msg: &str) {
+        log_debug(msg);
+    }
+}
+
+extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
+    guard("the --fabric-check option", || {
+        let value = (!optarg.is_null())
+            // SAFETY: Slurm passes the user's argument as a NUL-terminated string or NULL.
+            .then(|| unsafe { CStr::from_ptr(optarg) }.to_string_lossy().into_owned());
+        plugin::option_value(val, value.as_deref(), remote != 0)
+    })
+}
+
+/// Called by Slurm in srun, sbatch, salloc and slurmstepd; registers `--fabric-check`.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    guard("slurm_spank_init", || {
+        // SAFETY: Slurm passes the plugin's plugstack.conf words as (ac, av).
+        let words = unsafe { args(ac, av) };
+        plugin::init(&SlurmHost { sp }, &words)
+    })
+}
+
+/// Called as root in `slurmstepd spank prolog` on every node of the job before it starts.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_job_prolog(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    guard("slurm_spank_job_prolog", || {
+        // SAFETY: as in `slurm_spank_init`.
+        let words = unsafe { args(ac, av) };
+        plugin::job_prolog(&SlurmHost { sp }, &words)
+    })
+}

@@ -1,0 +1,240 @@
+//! What each SPANK callback does, written against [`Host`] so it can be tested without Slurm.
+
+use fabric_core::fabric_option::FabricMode;
+use fabric_core::plugin_args::{ArgProblem, PluginArgs};
+
+/// Where the plugin is running (`spank_context()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Context {
+    /// srun.
+    Local,
+    /// slurmstepd.
+    Remote,
+    /// sbatch or salloc.
+    Allocator,
+    /// slurmd itself.
+    Slurmd,
+    /// `slurmstepd spank prolog|epilog`.
+    JobScript,
+    /// Anything else (an error from Slurm).
+    Unknown,
+}
+
+/// What the plugin needs from its host process; implemented over a live `spank_t` in `ffi`.
+pub trait Host {
+    /// The calling context.
+    fn context(&self) -> Context;
+    /// Registers `--fabric-check` (only valid inside `slurm_spank_init`).
+    fn register_option(&self) -> Result<(), String>;
+    /// `None` when the user did not give the option, `Some(None)` for a bare flag seen as NULL,
+    /// `Some(Some(value))` otherwise (a bare flag may arrive as `"(null)"`).
+    fn option(&self) -> Option<Option<String>>;
+    /// The job id (`S_JOB_ID`).
+    fn job_id(&self) -> Option<u32>;
+    /// Logs at info level (the slurmd log in the prolog).
+    fn info(&self, msg: &str);
+    /// Logs at error level (shown to the user in srun/sbatch).
+    fn error(&self, msg: &str);
+    /// Logs at debug level.
+    fn debug(&self, msg: &str);
+}
+
+#[cfg(feature = "test-hooks")]
+mod hooks {
+    //! Test-only: `test_panic=<callback>` makes that callback panic, to prove the guard holds.
+    use std::sync::Mutex;
+
+    static PANIC_IN: Mutex<Option<String>> = Mutex::new(None);
+
+    pub(super) fn take_hook_args(words: &[String]) -> Vec<String> {
+        let mut rest = Vec::new();
+        for w in words {
+            match w.strip_prefix("test_panic=") {
+                Some(cb) => {
+                    if let Ok(mut g) = PANIC_IN.lock() {
+                        *g = Some(cb.to_owned());
+                    }
+                }
+                None => rest.push(w.clone()),
+            }
+        }
+        rest
+    }
+
+    pub(super) fn maybe_panic(callback: &str) {
+        let hit = PANIC_IN.lock().map(|g| g.as_deref() == Some(callback)).unwrap_or(false);
+        if hit {
+            panic!("test hook: forced panic in {callback}");
+        }
+    }
+}
+
+#[cfg(not(feature = "test-hooks"))]
+mod hooks {
+    pub(super) fn take_hook_args(words: &[String]) -> Vec<String> {
+        words.to_vec()
+    }
+
+    pub(super) fn maybe_panic(_callback: &str) {}
+}
+
+fn parse_args(words: &[String]) -> (PluginArgs, Vec<ArgProblem>) {
+    let words = hooks::take_hook_args(words);
+    PluginArgs::parse(words.iter().map(String::as_str))
+}
+
+fn report_problems(host: &dyn Host, problems: &[ArgProblem], loud: bool) {
+    for p in problems {
+        let msg = format!("fabric-check: plugstack.conf: {p}");
+        if loud { host.error(&msg) } else { host.debug(&msg) }
+    }
+}
+
+/// `slurm_spank_init`: registers the option in srun, sbatch/salloc and slurmstepd.
+pub fn init(host: &dyn Host, words: &[String]) -> Result<(), String> {
+    let (_, problems) = parse_args(words);
+    hooks::maybe_panic("init");
+    let ctx = host.context();
+    // Users see errors logged in srun/sbatch; admin mistakes are for the slurmd log.
+    report_problems(host, &problems, ctx == Context::Remote);
+    match ctx {
+        Context::Local | Context::Remote | Context::Allocator => host.register_option(),
+        _ => Ok(()),
+    }
+}
+
+/// The option callback: refuses an invalid value at submission with the valid values named.
+pub fn option_value(_val: i32, optarg: Option<&str>, _remote: bool) -> Result<(), String> {
+    hooks::maybe_panic("option");
+    FabricMode::from_optarg(optarg)
+        .map(|_| ())
+        .map_err(|e| format!("fabric-check: {e}"))
+}
+
+/// What the prolog learnt about the job's request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The job id, when Slurm gave it.
+    pub job_id: Option<u32>,
+    /// The node name from `SLURMD_NODENAME`.
+    pub node: Option<String>,
+    /// The option's value; `None` when not given.
+    pub mode: Option<FabricMode>,
+}
+
+/// Reads the job's `--fabric-check` request; an invalid value (which srun would have refused)
+/// is logged and treated as not given.
+pub fn read_request(host: &dyn Host, node: Option<String>) -> Request {
+    let mode = match host.option() {
+        None => None,
+        Some(raw) => match FabricMode::from_optarg(raw.as_deref()) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                host.error(&format!("fabric-check: {e}; treating the job as not asking"));
+                None
+            }
+        },
+    };
+    Request { job_id: host.job_id(), node, mode }
+}
+
+/// `slurm_spank_job_prolog`: reads the request and logs it to the slurmd log.
+pub fn job_prolog(host: &dyn Host, words: &[String]) -> Result<(), String> {
+    let (_args, problems) = parse_args(words);
+    report_problems(host, &problems, true);
+    hooks::maybe_panic("job_prolog");
+    let node = std::env::var("SLURMD_NODENAME").ok();
+    let req = read_request(host, node);
+    host.info(&format!(
+        "fabric-check: prolog job={} node={} option={}",
+        req.job_id.map_or_else(|| "?".to_owned(), |j| j.to_string()),
+        req.node.as_deref().unwrap_or("?"),
+        req.mode.map_or("none", FabricMode::as_str),
+    ));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[derive(Default)]
+    struct FakeHost {
+        ctx: Option<Context>,
+        opt: Option<Option<String>>,
+        log: RefCell<Vec<String>>,
+        registered: RefCell<u32>,
+    }
+
+    impl Host for FakeHost {
+        fn context(&self) -> Context {
+            self.ctx.unwrap_or(Context::Unknown)
+        }
+        fn register_option(&self) -> Result<(), String> {
+            *self.registered.borrow_mut() += 1;
+            Ok(())
+        }
+        fn option(&self) -> Option<Option<String>> {
+            self.opt.clone()
+        }
+        fn job_id(&self) -> Option<u32> {
+            Some(42)
+        }
+        fn info(&self, m: &str) {
+            self.log.borrow_mut().push(format!("info {m}"));
+        }
+        fn error(&self, m: &str) {
+            self.log.borrow_mut().push(format!("error {m}"));
+        }
+        fn debug(&self, m: &str) {
+            self.log.borrow_mut().push(format!("debug {m}"));
+        }
+    }
+
+    #[test]
+    fn init_registers_the_option_in_srun_sbatch_and_slurmstepd_only() {
+        for (ctx, want) in [
+            (Context::Local, 1),
+            (Context::Remote, 1),
+            (Context::Allocator, 1),
+            (Context::Slurmd, 0),
+            (Context::JobScript, 0),
+        ] {
+            let h = FakeHost { ctx: Some(ctx), ..FakeHost::default() };
+            init(&h, &[]).unwrap();
+            assert_eq!(*h.registered.borrow(), want, "{ctx:?}");
+        }
+    }
+
+    #[test]
+    fn a_bogus_option_value_is_refused_naming_the_valid_values() {
+        let err = option_value(1, Some("bogus"), false).unwrap_err();
+        assert!(err.contains("quick, full or off"), "{err}");
+        assert!(option_value(1, None, false).is_ok());
+        assert!(option_value(1, Some("full"), true).is_ok());
+    }
+
+    #[test]
+    fn the_prolog_reads_a_bare_flag_as_quick() {
+        let h = FakeHost { opt: Some(Some("(null)".into())), ..FakeHost::default() };
+        let req = read_request(&h, Some("n1".into()));
+        assert_eq!(req.mode, Some(FabricMode::Quick));
+        assert_eq!(req.job_id, Some(42));
+    }
+
+    #[test]
+    fn the_prolog_treats_an_absent_option_as_not_asking() {
+        let h = FakeHost::default();
+        assert_eq!(read_request(&h, None).mode, None);
+    }
+
+    #[test]
+    fn unknown_plugin_arguments_are_logged_by_name_in_the_prolog() {
+        let h = FakeHost::default();
+        job_prolog(&h, &["timout=3".to_owned()]).unwrap();
+        let log = h.log.borrow();
+        assert!(log.iter().any(|l| l.starts_with("error") && l.contains("\"timout\"")), "{log:?}");
+        assert!(log.iter().any(|l| l.contains("option=none")), "{log:?}");
+    }
+}
