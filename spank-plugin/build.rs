@@ -24,7 +24,10 @@ fn main() {
         std::process::exit(1);
     };
     for h in ["spank.h", "slurm_version.h", "slurm_errno.h"] {
-        println!("cargo:rerun-if-changed={}", include.join("slurm").join(h).display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            include.join("slurm").join(h).display()
+        );
     }
     let bindings = bindgen::Builder::default()
         .header_contents("fabric_spank_wrapper.h", "#include <slurm/spank.h>\n")
@@ -37,7 +40,9 @@ fn main() {
         .layout_tests(false)
         .generate()
         .unwrap_or_else(|e| {
-            eprintln!("error: bindgen could not parse slurm/spank.h: {e}; is libclang-dev installed?");
+            eprintln!(
+                "error: bindgen could not parse slurm/spank.h: {e}; is libclang-dev installed?"
+            );
             std::process::exit(1);
         });
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));

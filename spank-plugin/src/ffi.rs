@@ -81,7 +81,10 @@ fn guard(callback: &str, f: impl FnOnce() -> Result<(), String>) -> c_int {
 }
 
 fn c_message(msg: &str) -> CString {
-    let clean: String = msg.chars().map(|c| if c == '\0' { '?' } else { c }).collect();
+    let clean: String = msg
+        .chars()
+        .map(|c| if c == '\0' { '?' } else { c })
+        .collect();
     CString::new(clean).unwrap_or_default()
 }
 
@@ -145,7 +148,9 @@ impl Host for SlurmHost {
         if rc == sys::ESPANK_SUCCESS {
             Ok(())
         } else {
-            Err(format!("fabric-check: cannot register --fabric-check (spank error {rc})"))
+            Err(format!(
+                "fabric-check: cannot register --fabric-check (spank error {rc})"
+            ))
         }
     }
 
@@ -160,14 +165,17 @@ impl Host for SlurmHost {
             return Some(None);
         }
         // SAFETY: Slurm returns a NUL-terminated string it owns for the callback's duration.
-        let s = unsafe { CStr::from_ptr(optarg) }.to_string_lossy().into_owned();
+        let s = unsafe { CStr::from_ptr(optarg) }
+            .to_string_lossy()
+            .into_owned();
         Some(Some(s))
     }
 
     fn job_id(&self) -> Option<u32> {
         let mut id: u32 = 0;
         // SAFETY: S_JOB_ID takes one `uint32_t *` (spank.h).
-        let rc = unsafe { sys::spank_get_item(self.sp, sys::spank_item_S_JOB_ID, &mut id as *mut u32) };
+        let rc =
+            unsafe { sys::spank_get_item(self.sp, sys::spank_item_S_JOB_ID, &mut id as *mut u32) };
         (rc == sys::ESPANK_SUCCESS).then_some(id)
     }
 
@@ -188,7 +196,11 @@ extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_i
     guard("the --fabric-check option", || {
         let value = (!optarg.is_null())
             // SAFETY: Slurm passes the user's argument as a NUL-terminated string or NULL.
-            .then(|| unsafe { CStr::from_ptr(optarg) }.to_string_lossy().into_owned());
+            .then(|| {
+                unsafe { CStr::from_ptr(optarg) }
+                    .to_string_lossy()
+                    .into_owned()
+            });
         plugin::option_value(val, value.as_deref(), remote != 0)
     })
 }
@@ -196,11 +208,19 @@ extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_i
 /// Called by Slurm in srun, sbatch, salloc and slurmstepd; registers `--fabric-check`.
 #[unsafe(no_mangle)]
 pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-    guard("slurm_spank_init", || {
+    let host = SlurmHost { sp };
+    let rc = guard("slurm_spank_init", || {
         // SAFETY: Slurm passes the plugin's plugstack.conf words as (ac, av).
         let words = unsafe { args(ac, av) };
-        plugin::init(&SlurmHost { sp }, &words)
-    })
+        plugin::init(&host, &words)
+    });
+    // A failing init stops slurmd itself (for a required plugin); the plugin has nothing to do
+    // there at init, so it never takes the node down with it.
+    if rc != 0 && host.context().is_daemon() {
+        log_error("fabric-check: continuing without the option in this daemon");
+        return 0;
+    }
+    rc
 }
 
 /// Called as root in `slurmstepd spank prolog` on every node of the job before it starts.

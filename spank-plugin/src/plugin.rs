@@ -20,6 +20,26 @@ pub enum Context {
     Unknown,
 }
 
+impl Context {
+    /// The lower-case name used in logs and test hooks.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Remote => "remote",
+            Self::Allocator => "allocator",
+            Self::Slurmd => "slurmd",
+            Self::JobScript => "job_script",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// Whether a failing `slurm_spank_init` here would stop a daemon rather than fail a job:
+    /// Slurm refuses to start slurmd when a required plugin's init fails.
+    pub fn is_daemon(self) -> bool {
+        matches!(self, Self::Slurmd | Self::JobScript)
+    }
+}
+
 /// What the plugin needs from its host process; implemented over a live `spank_t` in `ffi`.
 pub trait Host {
     /// The calling context.
@@ -61,8 +81,18 @@ mod hooks {
         rest
     }
 
-    pub(super) fn maybe_panic(callback: &str) {
-        let hit = PANIC_IN.lock().map(|g| g.as_deref() == Some(callback)).unwrap_or(false);
+    /// Panics when the hook names `callback`, or `callback:<context>` in that context
+    /// (`local`, `remote`, `allocator`, `slurmd`, `job_script`).
+    pub(super) fn maybe_panic(callback: &str, ctx: super::Context) {
+        let want = PANIC_IN.lock().ok().and_then(|g| g.clone());
+        let hit = match want
+            .as_deref()
+            .map(|w| w.split_once(':').unwrap_or((w, "")))
+        {
+            Some((cb, "")) => cb == callback,
+            Some((cb, c)) => cb == callback && c == ctx.name(),
+            None => false,
+        };
         if hit {
             panic!("test hook: forced panic in {callback}");
         }
@@ -75,7 +105,7 @@ mod hooks {
         words.to_vec()
     }
 
-    pub(super) fn maybe_panic(_callback: &str) {}
+    pub(super) fn maybe_panic(_callback: &str, _ctx: super::Context) {}
 }
 
 fn parse_args(words: &[String]) -> (PluginArgs, Vec<ArgProblem>) {
@@ -86,15 +116,19 @@ fn parse_args(words: &[String]) -> (PluginArgs, Vec<ArgProblem>) {
 fn report_problems(host: &dyn Host, problems: &[ArgProblem], loud: bool) {
     for p in problems {
         let msg = format!("fabric-check: plugstack.conf: {p}");
-        if loud { host.error(&msg) } else { host.debug(&msg) }
+        if loud {
+            host.error(&msg)
+        } else {
+            host.debug(&msg)
+        }
     }
 }
 
 /// `slurm_spank_init`: registers the option in srun, sbatch/salloc and slurmstepd.
 pub fn init(host: &dyn Host, words: &[String]) -> Result<(), String> {
     let (_, problems) = parse_args(words);
-    hooks::maybe_panic("init");
     let ctx = host.context();
+    hooks::maybe_panic("init", ctx);
     // Users see errors logged in srun/sbatch; admin mistakes are for the slurmd log.
     report_problems(host, &problems, ctx == Context::Remote);
     match ctx {
@@ -105,7 +139,7 @@ pub fn init(host: &dyn Host, words: &[String]) -> Result<(), String> {
 
 /// The option callback: refuses an invalid value at submission with the valid values named.
 pub fn option_value(_val: i32, optarg: Option<&str>, _remote: bool) -> Result<(), String> {
-    hooks::maybe_panic("option");
+    hooks::maybe_panic("option", Context::Unknown);
     FabricMode::from_optarg(optarg)
         .map(|_| ())
         .map_err(|e| format!("fabric-check: {e}"))
@@ -130,19 +164,25 @@ pub fn read_request(host: &dyn Host, node: Option<String>) -> Request {
         Some(raw) => match FabricMode::from_optarg(raw.as_deref()) {
             Ok(m) => Some(m),
             Err(e) => {
-                host.error(&format!("fabric-check: {e}; treating the job as not asking"));
+                host.error(&format!(
+                    "fabric-check: {e}; treating the job as not asking"
+                ));
                 None
             }
         },
     };
-    Request { job_id: host.job_id(), node, mode }
+    Request {
+        job_id: host.job_id(),
+        node,
+        mode,
+    }
 }
 
 /// `slurm_spank_job_prolog`: reads the request and logs it to the slurmd log.
 pub fn job_prolog(host: &dyn Host, words: &[String]) -> Result<(), String> {
     let (_args, problems) = parse_args(words);
     report_problems(host, &problems, true);
-    hooks::maybe_panic("job_prolog");
+    hooks::maybe_panic("job_prolog", Context::JobScript);
     let node = std::env::var("SLURMD_NODENAME").ok();
     let req = read_request(host, node);
     host.info(&format!(
@@ -201,7 +241,10 @@ mod tests {
             (Context::Slurmd, 0),
             (Context::JobScript, 0),
         ] {
-            let h = FakeHost { ctx: Some(ctx), ..FakeHost::default() };
+            let h = FakeHost {
+                ctx: Some(ctx),
+                ..FakeHost::default()
+            };
             init(&h, &[]).unwrap();
             assert_eq!(*h.registered.borrow(), want, "{ctx:?}");
         }
@@ -217,7 +260,10 @@ mod tests {
 
     #[test]
     fn the_prolog_reads_a_bare_flag_as_quick() {
-        let h = FakeHost { opt: Some(Some("(null)".into())), ..FakeHost::default() };
+        let h = FakeHost {
+            opt: Some(Some("(null)".into())),
+            ..FakeHost::default()
+        };
         let req = read_request(&h, Some("n1".into()));
         assert_eq!(req.mode, Some(FabricMode::Quick));
         assert_eq!(req.job_id, Some(42));
@@ -234,7 +280,11 @@ mod tests {
         let h = FakeHost::default();
         job_prolog(&h, &["timout=3".to_owned()]).unwrap();
         let log = h.log.borrow();
-        assert!(log.iter().any(|l| l.starts_with("error") && l.contains("\"timout\"")), "{log:?}");
+        assert!(
+            log.iter()
+                .any(|l| l.starts_with("error") && l.contains("\"timout\"")),
+            "{log:?}"
+        );
         assert!(log.iter().any(|l| l.contains("option=none")), "{log:?}");
     }
 }

@@ -1,1 +1,204 @@
-//! Helpers shared by the end-to-end tests (see `tests/`).
+//! Helpers shared by the end-to-end tests, which run against the project's real Slurm testbed
+//! (`scripts/testbed up`): real slurmctld, four slurmd virtual nodes, slurmdbd with MariaDB, munge.
+//!
+//! The tests share one cluster, so they run one at a time (`--test-threads=1`, as `scripts/test`
+//! does) and each leaves the cluster as it found it (nodes resumed, plugstack restored).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// The running testbed.
+#[derive(Debug, Clone)]
+pub struct Testbed {
+    /// Repository root.
+    pub repo: PathBuf,
+    /// The testbed's state folder.
+    pub dir: PathBuf,
+    /// Its `slurm.conf`.
+    pub slurm_conf: PathBuf,
+}
+
+impl Testbed {
+    /// Finds the testbed and checks that slurmctld answers; fails with what to run otherwise.
+    pub fn get() -> Testbed {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .canonicalize()
+            .expect("repo root");
+        let dir = std::env::var_os("FABRIC_TESTBED_DIR")
+            .map_or_else(|| repo.join(".testbed"), PathBuf::from);
+        let tb = Testbed {
+            slurm_conf: dir.join("etc/slurm.conf"),
+            repo,
+            dir,
+        };
+        let ping = tb.cmd("scontrol", &["ping"]);
+        assert!(
+            ping.status.success(),
+            "the Slurm testbed is not up: run `scripts/testbed up` (as root) first\n{}",
+            String::from_utf8_lossy(&ping.stdout)
+        );
+        tb
+    }
+
+    /// Runs a Slurm (or any) command against this testbed, bounded to 120 s.
+    pub fn cmd(&self, program: &str, args: &[&str]) -> Output {
+        self.cmd_env(program, args, &[])
+    }
+
+    /// Like [`Testbed::cmd`] with extra environment variables.
+    pub fn cmd_env(&self, program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = Command::new("timeout");
+        c.arg("120")
+            .arg(program)
+            .args(args)
+            .env("SLURM_CONF", &self.slurm_conf);
+        c.current_dir(std::env::temp_dir()).stdin(Stdio::null());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output()
+            .unwrap_or_else(|e| panic!("cannot run {program}: {e}"))
+    }
+
+    /// Runs a command that must succeed and returns its stdout.
+    pub fn ok(&self, program: &str, args: &[&str]) -> String {
+        let out = self.cmd(program, args);
+        assert!(
+            out.status.success(),
+            "{program} {args:?} failed ({}):\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `sbatch --parsable --wait ARGS`: submits, waits for the end, returns the job id.
+    pub fn sbatch_wait(&self, args: &[&str]) -> u32 {
+        let mut all = vec!["--parsable", "--wait"];
+        all.extend_from_slice(args);
+        let out = self.cmd("sbatch", &all);
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim()
+            .split(';')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "sbatch {all:?} gave no job id ({}): {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    }
+
+    /// `sbatch --parsable ARGS` without waiting.
+    pub fn sbatch(&self, args: &[&str]) -> u32 {
+        let mut all = vec!["--parsable"];
+        all.extend_from_slice(args);
+        let text = self.ok("sbatch", &all);
+        text.trim()
+            .split(';')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .expect("job id")
+    }
+
+    /// The slurmd log of one virtual node.
+    pub fn slurmd_log(&self, node: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("log/slurmd-{node}.log"))).unwrap_or_default()
+    }
+
+    /// Lines of the node's slurmd log that mention `job=<id> `.
+    pub fn prolog_lines(&self, node: &str, job: u32) -> Vec<String> {
+        let needle = format!("job={job} ");
+        self.slurmd_log(node)
+            .lines()
+            .filter(|l| l.contains(&needle))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Pids of the four slurmd daemons (from their pid files) that are alive.
+    pub fn live_slurmds(&self) -> Vec<u32> {
+        (1..=4)
+            .filter_map(|i| {
+                std::fs::read_to_string(self.dir.join(format!("run/slurmd-n{i}.pid"))).ok()
+            })
+            .filter_map(|p| p.trim().parse().ok())
+            .filter(|pid: &u32| Path::new(&format!("/proc/{pid}")).exists())
+            .collect()
+    }
+
+    /// `scripts/testbed ARGS`.
+    pub fn script(&self, args: &[&str]) -> Result<()> {
+        let out = Command::new(self.repo.join("scripts/testbed"))
+            .args(args)
+            .env("FABRIC_TESTBED_DIR", &self.dir)
+            .output()
+            .context("run scripts/testbed")?;
+        if !out.status.success() {
+            bail!(
+                "scripts/testbed {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// Node state and reason as `sinfo` reports them.
+    pub fn node_state(&self, node: &str) -> (String, String) {
+        let out = self.ok("sinfo", &["-h", "-N", "-n", node, "-o", "%T|%E"]);
+        let line = out.lines().next().unwrap_or_default();
+        let (s, r) = line.split_once('|').unwrap_or((line, ""));
+        (s.to_owned(), r.to_owned())
+    }
+
+    /// Resumes every drained or down node, whatever the reason (test cleanup).
+    pub fn resume_all(&self) {
+        for n in ["n1", "n2", "n3", "n4"] {
+            let (state, _) = self.node_state(n);
+            if state.contains("drain") || state.contains("down") || state.contains("fail") {
+                let _ = self.cmd(
+                    "scontrol",
+                    &["update", &format!("NodeName={n}"), "State=RESUME"],
+                );
+            }
+        }
+    }
+
+    /// The job's `AdminComment` from accounting (the job record, not its steps).
+    pub fn admin_comment(&self, job: u32) -> String {
+        let out = self.ok(
+            "sacct",
+            &[
+                "-n",
+                "-P",
+                "-X",
+                "-j",
+                &job.to_string(),
+                "-o",
+                "AdminComment",
+            ],
+        );
+        out.lines().next().unwrap_or_default().to_owned()
+    }
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

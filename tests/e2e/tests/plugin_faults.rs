@@ -1,0 +1,176 @@
+//! Faults inside the plugin never take a Slurm daemon down: a forced panic in each callback
+//! (a hook compiled only into a test build of the plugin) fails that callback cleanly, and a
+//! misspelt plugin argument is named in the slurmd log.
+//!
+//! These tests swap plugstack.conf and restart the slurmds; each restores the normal plugin.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Once;
+
+use fabric_e2e::{Testbed, wait_for};
+
+static BUILD: Once = Once::new();
+
+/// Builds the plugin with `--features test-hooks` into its own target folder.
+fn test_hooks_so(tb: &Testbed) -> PathBuf {
+    let target = tb.repo.join("target/test-hooks");
+    BUILD.call_once(|| {
+        let st = Command::new(env!("CARGO"))
+            .current_dir(&tb.repo)
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "fabric-spank",
+                "--features",
+                "test-hooks",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .status()
+            .expect("run cargo");
+        assert!(st.success(), "building the test-hooks plugin failed");
+    });
+    target.join("debug/libspank_fabric_check.so")
+}
+
+/// Installs a plugstack line with extra words, runs `f`, restores the normal plugin.
+fn with_plugstack(tb: &Testbed, so: Option<PathBuf>, words: &str, f: impl FnOnce()) {
+    let so = so.unwrap_or_else(|| tb.dir.join("lib/spank_fabric_check.so"));
+    let conf = tb.dir.join("etc/plugstack.test.conf");
+    let line = format!(
+        "required {} probe={dir}/bin/fabric-check config={dir}/nodes/%n/fabric-check.toml sysfs_root={dir}/nodes/%n/sysfs state_dir={dir}/state/%n timeout=10 {words}\n",
+        so.display(),
+        dir = tb.dir.display()
+    );
+    std::fs::write(&conf, line).expect("write plugstack");
+    tb.script(&["plugstack", conf.to_str().expect("utf-8 path")])
+        .expect("install plugstack");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    tb.script(&["plugstack", "plugin"])
+        .expect("restore plugstack");
+    tb.resume_all();
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
+
+fn daemons_alive(tb: &Testbed) {
+    assert_eq!(tb.live_slurmds().len(), 4, "a slurmd died");
+    assert!(
+        tb.cmd("scontrol", &["ping"]).status.success(),
+        "slurmctld stopped answering"
+    );
+}
+
+#[test]
+fn a_panic_in_init_fails_srun_cleanly_and_slurmd_keeps_running() {
+    let tb = Testbed::get();
+    let so = test_hooks_so(&tb);
+    with_plugstack(&tb, Some(so), "test_panic=init:local", || {
+        let out = tb.cmd("srun", &["-N1", "true"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("internal error in slurm_spank_init"), "{err}");
+        daemons_alive(&tb);
+    });
+}
+
+#[test]
+fn a_panic_in_slurmstepd_init_is_caught_and_the_daemons_survive() {
+    let tb = Testbed::get();
+    let so = test_hooks_so(&tb);
+    let before = tb.slurmd_log("n1").len();
+    with_plugstack(&tb, Some(so), "test_panic=init:remote", || {
+        // slurmstepd refuses to launch the task ("Plugin initialization failed").
+        let out = tb.cmd("srun", &["-N1", "-w", "n1", "true"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("launch failed: Plugin initialization failed"),
+            "{err}"
+        );
+        let log = tb.slurmd_log("n1").split_off(before);
+        assert!(
+            log.lines()
+                .any(|l| l.contains(".0] error: fabric-check: internal error in slurm_spank_init")),
+            "the stepd's caught panic is not in the n1 log:\n{log}"
+        );
+        daemons_alive(&tb);
+    });
+    tb.ok("srun", &["-N4", "true"]);
+}
+
+#[test]
+fn a_panic_in_init_inside_slurmd_does_not_stop_the_node() {
+    let tb = Testbed::get();
+    let so = test_hooks_so(&tb);
+    let before = tb.slurmd_log("n1").len();
+    // The plugstack swap restarts the slurmds: they must come up despite the panic.
+    with_plugstack(&tb, Some(so), "test_panic=init:slurmd", || {
+        daemons_alive(&tb);
+        let log = tb.slurmd_log("n1").split_off(before);
+        assert!(
+            log.contains("internal error in slurm_spank_init"),
+            "no panic logged in slurmd"
+        );
+        tb.ok("srun", &["-N4", "--fabric-check", "true"]);
+    });
+}
+
+#[test]
+fn a_panic_in_the_option_callback_refuses_the_value_without_a_crash() {
+    let tb = Testbed::get();
+    let so = test_hooks_so(&tb);
+    with_plugstack(&tb, Some(so), "test_panic=option", || {
+        let out = tb.cmd("srun", &["-N1", "--fabric-check=quick", "true"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("internal error in the --fabric-check option"),
+            "{err}"
+        );
+        assert!(!err.to_lowercase().contains("core dumped"), "{err}");
+        daemons_alive(&tb);
+    });
+}
+
+#[test]
+fn a_panic_in_the_job_prolog_fails_the_prolog_and_slurmd_keeps_running() {
+    let tb = Testbed::get();
+    let so = test_hooks_so(&tb);
+    with_plugstack(&tb, Some(so), "test_panic=job_prolog", || {
+        let before = tb.slurmd_log("n2").len();
+        let job = tb.sbatch(&["-N1", "-w", "n2", "--wrap", "true"]);
+        let logged = wait_for(std::time::Duration::from_secs(30), || {
+            tb.slurmd_log("n2")
+                .split_off(before)
+                .contains("internal error in slurm_spank_job_prolog")
+                .then_some(())
+        });
+        assert!(logged.is_some(), "no panic message in the n2 slurmd log");
+        // Slurm drains the node ("Prolog error") and requeues the job held: it never ran.
+        let state = wait_for(std::time::Duration::from_secs(30), || {
+            let s = tb.ok("squeue", &["-h", "-j", &job.to_string(), "-o", "%T|%r"]);
+            (!s.trim().is_empty() && !s.contains("RUNNING") && !s.contains("CONFIGURING"))
+                .then_some(s)
+        });
+        assert!(state.is_some(), "job {job} did not end up held or pending");
+        daemons_alive(&tb);
+        let _ = tb.cmd("scancel", &[&job.to_string()]);
+    });
+}
+
+#[test]
+fn a_misspelt_plugin_argument_is_named_in_the_slurmd_log() {
+    let tb = Testbed::get();
+    let before = tb.slurmd_log("n1").len();
+    with_plugstack(&tb, None, "timout=5", || {
+        let job = tb.sbatch_wait(&["-N1", "-w", "n1", "--fabric-check", "--wrap", "true"]);
+        let log = tb.slurmd_log("n1").split_off(before);
+        assert!(
+            log.contains("fabric-check: plugstack.conf: unknown plugin argument \"timout\""),
+            "job {job}: no complaint about timout in the n1 slurmd log"
+        );
+    });
+}
