@@ -1,0 +1,85 @@
+/* A stand-in SPANK host for the fast loadability test: it exports the spank_* and slurm_*
+ * functions the plugin imports (as srun and slurmstepd do), dlopen()s the plugin with
+ * immediate binding, checks its data symbols and calls its callbacks. Behaviour is steered
+ * by environment variables so one binary covers every case:
+ *   STUB_CTX=local|remote|allocator|slurmd|job_script   what spank_context() answers
+ *   STUB_OPT=<value>|-                                  the option's value ("-": not given)
+ *   STUB_CALL=init|prolog|option:<value>                which callback to call
+ */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct spank_option {
+    char *name; char *arginfo; char *usage; int has_arg; int val;
+    int (*cb)(int val, const char *optarg, int remote);
+};
+typedef void *spank_t;
+static struct spank_option *registered;
+
+int spank_context(void) {
+    const char *c = getenv("STUB_CTX");
+    if (!c) return 0;
+    if (!strcmp(c, "local")) return 1;
+    if (!strcmp(c, "remote")) return 2;
+    if (!strcmp(c, "allocator")) return 3;
+    if (!strcmp(c, "slurmd")) return 4;
+    if (!strcmp(c, "job_script")) return 5;
+    return 0;
+}
+int spank_option_register(spank_t sp, struct spank_option *opt) {
+    (void)sp; registered = opt;
+    printf("registered name=%s arginfo=%s has_arg=%d usage_set=%d\n", opt->name, opt->arginfo,
+           opt->has_arg, opt->usage != NULL);
+    return 0;
+}
+int spank_option_getopt(spank_t sp, struct spank_option *opt, char **optarg) {
+    (void)sp; (void)opt;
+    const char *v = getenv("STUB_OPT");
+    if (!v || !strcmp(v, "-")) return 1; /* ESPANK_ERROR: not given */
+    *optarg = (char *)v;
+    return 0;
+}
+int spank_get_item(spank_t sp, int item, ...) {
+    (void)sp;
+    va_list ap; va_start(ap, item);
+    if (item == 2) { uint32_t *id = va_arg(ap, uint32_t *); *id = 4242; va_end(ap); return 0; }
+    va_end(ap); return 3;
+}
+static void logv(const char *lvl, const char *fmt, va_list ap) {
+    printf("%s: ", lvl); vprintf(fmt, ap); printf("\n");
+}
+void slurm_info(const char *fmt, ...) { va_list ap; va_start(ap, fmt); logv("info", fmt, ap); va_end(ap); }
+void slurm_error(const char *fmt, ...) { va_list ap; va_start(ap, fmt); logv("error", fmt, ap); va_end(ap); }
+void slurm_verbose(const char *fmt, ...) { va_list ap; va_start(ap, fmt); logv("verbose", fmt, ap); va_end(ap); }
+void slurm_debug(const char *fmt, ...) { va_list ap; va_start(ap, fmt); logv("debug", fmt, ap); va_end(ap); }
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: stub_host PLUGIN.so [ARGS...]\n"); return 2; }
+    void *h = dlopen(argv[1], RTLD_NOW | RTLD_GLOBAL);
+    if (!h) { printf("dlopen failed: %s\n", dlerror()); return 1; }
+    const char *name = dlsym(h, "plugin_name");
+    const char *type = dlsym(h, "plugin_type");
+    const unsigned int *version = dlsym(h, "plugin_version");
+    if (!name || !type || !version) { printf("missing data symbols\n"); return 1; }
+    printf("plugin_name=%s plugin_type=%s plugin_version=0x%x\n", name, type, *version);
+    typedef int (*spank_f)(spank_t, int, char **);
+    spank_f init = (spank_f)dlsym(h, "slurm_spank_init");
+    spank_f prolog = (spank_f)dlsym(h, "slurm_spank_job_prolog");
+    const char *call = getenv("STUB_CALL") ? getenv("STUB_CALL") : "init";
+    int rc;
+    if (!strcmp(call, "prolog")) {
+        rc = prolog((spank_t)0x1, argc - 2, argv + 2);
+    } else {
+        rc = init((spank_t)0x1, argc - 2, argv + 2);
+        if (!strncmp(call, "option:", 7)) {
+            if (!registered) { printf("no option registered\n"); return 1; }
+            rc = registered->cb(registered->val, call + 7, 0);
+        }
+    }
+    printf("rc=%d\n", rc);
+    return 0;
+}

@@ -1,0 +1,185 @@
+//! Fast tests of the built `.so` without Slurm: a small C host that exports stub `spank_*` and
+//! `slurm_*` functions loads it with immediate binding and calls its callbacks; the exported
+//! symbol list is exactly what Slurm needs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+fn plugin_so() -> PathBuf {
+    // tests run from target/<profile>/deps/; the cdylib sits in target/<profile>/.
+    let exe = std::env::current_exe().expect("test exe");
+    let so = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("profile dir")
+        .join("libspank_fabric_check.so");
+    assert!(
+        so.exists(),
+        "{} missing: build with `cargo build -p fabric-spank`",
+        so.display()
+    );
+    so
+}
+
+fn stub_host() -> &'static Path {
+    static HOST: OnceLock<PathBuf> = OnceLock::new();
+    HOST.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/host/stub_host.c");
+        let out = std::env::temp_dir().join(format!("fabric_stub_host_{}", std::process::id()));
+        let st = Command::new("cc")
+            .args([
+                "-std=c11",
+                "-D_GNU_SOURCE",
+                "-Wall",
+                "-Werror",
+                "-rdynamic",
+                "-o",
+            ])
+            .arg(&out)
+            .arg(&src)
+            .arg("-ldl")
+            .status()
+            .expect("run cc (install gcc)");
+        assert!(st.success(), "compiling the stub host failed");
+        out
+    })
+}
+
+fn run_host(env: &[(&str, &str)], args: &[&str]) -> String {
+    let mut c = Command::new(stub_host());
+    c.arg(plugin_so()).args(args).env_remove("SLURMD_NODENAME");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("run stub host");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "stub host failed: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn the_plugin_loads_with_immediate_binding_and_names_itself() {
+    let text = run_host(&[("STUB_CTX", "local")], &[]);
+    assert!(
+        text.contains("plugin_name=fabric_check plugin_type=spank"),
+        "{text}"
+    );
+    let header = std::fs::read_to_string("/usr/include/slurm/slurm_version.h").unwrap_or_default();
+    let want = header
+        .lines()
+        .find_map(|l| l.strip_prefix("#define SLURM_VERSION_NUMBER "))
+        .map(|v| v.trim().to_lowercase());
+    if let Some(v) = want {
+        assert!(
+            text.contains(&format!("plugin_version={v}")),
+            "expected {v}: {text}"
+        );
+    }
+}
+
+#[test]
+fn init_registers_an_optional_argument_option_with_a_usage_line() {
+    let text = run_host(&[("STUB_CTX", "allocator")], &[]);
+    assert!(
+        text.contains("registered name=fabric-check arginfo=quick|full|off has_arg=2 usage_set=1"),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("rc=0"), "{text}");
+}
+
+#[test]
+fn init_in_slurmd_registers_nothing_and_succeeds() {
+    let text = run_host(&[("STUB_CTX", "slurmd")], &[]);
+    assert!(!text.contains("registered"), "{text}");
+    assert!(text.contains("rc=0"), "{text}");
+}
+
+#[test]
+fn the_option_callback_returns_minus_one_for_a_bogus_value() {
+    let text = run_host(&[("STUB_CTX", "local"), ("STUB_CALL", "option:bogus")], &[]);
+    assert!(
+        text.contains("error: fabric-check: invalid --fabric-check value \"bogus\""),
+        "{text}"
+    );
+    assert!(text.contains("rc=-1"), "{text}");
+    let ok = run_host(&[("STUB_CTX", "local"), ("STUB_CALL", "option:full")], &[]);
+    assert!(ok.contains("rc=0"), "{ok}");
+}
+
+#[test]
+fn the_prolog_logs_the_request_and_names_bad_plugin_arguments() {
+    let text = run_host(
+        &[
+            ("STUB_CTX", "job_script"),
+            ("STUB_CALL", "prolog"),
+            ("STUB_OPT", "(null)"),
+        ],
+        &["mode=sometimes", "bogus"],
+    );
+    assert!(
+        text.contains("info: fabric-check: prolog job=4242 node=? option=quick"),
+        "{text}"
+    );
+    assert!(
+        text.contains("plugin argument mode=\"sometimes\" is invalid"),
+        "{text}"
+    );
+    assert!(
+        text.contains("malformed plugin argument \"bogus\""),
+        "{text}"
+    );
+    let none = run_host(
+        &[
+            ("STUB_CTX", "job_script"),
+            ("STUB_CALL", "prolog"),
+            ("STUB_OPT", "-"),
+        ],
+        &[],
+    );
+    assert!(none.contains("option=none"), "{none}");
+}
+
+#[test]
+fn only_the_spank_symbols_are_exported() {
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(plugin_so())
+        .output()
+        .expect("run nm (binutils)");
+    assert!(out.status.success());
+    let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_owned))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "plugin_name",
+            "plugin_type",
+            "plugin_version",
+            "slurm_spank_init",
+            "slurm_spank_job_prolog"
+        ],
+        "exported symbols changed: update this list only on purpose"
+    );
+    let undefined = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(plugin_so())
+        .output()
+        .expect("nm");
+    let text = String::from_utf8_lossy(&undefined.stdout);
+    assert!(
+        !text.contains("libslurm"),
+        "the plugin must not link -lslurm"
+    );
+    assert!(
+        !text.contains("pthread_create"),
+        "the plugin must not start threads"
+    );
+}
