@@ -86,17 +86,17 @@ impl Threshold {
         }
     }
 
-    /// The bound as people read it, for messages: `> 120/h`.
+    /// The bound as people read it, for messages: `at most 120/h allowed`.
     pub fn describe(&self, severity: Severity) -> String {
         let (d, r) = match severity {
             Severity::Fail => (self.fail_delta, self.fail_per_hour),
             _ => (self.warn_delta, self.warn_per_hour),
         };
         match (d, r) {
-            (Some(0), _) => "any increase".to_string(),
-            (Some(d), _) => format!("at most {d}"),
-            (None, Some(r)) => format!("at most {r}/h"),
-            (None, None) => "none".to_string(),
+            (Some(0), _) => "no increase allowed".to_string(),
+            (Some(d), _) => format!("at most {d} allowed"),
+            (None, Some(r)) => format!("at most {r}/h allowed"),
+            (None, None) => "no bound".to_string(),
         }
     }
 }
@@ -529,7 +529,7 @@ mod tests {
         let t = default_thresholds()["link_downed"];
         assert_eq!(t.judge(0, 10.0), None);
         assert_eq!(t.judge(1, 10.0), Some(Severity::Fail));
-        assert_eq!(t.describe(Severity::Fail), "any increase");
+        assert_eq!(t.describe(Severity::Fail), "no increase allowed");
     }
 
     #[test]

@@ -234,7 +234,9 @@ pub fn usable_baseline<'a>(ctx: &Ctx<'a>) -> Result<(&'a CounterSnapshot, f64), 
 }
 
 fn fmt_elapsed(s: f64) -> String {
-    if s < 120.0 {
+    if s < 10.0 {
+        format!("{s:.1} s")
+    } else if s < 120.0 {
         format!("{s:.0} s")
     } else if s < 7200.0 {
         format!("{:.0} min", s / 60.0)
@@ -333,7 +335,7 @@ pub fn judge_counters(
                 json!({"counter": name, "delta": delta, "elapsed_s": (elapsed_s * 1000.0).round() / 1000.0}),
                 json!({"counter": key, "threshold": t}),
                 format!(
-                    "{label}: {name} rose by {delta}{sat} in {} ({} allowed)",
+                    "{label}: {name} rose by {delta}{sat} in {} ({})",
                     fmt_elapsed(elapsed_s),
                     t.describe(sev)
                 ),
