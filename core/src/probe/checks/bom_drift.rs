@@ -1,0 +1,76 @@
+//! `bom.drift`: the node's bill of materials matches the pinned one.
+//!
+//! Compares [`crate::bom::Bom::from_snapshot`] with a BOM written by `fabric-check bom --pin`
+//! (`--bom-pin FILE`, or `[bom] pin` / `bom_pin` in the config) and names each change: the
+//! acceptance guide says to re-test when firmware, driver, kernel, NIC or GPU model, link rate
+//! or MTU changes. Each change is a `warn` by default (`[bom] drift_severity = "fail"` drains).
+
+use serde_json::json;
+
+use super::Ctx;
+use crate::bom;
+use crate::probe::Finding;
+
+/// The check id.
+pub const ID: &str = "bom.drift";
+
+/// Runs the check.
+pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
+    let Some(pin) = ctx.bom_pin else {
+        return Vec::new();
+    };
+    bom::diff(pin, ctx.bom_now)
+        .into_iter()
+        .map(|c| {
+            let (device, port) = bom::key_subject(&c.key);
+            Finding::new(
+                ID,
+                ctx.expect.drift_severity,
+                device.as_deref(),
+                port,
+                json!(c.now),
+                json!(c.pinned),
+                c.describe(),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::bom::Bom;
+    use crate::probe::Severity;
+
+    #[test]
+    fn a_firmware_change_is_named() {
+        let mut s = ib_node(2);
+        s.devices[1].fw_ver = Some("28.39.1002".into());
+        let pin = Bom::from_snapshot("n1", &s);
+        s.devices[1].fw_ver = Some("28.40.1000".into());
+        let now = Bom::from_snapshot("n1", &s);
+        let cnow = crate::probe::CounterSnapshot::from_snapshot(&s);
+        let e = Default::default();
+        let f = check(&Ctx {
+            node: "n1",
+            snap: &s,
+            expect: &e,
+            now: &cnow,
+            baseline: None,
+            bom_now: &now,
+            bom_pin: Some(&pin),
+        });
+        assert_eq!(brief(&f), [(Severity::Warn, Some("mlx5_1".into()), None)]);
+        assert!(
+            f[0].message.contains("28.39.1002") && f[0].message.contains("28.40.1000"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn without_a_pin_nothing_is_judged() {
+        assert!(run(&ib_node(2), check).is_empty());
+    }
+}

@@ -1,0 +1,492 @@
+//! The checks: one file per stable check id, each a pure function of a [`Ctx`].
+//!
+//! Shared rules live here: peer groups for zero-config parity (ports grouped by HCA type, link
+//! layer and port number, DESIGN.md), the majority value of a group, and counter deltas against
+//! the baseline (judged only as deltas, never as since-boot totals).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::gather::{Device, Port, Snapshot};
+use super::{Baseline, CounterSnapshot, Finding, Severity, port_key};
+use crate::bom::Bom;
+use crate::config::NodeExpectations;
+
+pub mod bom_drift;
+pub mod gpu_count;
+pub mod gpu_gdr;
+pub mod gpu_nic_affinity;
+pub mod ib_counters;
+pub mod ib_link_layer;
+pub mod ib_mtu;
+pub mod ib_port_count;
+pub mod ib_port_rate;
+pub mod ib_port_state;
+pub mod roce_congestion;
+pub mod roce_ecn;
+pub mod roce_gid;
+pub mod roce_mtu;
+pub mod roce_pfc;
+pub mod roce_retrans;
+
+/// What a check sees.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx<'a> {
+    /// The node name.
+    pub node: &'a str,
+    /// Everything gathered.
+    pub snap: &'a Snapshot,
+    /// The node's expectations.
+    pub expect: &'a NodeExpectations,
+    /// This run's counters.
+    pub now: &'a CounterSnapshot,
+    /// An earlier document.
+    pub baseline: Option<&'a Baseline>,
+    /// This node's BOM.
+    pub bom_now: &'a Bom,
+    /// The pinned BOM.
+    pub bom_pin: Option<&'a Bom>,
+}
+
+/// A check: its id and its function.
+pub type Check = (&'static str, fn(&Ctx<'_>) -> Vec<Finding>);
+
+/// Every check, in the order of DESIGN.md.
+pub const ALL: &[Check] = &[
+    (ib_port_state::ID, ib_port_state::check),
+    (ib_port_rate::ID, ib_port_rate::check),
+    (ib_link_layer::ID, ib_link_layer::check),
+    (ib_port_count::ID, ib_port_count::check),
+    (ib_mtu::ID, ib_mtu::check),
+    (ib_counters::ID, ib_counters::check),
+    (roce_gid::ID, roce_gid::check),
+    (roce_mtu::ID, roce_mtu::check),
+    (roce_ecn::ID, roce_ecn::check),
+    (roce_pfc::ID, roce_pfc::check),
+    (roce_congestion::ID, roce_congestion::check),
+    (roce_retrans::ID, roce_retrans::check),
+    (bom_drift::ID, bom_drift::check),
+    (gpu_count::ID, gpu_count::check),
+    (gpu_nic_affinity::ID, gpu_nic_affinity::check),
+    (gpu_gdr::ID, gpu_gdr::check),
+];
+
+/// Every check's findings plus one `warn` per file that exists but could not be used.
+pub fn run_all(ctx: &Ctx<'_>) -> Vec<Finding> {
+    let mut out: Vec<Finding> = ALL.iter().flat_map(|(_, f)| f(ctx)).collect();
+    for p in &ctx.snap.problems {
+        out.push(Finding::new(
+            p.check,
+            Severity::Warn,
+            p.device.as_deref(),
+            p.port,
+            Value::Null,
+            Value::Null,
+            if p.message.contains(';') {
+                format!("cannot use {}: {}", p.path.display(), p.message)
+            } else {
+                format!(
+                    "cannot use {}: {}; not judged (check the driver or the file)",
+                    p.path.display(),
+                    p.message
+                )
+            },
+        ));
+    }
+    out
+}
+
+/// `mlx5_3 port 1` or `mlx5_8 port 1 (ens9f0np0)`.
+pub fn where_(dev: &Device, port: &Port) -> String {
+    match &port.netdev {
+        Some(n) => format!("{} port {} ({n})", dev.name, port.num),
+        None => format!("{} port {}", dev.name, port.num),
+    }
+}
+
+/// Peer-group key: (HCA type, link layer, port number).
+pub type GroupKey = (String, String, u32);
+
+/// Ports grouped for parity; ports whose link layer could not be read are left out.
+pub fn groups(snap: &Snapshot) -> BTreeMap<GroupKey, Vec<(&Device, &Port)>> {
+    let mut g: BTreeMap<GroupKey, Vec<(&Device, &Port)>> = BTreeMap::new();
+    for d in &snap.devices {
+        for p in &d.ports {
+            let Some(ll) = &p.link_layer else { continue };
+            let hca = d
+                .hca_type
+                .clone()
+                .or_else(|| d.driver.clone())
+                .unwrap_or_default();
+            g.entry((hca, ll.clone(), p.num)).or_default().push((d, p));
+        }
+    }
+    g
+}
+
+/// The most common value; on a tie, the greatest (the "better" value: higher rate, larger MTU).
+pub fn majority<V: Ord + Clone>(values: impl IntoIterator<Item = V>) -> Option<(V, usize)> {
+    let mut counts: BTreeMap<V, usize> = BTreeMap::new();
+    for v in values {
+        *counts.entry(v).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
+}
+
+/// Parity over one value of the ACTIVE ports of each group: `(device, port, value, majority,
+/// peers)` for every port whose value differs from its group's majority.
+pub fn parity_deviations<V: Ord + Clone>(
+    snap: &Snapshot,
+    value: impl Fn(&Device, &Port) -> Option<V>,
+) -> Vec<(&Device, &Port, V, V, usize)> {
+    let mut out = Vec::new();
+    for members in groups(snap).values() {
+        let vals: Vec<(&Device, &Port, V)> = members
+            .iter()
+            .filter(|(_, p)| p.is_active())
+            .filter_map(|(d, p)| value(d, p).map(|v| (*d, *p, v)))
+            .collect();
+        if vals.len() < 2 {
+            continue;
+        }
+        let Some((maj, _)) = majority(vals.iter().map(|x| x.2.clone())) else {
+            continue;
+        };
+        for (d, p, v) in &vals {
+            if *v != maj {
+                out.push((*d, *p, v.clone(), maj.clone(), vals.len() - 1));
+            }
+        }
+    }
+    out
+}
+
+/// Counter name → value.
+pub type Counters = BTreeMap<String, u64>;
+
+/// Which check judges a counter: `counters/` → `ib.counters`; `hw_counters/` with `cnp` or
+/// `ecn` in the name and ethtool pause statistics → `roce.congestion`; other `hw_counters/` →
+/// `roce.retrans`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterSource {
+    /// `ports/<n>/counters/`.
+    Counters,
+    /// `ports/<n>/hw_counters/`.
+    HwCounters,
+    /// `ethtool -S` of the port's netdev.
+    Ethtool,
+}
+
+/// The threshold key of a counter: ethtool per-priority names lose their priority.
+pub fn threshold_key(name: &str) -> String {
+    if let Some(rest) = name
+        .strip_prefix("rx_prio")
+        .map(|r| ("rx", r))
+        .or_else(|| name.strip_prefix("tx_prio").map(|r| ("tx", r)))
+    {
+        let (dir, r) = rest;
+        let tail = r.trim_start_matches(|c: char| c.is_ascii_digit());
+        if tail.len() < r.len() {
+            return format!("{dir}_prio{tail}");
+        }
+    }
+    name.to_string()
+}
+
+/// The largest value of the IBA PortCounters fields that saturate (legacy widths, IBA 1.x
+/// §16.1.3.5); a counter at its maximum no longer counts.
+pub fn saturation_max(name: &str) -> Option<u64> {
+    Some(match name {
+        "symbol_error"
+        | "port_rcv_errors"
+        | "port_rcv_remote_physical_errors"
+        | "port_rcv_switch_relay_errors"
+        | "port_xmit_discards"
+        | "VL15_dropped" => 0xffff,
+        "link_error_recovery"
+        | "link_downed"
+        | "port_xmit_constraint_errors"
+        | "port_rcv_constraint_errors" => 0xff,
+        "local_link_integrity_errors" | "excessive_buffer_overrun_errors" => 0xf,
+        _ => return None,
+    })
+}
+
+/// The baseline if it is usable for this node, else the reason it is not.
+pub fn usable_baseline<'a>(ctx: &Ctx<'a>) -> Result<(&'a CounterSnapshot, f64), String> {
+    let Some(b) = ctx.baseline else {
+        return Err("no baseline".to_string());
+    };
+    if b.node != ctx.node {
+        return Err(format!(
+            "the baseline was taken on node {:?}, not {:?}",
+            b.node, ctx.node
+        ));
+    }
+    let elapsed_ms = ctx.now.taken_unix_ms as i128 - b.counters.taken_unix_ms as i128;
+    if elapsed_ms < 0 {
+        return Err("the baseline is newer than this run (clock went back?)".to_string());
+    }
+    Ok((&b.counters, elapsed_ms as f64 / 1000.0))
+}
+
+fn fmt_elapsed(s: f64) -> String {
+    if s < 10.0 {
+        format!("{s:.1} s")
+    } else if s < 120.0 {
+        format!("{s:.0} s")
+    } else if s < 7200.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{:.1} h", s / 3600.0)
+    }
+}
+
+/// Judges the counters of one port or netdev from `source` that `select` keeps, against the
+/// baseline: one finding per counter over its threshold, an `info` per counter that went back
+/// (reset) or sits saturated.
+#[allow(clippy::too_many_arguments)]
+pub fn judge_counters(
+    ctx: &Ctx<'_>,
+    id: &str,
+    dev: &Device,
+    port: &Port,
+    source: CounterSource,
+    select: impl Fn(&str) -> bool,
+) -> Vec<Finding> {
+    let Ok((base, elapsed_s)) = usable_baseline(ctx) else {
+        return Vec::new();
+    };
+    let (now, before): (Option<&Counters>, Option<&Counters>) = match source {
+        CounterSource::Counters | CounterSource::HwCounters => {
+            let key = port_key(&dev.name, port.num);
+            let n = ctx.now.ports.get(&key).map(|pc| match source {
+                CounterSource::Counters => &pc.counters,
+                _ => &pc.hw_counters,
+            });
+            let b = base.ports.get(&key).map(|pc| match source {
+                CounterSource::Counters => &pc.counters,
+                _ => &pc.hw_counters,
+            });
+            (n, b)
+        }
+        CounterSource::Ethtool => {
+            let Some(nd) = &port.netdev else {
+                return Vec::new();
+            };
+            (
+                ctx.now.netdevs.get(nd).map(|n| &n.ethtool),
+                base.netdevs.get(nd).map(|n| &n.ethtool),
+            )
+        }
+    };
+    let (Some(now), Some(before)) = (now, before) else {
+        return Vec::new();
+    };
+    let label = where_(dev, port);
+    let mut out = Vec::new();
+    for (name, &v) in now.iter().filter(|(n, _)| select(n)) {
+        let Some(&b) = before.get(name) else { continue };
+        let key = threshold_key(name);
+        let Some(t) = ctx.expect.thresholds.get(&key) else {
+            continue;
+        };
+        if v < b {
+            out.push(Finding::new(
+                id,
+                Severity::Info,
+                Some(&dev.name),
+                Some(port.num),
+                json!({"counter": name, "before": b, "now": v}),
+                Value::Null,
+                format!("{label}: {name} went from {b} to {v} (counters reset or driver reloaded); its delta is skipped"),
+            ));
+            continue;
+        }
+        let delta = v - b;
+        let saturated =
+            source == CounterSource::Counters && saturation_max(name).is_some_and(|max| v >= max);
+        if saturated && delta == 0 {
+            out.push(Finding::new(
+                id,
+                Severity::Info,
+                Some(&dev.name),
+                Some(port.num),
+                json!({"counter": name, "now": v}),
+                Value::Null,
+                format!("{label}: {name} is saturated at {v} and no longer counts; clear the port counters (perfquery -x -R) to judge it again"),
+            ));
+            continue;
+        }
+        if let Some(sev) = t.judge(delta, elapsed_s) {
+            let sat = if saturated {
+                " (now saturated: at least this many)"
+            } else {
+                ""
+            };
+            out.push(Finding::new(
+                id,
+                sev,
+                Some(&dev.name),
+                Some(port.num),
+                json!({"counter": name, "delta": delta, "elapsed_s": (elapsed_s * 1000.0).round() / 1000.0}),
+                json!({"counter": key, "threshold": t}),
+                format!(
+                    "{label}: {name} rose by {delta}{sat} in {} ({})",
+                    fmt_elapsed(elapsed_s),
+                    t.describe(sev)
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// Test helpers: snapshots built in code.
+#[cfg(test)]
+pub mod testing {
+    use super::super::gather::{Device, NetDev, Port, PortState, Rate, Snapshot};
+    use super::*;
+
+    /// An ACTIVE port.
+    pub fn port(num: u32, ll: &str, gbps: f64) -> Port {
+        Port {
+            num,
+            state: Some(PortState {
+                code: 4,
+                name: "ACTIVE".into(),
+            }),
+            phys_state: Some("5: LinkUp".into()),
+            rate: Some(Rate {
+                gbps,
+                text: format!("{gbps} Gb/sec (4X NDR)"),
+            }),
+            link_layer: Some(ll.into()),
+            ..Port::default()
+        }
+    }
+
+    /// A DOWN port.
+    pub fn down(mut p: Port) -> Port {
+        p.state = Some(PortState {
+            code: 1,
+            name: "DOWN".into(),
+        });
+        p.phys_state = Some("2: Polling".into());
+        p
+    }
+
+    /// A device with one port.
+    pub fn dev(name: &str, hca: &str, p: Port) -> Device {
+        Device {
+            name: name.into(),
+            hca_type: Some(hca.into()),
+            ports: vec![p],
+            ..Device::default()
+        }
+    }
+
+    /// n InfiniBand devices `mlx5_0..` at 400 Gb/s.
+    pub fn ib_node(n: usize) -> Snapshot {
+        Snapshot {
+            devices: (0..n)
+                .map(|i| dev(&format!("mlx5_{i}"), "MT4129", port(1, "InfiniBand", 400.0)))
+                .collect(),
+            ..Snapshot::default()
+        }
+    }
+
+    /// n RoCE devices `mlx5_0..` with netdevs `eth0..` at MTU 9000.
+    pub fn roce_node(n: usize) -> Snapshot {
+        let mut s = Snapshot::default();
+        for i in 0..n {
+            let mut p = port(1, "Ethernet", 400.0);
+            p.netdev = Some(format!("eth{i}"));
+            s.devices.push(dev(&format!("mlx5_{i}"), "MT4129", p));
+            s.netdevs.insert(
+                format!("eth{i}"),
+                NetDev {
+                    name: format!("eth{i}"),
+                    mtu: Some(9000),
+                    ..NetDev::default()
+                },
+            );
+        }
+        s
+    }
+
+    /// Runs one check with default expectations and no baseline.
+    pub fn run(snap: &Snapshot, f: fn(&Ctx<'_>) -> Vec<Finding>) -> Vec<Finding> {
+        run_with(snap, &NodeExpectations::default(), None, f)
+    }
+
+    /// Runs one check with the given expectations and baseline.
+    pub fn run_with(
+        snap: &Snapshot,
+        expect: &NodeExpectations,
+        baseline: Option<&Baseline>,
+        f: fn(&Ctx<'_>) -> Vec<Finding>,
+    ) -> Vec<Finding> {
+        let now = CounterSnapshot::from_snapshot(snap);
+        let bom = Bom::from_snapshot("n1", snap);
+        f(&Ctx {
+            node: "n1",
+            snap,
+            expect,
+            now: &now,
+            baseline,
+            bom_now: &bom,
+            bom_pin: None,
+        })
+    }
+
+    /// Expectations from TOML text, for node `n1`.
+    pub fn expect(toml: &str) -> NodeExpectations {
+        crate::config::Config::parse(toml, std::path::Path::new("t.toml"))
+            .unwrap()
+            .for_node("n1")
+    }
+
+    /// `(severity, device, port)` of each finding.
+    pub fn brief(v: &[Finding]) -> Vec<(Severity, Option<String>, Option<u32>)> {
+        v.iter()
+            .map(|f| (f.severity, f.device.clone(), f.port))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_majority_wins_and_ties_go_to_the_greater_value() {
+        assert_eq!(majority([1, 2, 2, 3]), Some((2, 2)));
+        assert_eq!(majority([200, 400]), Some((400, 1)));
+        assert_eq!(majority(Vec::<u32>::new()), None);
+    }
+
+    #[test]
+    fn per_priority_pause_counters_share_one_threshold_key() {
+        assert_eq!(threshold_key("rx_prio3_pause"), "rx_prio_pause");
+        assert_eq!(
+            threshold_key("tx_prio7_pause_duration"),
+            "tx_prio_pause_duration"
+        );
+        assert_eq!(threshold_key("symbol_error"), "symbol_error");
+        assert_eq!(threshold_key("rx_prio_x"), "rx_prio_x");
+    }
+
+    #[test]
+    fn every_check_id_is_unique_and_dotted() {
+        let mut ids: Vec<&str> = ALL.iter().map(|c| c.0).collect();
+        assert_eq!(ids.len(), 16);
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 16);
+        assert!(ids.iter().all(|i| i.split('.').count() == 2));
+    }
+}

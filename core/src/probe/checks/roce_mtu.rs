@@ -1,0 +1,109 @@
+//! `roce.mtu`: RoCE ports' netdevs agree on MTU (or have the configured one).
+//!
+//! RoCE's path MTU is bounded by the netdev MTU (`class/net/<if>/mtu`): a 1500 among 9000s
+//! makes that port's RDMA MTU 1024 and every collective through it slower. Zero-config: an
+//! ACTIVE Ethernet port whose netdev MTU differs from its group's majority fails (on a tie the
+//! smaller fails). Config: `mtu`.
+
+use serde_json::json;
+
+use super::{Ctx, parity_deviations, where_};
+use crate::probe::gather::{Device, Port};
+use crate::probe::{Finding, Severity};
+
+/// The check id.
+pub const ID: &str = "roce.mtu";
+
+fn mtu(ctx: &Ctx<'_>, p: &Port) -> Option<u32> {
+    if !p.is_ethernet() {
+        return None;
+    }
+    ctx.snap.netdevs.get(p.netdev.as_ref()?)?.mtu
+}
+
+fn finding(d: &Device, p: &Port, v: u32, want: u32, why: String) -> Finding {
+    Finding::new(
+        ID,
+        Severity::Fail,
+        Some(&d.name),
+        Some(p.num),
+        json!({"mtu": v}),
+        json!({"mtu": want}),
+        format!(
+            "{} has MTU {v}; {why} (ip link set dev {} mtu {want})",
+            where_(d, p),
+            p.netdev.as_deref().unwrap_or("?")
+        ),
+    )
+}
+
+/// Runs the check.
+pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for d in &ctx.snap.devices {
+        let Some(want) = ctx.expect.expect(&d.name, |e| e.mtu) else {
+            continue;
+        };
+        for p in d.ports.iter().filter(|p| p.is_active()) {
+            if let Some(v) = mtu(ctx, p).filter(|v| *v != want) {
+                out.push(finding(
+                    d,
+                    p,
+                    v,
+                    want,
+                    format!("the configuration expects {want}"),
+                ));
+            }
+        }
+    }
+    for (d, p, v, maj, peers) in parity_deviations(ctx.snap, |_, p| mtu(ctx, p)) {
+        if ctx.expect.expect(&d.name, |e| e.mtu).is_none() {
+            out.push(finding(
+                d,
+                p,
+                v,
+                maj,
+                format!("its {peers} peers mostly use {maj}"),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+
+    #[test]
+    fn an_mtu_of_1500_among_9000s_fails() {
+        let mut s = roce_node(8);
+        s.netdevs.get_mut("eth4").unwrap().mtu = Some(1500);
+        let f = run(&s, check);
+        assert_eq!(
+            brief(&f),
+            [(Severity::Fail, Some("mlx5_4".into()), Some(1))]
+        );
+        assert!(f[0].message.contains("eth4"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn a_tie_fails_the_smaller_mtu() {
+        let mut s = roce_node(2);
+        s.netdevs.get_mut("eth1").unwrap().mtu = Some(1500);
+        let f = run(&s, check);
+        assert_eq!(
+            brief(&f),
+            [(Severity::Fail, Some("mlx5_1".into()), Some(1))]
+        );
+    }
+
+    #[test]
+    fn the_configured_mtu_is_required() {
+        let e = expect(
+            "[[node]]\nmatch = \"n1\"\n[[node.ports]]\ndevices = \"mlx5_[0-7]\"\nmtu = 4200\n",
+        );
+        assert_eq!(run_with(&roce_node(2), &e, None, check).len(), 2);
+        assert!(run(&roce_node(8), check).is_empty());
+    }
+}

@@ -1,0 +1,278 @@
+//! Renderings of a [`Report`]: JSON (the contract), a table for people, a Prometheus textfile.
+//!
+//! The Prometheus form follows node_exporter's textfile collector conventions: `# HELP` and
+//! `# TYPE` lines, `snake_case` names with units, one file per producer written to a temporary
+//! name and renamed into place so the collector never reads half a file ([`write_atomic`]).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+use super::checks::ALL;
+use super::{Finding, Report, Severity};
+
+/// Compact JSON, one line, newline-terminated.
+pub fn json(r: &Report) -> String {
+    let mut s = serde_json::to_string(r).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+fn paint(s: &str, sev: Severity, colour: bool) -> String {
+    if !colour {
+        return s.to_string();
+    }
+    let code = match sev {
+        Severity::Fail => "1;31",
+        Severity::Warn => "33",
+        Severity::Info => "2",
+    };
+    format!("\x1b[{code}m{s}\x1b[0m")
+}
+
+/// A table grouped by device, the worst device first, failures first within each.
+pub fn table(r: &Report, colour: bool) -> String {
+    let mut out = String::new();
+    let verdict = r.verdict.as_str().to_uppercase();
+    let vsev = match r.verdict {
+        super::Verdict::Fail | super::Verdict::Error => Severity::Fail,
+        super::Verdict::Warn => Severity::Warn,
+        super::Verdict::Pass => Severity::Info,
+    };
+    let count = |s| r.findings.iter().filter(|f| f.severity == s).count();
+    out.push_str(&format!(
+        "node {}  verdict {}  ({} fail, {} warn, {} info; {:.1} ms)\n",
+        r.node,
+        paint(&verdict, vsev, colour),
+        count(Severity::Fail),
+        count(Severity::Warn),
+        count(Severity::Info),
+        r.duration_ms
+    ));
+    if let Some(e) = &r.error {
+        out.push_str(&format!("error: {e}\n"));
+    }
+    let mut by_dev: BTreeMap<String, Vec<&Finding>> = BTreeMap::new();
+    for f in &r.findings {
+        by_dev
+            .entry(f.device.clone().unwrap_or_else(|| "(node)".into()))
+            .or_default()
+            .push(f);
+    }
+    let mut groups: Vec<(String, Vec<&Finding>)> = by_dev.into_iter().collect();
+    groups.sort_by(|a, b| {
+        let worst = |v: &[&Finding]| v.iter().map(|f| f.severity).max();
+        worst(&b.1)
+            .cmp(&worst(&a.1))
+            .then_with(|| super::gather::natural_cmp(&a.0, &b.0))
+    });
+    let idw = ALL.iter().map(|c| c.0.len()).max().unwrap_or(16);
+    for (dev, mut fs) in groups {
+        fs.sort_by(|a, b| {
+            b.severity
+                .cmp(&a.severity)
+                .then_with(|| a.port.cmp(&b.port))
+        });
+        out.push_str(&format!("\n{dev}\n"));
+        for f in fs {
+            let sev = format!("{:<4}", f.severity.as_str().to_uppercase());
+            let port = f.port.map(|p| format!("port {p}")).unwrap_or_default();
+            out.push_str(&format!(
+                "  {} {:<idw$} {:<7} {}\n",
+                paint(&sev, f.severity, colour),
+                f.check,
+                port,
+                f.message
+            ));
+        }
+    }
+    if r.findings.is_empty() && r.error.is_none() {
+        out.push_str("no findings\n");
+    }
+    out
+}
+
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// node_exporter textfile metrics.
+pub fn prometheus(r: &Report) -> String {
+    let node = esc(&r.node);
+    let mut s = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, rows: Vec<(String, String)>| {
+        s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (labels, v) in rows {
+            s.push_str(&format!("{name}{{{labels}}} {v}\n"));
+        }
+    };
+    metric(
+        "fabric_check_verdict",
+        "gauge",
+        "Probe verdict: 0 pass, 1 warn, 2 fail, 3 could not run.",
+        vec![(
+            format!("node=\"{node}\""),
+            r.verdict.exit_code().to_string(),
+        )],
+    );
+    metric(
+        "fabric_check_probe_duration_seconds",
+        "gauge",
+        "Wall time of the probe's gather and checks.",
+        vec![(
+            format!("node=\"{node}\""),
+            format!("{}", r.duration_ms / 1000.0),
+        )],
+    );
+    metric(
+        "fabric_check_probe_timestamp_seconds",
+        "gauge",
+        "When the probe read the node (Unix time).",
+        vec![(
+            format!("node=\"{node}\""),
+            format!("{}", r.counters.taken_unix_ms as f64 / 1000.0),
+        )],
+    );
+    let mut rows = Vec::new();
+    for (id, _) in ALL {
+        for sev in [Severity::Warn, Severity::Fail] {
+            let n = r
+                .findings
+                .iter()
+                .filter(|f| f.check == *id && f.severity == sev)
+                .count();
+            rows.push((
+                format!(
+                    "node=\"{node}\",check=\"{id}\",severity=\"{}\"",
+                    sev.as_str()
+                ),
+                n.to_string(),
+            ));
+        }
+    }
+    metric(
+        "fabric_check_findings",
+        "gauge",
+        "Findings of this run by check id and severity.",
+        rows,
+    );
+    let mut up = Vec::new();
+    let mut rate = Vec::new();
+    for d in &r.inventory.devices {
+        for p in &d.ports {
+            let l = format!(
+                "node=\"{node}\",device=\"{}\",port=\"{}\",link_layer=\"{}\"",
+                esc(&d.name),
+                p.port,
+                esc(p.link_layer.as_deref().unwrap_or(""))
+            );
+            up.push((
+                l.clone(),
+                u8::from(p.state.as_deref() == Some("ACTIVE")).to_string(),
+            ));
+            if let Some(g) = p.rate_gbps {
+                rate.push((l, g.to_string()));
+            }
+        }
+    }
+    metric(
+        "fabric_check_port_active",
+        "gauge",
+        "1 when the RDMA port is ACTIVE.",
+        up,
+    );
+    metric(
+        "fabric_check_port_rate_gbps",
+        "gauge",
+        "RDMA port rate in Gb/s.",
+        rate,
+    );
+    s
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::{CounterSnapshot, Inventory, SCHEMA, Verdict};
+    use serde_json::Value;
+
+    fn report() -> Report {
+        let f = |sev, dev: &str| {
+            Finding::new(
+                "ib.port_state",
+                sev,
+                Some(dev),
+                Some(1),
+                Value::Null,
+                Value::Null,
+                format!("{dev} msg"),
+            )
+        };
+        Report {
+            schema: SCHEMA.into(),
+            node: "n\"1".into(),
+            verdict: Verdict::Fail,
+            duration_ms: 1.5,
+            inventory: Inventory::default(),
+            counters: CounterSnapshot::default(),
+            findings: vec![f(Severity::Info, "mlx5_0"), f(Severity::Fail, "mlx5_3")],
+            error: None,
+        }
+    }
+
+    #[test]
+    fn the_table_puts_the_failing_device_first_and_colours_only_when_asked() {
+        let t = table(&report(), false);
+        let a = t.find("mlx5_3").unwrap();
+        let b = t.find("mlx5_0").unwrap();
+        assert!(a < b, "{t}");
+        assert!(!t.contains('\x1b'));
+        assert!(table(&report(), true).contains("\x1b[1;31m"));
+    }
+
+    #[test]
+    fn prometheus_output_escapes_labels_and_declares_types() {
+        let p = prometheus(&report());
+        assert!(p.contains("fabric_check_verdict{node=\"n\\\"1\"} 2"), "{p}");
+        assert!(p.contains("# TYPE fabric_check_findings gauge"));
+        assert!(p.contains("check=\"ib.port_state\",severity=\"fail\"} 1"));
+    }
+
+    #[test]
+    fn atomic_writes_leave_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("fabric.prom");
+        write_atomic(&p, b"x 1\n").unwrap();
+        write_atomic(&p, b"x 2\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "x 2\n");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
