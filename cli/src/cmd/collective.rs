@@ -87,7 +87,7 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
         .parse()
         .with_context(|| format!("--sizes: {s:?} is not a size like 4K, 1M or 4096"))?;
     let bytes = n * mult;
-    if bytes < 4 || bytes > (1 << 30) {
+    if !(4..=(1 << 30)).contains(&bytes) {
         bail!("--sizes: {s:?} must be between 4 bytes and 1G");
     }
     Ok(bytes)

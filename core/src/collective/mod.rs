@@ -283,7 +283,8 @@ pub fn run(cfg: &CollectiveConfig) -> Report {
     let mut report = empty_report(cfg, "tcp");
     match run_inner(cfg) {
         Ok(r) => report = r,
-        Err((e, missing)) => {
+        Err(failure) => {
+            let (e, missing) = *failure;
             report.error = Some(e.to_string());
             report.missing = missing;
         }
@@ -313,31 +314,32 @@ fn empty_report(cfg: &CollectiveConfig, backend: &str) -> Report {
     }
 }
 
-type Failure = (CollectiveError, Vec<String>);
+/// An error and the participants known to be missing when it happened.
+type Failure = Box<(CollectiveError, Vec<String>)>;
 
 fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
     let rz = &cfg.rendezvous;
     let n_all = rz.nodes.len();
     if cfg.my_rank >= n_all {
-        return Err((
+        return Err(Box::new((
             CollectiveError::Config(format!("rank {} is not a participant", cfg.my_rank)),
             vec![],
-        ));
+        )));
     }
     let hard_deadline = cfg.started + cfg.budget + rz.timeout + Duration::from_secs(2);
     let my_ip: IpAddr = rz.addrs[cfg.my_rank];
     let listener = TcpListener::bind((my_ip, 0)).map_err(|e| {
-        (
+        Box::new((
             CollectiveError::Ring(format!("cannot listen on {my_ip}: {e}")),
             vec![],
-        )
+        ))
     })?;
     let data_addr = listener
         .local_addr()
-        .map_err(|e| (CollectiveError::Ring(e.to_string()), vec![]))?;
+        .map_err(|e| Box::new((CollectiveError::Ring(e.to_string()), vec![])))?;
     let mut payload = json!({ "data": data_addr.to_string() });
     if cfg.my_rank == 0 {
-        let session = rendezvous::random_hex().map_err(|e| (e.into(), vec![]))?;
+        let session = rendezvous::random_hex().map_err(|e| Box::new((e.into(), vec![])))?;
         payload["session"] = json!(session);
     }
     let mut rcfg = rz.clone();
@@ -347,10 +349,10 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
             RendezvousError::NoLeader { leader, .. } => vec![leader.clone()],
             _ => vec![],
         };
-        (e.into(), missing)
+        Box::new((e.into(), missing))
     })?;
     let missing = gathered.missing.clone();
-    let fail = |e: CollectiveError| (e, missing.clone());
+    let fail = |e: CollectiveError| Box::new((e, missing.clone()));
     let present = gathered.present();
     if present.len() < 2 {
         return Err(fail(CollectiveError::Config(format!(
