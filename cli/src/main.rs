@@ -31,6 +31,8 @@ enum Command {
     Report(cmd::report::Args),
     /// Acceptance report from nccl-tests outputs and pinned BOMs.
     Accept(cmd::accept::Args),
+    /// One rank of a ring all-reduce among a job's nodes: figures, #wrong, slow nodes.
+    Collective(cmd::collective::Args),
 }
 
 fn main() {
@@ -41,6 +43,7 @@ fn main() {
         Command::CheckConfig(a) => cmd::check_config::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Accept(a) => cmd::accept::run(a),
+        Command::Collective(a) => cmd::collective::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -17,11 +17,14 @@
 //! | [`cost`] | the cost model: cost per accepted run |
 //! | [`report`] | `fabric-check report`: sacct parsing and side-by-side reports |
 //! | [`accept`] | `fabric-check accept`: nccl-tests parsing and the acceptance report |
+//! | [`rendezvous`] | MUNGE-authenticated rendezvous of a job's nodes at rank 0 |
+//! | [`collective`] | `fabric-check collective`: ring all-reduce, figures, outlier nodes |
 //!
 //! Nothing here uses `unsafe`; the workspace denies it outside the SPANK plugin's FFI module.
 
 pub mod accept;
 pub mod bom;
+pub mod collective;
 pub mod config;
 pub mod cost;
 pub mod drain;
@@ -30,6 +33,7 @@ pub mod hostlist;
 pub mod plugin_args;
 pub mod probe;
 pub mod record;
+pub mod rendezvous;
 pub mod report;
 pub mod slurm;
 pub mod tag;

@@ -3,5 +3,6 @@
 pub mod accept;
 pub mod bom;
 pub mod check_config;
+pub mod collective;
 pub mod probe;
 pub mod report;

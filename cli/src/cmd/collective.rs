@@ -1,0 +1,245 @@
+//! `fabric-check collective`: one rank of a ring all-reduce among a job's nodes.
+//!
+//! Run once per node (by the SPANK plugin's child, by `srun`, or by hand); every rank prints the
+//! same report. Exit codes as `probe`: 0 pass, 1 warn, 2 fail (wrong data or a slow node),
+//! 3 the collective could not run.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use fabric_core::collective::{self, CollectiveConfig, Report};
+use fabric_core::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver};
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// The `fabric-check/collective/v1` JSON document.
+    Json,
+    /// A human-readable table.
+    Table,
+}
+
+/// Backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// TCP over the node's IP path (always available).
+    Tcp,
+    /// NCCL on the node's GPU (builds with `--features nccl`; skipped without GPU or libnccl).
+    Nccl,
+}
+
+/// Arguments of `fabric-check collective`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Participants, rank order: a Slurm hostlist (`n[1-4]`) or a comma list. Rank 0 leads.
+    #[arg(long)]
+    pub nodes: String,
+    /// This node's name (one of --nodes).
+    #[arg(long)]
+    pub node: String,
+    /// The Slurm job id (binds credentials; chooses the rendezvous port).
+    #[arg(long)]
+    pub job_id: u64,
+    /// A node's address, NAME=IP (repeatable); other names go to the system resolver.
+    #[arg(long = "addr", value_name = "NAME=IP")]
+    pub addrs: Vec<String>,
+    /// Enter the network namespace /run/netns/NAME before opening sockets (testbed; root only).
+    #[arg(long)]
+    pub netns: Option<String>,
+    /// munged's socket (default: munge's compiled-in one).
+    #[arg(long)]
+    pub munge_socket: Option<PathBuf>,
+    /// A UID whose MUNGE credentials are accepted (repeatable; default: this process's UID).
+    #[arg(long = "allow-uid", value_name = "UID")]
+    pub allow_uids: Vec<u32>,
+    /// Time budget, all in, in milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    pub budget_ms: u64,
+    /// Rendezvous share of the budget, in milliseconds (default: half the budget).
+    #[arg(long)]
+    pub rendezvous_ms: Option<u64>,
+    /// First rendezvous port; the leader listens on PORT_BASE + job_id % 1000 (or the next 3).
+    #[arg(long, default_value_t = fabric_core::rendezvous::DEFAULT_BASE_PORT)]
+    pub port_base: u16,
+    /// Sweep sizes in bytes per rank, small to large (suffixes K, M): `4K,64K,1M`.
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Vec<String>,
+    /// The backend.
+    #[arg(long, value_enum, default_value_t = Backend::Tcp)]
+    pub backend: Backend,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+}
+
+fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("--sizes: {s:?} is not a size like 4K, 1M or 4096"))?;
+    let bytes = n * mult;
+    if !(4..=(1 << 30)).contains(&bytes) {
+        bail!("--sizes: {s:?} must be between 4 bytes and 1G");
+    }
+    Ok(bytes)
+}
+
+fn enter_netns(name: &str) -> anyhow::Result<()> {
+    if name.contains('/') || name.is_empty() {
+        bail!("--netns takes a namespace name as `ip netns` lists it, not a path: {name:?}");
+    }
+    let path = format!("/run/netns/{name}");
+    let file = std::fs::File::open(&path)
+        .with_context(|| format!("cannot open {path}; create it with `ip netns add {name}`"))?;
+    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).with_context(|| {
+        format!("cannot enter network namespace {name}: entering one needs root (CAP_SYS_ADMIN)")
+    })?;
+    Ok(())
+}
+
+/// Runs the subcommand and returns the exit code.
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let started = Instant::now();
+    // setns(2) affects the calling thread only: do it before any thread or socket exists.
+    if let Some(ns) = &args.netns {
+        enter_netns(ns)?;
+    }
+    let nodes = collective::nodes::expand(&args.nodes)
+        .map_err(|e| anyhow::anyhow!("--nodes {:?}: {e}", args.nodes))?;
+    let my_rank = nodes
+        .iter()
+        .position(|n| *n == args.node)
+        .with_context(|| {
+            format!(
+                "--node {} is not in --nodes {} ({})",
+                args.node,
+                args.nodes,
+                nodes.join(",")
+            )
+        })?;
+    let mut map = BTreeMap::new();
+    for a in &args.addrs {
+        let (name, ip) = a
+            .split_once('=')
+            .with_context(|| format!("--addr {a:?}: write NAME=IP"))?;
+        let ip: IpAddr = ip
+            .parse()
+            .with_context(|| format!("--addr {a:?}: {ip:?} is not an IP address"))?;
+        map.insert(name.to_string(), ip);
+    }
+    let resolver = MapResolver {
+        map,
+        fallback: Some(SystemResolver),
+    };
+    let munge = match &args.munge_socket {
+        Some(s) => Munge::with_socket(s),
+        None => Munge::default(),
+    };
+    let allowed = if args.allow_uids.is_empty() {
+        vec![nix::unistd::getuid().as_raw()]
+    } else {
+        args.allow_uids.clone()
+    };
+    if args.budget_ms < 100 {
+        bail!(
+            "--budget-ms {} is too small: give the collective at least 100 ms",
+            args.budget_ms
+        );
+    }
+    let mut rz = RendezvousConfig::new(nodes, &resolver, args.job_id, munge, allowed)?;
+    rz.base_port = args.port_base;
+    let mut cfg = CollectiveConfig::new(rz, my_rank, started);
+    cfg.budget = Duration::from_millis(args.budget_ms);
+    cfg.rendezvous.timeout =
+        Duration::from_millis(args.rendezvous_ms.unwrap_or(args.budget_ms / 2));
+    if !args.sizes.is_empty() {
+        cfg.sizes_bytes = args
+            .sizes
+            .iter()
+            .map(|s| parse_size(s))
+            .collect::<anyhow::Result<_>>()?;
+        if cfg.sizes_bytes.windows(2).any(|w| w[0] > w[1]) {
+            bail!("--sizes must run from small to large");
+        }
+    }
+    let report = match args.backend {
+        Backend::Tcp => collective::run(&cfg),
+        Backend::Nccl => run_nccl(&cfg)?,
+    };
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string(&report)?),
+        Format::Table => print_table(&report),
+    }
+    Ok(report.verdict.exit_code())
+}
+
+#[cfg(feature = "nccl")]
+fn run_nccl(cfg: &CollectiveConfig) -> anyhow::Result<Report> {
+    Ok(collective::nccl::run(cfg))
+}
+
+#[cfg(not(feature = "nccl"))]
+fn run_nccl(_cfg: &CollectiveConfig) -> anyhow::Result<Report> {
+    bail!("this fabric-check was built without NCCL; rebuild with `--features nccl`")
+}
+
+fn print_table(r: &Report) {
+    println!(
+        "collective {} job {} on {} ({} of {} ranks): {:?} in {} ms",
+        r.backend,
+        r.job_id,
+        r.node,
+        r.ranks.len(),
+        r.nodes.len(),
+        r.verdict,
+        r.duration_ms
+    );
+    if let Some(e) = &r.error {
+        println!("error: {e}");
+    }
+    println!(
+        "{:>10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>6} {:>9} {:>9} {:>6}",
+        "bytes", "iters", "mean_us", "p50_us", "p95_us", "p99_us", "cv", "algbw", "busbw", "#wrong"
+    );
+    for s in &r.sizes {
+        println!(
+            "{:>10} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>6.3} {:>9.3} {:>9.3} {:>6}",
+            s.bytes,
+            s.iterations,
+            s.time_us_mean,
+            s.time_us_p50,
+            s.time_us_p95,
+            s.time_us_p99,
+            s.cv,
+            s.algbw_gb_s,
+            s.busbw_gb_s,
+            s.wrong
+        );
+    }
+    for k in &r.ranks {
+        println!(
+            "rank {:>3} {:<16} in {:>8} GB/s  out {:>8} GB/s  z {:>7}{}",
+            k.rank,
+            k.node,
+            k.in_link_gb_s.map_or("-".into(), |x| format!("{x:.3}")),
+            k.out_link_gb_s.map_or("-".into(), |x| format!("{x:.3}")),
+            k.robust_z.map_or("-".into(), |x| format!("{x:.1}")),
+            if k.outlier { "  OUTLIER" } else { "" }
+        );
+    }
+    for m in &r.messages {
+        println!("- {m}");
+    }
+    if !r.missing.is_empty() {
+        println!("missing: {}", r.missing.join(","));
+    }
+}

@@ -1,0 +1,807 @@
+//! `fabric-check collective`: a ring all-reduce among a job's nodes, its figures, and the node
+//! that slows it down.
+//!
+//! One process per node runs [`run`]. The ranks meet through the MUNGE-authenticated
+//! [`crate::rendezvous`] (each learns its neighbours' data addresses and the leader's session
+//! token), form a ring of TCP connections ([`tcp`]), and sweep all-reduce sizes from small to
+//! large within a time budget. Rank 0 drives the sweep: before each iteration a 16-byte command
+//! travels once around the ring, so every rank runs the same iterations without a shared clock.
+//! At the end each rank's raw timings travel around the ring to rank 0, which computes the
+//! [`Report`] and sends it around again, so every rank prints the same result.
+//!
+//! Figures follow nccl-tests (`doc/PERFORMANCE.md`): per-iteration time is the mean over ranks
+//! (nccl-tests' default `-a 1`), `algbw = S/t`, `busbw = algbw × 2(n−1)/n`, and `#wrong` counts
+//! elements that differ from the exact sum (inputs are small integers, so float sums are exact).
+//! Slow-node attribution is in [`attribute`].
+
+pub mod nodes;
+pub mod stats;
+pub mod tcp;
+
+#[cfg(feature = "nccl")]
+pub mod nccl;
+#[cfg(feature = "verbs")]
+pub mod verbs;
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::rendezvous::{self, RendezvousConfig, RendezvousError, Share};
+use tcp::{LinkSample, Ring};
+
+/// The JSON schema name of a [`Report`].
+pub const SCHEMA: &str = "fabric-check/collective/v1";
+/// The default time budget, all in (rendezvous, sweep, result exchange).
+pub const DEFAULT_BUDGET: Duration = Duration::from_millis(3000);
+/// The default sweep, in bytes: 4 KiB to 32 MiB.
+pub const DEFAULT_SIZES_BYTES: [u64; 5] = [4 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20];
+/// The most timed iterations per size.
+pub const MAX_ITERS: u32 = 100;
+/// The fewest timed iterations a size needs to be run at all.
+pub const MIN_ITERS: u32 = 3;
+
+/// Why a collective could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectiveError {
+    /// The rendezvous failed.
+    #[error(transparent)]
+    Rendezvous(#[from] RendezvousError),
+    /// The ring's data path failed.
+    #[error("ring: {0}")]
+    Ring(String),
+    /// A wait ran out.
+    #[error("timed out {0}")]
+    Timeout(String),
+    /// Bad input.
+    #[error("{0}")]
+    Config(String),
+    /// The backend is not usable here (no GPU, no libnccl, no RDMA device): a skip, not a fault.
+    #[error("skipped: {0}")]
+    Unavailable(String),
+}
+
+/// The overall verdict, as in `fabric-check probe`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Correct results, no slow node.
+    Pass,
+    /// Something is off but not attributable (a missing participant, a slow link).
+    Warn,
+    /// Wrong results or a slow node.
+    Fail,
+    /// The collective could not run.
+    Error,
+}
+
+impl Verdict {
+    /// The Nagios exit code: 0 pass, 1 warn, 2 fail, 3 error.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Verdict::Pass => 0,
+            Verdict::Warn => 1,
+            Verdict::Fail => 2,
+            Verdict::Error => 3,
+        }
+    }
+}
+
+/// Figures of one size of the sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SizeFigures {
+    /// Bytes per rank (`S` in nccl-tests).
+    pub bytes: u64,
+    /// f32 elements.
+    pub count: u64,
+    /// Timed iterations.
+    pub iterations: u32,
+    /// Mean iteration time.
+    pub time_us_mean: f64,
+    /// Latency percentiles over iterations.
+    pub time_us_p50: f64,
+    /// 95th percentile.
+    pub time_us_p95: f64,
+    /// 99th percentile.
+    pub time_us_p99: f64,
+    /// Fastest iteration.
+    pub time_us_min: f64,
+    /// Slowest iteration.
+    pub time_us_max: f64,
+    /// Coefficient of variation of iteration times.
+    pub cv: f64,
+    /// nccl-tests' algorithm bandwidth, GB/s.
+    pub algbw_gb_s: f64,
+    /// nccl-tests' bus bandwidth, GB/s.
+    pub busbw_gb_s: f64,
+    /// Wrong elements over all ranks and iterations (nccl-tests' `#wrong`).
+    pub wrong: u64,
+}
+
+/// Figures of one rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankFigures {
+    /// Rank (index in the node list).
+    pub rank: usize,
+    /// Node name.
+    pub node: String,
+    /// Rate of the link from the left neighbour, GB/s (`None`: no large chunk was measured).
+    pub in_link_gb_s: Option<f64>,
+    /// Rate of the link to the right neighbour (as measured there), GB/s.
+    pub out_link_gb_s: Option<f64>,
+    /// Mean over this rank's timed iterations of its own all-reduce time, µs.
+    pub time_us_mean: f64,
+    /// Robust z-score of the node's best link's time per byte against its peers.
+    pub robust_z: Option<f64>,
+    /// Whether this node is named as an outlier.
+    pub outlier: bool,
+    /// Wrong elements seen by this rank.
+    pub wrong: u64,
+}
+
+/// One directed link of the ring.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkFigures {
+    /// Sending node.
+    pub from: String,
+    /// Receiving node.
+    pub to: String,
+    /// Measured rate, GB/s.
+    pub rate_gb_s: Option<f64>,
+    /// Less than half the typical node's best link.
+    pub slow: bool,
+}
+
+/// The result of `fabric-check collective` (schema [`SCHEMA`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    /// `tcp` or `nccl`.
+    pub backend: String,
+    /// The job id.
+    pub job_id: u64,
+    /// The node that printed this report.
+    pub node: String,
+    /// All participants, rank order.
+    pub nodes: Vec<String>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Wall time from start to report on this node, ms.
+    pub duration_ms: u64,
+    /// The budget, ms.
+    pub budget_ms: u64,
+    /// Per size.
+    pub sizes: Vec<SizeFigures>,
+    /// Per rank that took part.
+    pub ranks: Vec<RankFigures>,
+    /// Per ring link.
+    pub links: Vec<LinkFigures>,
+    /// Nodes named as slow.
+    pub outliers: Vec<String>,
+    /// Participants that never joined.
+    pub missing: Vec<String>,
+    /// Wrong elements in total.
+    pub wrong: u64,
+    /// Human-readable findings.
+    pub messages: Vec<String>,
+    /// Why the collective could not run, for verdict `error`.
+    pub error: Option<String>,
+}
+
+/// How to run one rank of the collective.
+#[derive(Debug, Clone)]
+pub struct CollectiveConfig {
+    /// The rendezvous (participants, addresses, job id, MUNGE, allowed UIDs). Its `timeout` is the
+    /// rendezvous share of the budget.
+    pub rendezvous: RendezvousConfig,
+    /// This node's rank.
+    pub my_rank: usize,
+    /// The budget, all in, counted from `started`.
+    pub budget: Duration,
+    /// When this process started (the budget counts from here).
+    pub started: Instant,
+    /// The sweep, bytes per rank, small to large (each rounded down to whole f32s).
+    pub sizes_bytes: Vec<u64>,
+}
+
+impl CollectiveConfig {
+    /// A configuration with the default budget and sweep; the rendezvous gets half the budget.
+    pub fn new(mut rendezvous: RendezvousConfig, my_rank: usize, started: Instant) -> Self {
+        rendezvous.timeout = DEFAULT_BUDGET / 2;
+        Self {
+            rendezvous,
+            my_rank,
+            budget: DEFAULT_BUDGET,
+            started,
+            sizes_bytes: DEFAULT_SIZES_BYTES.to_vec(),
+        }
+    }
+}
+
+/// Per-rank raw figures, sent to rank 0 at the end.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RankRaw {
+    rank: usize,
+    /// Per size index: this rank's timed iteration durations, seconds.
+    iter_s: Vec<Vec<f64>>,
+    /// Per size index: wrong elements.
+    wrong: Vec<u64>,
+    link: LinkSample,
+}
+
+/// A sweep command: what every rank does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cmd {
+    Stop,
+    Warmup(u32),
+    Timed(u32),
+}
+
+impl Cmd {
+    fn encode(self) -> [u8; 8] {
+        let (k, s) = match self {
+            Cmd::Stop => (0u32, 0u32),
+            Cmd::Warmup(s) => (1, s),
+            Cmd::Timed(s) => (2, s),
+        };
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&k.to_le_bytes());
+        b[4..].copy_from_slice(&s.to_le_bytes());
+        b
+    }
+    fn decode(b: [u8; 8]) -> Result<Self, CollectiveError> {
+        let k = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let s = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        match k {
+            0 => Ok(Cmd::Stop),
+            1 => Ok(Cmd::Warmup(s)),
+            2 => Ok(Cmd::Timed(s)),
+            _ => Err(CollectiveError::Ring(format!("unknown command {k}"))),
+        }
+    }
+}
+
+/// The input of rank `rank` at element `i` in iteration `iter`: a small integer, so sums of up
+/// to thousands of ranks are exact in f32.
+pub fn input_value(rank: usize, i: usize, iter: u32) -> f32 {
+    ((((rank as u64 + u64::from(iter)) % 7) + 1) * (i as u64 % 251 + 1)) as f32
+}
+
+fn expected_coefficient(ranks: &[usize], iter: u32) -> f32 {
+    ranks
+        .iter()
+        .map(|r| ((*r as u64 + u64::from(iter)) % 7) + 1)
+        .sum::<u64>() as f32
+}
+
+/// Runs one rank of the TCP collective. Never fails: a collective that cannot run is a report
+/// with verdict `error` that says why (and names missing participants).
+pub fn run(cfg: &CollectiveConfig) -> Report {
+    let mut report = empty_report(cfg, "tcp");
+    match run_inner(cfg) {
+        Ok(r) => report = r,
+        Err(failure) => {
+            let (e, missing) = *failure;
+            report.error = Some(e.to_string());
+            report.missing = missing;
+        }
+    }
+    report.duration_ms = cfg.started.elapsed().as_millis() as u64;
+    report
+}
+
+fn empty_report(cfg: &CollectiveConfig, backend: &str) -> Report {
+    Report {
+        schema: SCHEMA.into(),
+        backend: backend.into(),
+        job_id: cfg.rendezvous.job_id,
+        node: cfg.rendezvous.nodes[cfg.my_rank.min(cfg.rendezvous.nodes.len() - 1)].clone(),
+        nodes: cfg.rendezvous.nodes.clone(),
+        verdict: Verdict::Error,
+        duration_ms: 0,
+        budget_ms: cfg.budget.as_millis() as u64,
+        sizes: Vec::new(),
+        ranks: Vec::new(),
+        links: Vec::new(),
+        outliers: Vec::new(),
+        missing: Vec::new(),
+        wrong: 0,
+        messages: Vec::new(),
+        error: None,
+    }
+}
+
+/// An error and the participants known to be missing when it happened.
+type Failure = Box<(CollectiveError, Vec<String>)>;
+
+fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
+    let rz = &cfg.rendezvous;
+    let n_all = rz.nodes.len();
+    if cfg.my_rank >= n_all {
+        return Err(Box::new((
+            CollectiveError::Config(format!("rank {} is not a participant", cfg.my_rank)),
+            vec![],
+        )));
+    }
+    let hard_deadline = cfg.started + cfg.budget + rz.timeout + Duration::from_secs(2);
+    let my_ip: IpAddr = rz.addrs[cfg.my_rank];
+    let listener = TcpListener::bind((my_ip, 0)).map_err(|e| {
+        Box::new((
+            CollectiveError::Ring(format!("cannot listen on {my_ip}: {e}")),
+            vec![],
+        ))
+    })?;
+    let data_addr = listener
+        .local_addr()
+        .map_err(|e| Box::new((CollectiveError::Ring(e.to_string()), vec![])))?;
+    let mut payload = json!({ "data": data_addr.to_string() });
+    if cfg.my_rank == 0 {
+        let session = rendezvous::random_hex().map_err(|e| Box::new((e.into(), vec![])))?;
+        payload["session"] = json!(session);
+    }
+    let mut rcfg = rz.clone();
+    rcfg.share = Share::All;
+    let gathered = rendezvous::gather(&rcfg, cfg.my_rank, &payload).map_err(|e| {
+        let missing = match &e {
+            RendezvousError::NoLeader { leader, .. } => vec![leader.clone()],
+            _ => vec![],
+        };
+        Box::new((e.into(), missing))
+    })?;
+    let missing = gathered.missing.clone();
+    let fail = |e: CollectiveError| Box::new((e, missing.clone()));
+    let present = gathered.present();
+    if present.len() < 2 {
+        return Err(fail(CollectiveError::Config(format!(
+            "only {} of {n_all} participants joined; a collective needs two",
+            present.len()
+        ))));
+    }
+    let session = gathered.payloads[0]
+        .as_ref()
+        .and_then(|p| p["session"].as_str())
+        .ok_or_else(|| fail(CollectiveError::Ring("leader sent no session".into())))?
+        .to_string();
+    let m = present.len();
+    let pos = present
+        .iter()
+        .position(|r| *r == cfg.my_rank)
+        .ok_or_else(|| fail(CollectiveError::Ring("not among the joined ranks".into())))?;
+    let right_rank = present[(pos + 1) % m];
+    let left_rank = present[(pos + m - 1) % m];
+    let right_addr: SocketAddr = gathered.payloads[right_rank]
+        .as_ref()
+        .and_then(|p| p["data"].as_str())
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            fail(CollectiveError::Ring(
+                "no data address for the right neighbour".into(),
+            ))
+        })?;
+    let mut ring = Ring::establish(
+        &listener,
+        right_addr,
+        left_rank,
+        cfg.my_rank,
+        rz.job_id,
+        &session,
+        hard_deadline,
+    )
+    .map_err(fail)?;
+
+    let sizes: Vec<usize> = cfg
+        .sizes_bytes
+        .iter()
+        .map(|b| ((*b / 4) as usize).max(1))
+        .collect();
+    let mut raw = RankRaw {
+        rank: cfg.my_rank,
+        iter_s: vec![Vec::new(); sizes.len()],
+        wrong: vec![0; sizes.len()],
+        link: LinkSample::default(),
+    };
+    let mut data: Vec<f32> = Vec::new();
+    let mut stage: Vec<f32> = Vec::new();
+    let mut planner = Planner::new(cfg, sizes.len());
+    let mut iter_no: u32 = 0;
+    loop {
+        let cmd = if pos == 0 {
+            let cmd = planner.next(&sizes);
+            ring.send_frame(&cmd.encode(), hard_deadline)
+                .map_err(fail)?;
+            let back = ring.recv_frame(hard_deadline).map_err(fail)?;
+            if back != cmd.encode() {
+                return Err(fail(CollectiveError::Ring(
+                    "command came back changed".into(),
+                )));
+            }
+            cmd
+        } else {
+            let b = ring.recv_frame(hard_deadline).map_err(fail)?;
+            let arr: [u8; 8] = b
+                .as_slice()
+                .try_into()
+                .map_err(|_| fail(CollectiveError::Ring("bad command frame".into())))?;
+            ring.send_frame(&arr, hard_deadline).map_err(fail)?;
+            Cmd::decode(arr).map_err(fail)?
+        };
+        let (si, timed) = match cmd {
+            Cmd::Stop => break,
+            Cmd::Warmup(s) => (s as usize, false),
+            Cmd::Timed(s) => (s as usize, true),
+        };
+        let count = *sizes.get(si).ok_or_else(|| {
+            fail(CollectiveError::Ring(format!(
+                "size index {si} out of range"
+            )))
+        })?;
+        iter_no = iter_no.wrapping_add(1);
+        data.clear();
+        data.extend((0..count).map(|i| input_value(cfg.my_rank, i, iter_no)));
+        let mut link = LinkSample::default();
+        let t0 = Instant::now();
+        ring.all_reduce(&mut data, pos, m, &mut stage, &mut link, hard_deadline)
+            .map_err(fail)?;
+        let dt = t0.elapsed().as_secs_f64();
+        if pos == 0 {
+            planner.observe(si, timed, dt);
+        }
+        let coef = expected_coefficient(&present, iter_no);
+        let wrong = data
+            .iter()
+            .enumerate()
+            .filter(|(i, v)| **v != coef * ((*i % 251 + 1) as f32))
+            .count() as u64;
+        raw.wrong[si] += wrong;
+        if timed {
+            raw.iter_s[si].push(dt);
+            raw.link.bytes += link.bytes;
+            raw.link.busy_s += link.busy_s;
+        }
+    }
+
+    // Gather raw figures at rank 0 around the ring, then pass the report around.
+    let report_bytes = if pos == 0 {
+        let mine = serde_json::to_vec(&vec![&raw])
+            .map_err(|e| fail(CollectiveError::Ring(e.to_string())))?;
+        ring.send_frame(&mine, hard_deadline).map_err(fail)?;
+        let all: Vec<RankRaw> =
+            serde_json::from_slice(&ring.recv_frame(hard_deadline).map_err(fail)?)
+                .map_err(|e| fail(CollectiveError::Ring(format!("bad gathered figures: {e}"))))?;
+        let mut report = empty_report(cfg, "tcp");
+        fill_report(&mut report, cfg, &present, &missing, &sizes, &all);
+        let bytes =
+            serde_json::to_vec(&report).map_err(|e| fail(CollectiveError::Ring(e.to_string())))?;
+        ring.send_frame(&bytes, hard_deadline).map_err(fail)?;
+        bytes
+    } else {
+        let mut all: Vec<RankRaw> =
+            serde_json::from_slice(&ring.recv_frame(hard_deadline).map_err(fail)?)
+                .map_err(|e| fail(CollectiveError::Ring(format!("bad gathered figures: {e}"))))?;
+        all.push(raw);
+        let bytes =
+            serde_json::to_vec(&all).map_err(|e| fail(CollectiveError::Ring(e.to_string())))?;
+        ring.send_frame(&bytes, hard_deadline).map_err(fail)?;
+        let report = ring.recv_frame(hard_deadline).map_err(fail)?;
+        if pos + 1 < m {
+            ring.send_frame(&report, hard_deadline).map_err(fail)?;
+        }
+        report
+    };
+    let mut report: Report = serde_json::from_slice(&report_bytes).map_err(|e| {
+        fail(CollectiveError::Ring(format!(
+            "bad report from rank 0: {e}"
+        )))
+    })?;
+    report.node = rz.nodes[cfg.my_rank].clone();
+    Ok(report)
+}
+
+/// Rank 0's sweep plan: sizes small to large, each with one warm-up and timed iterations while
+/// its share of the remaining budget lasts; a size whose estimated cost does not fit ends the
+/// sweep.
+struct Planner {
+    soft_end: Instant,
+    n_sizes: usize,
+    current: Option<usize>,
+    size_start: Instant,
+    slice: Duration,
+    timed: u32,
+    last_s: f64,
+    last_count: usize,
+}
+
+impl Planner {
+    fn new(cfg: &CollectiveConfig, n_sizes: usize) -> Self {
+        // Keep 15% of the budget for the result exchange and output.
+        let soft_end = cfg.started + cfg.budget.mul_f64(0.85);
+        Self {
+            soft_end,
+            n_sizes,
+            current: None,
+            size_start: Instant::now(),
+            slice: Duration::ZERO,
+            timed: 0,
+            last_s: 0.0,
+            last_count: 0,
+        }
+    }
+
+    fn observe(&mut self, _si: usize, timed: bool, dt: f64) {
+        self.last_s = dt;
+        if timed {
+            self.timed += 1;
+        }
+    }
+
+    fn next(&mut self, sizes: &[usize]) -> Cmd {
+        let now = Instant::now();
+        if let Some(si) = self.current {
+            let elapsed = now.duration_since(self.size_start);
+            let next_cost = Duration::from_secs_f64(self.last_s);
+            let more = self.timed < MAX_ITERS
+                && now + next_cost < self.soft_end
+                && (self.timed < MIN_ITERS || elapsed + next_cost < self.slice);
+            if more {
+                return Cmd::Timed(si as u32);
+            }
+            self.last_count = sizes[si];
+        }
+        let si = self.current.map_or(0, |s| s + 1);
+        if si >= self.n_sizes {
+            return Cmd::Stop;
+        }
+        let left = self.soft_end.saturating_duration_since(now);
+        let estimate = if self.last_count > 0 {
+            self.last_s * sizes[si] as f64 / self.last_count as f64
+        } else {
+            0.0
+        };
+        if left.is_zero() || Duration::from_secs_f64(estimate * f64::from(MIN_ITERS + 1)) > left {
+            return Cmd::Stop;
+        }
+        self.current = Some(si);
+        self.size_start = now;
+        self.slice = left / (self.n_sizes - si) as u32;
+        self.timed = 0;
+        Cmd::Warmup(si as u32)
+    }
+}
+
+fn fill_report(
+    report: &mut Report,
+    cfg: &CollectiveConfig,
+    present: &[usize],
+    missing: &[String],
+    sizes: &[usize],
+    all: &[RankRaw],
+) {
+    let nodes = &cfg.rendezvous.nodes;
+    let m = present.len();
+    let by_rank = |r: usize| all.iter().find(|x| x.rank == r);
+    for (si, count) in sizes.iter().enumerate() {
+        let iters = all.iter().map(|r| r.iter_s[si].len()).min().unwrap_or(0);
+        let wrong: u64 = all.iter().map(|r| r.wrong[si]).sum();
+        if iters == 0 {
+            if wrong > 0 {
+                report.wrong += wrong;
+            }
+            continue;
+        }
+        // Per iteration: the mean over ranks (nccl-tests' default).
+        let per_iter: Vec<f64> = (0..iters)
+            .map(|i| all.iter().map(|r| r.iter_s[si][i]).sum::<f64>() / all.len() as f64)
+            .collect();
+        let mean_s = stats::mean(&per_iter).unwrap_or(0.0);
+        let bytes = (*count as u64) * 4;
+        let algbw = stats::algbw_gb_s(bytes, mean_s);
+        let us = |x: Option<f64>| x.unwrap_or(0.0) * 1e6;
+        report.sizes.push(SizeFigures {
+            bytes,
+            count: *count as u64,
+            iterations: iters as u32,
+            time_us_mean: mean_s * 1e6,
+            time_us_p50: us(stats::percentile(&per_iter, 50.0)),
+            time_us_p95: us(stats::percentile(&per_iter, 95.0)),
+            time_us_p99: us(stats::percentile(&per_iter, 99.0)),
+            time_us_min: us(stats::percentile(&per_iter, 0.0)),
+            time_us_max: us(stats::percentile(&per_iter, 100.0)),
+            cv: stats::coefficient_of_variation(&per_iter).unwrap_or(0.0),
+            algbw_gb_s: algbw,
+            busbw_gb_s: stats::allreduce_busbw_gb_s(algbw, m),
+            wrong,
+        });
+        report.wrong += wrong;
+    }
+    // Link rates: the link into present[p] comes from present[p-1].
+    let in_rate: Vec<Option<f64>> = present
+        .iter()
+        .map(|r| {
+            by_rank(*r).and_then(|x| {
+                (x.link.busy_s > 0.0 && x.link.bytes > 0)
+                    .then(|| x.link.bytes as f64 / x.link.busy_s / 1e9)
+            })
+        })
+        .collect();
+    let attr = attribute(&in_rate);
+    for (p, r) in present.iter().enumerate() {
+        let raw = by_rank(*r);
+        let times: Vec<f64> = raw
+            .map(|x| x.iter_s.iter().flatten().copied().collect())
+            .unwrap_or_default();
+        report.ranks.push(RankFigures {
+            rank: *r,
+            node: nodes[*r].clone(),
+            in_link_gb_s: in_rate[p],
+            out_link_gb_s: in_rate[(p + 1) % m],
+            time_us_mean: stats::mean(&times).unwrap_or(0.0) * 1e6,
+            robust_z: attr.z.get(p).copied().flatten(),
+            outlier: attr.outliers.contains(&p),
+            wrong: raw.map(|x| x.wrong.iter().sum()).unwrap_or(0),
+        });
+        report.links.push(LinkFigures {
+            from: nodes[present[(p + m - 1) % m]].clone(),
+            to: nodes[*r].clone(),
+            rate_gb_s: in_rate[p],
+            slow: attr.slow_links.contains(&p),
+        });
+    }
+    report.outliers = attr
+        .outliers
+        .iter()
+        .map(|p| nodes[present[*p]].clone())
+        .collect();
+    report.missing = missing.to_vec();
+    let mut verdict = Verdict::Pass;
+    if !missing.is_empty() {
+        verdict = Verdict::Warn;
+        report.messages.push(format!(
+            "{} of {} participants never joined: {}",
+            missing.len(),
+            nodes.len(),
+            missing.join(",")
+        ));
+    }
+    let unattributed: Vec<String> = report
+        .links
+        .iter()
+        .filter(|l| {
+            l.slow && !report.outliers.contains(&l.from) && !report.outliers.contains(&l.to)
+        })
+        .map(|l| format!("{}->{}", l.from, l.to))
+        .collect();
+    if !unattributed.is_empty() {
+        verdict = Verdict::Warn;
+        report.messages.push(format!(
+            "slow links not attributable to one node: {}",
+            unattributed.join(",")
+        ));
+    }
+    if report.sizes.is_empty() {
+        verdict = Verdict::Warn;
+        report
+            .messages
+            .push("no size completed within the budget; raise --budget-ms".into());
+    }
+    if !report.outliers.is_empty() {
+        verdict = Verdict::Fail;
+        report.messages.push(format!(
+            "slow node(s): {} (both of their ring links are slower than {:.0}% of the typical node's best link)",
+            report.outliers.join(","),
+            100.0 / SLOW_LINK_FACTOR
+        ));
+    }
+    if report.wrong > 0 {
+        verdict = Verdict::Fail;
+        report.messages.push(format!(
+            "{} wrong elements in the reduced data",
+            report.wrong
+        ));
+    }
+    report.verdict = verdict;
+}
+
+/// A link is slow when it is this many times slower than the typical node's best link.
+pub const SLOW_LINK_FACTOR: f64 = 2.0;
+
+/// Which nodes and links of a ring are slow.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Attribution {
+    /// Ring positions named as slow nodes.
+    pub outliers: Vec<usize>,
+    /// Ring positions whose *incoming* link is slow.
+    pub slow_links: Vec<usize>,
+    /// Robust z-score per position (of its best link's time per byte).
+    pub z: Vec<Option<f64>>,
+}
+
+/// Names slow nodes from incoming link rates per ring position (`in_rate[p]`: the link from
+/// position p−1 into p).
+///
+/// A node's NIC (or, on the testbed, its `tc tbf`-limited veth) slows *both* of its links: the
+/// one in from the left and the one out to the right. So each node is scored by its **best**
+/// link's time per byte: only a node whose two links are both slow scores high, and its
+/// neighbours (one slow link each) do not. Scores are compared with the robust z-score against
+/// the median of the peers ([`stats::high_outliers`]: z > 3.5 and twice the median). With fewer
+/// than three ranks nothing can be attributed: both nodes share both links.
+pub fn attribute(in_rate: &[Option<f64>]) -> Attribution {
+    let m = in_rate.len();
+    if m < 3 || in_rate.iter().any(Option::is_none) {
+        return Attribution {
+            z: vec![None; m],
+            ..Attribution::default()
+        };
+    }
+    let rate: Vec<f64> = in_rate
+        .iter()
+        .map(|r| r.unwrap_or(0.0).max(1e-12))
+        .collect();
+    let best: Vec<f64> = (0..m).map(|p| rate[p].max(rate[(p + 1) % m])).collect();
+    let score: Vec<f64> = best.iter().map(|b| 1.0 / b).collect();
+    let z = stats::robust_z(&score);
+    let outliers = stats::high_outliers(&score);
+    let typical = stats::median(&best).unwrap_or(0.0);
+    let slow_links = (0..m)
+        .filter(|p| rate[*p] * SLOW_LINK_FACTOR < typical)
+        .collect();
+    Attribution {
+        outliers,
+        slow_links,
+        z: z.into_iter().map(Some).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_common_to_two_slow_links_is_the_outlier() {
+        // Ring of 4; node at position 2 is slow: links 1->2 (in_rate[2]) and 2->3 (in_rate[3]).
+        let a = attribute(&[Some(2.0), Some(2.2), Some(0.1), Some(0.12)]);
+        assert_eq!(a.outliers, vec![2]);
+        assert_eq!(a.slow_links, vec![2, 3]);
+    }
+
+    #[test]
+    fn a_healthy_ring_with_noise_has_no_outlier() {
+        let a = attribute(&[Some(2.0), Some(1.4), Some(2.6), Some(1.9), Some(2.2)]);
+        assert!(a.outliers.is_empty());
+        assert!(a.slow_links.is_empty());
+    }
+
+    #[test]
+    fn one_slow_link_alone_is_not_blamed_on_a_node() {
+        let a = attribute(&[Some(2.0), Some(0.1), Some(2.0), Some(2.0)]);
+        assert!(a.outliers.is_empty());
+        assert_eq!(a.slow_links, vec![1]);
+    }
+
+    #[test]
+    fn two_ranks_cannot_name_a_node() {
+        assert!(attribute(&[Some(2.0), Some(0.1)]).outliers.is_empty());
+    }
+
+    #[test]
+    fn inputs_sum_exactly_in_f32() {
+        let ranks: Vec<usize> = (0..64).collect();
+        for i in [0usize, 250, 251, 1_000_003] {
+            let sum: f32 = ranks.iter().map(|r| input_value(*r, i, 5)).sum();
+            assert_eq!(
+                sum,
+                expected_coefficient(&ranks, 5) * ((i % 251 + 1) as f32)
+            );
+        }
+    }
+
+    #[test]
+    fn commands_round_trip_and_unknown_ones_are_errors() {
+        for c in [Cmd::Stop, Cmd::Warmup(3), Cmd::Timed(4)] {
+            assert_eq!(Cmd::decode(c.encode()).unwrap(), c);
+        }
+        assert!(Cmd::decode([9, 0, 0, 0, 0, 0, 0, 0]).is_err());
+    }
+}

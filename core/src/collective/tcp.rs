@@ -1,0 +1,378 @@
+//! The TCP backend: a ring of TCP connections and NCCL's ring all-reduce over it.
+//!
+//! Each rank keeps two connections: one it opened to its right neighbour (sends) and one it
+//! accepted from its left neighbour (receives). Both are nonblocking and served by one `poll`
+//! loop, so a rank sends and receives at the same time without threads (a ring where every rank
+//! first writes a large chunk with blocking sockets deadlocks once the socket buffers fill).
+//!
+//! All-reduce is NCCL's ring algorithm: the buffer is cut into one chunk per rank; n−1
+//! reduce-scatter steps (send a chunk right, receive one from the left and add it in), then n−1
+//! all-gather steps (pass the fully reduced chunks on). Each rank sends 2(n−1)/n of the buffer,
+//! which is what nccl-tests' bus bandwidth assumes.
+//!
+//! Per-link timing: for every received chunk of at least [`LINK_CHUNK_MIN_BYTES`], the receiver
+//! records the time from the first read to the last and the bytes after the first read. That is
+//! the rate of the link from the left neighbour, independent of when the neighbour started
+//! sending — the basis for naming a slow node (see [`super::attribute`]).
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use serde::{Deserialize, Serialize};
+
+use super::CollectiveError;
+
+/// Chunks smaller than this are not used for link rates: they fit in one segment burst and
+/// measure the scheduler, not the link.
+pub const LINK_CHUNK_MIN_BYTES: usize = 64 * 1024;
+/// The largest control frame accepted.
+pub const MAX_FRAME_BYTES: usize = 64 << 20;
+
+/// Bytes and busy time of the link from the left neighbour.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LinkSample {
+    /// Bytes received after the first read of each chunk.
+    pub bytes: u64,
+    /// Seconds from the first read to the last read, summed over chunks.
+    pub busy_s: f64,
+}
+
+/// The two connections of one rank.
+#[derive(Debug)]
+pub struct Ring {
+    left: TcpStream,
+    right: TcpStream,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct DataHello {
+    job_id: u64,
+    session: String,
+    rank: usize,
+}
+
+fn io_err(what: &str, e: impl std::fmt::Display) -> CollectiveError {
+    CollectiveError::Ring(format!("{what}: {e}"))
+}
+
+fn remaining(deadline: Instant, what: &str) -> Result<Duration, CollectiveError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(CollectiveError::Timeout(what.to_string()));
+    }
+    Ok(left)
+}
+
+impl Ring {
+    /// Connects to the right neighbour and accepts the left one (checking its job, session and
+    /// rank: a stranger's connection is dropped and the wait goes on until `deadline`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn establish(
+        listener: &TcpListener,
+        right: SocketAddr,
+        left_rank: usize,
+        my_rank: usize,
+        job_id: u64,
+        session: &str,
+        deadline: Instant,
+    ) -> Result<Self, CollectiveError> {
+        let mut right_stream = loop {
+            let left = remaining(deadline, "connecting to the right neighbour")?;
+            match TcpStream::connect_timeout(&right, left.min(Duration::from_millis(500))) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(io_err(&format!("connecting to {right}"), e));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        right_stream
+            .set_nodelay(true)
+            .map_err(|e| io_err("nodelay", e))?;
+        let hello = DataHello {
+            job_id,
+            session: session.to_string(),
+            rank: my_rank,
+        };
+        right_stream
+            .set_write_timeout(Some(remaining(deadline, "greeting the right neighbour")?))
+            .map_err(|e| io_err("timeout", e))?;
+        let bytes = serde_json::to_vec(&hello).map_err(|e| io_err("hello", e))?;
+        write_frame_blocking(&mut right_stream, &bytes)?;
+
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| io_err("listener", e))?;
+        let left_stream = loop {
+            remaining(deadline, "waiting for the left neighbour to connect")?;
+            let (mut s, _) = match listener.accept() {
+                Ok(x) => x,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                Err(e) => return Err(io_err("accept", e)),
+            };
+            let _ = s.set_nonblocking(false);
+            let left = remaining(deadline, "reading the left neighbour's hello")?;
+            let _ = s.set_read_timeout(Some(left.min(Duration::from_millis(500))));
+            let ok = read_frame_blocking(&mut s)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<DataHello>(&b).ok())
+                .is_some_and(|h| h.job_id == job_id && h.session == session && h.rank == left_rank);
+            if ok {
+                break s;
+            }
+        };
+        left_stream
+            .set_nodelay(true)
+            .map_err(|e| io_err("nodelay", e))?;
+        left_stream
+            .set_nonblocking(true)
+            .map_err(|e| io_err("nonblocking", e))?;
+        right_stream
+            .set_nonblocking(true)
+            .map_err(|e| io_err("nonblocking", e))?;
+        Ok(Self {
+            left: left_stream,
+            right: right_stream,
+        })
+    }
+
+    /// Sends `send` to the right while receiving exactly `recv.len()` bytes from the left.
+    /// Returns the receive's (first read, last read, bytes after the first read).
+    pub fn exchange(
+        &mut self,
+        send: &[u8],
+        recv: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(Option<Instant>, Option<Instant>, usize), CollectiveError> {
+        let (mut sent, mut got) = (0usize, 0usize);
+        let (mut first, mut last, mut after_first) = (None, None, 0usize);
+        while sent < send.len() || got < recv.len() {
+            // Try without waiting first; poll only when both sides would block.
+            let mut progressed = false;
+            if sent < send.len() {
+                match self.right.write(&send[sent..]) {
+                    Ok(0) => return Err(CollectiveError::Ring("right neighbour closed".into())),
+                    Ok(k) => {
+                        sent += k;
+                        progressed = true;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(io_err("sending to the right neighbour", e)),
+                }
+            }
+            if got < recv.len() {
+                match self.left.read(&mut recv[got..]) {
+                    Ok(0) => return Err(CollectiveError::Ring("left neighbour closed".into())),
+                    Ok(k) => {
+                        let now = Instant::now();
+                        if first.is_none() {
+                            first = Some(now);
+                        } else {
+                            after_first += k;
+                        }
+                        last = Some(now);
+                        got += k;
+                        progressed = true;
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(io_err("receiving from the left neighbour", e)),
+                }
+            }
+            if progressed {
+                continue;
+            }
+            let left = remaining(deadline, "exchanging data with the ring neighbours")?;
+            let ms = left.as_millis().min(1000) as u16;
+            let mut fds = Vec::with_capacity(2);
+            if sent < send.len() {
+                fds.push(PollFd::new(self.right.as_fd(), PollFlags::POLLOUT));
+            }
+            if got < recv.len() {
+                fds.push(PollFd::new(self.left.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, PollTimeout::from(ms.max(1))) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(io_err("poll", e)),
+            }
+        }
+        Ok((first, last, after_first))
+    }
+
+    /// Sends a length-prefixed frame to the right.
+    pub fn send_frame(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), CollectiveError> {
+        if bytes.len() > MAX_FRAME_BYTES {
+            return Err(CollectiveError::Ring("frame too large".into()));
+        }
+        let mut buf = (bytes.len() as u32).to_le_bytes().to_vec();
+        buf.extend_from_slice(bytes);
+        self.exchange(&buf, &mut [], deadline).map(|_| ())
+    }
+
+    /// Receives a length-prefixed frame from the left.
+    pub fn recv_frame(&mut self, deadline: Instant) -> Result<Vec<u8>, CollectiveError> {
+        let mut len = [0u8; 4];
+        self.exchange(&[], &mut len, deadline)?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_FRAME_BYTES {
+            return Err(CollectiveError::Ring(format!(
+                "left neighbour sent a {len}-byte frame"
+            )));
+        }
+        let mut buf = vec![0u8; len];
+        self.exchange(&[], &mut buf, deadline)?;
+        Ok(buf)
+    }
+
+    /// In-place ring all-reduce (sum) of `data` among the `n` ranks of the ring, this rank at
+    /// position `pos`. `stage` is scratch space; `link` gathers the left link's rate.
+    pub fn all_reduce(
+        &mut self,
+        data: &mut [f32],
+        pos: usize,
+        n: usize,
+        stage: &mut Vec<f32>,
+        link: &mut LinkSample,
+        deadline: Instant,
+    ) -> Result<(), CollectiveError> {
+        if n < 2 {
+            return Ok(());
+        }
+        let len = data.len();
+        let bounds = |i: usize| (i * len / n, (i + 1) * len / n);
+        let max_chunk = (0..n).map(|i| bounds(i).1 - bounds(i).0).max().unwrap_or(0);
+        if stage.len() < max_chunk {
+            stage.resize(max_chunk, 0.0);
+        }
+        for phase in 0..2 {
+            for s in 0..n - 1 {
+                let (send_idx, recv_idx) = if phase == 0 {
+                    ((pos + n - s) % n, (pos + 2 * n - s - 1) % n)
+                } else {
+                    ((pos + 1 + n - s) % n, (pos + n - s) % n)
+                };
+                let (sa, sb) = bounds(send_idx);
+                let (ra, rb) = bounds(recv_idx);
+                let rlen = rb - ra;
+                let (first, last, after) = self.exchange(
+                    bytemuck::cast_slice(&data[sa..sb]),
+                    bytemuck::cast_slice_mut(&mut stage[..rlen]),
+                    deadline,
+                )?;
+                if rlen * 4 >= LINK_CHUNK_MIN_BYTES {
+                    if let (Some(f), Some(l)) = (first, last) {
+                        link.bytes += after as u64;
+                        link.busy_s += (l - f).as_secs_f64();
+                    }
+                }
+                let dst = &mut data[ra..rb];
+                if phase == 0 {
+                    for (d, x) in dst.iter_mut().zip(&stage[..rlen]) {
+                        *d += *x;
+                    }
+                } else {
+                    dst.copy_from_slice(&stage[..rlen]);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_frame_blocking(s: &mut TcpStream, bytes: &[u8]) -> Result<(), CollectiveError> {
+    let mut buf = (bytes.len() as u32).to_le_bytes().to_vec();
+    buf.extend_from_slice(bytes);
+    s.write_all(&buf).map_err(|e| io_err("sending hello", e))
+}
+
+fn read_frame_blocking(s: &mut TcpStream) -> Result<Vec<u8>, CollectiveError> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)
+        .map_err(|e| io_err("reading hello", e))?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > 4096 {
+        return Err(CollectiveError::Ring("oversized hello".into()));
+    }
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf)
+        .map_err(|e| io_err("reading hello", e))?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    /// Builds a ring of `n` ranks on loopback, one thread each, and all-reduces `len` floats.
+    fn ring_all_reduce(n: usize, len: usize) -> Vec<Vec<f32>> {
+        let listeners: Vec<TcpListener> = (0..n)
+            .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap())
+            .collect();
+        let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let handles: Vec<_> = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(r, l)| {
+                let right = addrs[(r + 1) % n];
+                std::thread::spawn(move || {
+                    let mut ring =
+                        Ring::establish(&l, right, (r + n - 1) % n, r, 7, "s", deadline).unwrap();
+                    let mut data: Vec<f32> = (0..len).map(|i| (r * 1000 + i) as f32).collect();
+                    let mut stage = Vec::new();
+                    let mut link = LinkSample::default();
+                    ring.all_reduce(&mut data, r, n, &mut stage, &mut link, deadline)
+                        .unwrap();
+                    data
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn ring_all_reduce_sums_every_element_on_every_rank() {
+        for (n, len) in [(2, 10), (3, 7), (4, 100_003), (5, 3)] {
+            let expected: Vec<f32> = (0..len)
+                .map(|i| (0..n).map(|r| (r * 1000 + i) as f32).sum())
+                .collect();
+            for (r, got) in ring_all_reduce(n, len).into_iter().enumerate() {
+                assert_eq!(got, expected, "n={n} len={len} rank={r}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_stranger_connecting_first_does_not_take_the_left_neighbours_place() {
+        let l0 = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let l1 = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let (a0, a1) = (l0.local_addr().unwrap(), l1.local_addr().unwrap());
+        // A stranger greets rank 0 with the wrong session first.
+        let mut stranger = TcpStream::connect(a0).unwrap();
+        let hello = serde_json::to_vec(&DataHello {
+            job_id: 7,
+            session: "guess".into(),
+            rank: 1,
+        })
+        .unwrap();
+        write_frame_blocking(&mut stranger, &hello).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let t = std::thread::spawn(move || {
+            let mut ring = Ring::establish(&l1, a0, 0, 1, 7, "s", deadline).unwrap();
+            ring.recv_frame(deadline).unwrap()
+        });
+        let mut ring = Ring::establish(&l0, a1, 1, 0, 7, "s", deadline).unwrap();
+        ring.send_frame(b"hi", deadline).unwrap();
+        assert_eq!(t.join().unwrap(), b"hi");
+        // Rank 1 has gone: a closed neighbour is an error, not a hang.
+        assert!(ring.recv_frame(deadline).is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! Verbs loopback (feature `verbs`): placeholder, filled below.

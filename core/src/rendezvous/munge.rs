@@ -1,0 +1,275 @@
+//! MUNGE credentials through the `munge` and `unmunge` client programs.
+//!
+//! Why the programs and not `libmunge`: the workspace denies `unsafe`, and the programs are what
+//! every MUNGE installation ships (`munge(1)`, `unmunge(1)`). They are run by absolute path with
+//! separate arguments, never through a shell; `-S SOCKET` is passed through so tests and the
+//! testbed can use a private `munged`. Every call is bounded in time: a hung `munged` turns into
+//! [`MungeError::Timeout`], and the child is killed.
+//!
+//! `unmunge` exits with the MUNGE error code (`munge.h`: 15 expired, 16 rewound, 17 replayed,
+//! 18 unauthorized, 8–14 a bad or foreign credential) and still prints the metadata block.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The absolute path of the `munge` client on Debian and RHEL.
+pub const MUNGE_BIN: &str = "/usr/bin/munge";
+/// The absolute path of the `unmunge` client on Debian and RHEL.
+pub const UNMUNGE_BIN: &str = "/usr/bin/unmunge";
+
+/// Why a MUNGE operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MungeError {
+    /// The program could not be started.
+    #[error("cannot run {program}: {source}; install munge or pass its path")]
+    Spawn {
+        /// The program's path.
+        program: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The program did not finish in time.
+    #[error("{program} did not answer within {timeout_ms} ms; is munged running and responsive?")]
+    Timeout {
+        /// The program's path.
+        program: String,
+        /// The limit that was hit.
+        timeout_ms: u128,
+    },
+    /// `munge` could not encode a credential.
+    #[error(
+        "munge could not encode a credential (exit {status}): {stderr}; check that munged runs and the socket path is right"
+    )]
+    Encode {
+        /// The exit status.
+        status: i32,
+        /// What munge printed.
+        stderr: String,
+    },
+    /// `unmunge` rejected the credential (bad key, expired, replayed, ...).
+    #[error("credential rejected by unmunge (munge status {status}: {reason})")]
+    Rejected {
+        /// The MUNGE error code.
+        status: i32,
+        /// Its meaning.
+        reason: String,
+    },
+    /// `unmunge` printed something this module cannot parse.
+    #[error("cannot parse unmunge output: {0}")]
+    Malformed(String),
+}
+
+/// A decoded, valid credential.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// The UID of the process that encoded it.
+    pub uid: u32,
+    /// Its GID.
+    pub gid: u32,
+    /// The payload it carried.
+    pub payload: Vec<u8>,
+}
+
+/// How to reach MUNGE: the client programs, the `munged` socket and a time limit per call.
+#[derive(Debug, Clone)]
+pub struct Munge {
+    /// Path of `munge`.
+    pub munge_bin: PathBuf,
+    /// Path of `unmunge`.
+    pub unmunge_bin: PathBuf,
+    /// `munged`'s socket (`-S`); `None` uses the compiled-in default.
+    pub socket: Option<PathBuf>,
+    /// The limit for one call.
+    pub timeout: Duration,
+}
+
+impl Default for Munge {
+    fn default() -> Self {
+        Self {
+            munge_bin: PathBuf::from(MUNGE_BIN),
+            unmunge_bin: PathBuf::from(UNMUNGE_BIN),
+            socket: None,
+            timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The meaning of a MUNGE error code (`munge.h`, `munge_err_t`).
+pub fn status_reason(status: i32) -> &'static str {
+    match status {
+        1 => "internal error",
+        2 => "bad argument",
+        3 => "bad length",
+        4 => "buffer overflow",
+        5 => "out of memory",
+        6 => "cannot reach munged's socket",
+        7 => "munged timed out",
+        8 => "bad credential",
+        9 => "bad credential version",
+        10 => "bad cipher",
+        11 => "bad MAC (a credential from another key?)",
+        12 => "bad compression",
+        13 => "bad realm",
+        14 => "invalid credential (a credential from another key?)",
+        15 => "expired credential",
+        16 => "rewound credential (clock skew?)",
+        17 => "replayed credential",
+        18 => "unauthorized credential",
+        _ => "unknown munge error",
+    }
+}
+
+impl Munge {
+    /// Uses the given `munged` socket.
+    pub fn with_socket(socket: impl Into<PathBuf>) -> Self {
+        Self {
+            socket: Some(socket.into()),
+            ..Self::default()
+        }
+    }
+
+    fn command(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        if let Some(socket) = &self.socket {
+            cmd.arg("-S").arg(socket);
+        }
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    /// Encodes `payload` into a credential (`munge` reads the payload on stdin).
+    pub fn encode(&self, payload: &[u8]) -> Result<String, MungeError> {
+        let out = self.run(&self.munge_bin, self.command(&self.munge_bin), payload)?;
+        if out.status != 0 {
+            return Err(MungeError::Encode {
+                status: out.status,
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        let cred = String::from_utf8(out.stdout)
+            .map_err(|_| MungeError::Malformed("munge printed non-UTF-8".into()))?;
+        Ok(cred.trim().to_string())
+    }
+
+    /// Decodes and validates a credential with `unmunge -N`.
+    pub fn decode(&self, credential: &str) -> Result<Decoded, MungeError> {
+        let mut cmd = self.command(&self.unmunge_bin);
+        cmd.arg("-N");
+        let out = self.run(&self.unmunge_bin, cmd, credential.as_bytes())?;
+        if out.status != 0 {
+            return Err(MungeError::Rejected {
+                status: out.status,
+                reason: status_reason(out.status).to_string(),
+            });
+        }
+        parse_unmunge(&out.stdout)
+    }
+
+    fn run(&self, program: &Path, mut cmd: Command, input: &[u8]) -> Result<RunOutput, MungeError> {
+        let name = program.display().to_string();
+        let mut child = cmd.spawn().map_err(|source| MungeError::Spawn {
+            program: name.clone(),
+            source,
+        })?;
+        let pid = child.id();
+        // Both programs read all of stdin before writing anything, so writing first cannot
+        // deadlock; a program that exits early gives EPIPE, reported through its exit status.
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(input);
+        }
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut stdout = Vec::new();
+            let mut stderr = Vec::new();
+            if let Some(mut s) = child.stdout.take() {
+                let _ = s.read_to_end(&mut stdout);
+            }
+            if let Some(mut s) = child.stderr.take() {
+                let _ = s.read_to_end(&mut stderr);
+            }
+            let status = child.wait().ok().and_then(|s| s.code()).unwrap_or(-1);
+            let _ = tx.send(RunOutput {
+                status,
+                stdout,
+                stderr,
+            });
+        });
+        match rx.recv_timeout(self.timeout) {
+            Ok(out) => Ok(out),
+            Err(_) => {
+                // Our own child: kill it by pid so the reader thread finishes too.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                Err(MungeError::Timeout {
+                    program: name,
+                    timeout_ms: self.timeout.as_millis(),
+                })
+            }
+        }
+    }
+}
+
+struct RunOutput {
+    status: i32,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+/// Parses `unmunge -N` output: `KEY: value` lines, a blank line, then the payload.
+fn parse_unmunge(out: &[u8]) -> Result<Decoded, MungeError> {
+    let split = out
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .ok_or_else(|| MungeError::Malformed("no blank line after the metadata".into()))?;
+    let meta = std::str::from_utf8(&out[..split])
+        .map_err(|_| MungeError::Malformed("metadata is not UTF-8".into()))?;
+    let payload = out[split + 2..].to_vec();
+    let field = |key: &str| -> Result<u32, MungeError> {
+        meta.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':').map(str::trim))
+            .ok_or_else(|| MungeError::Malformed(format!("no {key} line")))?
+            .parse()
+            .map_err(|_| MungeError::Malformed(format!("{key} is not a number")))
+    };
+    Ok(Decoded {
+        uid: field("UID")?,
+        gid: field("GID")?,
+        payload,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unmunge_output_is_split_into_ids_and_payload() {
+        let out = b"STATUS:          0\nENCODE_HOST:     127.0.0.1\nUID:             1000\nGID:             100\nLENGTH:          7\n\n{\"a\":1}";
+        let d = parse_unmunge(out).unwrap();
+        assert_eq!((d.uid, d.gid), (1000, 100));
+        assert_eq!(d.payload, b"{\"a\":1}");
+    }
+
+    #[test]
+    fn unmunge_output_without_uid_is_malformed() {
+        let err = parse_unmunge(b"STATUS: 0\n\nx").unwrap_err();
+        assert!(err.to_string().contains("no UID line"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_munge_binary_is_a_spawn_error_naming_it() {
+        let m = Munge {
+            munge_bin: PathBuf::from("/nonexistent/munge"),
+            ..Munge::default()
+        };
+        let err = m.encode(b"x").unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/munge"), "{err}");
+    }
+}

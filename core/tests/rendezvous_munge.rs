@@ -1,0 +1,315 @@
+//! The rendezvous against a real, private munged: genuine participants meet, strangers and
+//! forgeries are turned away, a missing participant is named.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::munged::Munged;
+use fabric_core::rendezvous::{
+    self, Gathered, MapResolver, Munge, RendezvousConfig, RendezvousError, Share, SystemResolver,
+    gather,
+};
+use serde_json::{Value, json};
+
+/// Each test gets its own port range so tests can run in parallel.
+static NEXT_BASE: AtomicU16 = AtomicU16::new(41_000);
+
+fn config(munged: &Munged, nodes: usize, job_id: u64, base: u16) -> RendezvousConfig {
+    let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
+    let map = MapResolver::<SystemResolver> {
+        map: names
+            .iter()
+            .map(|n| (n.clone(), IpAddr::V4(Ipv4Addr::LOCALHOST)))
+            .collect::<BTreeMap<_, _>>(),
+        fallback: None,
+    };
+    let me = nix::unistd::getuid().as_raw();
+    let mut cfg = RendezvousConfig::new(
+        names,
+        &map,
+        job_id,
+        Munge::with_socket(&munged.socket),
+        vec![me],
+    )
+    .unwrap();
+    cfg.base_port = base;
+    cfg.timeout = Duration::from_millis(1500);
+    cfg
+}
+
+fn base() -> u16 {
+    NEXT_BASE.fetch_add(20, Ordering::SeqCst)
+}
+
+fn spawn_rank(
+    cfg: &RendezvousConfig,
+    rank: usize,
+) -> thread::JoinHandle<Result<Gathered, RendezvousError>> {
+    let cfg = cfg.clone();
+    thread::spawn(move || gather(&cfg, rank, &json!({ "rank": rank, "verdict": "pass" })))
+}
+
+/// Speaks the protocol by hand: reads the hello, sends `join` with `credential(challenge)`, and
+/// returns the leader's answer line.
+fn forge(port: u16, credential: impl FnOnce(&Value) -> String) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let stream = loop {
+        match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("leader never listened: {e}"),
+        }
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let hello: Value = serde_json::from_str(&line).unwrap();
+    let cred = credential(&hello);
+    writeln!(writer, "{}", json!({"type": "join", "credential": cred})).unwrap();
+    line.clear();
+    reader.read_line(&mut line).unwrap();
+    serde_json::from_str(&line).unwrap_or(Value::Null)
+}
+
+fn claim(hello: &Value, job_id: u64, node: &str, rank: usize) -> Vec<u8> {
+    let v = rendezvous::join_claim_json(
+        job_id,
+        node,
+        rank,
+        &rendezvous::random_hex().unwrap(),
+        hello["challenge"].as_str().unwrap(),
+        &json!({"forged": true}),
+    );
+    serde_json::to_vec(&v).unwrap()
+}
+
+#[test]
+fn four_participants_meet_and_every_one_gets_every_payload() {
+    let Some(m) = Munged::start() else { return };
+    let mut cfg = config(&m, 4, 1001, base());
+    cfg.share = Share::All;
+    let handles: Vec<_> = (0..4).map(|r| spawn_rank(&cfg, r)).collect();
+    let results: Vec<Gathered> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().unwrap())
+        .collect();
+    for (r, g) in results.iter().enumerate() {
+        assert_eq!(g.my_rank, r);
+        assert!(g.missing.is_empty(), "{g:?}");
+        for (k, p) in g.payloads.iter().enumerate() {
+            assert_eq!(
+                p.as_ref().unwrap()["rank"],
+                json!(k),
+                "rank {r} sees rank {k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn followers_get_only_an_ack_when_payloads_are_not_shared() {
+    let Some(m) = Munged::start() else { return };
+    let cfg = config(&m, 3, 1002, base());
+    let handles: Vec<_> = (0..3).map(|r| spawn_rank(&cfg, r)).collect();
+    let results: Vec<Gathered> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().unwrap())
+        .collect();
+    assert_eq!(results[0].present(), vec![0, 1, 2]);
+    assert_eq!(results[1].present(), vec![1]);
+    assert_eq!(results[2].present(), vec![2]);
+}
+
+#[test]
+fn a_participant_that_never_arrives_is_named_within_the_timeout() {
+    let Some(m) = Munged::start() else { return };
+    let cfg = config(&m, 4, 1003, base());
+    let t = Instant::now();
+    let handles: Vec<_> = [0, 1, 3].iter().map(|r| spawn_rank(&cfg, *r)).collect();
+    let results: Vec<Gathered> = handles
+        .into_iter()
+        .map(|h| h.join().unwrap().unwrap())
+        .collect();
+    assert!(t.elapsed() < cfg.timeout + Duration::from_secs(1));
+    for g in &results {
+        assert_eq!(g.missing, vec!["n3".to_string()]);
+    }
+    assert_eq!(results[0].present(), vec![0, 1, 3]);
+}
+
+#[test]
+fn a_follower_without_a_leader_gives_up_naming_it() {
+    let Some(m) = Munged::start() else { return };
+    let mut cfg = config(&m, 2, 1004, base());
+    cfg.timeout = Duration::from_millis(400);
+    let err = gather(&cfg, 1, &json!(null)).unwrap_err();
+    assert!(
+        matches!(err, RendezvousError::NoLeader { ref leader, .. } if leader == "n1"),
+        "{err}"
+    );
+}
+
+/// Runs a 2-node leader alone and lets `attack` talk to it; returns the leader's result.
+fn leader_facing(job_id: u64, attack: impl FnOnce(&Munged, u16)) -> Option<Gathered> {
+    let m = Munged::start()?;
+    let cfg = config(&m, 2, job_id, base());
+    let port = cfg.ports()[0];
+    let leader = spawn_rank(&cfg, 0);
+    attack(&m, port);
+    Some(leader.join().unwrap().unwrap())
+}
+
+fn assert_turned_away(g: &Gathered, reason: &str) {
+    assert_eq!(
+        g.missing,
+        vec!["n2".to_string()],
+        "the forger must not count as n2"
+    );
+    assert!(
+        g.rejected.iter().any(|r| r.contains(reason)),
+        "expected a rejection containing {reason:?}, got {:?}",
+        g.rejected
+    );
+}
+
+#[test]
+fn a_participant_without_a_credential_is_rejected() {
+    let Some(g) = leader_facing(1101, |_, port| {
+        let answer = forge(port, |_| "not-a-credential".into());
+        assert_eq!(answer["type"], "reject");
+    }) else {
+        return;
+    };
+    assert_turned_away(&g, "rejected by unmunge");
+}
+
+#[test]
+fn a_credential_from_another_munge_key_is_rejected() {
+    let Some(g) = leader_facing(1102, |_, port| {
+        let other = Munged::start().unwrap();
+        let answer = forge(port, |hello| {
+            Munge::with_socket(&other.socket)
+                .encode(&claim(hello, 1102, "n2", 1))
+                .unwrap()
+        });
+        assert_eq!(answer["type"], "reject");
+        assert!(answer["reason"].as_str().unwrap().contains("munge status"));
+    }) else {
+        return;
+    };
+    assert_turned_away(&g, "rejected by unmunge");
+}
+
+#[test]
+fn a_replayed_credential_is_rejected() {
+    let Some(g) = leader_facing(1103, |m, port| {
+        let munge = Munge::with_socket(&m.socket);
+        // A valid credential for another connection's challenge, decoded once already (as an
+        // eavesdropper would capture it after the real participant used it).
+        let mut captured = String::new();
+        let answer = forge(port, |hello| {
+            captured = munge.encode(&claim(hello, 1103, "n2", 1)).unwrap();
+            munge.decode(&captured).unwrap();
+            captured.clone()
+        });
+        assert_eq!(answer["type"], "reject");
+        assert!(
+            answer["reason"].as_str().unwrap().contains("replayed"),
+            "{answer}"
+        );
+    }) else {
+        return;
+    };
+    assert_turned_away(&g, "replayed");
+}
+
+#[test]
+fn a_credential_for_another_connections_challenge_is_rejected() {
+    let Some(g) = leader_facing(1104, |m, port| {
+        let munge = Munge::with_socket(&m.socket);
+        let answer = forge(port, |_| {
+            let stale = json!({"challenge": "00112233445566778899aabbccddeeff"});
+            munge.encode(&claim(&stale, 1104, "n2", 1)).unwrap()
+        });
+        assert_eq!(answer["type"], "reject");
+    }) else {
+        return;
+    };
+    assert_turned_away(&g, "challenge");
+}
+
+#[test]
+fn a_credential_for_another_job_is_rejected() {
+    let Some(g) = leader_facing(1105, |m, port| {
+        let munge = Munge::with_socket(&m.socket);
+        let answer = forge(port, |hello| {
+            munge.encode(&claim(hello, 9999, "n2", 1)).unwrap()
+        });
+        assert_eq!(answer["type"], "reject");
+    }) else {
+        return;
+    };
+    assert_turned_away(&g, "job 9999");
+}
+
+#[test]
+fn a_node_claiming_another_nodes_rank_is_rejected() {
+    let Some(g) = leader_facing(1106, |m, port| {
+        let munge = Munge::with_socket(&m.socket);
+        let answer = forge(port, |hello| {
+            munge.encode(&claim(hello, 1106, "intruder", 1)).unwrap()
+        });
+        assert_eq!(answer["type"], "reject");
+    }) else {
+        return;
+    };
+    assert_turned_away(&g, "not participant rank 1");
+}
+
+#[test]
+fn a_credential_of_a_uid_outside_the_allowed_set_is_rejected() {
+    let Some(m) = Munged::start() else { return };
+    let mut cfg = config(&m, 2, 1107, base());
+    cfg.allowed_uids = vec![4_000_000];
+    let leader = spawn_rank(&cfg, 0);
+    let follower = spawn_rank(&cfg, 1);
+    let err = follower.join().unwrap().unwrap_err();
+    assert!(
+        matches!(err, RendezvousError::Rejected(ref r) if r.contains("is not allowed")),
+        "{err}"
+    );
+    let g = leader.join().unwrap().unwrap();
+    assert_eq!(g.missing, vec!["n2".to_string()]);
+}
+
+#[test]
+fn a_follower_skips_another_jobs_leader_on_its_port() {
+    let Some(m) = Munged::start() else { return };
+    let b = base();
+    // Job 2042 and job 42 share the first port (base + job_id % 1000). Job 2042's leader takes it;
+    // job 42's leader moves to the next port, and job 42's follower must find it there.
+    let other = config(&m, 2, 2042, b);
+    let mine = config(&m, 2, 42, b);
+    assert_eq!(other.ports()[0], mine.ports()[0]);
+    let other_leader = spawn_rank(&other, 0);
+    thread::sleep(Duration::from_millis(100));
+    let leader = spawn_rank(&mine, 0);
+    let follower = spawn_rank(&mine, 1);
+    let g = follower.join().unwrap().unwrap();
+    assert_eq!(g.port, mine.ports()[1]);
+    assert!(leader.join().unwrap().unwrap().missing.is_empty());
+    assert_eq!(
+        other_leader.join().unwrap().unwrap().missing,
+        vec!["n2".to_string()]
+    );
+}
