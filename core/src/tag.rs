@@ -16,31 +16,7 @@ pub const MARKER: &str = "fabric-check/v1 ";
 /// Upper bound of the JSON part of the segment, in bytes.
 pub const MAX_TAG_BYTES: usize = 4096;
 
-/// A verdict, ordered from best to worst so that `max` gives the job's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// Every check passed.
-    Pass,
-    /// Something is worth a look; nothing is broken.
-    Warn,
-    /// The node is unhealthy.
-    Fail,
-    /// The probe could not look (exit 3, timeout, crash, missing binary).
-    Error,
-}
-
-impl Verdict {
-    /// The lower-case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pass => "pass",
-            Self::Warn => "warn",
-            Self::Fail => "fail",
-            Self::Error => "error",
-        }
-    }
-}
+pub use crate::probe::Verdict;
 
 /// One node's result as recorded in the tag.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -51,8 +51,8 @@ impl Severity {
     }
 }
 
-/// The node's verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The node's verdict, ordered from best to worst so that `max` gives a job's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// No warn or fail finding.
