@@ -1,1 +1,188 @@
-//! Placeholder: filled by the issue that owns this module.
+//! Drain etiquette, as NHC users learned it the hard way:
+//!
+//! - our reasons read `fabric-check: <check-id>: <short message>` ([`reason`]), printable and
+//!   bounded;
+//! - a node drained for any other reason is never touched: no overwrite, no resume;
+//! - only our own drains are resumed, by hand (`fabric-check resume`) or after N consecutive
+//!   clean health checks;
+//! - a mass-drain guard refuses to drain beyond a limit of nodes currently drained by
+//!   fabric-check, so a bad config or a probe bug cannot empty a partition;
+//! - a dry-run mode says what would happen.
+
+use crate::plugin_args::DrainLimit;
+use crate::slurm::NodeInfo;
+
+/// Every reason fabric-check writes starts with this.
+pub const PREFIX: &str = "fabric-check:";
+
+/// Longest reason written, in characters.
+pub const MAX_REASON_CHARS: usize = 160;
+
+/// `fabric-check: <check>: <message>`, reduced to printable ASCII without `|`, whitespace
+/// collapsed, bounded to [`MAX_REASON_CHARS`].
+pub fn reason(check: &str, message: &str) -> String {
+    let raw = format!("{PREFIX} {check}: {message}");
+    let mut out = String::with_capacity(raw.len().min(MAX_REASON_CHARS));
+    let mut last_space = false;
+    for c in raw.chars() {
+        let c = if c.is_ascii_graphic() && c != '|' { c } else { ' ' };
+        if c == ' ' && last_space {
+            continue;
+        }
+        last_space = c == ' ';
+        if out.chars().count() + 1 > MAX_REASON_CHARS {
+            break;
+        }
+        out.push(c);
+    }
+    out.trim_end().to_owned()
+}
+
+/// Whether a drain reason was written by fabric-check.
+pub fn is_ours(reason: &str) -> bool {
+    reason.trim_start().starts_with(PREFIX)
+}
+
+/// What to do about a node that failed its probe.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DrainAction {
+    /// Drain it with this reason.
+    Drain(String),
+    /// Already drained by us: leave the first reason.
+    AlreadyOurs(String),
+    /// Drained for someone else's reason: leave it alone.
+    KeepForeign(String),
+    /// The mass-drain guard tripped: do not drain.
+    Guarded {
+        /// Nodes fabric-check has drained now.
+        drained_by_us: usize,
+        /// The most it may.
+        limit: usize,
+    },
+    /// Dry run: would drain with this reason.
+    DryRun(String),
+}
+
+/// The guard's limit in nodes for a cluster of `total` nodes (at least one).
+pub fn limit_nodes(limit: DrainLimit, total: usize) -> usize {
+    match limit {
+        DrainLimit::Nodes(n) => n as usize,
+        DrainLimit::Fraction(f) => ((f * total as f64).floor() as usize).max(1),
+    }
+}
+
+/// Decides whether `node` may be drained with `new_reason`, given every node of the cluster.
+pub fn decide(node: &NodeInfo, all: &[NodeInfo], limit: DrainLimit, dry_run: bool, new_reason: &str) -> DrainAction {
+    if node.is_drained() || !node.reason.is_empty() {
+        if is_ours(&node.reason) {
+            return DrainAction::AlreadyOurs(node.reason.clone());
+        }
+        if node.is_drained() {
+            return DrainAction::KeepForeign(node.reason.clone());
+        }
+    }
+    let drained_by_us = all
+        .iter()
+        .filter(|n| n.name != node.name && n.is_drained() && is_ours(&n.reason))
+        .count();
+    let max = limit_nodes(limit, all.len());
+    if drained_by_us + 1 > max {
+        return DrainAction::Guarded { drained_by_us, limit: max };
+    }
+    if dry_run { DrainAction::DryRun(new_reason.to_owned()) } else { DrainAction::Drain(new_reason.to_owned()) }
+}
+
+/// What `resume` may do with a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResumeAction {
+    /// Ours: resume it.
+    Resume,
+    /// Not drained: nothing to do.
+    NotDrained,
+    /// Drained by someone else: leave it.
+    Foreign(String),
+}
+
+/// Decides whether `node` may be resumed by fabric-check.
+pub fn decide_resume(node: &NodeInfo) -> ResumeAction {
+    if !node.is_drained() {
+        ResumeAction::NotDrained
+    } else if is_ours(&node.reason) {
+        ResumeAction::Resume
+    } else {
+        ResumeAction::Foreign(node.reason.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, state: &str, reason: &str) -> NodeInfo {
+        NodeInfo { name: name.into(), state: state.into(), reason: reason.into(), reason_time: String::new() }
+    }
+
+    #[test]
+    fn reasons_are_prefixed_printable_and_bounded() {
+        let r = reason("ib.port_state", "mlx5_3 port 1 is DOWN\n| injected\u{7}");
+        assert_eq!(r, "fabric-check: ib.port_state: mlx5_3 port 1 is DOWN injected");
+        let long = reason("ib.counters", &"x".repeat(1000));
+        assert_eq!(long.chars().count(), MAX_REASON_CHARS);
+        assert!(is_ours(&long));
+    }
+
+    #[test]
+    fn drain_keeps_a_foreign_reason() {
+        let n = node("n3", "drained", "bad dimm, ticket 123");
+        let all = vec![n.clone(), node("n1", "idle", "")];
+        let a = decide(&n, &all, DrainLimit::Nodes(4), false, "fabric-check: ib.port_state: x");
+        assert_eq!(a, DrainAction::KeepForeign("bad dimm, ticket 123".into()));
+    }
+
+    #[test]
+    fn drain_leaves_our_first_reason_in_place() {
+        let n = node("n3", "drained", "fabric-check: ib.mtu: first");
+        let a = decide(&n, std::slice::from_ref(&n), DrainLimit::Nodes(4), false, "fabric-check: ib.port_state: y");
+        assert_eq!(a, DrainAction::AlreadyOurs("fabric-check: ib.mtu: first".into()));
+    }
+
+    #[test]
+    fn a_healthy_idle_node_is_drained_with_the_new_reason() {
+        let n = node("n3", "idle", "");
+        let all = vec![n.clone(), node("n1", "idle", ""), node("n2", "mixed", "")];
+        let a = decide(&n, &all, DrainLimit::Nodes(1), false, "fabric-check: ib.port_rate: half");
+        assert_eq!(a, DrainAction::Drain("fabric-check: ib.port_rate: half".into()));
+        assert_eq!(decide(&n, &all, DrainLimit::Nodes(1), true, "r"), DrainAction::DryRun("r".into()));
+    }
+
+    #[test]
+    fn the_mass_drain_guard_counts_only_our_drains() {
+        let n = node("n4", "idle", "");
+        let all = vec![
+            node("n1", "drained", "fabric-check: ib.mtu: a"),
+            node("n2", "drained", "maintenance"),
+            node("n3", "idle", ""),
+            n.clone(),
+        ];
+        assert_eq!(
+            decide(&n, &all, DrainLimit::Nodes(1), false, "r"),
+            DrainAction::Guarded { drained_by_us: 1, limit: 1 }
+        );
+        assert_eq!(decide(&n, &all, DrainLimit::Nodes(2), false, "r"), DrainAction::Drain("r".into()));
+    }
+
+    #[test]
+    fn a_fractional_limit_rounds_down_but_allows_one_node() {
+        assert_eq!(limit_nodes(DrainLimit::Fraction(0.1), 4), 1);
+        assert_eq!(limit_nodes(DrainLimit::Fraction(0.1), 128), 12);
+        assert_eq!(limit_nodes(DrainLimit::Fraction(0.5), 4), 2);
+    }
+
+    #[test]
+    fn resume_touches_only_our_drains() {
+        assert_eq!(decide_resume(&node("n1", "drained", "fabric-check: ib.mtu: a")), ResumeAction::Resume);
+        assert_eq!(decide_resume(&node("n1", "draining", "fabric-check: x: y")), ResumeAction::Resume);
+        assert_eq!(decide_resume(&node("n1", "drained", "disk")), ResumeAction::Foreign("disk".into()));
+        assert_eq!(decide_resume(&node("n1", "idle", "")), ResumeAction::NotDrained);
+    }
+}

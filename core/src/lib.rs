@@ -12,6 +12,7 @@
 //! | [`bom`] | the node's bill of materials and drift against a pinned one |
 //! | [`record`] | `fabric-run` JSON-lines records |
 //! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment` |
+//! | [`exec`] | running programs by absolute path, scrubbed environment, bounded in time |
 //! | [`drain`] | drain/resume etiquette and the mass-drain guard |
 //! | [`slurm`] | the Slurm CLI adapter (`scontrol`, `sacct`, `sacctmgr`), bounded in time |
 //! | [`cost`] | the cost model: cost per accepted run |
@@ -28,6 +29,7 @@ pub mod collective;
 pub mod config;
 pub mod cost;
 pub mod drain;
+pub mod exec;
 pub mod fabric_option;
 pub mod hostlist;
 pub mod plugin_args;

@@ -1,1 +1,176 @@
-//! Placeholder: filled by the issue that owns this module.
+//! The Slurm CLI adapter: `scontrol`, `squeue`, `sinfo`, `sacctmgr`, run by absolute path with
+//! separate arguments and a time bound (calls from a prolog can hang when slurmctld is busy).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::exec::{ExecError, run_bounded, safe_command};
+
+/// Why a Slurm command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    /// It could not run or ran too long.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// It ran and said no.
+    #[error("{command} failed ({code}): {stderr}")]
+    Failed {
+        /// The command line (program and arguments).
+        command: String,
+        /// Its exit code.
+        code: i32,
+        /// What it said.
+        stderr: String,
+    },
+    /// Its output could not be understood.
+    #[error("cannot understand the output of {command}: {reason}")]
+    Parse {
+        /// The command.
+        command: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One node as `sinfo` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// The node name.
+    pub name: String,
+    /// Long state (`idle`, `drained`, `draining`, `mixed`, `down*`, ...).
+    pub state: String,
+    /// The reason (empty when none).
+    pub reason: String,
+    /// When the reason was set (`2026-11-29T23:10:00`), empty when none.
+    pub reason_time: String,
+}
+
+impl NodeInfo {
+    /// Drained, draining, or set to drain.
+    pub fn is_drained(&self) -> bool {
+        self.state.starts_with("drain")
+    }
+}
+
+/// Where the Slurm commands are and how long each may take.
+#[derive(Debug, Clone)]
+pub struct SlurmCli {
+    /// Folder holding `scontrol`, `squeue`, `sinfo`, `sacctmgr`.
+    pub bin_dir: PathBuf,
+    /// Bound of each call.
+    pub timeout: Duration,
+}
+
+impl Default for SlurmCli {
+    fn default() -> Self {
+        Self { bin_dir: PathBuf::from("/usr/bin"), timeout: Duration::from_secs(10) }
+    }
+}
+
+impl SlurmCli {
+    fn run(&self, program: &str, args: &[&str]) -> Result<String, SlurmError> {
+        let mut cmd = safe_command(self.bin_dir.join(program));
+        cmd.args(args);
+        let done = run_bounded(cmd, None, self.timeout)?;
+        if !done.status.success() {
+            return Err(SlurmError::Failed {
+                command: format!("{program} {}", args.join(" ")),
+                code: done.code(),
+                stderr: done.stderr_text().chars().take(500).collect(),
+            });
+        }
+        Ok(done.stdout_text())
+    }
+
+    /// Every node (deduplicated across partitions), with state and reason.
+    pub fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        // The reason goes last: foreign reasons may contain the separator.
+        let text = self.run("sinfo", &["-h", "-N", "-o", "%N|%T|%H|%E"])?;
+        let mut out: Vec<NodeInfo> = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let mut it = line.splitn(4, '|');
+            let (Some(name), Some(state), Some(time), Some(reason)) = (it.next(), it.next(), it.next(), it.next())
+            else {
+                return Err(SlurmError::Parse { command: "sinfo".into(), reason: format!("line {line:?}") });
+            };
+            if out.iter().any(|n| n.name == name) {
+                continue;
+            }
+            let none = |s: &str| if s == "none" || s == "Unknown" || s == "n/a" { String::new() } else { s.to_owned() };
+            out.push(NodeInfo {
+                name: name.to_owned(),
+                state: state.to_owned(),
+                reason: none(reason),
+                reason_time: none(time),
+            });
+        }
+        Ok(out)
+    }
+
+    /// One node.
+    pub fn node(&self, name: &str) -> Result<NodeInfo, SlurmError> {
+        self.nodes()?
+            .into_iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| SlurmError::Parse { command: "sinfo".into(), reason: format!("no node named {name}") })
+    }
+
+    /// Each node's `NodeAddr` (`scontrol show node -o`), for the rendezvous.
+    pub fn node_addrs(&self, nodes: &[String]) -> Result<Vec<(String, String)>, SlurmError> {
+        let list = nodes.join(",");
+        let text = self.run("scontrol", &["show", "node", "-o", &list])?;
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let field = |key: &str| {
+                line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_owned)
+            };
+            if let (Some(n), Some(a)) = (field("NodeName="), field("NodeAddr=")) {
+                out.push((n, a));
+            }
+        }
+        Ok(out)
+    }
+
+    /// `scontrol update NodeName=N State=DRAIN Reason=R`.
+    pub fn drain(&self, node: &str, reason: &str) -> Result<(), SlurmError> {
+        self.run(
+            "scontrol",
+            &["update", &format!("NodeName={node}"), "State=DRAIN", &format!("Reason={reason}")],
+        )
+        .map(drop)
+    }
+
+    /// `scontrol update NodeName=N State=RESUME`.
+    pub fn resume(&self, node: &str) -> Result<(), SlurmError> {
+        self.run("scontrol", &["update", &format!("NodeName={node}"), "State=RESUME"]).map(drop)
+    }
+
+    /// The live job's `AdminComment` (`squeue --json`; empty when none).
+    pub fn admin_comment(&self, job_id: u32) -> Result<String, SlurmError> {
+        let text = self.run("squeue", &["--json", "-j", &job_id.to_string()])?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| SlurmError::Parse { command: "squeue --json".into(), reason: e.to_string() })?;
+        let job = v["jobs"]
+            .as_array()
+            .and_then(|jobs| jobs.iter().find(|j| j["job_id"].as_u64() == Some(u64::from(job_id))));
+        Ok(job
+            .and_then(|j| j["admin_comment"].as_str().or_else(|| j["comment"]["administrator"].as_str()))
+            .unwrap_or_default()
+            .to_owned())
+    }
+
+    /// `scontrol update JobId=N AdminComment=TEXT` (live jobs).
+    pub fn set_admin_comment(&self, job_id: u32, text: &str) -> Result<(), SlurmError> {
+        self.run("scontrol", &["update", &format!("JobId={job_id}"), &format!("AdminComment={text}")])
+            .map(drop)
+    }
+
+    /// `sacctmgr -i modify job where jobid=N set AdminComment=TEXT` (finished jobs).
+    pub fn set_admin_comment_db(&self, job_id: u32, text: &str) -> Result<(), SlurmError> {
+        self.run(
+            "sacctmgr",
+            &["-i", "modify", "job", "where", &format!("jobid={job_id}"), "set", &format!("AdminComment={text}")],
+        )
+        .map(drop)
+    }
+}
