@@ -31,12 +31,33 @@ enum Command {
     Report(cmd::report::Args),
     /// Acceptance report from nccl-tests outputs and pinned BOMs.
     Accept(cmd::accept::Args),
+    /// Drain a node with a fabric-check reason (never over another tool's reason).
+    Drain(cmd::nodes::DrainArgs),
+    /// Resume nodes drained by fabric-check (only those).
+    Resume(cmd::nodes::ResumeArgs),
+    /// HealthCheckProgram mode: probe an idle node, drain on fail, resume after clean probes.
+    Health(cmd::nodes::HealthArgs),
+    /// Run by the SPANK plugin in the job prolog (as root).
+    #[command(hide = true)]
+    Prolog(cmd::jobstep::Args),
+    /// Run by the SPANK plugin in the job epilog (as root).
+    #[command(hide = true)]
+    Epilog(cmd::jobstep::Args),
     /// One rank of a ring all-reduce among a job's nodes: figures, #wrong, slow nodes.
     Collective(cmd::collective::Args),
 }
 
 fn main() {
-    let cli = Cli::parse();
+    // Slurm's HealthCheckProgram runs a program without arguments: a link named
+    // `fabric-check-health` selects the health mode.
+    let invoked_as_health = std::env::args_os()
+        .next()
+        .is_some_and(|a| a.to_string_lossy().ends_with("fabric-check-health"));
+    let cli = if invoked_as_health && std::env::args_os().len() == 1 {
+        Cli::parse_from(["fabric-check", "health"])
+    } else {
+        Cli::parse()
+    };
     let result = match cli.command {
         Command::Probe(a) => cmd::probe::run(a),
         Command::Bom(a) => cmd::bom::run(a),
@@ -44,6 +65,11 @@ fn main() {
         Command::Report(a) => cmd::report::run(a),
         Command::Accept(a) => cmd::accept::run(a),
         Command::Collective(a) => cmd::collective::run(a),
+        Command::Drain(a) => cmd::nodes::drain(a),
+        Command::Resume(a) => cmd::nodes::resume(a),
+        Command::Health(a) => cmd::nodes::health(a),
+        Command::Prolog(a) => cmd::jobstep::prolog(a),
+        Command::Epilog(a) => cmd::jobstep::epilog(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

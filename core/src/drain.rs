@@ -25,7 +25,11 @@ pub fn reason(check: &str, message: &str) -> String {
     let mut out = String::with_capacity(raw.len().min(MAX_REASON_CHARS));
     let mut last_space = false;
     for c in raw.chars() {
-        let c = if c.is_ascii_graphic() && c != '|' { c } else { ' ' };
+        let c = if c.is_ascii_graphic() && c != '|' {
+            c
+        } else {
+            ' '
+        };
         if c == ' ' && last_space {
             continue;
         }
@@ -72,7 +76,13 @@ pub fn limit_nodes(limit: DrainLimit, total: usize) -> usize {
 }
 
 /// Decides whether `node` may be drained with `new_reason`, given every node of the cluster.
-pub fn decide(node: &NodeInfo, all: &[NodeInfo], limit: DrainLimit, dry_run: bool, new_reason: &str) -> DrainAction {
+pub fn decide(
+    node: &NodeInfo,
+    all: &[NodeInfo],
+    limit: DrainLimit,
+    dry_run: bool,
+    new_reason: &str,
+) -> DrainAction {
     if node.is_drained() || !node.reason.is_empty() {
         if is_ours(&node.reason) {
             return DrainAction::AlreadyOurs(node.reason.clone());
@@ -87,9 +97,30 @@ pub fn decide(node: &NodeInfo, all: &[NodeInfo], limit: DrainLimit, dry_run: boo
         .count();
     let max = limit_nodes(limit, all.len());
     if drained_by_us + 1 > max {
-        return DrainAction::Guarded { drained_by_us, limit: max };
+        return DrainAction::Guarded {
+            drained_by_us,
+            limit: max,
+        };
     }
-    if dry_run { DrainAction::DryRun(new_reason.to_owned()) } else { DrainAction::Drain(new_reason.to_owned()) }
+    if dry_run {
+        DrainAction::DryRun(new_reason.to_owned())
+    } else {
+        DrainAction::Drain(new_reason.to_owned())
+    }
+}
+
+/// How long a node waits after draining before it checks for a race with other nodes that
+/// drained at the same time (prologs of one job run concurrently on every node).
+pub const RACE_SETTLE: std::time::Duration = std::time::Duration::from_millis(1500);
+
+/// After draining `me`, whether it may stay drained: when concurrent drains pushed fabric-check
+/// past its limit, the earliest drains (by reason time, then node name, which every node sees
+/// alike) keep theirs and the others undo their own.
+pub fn keeps_its_drain(me: &str, all: &[NodeInfo], limit: DrainLimit) -> bool {
+    let mut ours: Vec<&NodeInfo> = all.iter().filter(|n| n.is_drained() && is_ours(&n.reason)).collect();
+    ours.sort_by(|a, b| a.reason_time.cmp(&b.reason_time).then_with(|| a.name.cmp(&b.name)));
+    let max = limit_nodes(limit, all.len());
+    ours.iter().position(|n| n.name == me).is_some_and(|i| i < max)
 }
 
 /// What `resume` may do with a node.
@@ -119,13 +150,21 @@ mod tests {
     use super::*;
 
     fn node(name: &str, state: &str, reason: &str) -> NodeInfo {
-        NodeInfo { name: name.into(), state: state.into(), reason: reason.into(), reason_time: String::new() }
+        NodeInfo {
+            name: name.into(),
+            state: state.into(),
+            reason: reason.into(),
+            reason_time: String::new(),
+        }
     }
 
     #[test]
     fn reasons_are_prefixed_printable_and_bounded() {
         let r = reason("ib.port_state", "mlx5_3 port 1 is DOWN\n| injected\u{7}");
-        assert_eq!(r, "fabric-check: ib.port_state: mlx5_3 port 1 is DOWN injected");
+        assert_eq!(
+            r,
+            "fabric-check: ib.port_state: mlx5_3 port 1 is DOWN injected"
+        );
         let long = reason("ib.counters", &"x".repeat(1000));
         assert_eq!(long.chars().count(), MAX_REASON_CHARS);
         assert!(is_ours(&long));
@@ -135,24 +174,51 @@ mod tests {
     fn drain_keeps_a_foreign_reason() {
         let n = node("n3", "drained", "bad dimm, ticket 123");
         let all = vec![n.clone(), node("n1", "idle", "")];
-        let a = decide(&n, &all, DrainLimit::Nodes(4), false, "fabric-check: ib.port_state: x");
+        let a = decide(
+            &n,
+            &all,
+            DrainLimit::Nodes(4),
+            false,
+            "fabric-check: ib.port_state: x",
+        );
         assert_eq!(a, DrainAction::KeepForeign("bad dimm, ticket 123".into()));
     }
 
     #[test]
     fn drain_leaves_our_first_reason_in_place() {
         let n = node("n3", "drained", "fabric-check: ib.mtu: first");
-        let a = decide(&n, std::slice::from_ref(&n), DrainLimit::Nodes(4), false, "fabric-check: ib.port_state: y");
-        assert_eq!(a, DrainAction::AlreadyOurs("fabric-check: ib.mtu: first".into()));
+        let a = decide(
+            &n,
+            std::slice::from_ref(&n),
+            DrainLimit::Nodes(4),
+            false,
+            "fabric-check: ib.port_state: y",
+        );
+        assert_eq!(
+            a,
+            DrainAction::AlreadyOurs("fabric-check: ib.mtu: first".into())
+        );
     }
 
     #[test]
     fn a_healthy_idle_node_is_drained_with_the_new_reason() {
         let n = node("n3", "idle", "");
         let all = vec![n.clone(), node("n1", "idle", ""), node("n2", "mixed", "")];
-        let a = decide(&n, &all, DrainLimit::Nodes(1), false, "fabric-check: ib.port_rate: half");
-        assert_eq!(a, DrainAction::Drain("fabric-check: ib.port_rate: half".into()));
-        assert_eq!(decide(&n, &all, DrainLimit::Nodes(1), true, "r"), DrainAction::DryRun("r".into()));
+        let a = decide(
+            &n,
+            &all,
+            DrainLimit::Nodes(1),
+            false,
+            "fabric-check: ib.port_rate: half",
+        );
+        assert_eq!(
+            a,
+            DrainAction::Drain("fabric-check: ib.port_rate: half".into())
+        );
+        assert_eq!(
+            decide(&n, &all, DrainLimit::Nodes(1), true, "r"),
+            DrainAction::DryRun("r".into())
+        );
     }
 
     #[test]
@@ -166,9 +232,36 @@ mod tests {
         ];
         assert_eq!(
             decide(&n, &all, DrainLimit::Nodes(1), false, "r"),
-            DrainAction::Guarded { drained_by_us: 1, limit: 1 }
+            DrainAction::Guarded {
+                drained_by_us: 1,
+                limit: 1
+            }
         );
-        assert_eq!(decide(&n, &all, DrainLimit::Nodes(2), false, "r"), DrainAction::Drain("r".into()));
+        assert_eq!(
+            decide(&n, &all, DrainLimit::Nodes(2), false, "r"),
+            DrainAction::Drain("r".into())
+        );
+    }
+
+    #[test]
+    fn after_a_race_only_the_earliest_drains_stay() {
+        let at = |name: &str, t: &str| NodeInfo {
+            name: name.into(),
+            state: "drained".into(),
+            reason: "fabric-check: ib.port_state: x".into(),
+            reason_time: t.into(),
+        };
+        let all = vec![
+            at("n1", "2026-11-29T10:00:01"),
+            at("n2", "2026-11-29T10:00:00"),
+            at("n3", "2026-11-29T10:00:01"),
+            node("n4", "idle", ""),
+        ];
+        assert!(keeps_its_drain("n2", &all, DrainLimit::Nodes(1)));
+        assert!(!keeps_its_drain("n1", &all, DrainLimit::Nodes(1)));
+        assert!(!keeps_its_drain("n3", &all, DrainLimit::Nodes(1)));
+        assert!(keeps_its_drain("n1", &all, DrainLimit::Nodes(2)));
+        assert!(!keeps_its_drain("n3", &all, DrainLimit::Nodes(2)));
     }
 
     #[test]
@@ -180,9 +273,21 @@ mod tests {
 
     #[test]
     fn resume_touches_only_our_drains() {
-        assert_eq!(decide_resume(&node("n1", "drained", "fabric-check: ib.mtu: a")), ResumeAction::Resume);
-        assert_eq!(decide_resume(&node("n1", "draining", "fabric-check: x: y")), ResumeAction::Resume);
-        assert_eq!(decide_resume(&node("n1", "drained", "disk")), ResumeAction::Foreign("disk".into()));
-        assert_eq!(decide_resume(&node("n1", "idle", "")), ResumeAction::NotDrained);
+        assert_eq!(
+            decide_resume(&node("n1", "drained", "fabric-check: ib.mtu: a")),
+            ResumeAction::Resume
+        );
+        assert_eq!(
+            decide_resume(&node("n1", "draining", "fabric-check: x: y")),
+            ResumeAction::Resume
+        );
+        assert_eq!(
+            decide_resume(&node("n1", "drained", "disk")),
+            ResumeAction::Foreign("disk".into())
+        );
+        assert_eq!(
+            decide_resume(&node("n1", "idle", "")),
+            ResumeAction::NotDrained
+        );
     }
 }

@@ -110,14 +110,21 @@ fn pump(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
 
 /// Runs `cmd` to completion or until `limit`, then kills its whole process group.
 /// `input`, when given, is written to its stdin.
-pub fn run_bounded(mut cmd: Command, input: Option<&[u8]>, limit: Duration) -> Result<Finished, ExecError> {
+pub fn run_bounded(
+    mut cmd: Command,
+    input: Option<&[u8]>,
+    limit: Duration,
+) -> Result<Finished, ExecError> {
     let program = Path::new(cmd.get_program()).display().to_string();
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     if input.is_some() {
         cmd.stdin(Stdio::piped());
     }
     let start = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| ExecError::Spawn { program: program.clone(), source })?;
+    let mut child = cmd.spawn().map_err(|source| ExecError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
     if let (Some(data), Some(mut stdin)) = (input, child.stdin.take()) {
         let _ = stdin.write_all(data);
     }
@@ -131,7 +138,10 @@ pub fn run_bounded(mut cmd: Command, input: Option<&[u8]>, limit: Duration) -> R
             Ok(None) => {
                 kill_group(pid);
                 let _ = child.wait();
-                return Err(ExecError::Timeout { program, limit_ms: limit.as_millis() });
+                return Err(ExecError::Timeout {
+                    program,
+                    limit_ms: limit.as_millis(),
+                });
             }
             Err(source) => return Err(ExecError::Wait { program, source }),
         }
@@ -173,7 +183,11 @@ mod tests {
         let start = Instant::now();
         let err = run_bounded(c, None, Duration::from_millis(300)).unwrap_err();
         assert!(matches!(err, ExecError::Timeout { .. }), "{err}");
-        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[test]
@@ -183,13 +197,24 @@ mod tests {
         let f = run_bounded(c, None, Duration::from_secs(5)).unwrap();
         let mut lines: Vec<String> = f.stdout_text().lines().map(str::to_owned).collect();
         lines.sort();
-        assert_eq!(lines, vec!["LANG=C".to_owned(), format!("PATH={SAFE_PATH}")]);
+        assert_eq!(
+            lines,
+            vec!["LANG=C".to_owned(), format!("PATH={SAFE_PATH}")]
+        );
     }
 
     #[test]
     fn a_missing_program_is_a_spawn_error_naming_it() {
-        let err = run_bounded(safe_command("/nonexistent/tool"), None, Duration::from_secs(1)).unwrap_err();
-        assert!(err.to_string().contains("cannot run /nonexistent/tool"), "{err}");
+        let err = run_bounded(
+            safe_command("/nonexistent/tool"),
+            None,
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("cannot run /nonexistent/tool"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! | [`plugin_args`] | the `plugstack.conf` arguments of the SPANK plugin, parsed and validated |
 //! | [`fabric_option`] | the `--fabric-check[=quick\|full\|off]` option value |
 //! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
+//! | [`jobstep`] | pure parts of the job prolog/epilog: node results, counter rises, tag merging |
 //! | [`probe`] | node probe: sysfs gather, pure checks, verdicts, outputs |
 //! | [`config`] | the TOML configuration (expectations and thresholds per node pattern) |
 //! | [`bom`] | the node's bill of materials and drift against a pinned one |
@@ -32,6 +33,7 @@ pub mod drain;
 pub mod exec;
 pub mod fabric_option;
 pub mod hostlist;
+pub mod jobstep;
 pub mod plugin_args;
 pub mod probe;
 pub mod record;

@@ -63,6 +63,8 @@ pub struct PluginArgs {
     pub max_drain: DrainLimit,
     /// `dry_run=yes|no`: log what would be drained instead of draining.
     pub dry_run: bool,
+    /// `munge_socket=PATH`: the munged socket for the job's rendezvous (default: munge's own).
+    pub munge_socket: Option<PathBuf>,
 }
 
 impl Default for PluginArgs {
@@ -78,6 +80,7 @@ impl Default for PluginArgs {
             drain_on_error: false,
             max_drain: DrainLimit::Fraction(0.1),
             dry_run: false,
+            munge_socket: None,
         }
     }
 }
@@ -94,6 +97,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "drain_on_error",
     "max_drain",
     "dry_run",
+    "munge_socket",
 ];
 
 /// Longest timeout accepted; Slurm's own `PrologEpilogTimeout` should be longer still.
@@ -230,7 +234,11 @@ impl PluginArgs {
                 "max_drain" => parse_drain_limit(value)
                     .map(|l| args.max_drain = l)
                     .ok_or(bad("a node count (e.g. 2) or a percentage (e.g. 10%)")),
-                _ => unreachable!("key checked against KNOWN_KEYS"),
+                "munge_socket" => absolute_path(value)
+                    .map(|p| args.munge_socket = Some(p))
+                    .ok_or(bad(ABS)),
+                // Every key was checked against KNOWN_KEYS above.
+                _ => Ok(()),
             };
             if let Err(p) = result {
                 problems.push(p);
@@ -328,6 +336,7 @@ mod tests {
             "drain_on_error=yes",
             "max_drain=25%",
             "dry_run=true",
+            "munge_socket=/run/munge/alt.socket",
         ]);
         assert_eq!(problems, vec![]);
         assert_eq!(args.config, PathBuf::from("/etc/fc/%n.toml"));
@@ -339,6 +348,7 @@ mod tests {
         assert_eq!(args.state_dir, PathBuf::from("/var/tmp/fc"));
         assert!(args.drain_on_error && args.dry_run);
         assert_eq!(args.max_drain, DrainLimit::Fraction(0.25));
+        assert_eq!(args.munge_socket, Some(PathBuf::from("/run/munge/alt.socket")));
     }
 
     #[test]

@@ -63,7 +63,10 @@ pub struct SlurmCli {
 
 impl Default for SlurmCli {
     fn default() -> Self {
-        Self { bin_dir: PathBuf::from("/usr/bin"), timeout: Duration::from_secs(10) }
+        Self {
+            bin_dir: PathBuf::from("/usr/bin"),
+            timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -89,14 +92,24 @@ impl SlurmCli {
         let mut out: Vec<NodeInfo> = Vec::new();
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let mut it = line.splitn(4, '|');
-            let (Some(name), Some(state), Some(time), Some(reason)) = (it.next(), it.next(), it.next(), it.next())
+            let (Some(name), Some(state), Some(time), Some(reason)) =
+                (it.next(), it.next(), it.next(), it.next())
             else {
-                return Err(SlurmError::Parse { command: "sinfo".into(), reason: format!("line {line:?}") });
+                return Err(SlurmError::Parse {
+                    command: "sinfo".into(),
+                    reason: format!("line {line:?}"),
+                });
             };
             if out.iter().any(|n| n.name == name) {
                 continue;
             }
-            let none = |s: &str| if s == "none" || s == "Unknown" || s == "n/a" { String::new() } else { s.to_owned() };
+            let none = |s: &str| {
+                if s == "none" || s == "Unknown" || s == "n/a" {
+                    String::new()
+                } else {
+                    s.to_owned()
+                }
+            };
             out.push(NodeInfo {
                 name: name.to_owned(),
                 state: state.to_owned(),
@@ -112,7 +125,10 @@ impl SlurmCli {
         self.nodes()?
             .into_iter()
             .find(|n| n.name == name)
-            .ok_or_else(|| SlurmError::Parse { command: "sinfo".into(), reason: format!("no node named {name}") })
+            .ok_or_else(|| SlurmError::Parse {
+                command: "sinfo".into(),
+                reason: format!("no node named {name}"),
+            })
     }
 
     /// Each node's `NodeAddr` (`scontrol show node -o`), for the rendezvous.
@@ -122,7 +138,9 @@ impl SlurmCli {
         let mut out = Vec::new();
         for line in text.lines() {
             let field = |key: &str| {
-                line.split_whitespace().find_map(|w| w.strip_prefix(key)).map(str::to_owned)
+                line.split_whitespace()
+                    .find_map(|w| w.strip_prefix(key))
+                    .map(str::to_owned)
             };
             if let (Some(n), Some(a)) = (field("NodeName="), field("NodeAddr=")) {
                 out.push((n, a));
@@ -135,17 +153,27 @@ impl SlurmCli {
     pub fn drain(&self, node: &str, reason: &str) -> Result<(), SlurmError> {
         self.run(
             "scontrol",
-            &["update", &format!("NodeName={node}"), "State=DRAIN", &format!("Reason={reason}")],
+            &[
+                "update",
+                &format!("NodeName={node}"),
+                "State=DRAIN",
+                &format!("Reason={reason}"),
+            ],
         )
         .map(drop)
     }
 
     /// `scontrol update NodeName=N State=RESUME`.
     pub fn resume(&self, node: &str) -> Result<(), SlurmError> {
-        self.run("scontrol", &["update", &format!("NodeName={node}"), "State=RESUME"]).map(drop)
+        self.run(
+            "scontrol",
+            &["update", &format!("NodeName={node}"), "State=RESUME"],
+        )
+        .map(drop)
     }
 
-    /// The live job's `AdminComment` (`squeue --json`; empty when none).
+    /// The job's `AdminComment`: from slurmctld (`squeue --json`) while it knows the job, else
+    /// from accounting (`sacct`). Empty when none.
     pub fn admin_comment(&self, job_id: u32) -> Result<String, SlurmError> {
         let text = self.run("squeue", &["--json", "-j", &job_id.to_string()])?;
         let v: serde_json::Value = serde_json::from_str(&text)
@@ -153,23 +181,40 @@ impl SlurmCli {
         let job = v["jobs"]
             .as_array()
             .and_then(|jobs| jobs.iter().find(|j| j["job_id"].as_u64() == Some(u64::from(job_id))));
-        Ok(job
-            .and_then(|j| j["admin_comment"].as_str().or_else(|| j["comment"]["administrator"].as_str()))
-            .unwrap_or_default()
-            .to_owned())
+        if let Some(j) = job {
+            let c = j["admin_comment"].as_str().or_else(|| j["comment"]["administrator"].as_str());
+            return Ok(c.unwrap_or_default().to_owned());
+        }
+        let text = self.run("sacct", &["-n", "-P", "-X", "-j", &job_id.to_string(), "-o", "AdminComment"])?;
+        Ok(text.lines().next().unwrap_or_default().to_owned())
     }
 
     /// `scontrol update JobId=N AdminComment=TEXT` (live jobs).
     pub fn set_admin_comment(&self, job_id: u32, text: &str) -> Result<(), SlurmError> {
-        self.run("scontrol", &["update", &format!("JobId={job_id}"), &format!("AdminComment={text}")])
-            .map(drop)
+        self.run(
+            "scontrol",
+            &[
+                "update",
+                &format!("JobId={job_id}"),
+                &format!("AdminComment={text}"),
+            ],
+        )
+        .map(drop)
     }
 
     /// `sacctmgr -i modify job where jobid=N set AdminComment=TEXT` (finished jobs).
     pub fn set_admin_comment_db(&self, job_id: u32, text: &str) -> Result<(), SlurmError> {
         self.run(
             "sacctmgr",
-            &["-i", "modify", "job", "where", &format!("jobid={job_id}"), "set", &format!("AdminComment={text}")],
+            &[
+                "-i",
+                "modify",
+                "job",
+                "where",
+                &format!("jobid={job_id}"),
+                "set",
+                &format!("AdminComment={text}"),
+            ],
         )
         .map(drop)
     }

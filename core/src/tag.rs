@@ -119,6 +119,9 @@ pub struct JobTag {
     /// True when per-node results of passing nodes were dropped to respect [`MAX_TAG_BYTES`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// Non-passing node results of earlier attempts of this job (before a requeue).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub earlier: BTreeMap<String, NodeResult>,
     /// Nodes whose verdict never reached the writer (rendezvous timeout).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
@@ -155,9 +158,13 @@ impl JobTag {
     }
 
     /// Compact JSON within [`MAX_TAG_BYTES`]: passing nodes' detail goes first, then notes and
-    /// counter detail, then other nodes beyond the first 32 by name.
+    /// counter detail, then other nodes beyond the first 32 by name. Backticks in notes become
+    /// quotes' stand-ins elsewhere (see [`extract`]), so notes never carry them.
     pub fn bounded(&self) -> String {
         let mut tag = self.clone();
+        for n in &mut tag.notes {
+            *n = n.replace('`', "'");
+        }
         let mut json = serde_json::to_string(&tag).unwrap_or_default();
         if json.len() <= MAX_TAG_BYTES {
             return json;
@@ -192,8 +199,17 @@ impl JobTag {
 fn locate(comment: &str) -> Option<(std::ops::Range<usize>, Result<JobTag, TagDecodeError>)> {
     let start = comment.find(MARKER)?;
     let json_start = start + MARKER.len();
-    let mut stream =
-        serde_json::Deserializer::from_str(&comment[json_start..]).into_iter::<JobTag>();
+    // `sacctmgr modify job ... set AdminComment=` stores every `"` as a backtick; our JSON never
+    // contains backticks itself, so they are read back as quotes (same length, same offsets).
+    let rest = &comment[json_start..];
+    let normalized;
+    let rest = if rest.starts_with("{`") {
+        normalized = rest.replace('`', "\"");
+        normalized.as_str()
+    } else {
+        rest
+    };
+    let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<JobTag>();
     match stream.next() {
         Some(Ok(tag)) => Some((start..json_start + stream.byte_offset(), Ok(tag))),
         Some(Err(e)) => {
@@ -309,6 +325,15 @@ mod tests {
         let s = splice(comment, &t);
         assert!(s.starts_with("JS1:aa fabric-check/v1 {"));
         assert!(s.ends_with(" tail:zz"), "{s}");
+    }
+
+    #[test]
+    fn a_tag_mangled_by_sacctmgr_quoting_is_still_read_and_replaced_in_place() {
+        let t = tag_with(&[("n1", Verdict::Pass), ("n2", Verdict::Fail)]);
+        let mangled = splice("JS1:aa", &t).replace('"', "`") + " tail:zz";
+        assert_eq!(extract(&mangled).unwrap().unwrap(), t);
+        let again = splice(&mangled, &t);
+        assert_eq!(again, format!("{} tail:zz", splice("JS1:aa", &t)));
     }
 
     #[test]

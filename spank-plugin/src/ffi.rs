@@ -233,6 +233,20 @@ pub extern "C" fn slurm_spank_job_prolog(
     guard("slurm_spank_job_prolog", || {
         // SAFETY: as in `slurm_spank_init`.
         let words = unsafe { args(ac, av) };
-        plugin::job_prolog(&SlurmHost { sp }, &words)
+        plugin::job_script(&SlurmHost { sp }, &words, plugin::Script::Prolog)
+    })
+}
+
+/// Called as root in `slurmstepd spank epilog` on every node of the job after it ends.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_job_epilog(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    guard("slurm_spank_job_epilog", || {
+        // SAFETY: as in `slurm_spank_init`.
+        let words = unsafe { args(ac, av) };
+        plugin::job_script(&SlurmHost { sp }, &words, plugin::Script::Epilog)
     })
 }

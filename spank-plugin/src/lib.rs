@@ -11,11 +11,13 @@
 //! |---|---|---|
 //! | `ffi` | generated bindings, the exported symbols, the [`Host`] implementation over a live `spank_t` | **yes, only here** |
 //! | [`plugin`] | what each callback does, written against the [`Host`] trait | no |
+//! | [`spawn`] | the thread-free, time-bounded child runner | no |
 //!
 //! Every exported function catches panics and returns `-1` on failure; nothing here links
 //! `-lslurm` (the `spank_*` and `slurm_*` functions come from the host process).
 
 mod ffi;
 pub mod plugin;
+pub mod spawn;
 
 pub use plugin::{Context, Host};

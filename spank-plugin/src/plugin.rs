@@ -1,7 +1,9 @@
 //! What each SPANK callback does, written against [`Host`] so it can be tested without Slurm.
 
 use fabric_core::fabric_option::FabricMode;
-use fabric_core::plugin_args::{ArgProblem, PluginArgs};
+use fabric_core::plugin_args::{ArgProblem, JobMode, PluginArgs};
+
+use crate::spawn::{self, Outcome};
 
 /// Where the plugin is running (`spank_context()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,20 +180,121 @@ pub fn read_request(host: &dyn Host, node: Option<String>) -> Request {
     }
 }
 
-/// `slurm_spank_job_prolog`: reads the request and logs it to the slurmd log.
-pub fn job_prolog(host: &dyn Host, words: &[String]) -> Result<(), String> {
-    let (_args, problems) = parse_args(words);
-    report_problems(host, &problems, true);
-    hooks::maybe_panic("job_prolog", Context::JobScript);
+/// Whether this job is checked, given the admin's mode and the user's option.
+pub fn wants_check(mode: JobMode, asked: Option<FabricMode>) -> bool {
+    match (mode, asked) {
+        (JobMode::Off, _) | (_, Some(FabricMode::Off)) => false,
+        (JobMode::Always, _) => true,
+        (JobMode::OptIn, asked) => asked.is_some(),
+    }
+}
+
+/// Which job script is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Script {
+    /// `slurm_spank_job_prolog`.
+    Prolog,
+    /// `slurm_spank_job_epilog`.
+    Epilog,
+}
+
+impl Script {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Prolog => "prolog",
+            Self::Epilog => "epilog",
+        }
+    }
+}
+
+/// `slurm_spank_job_prolog` and `slurm_spank_job_epilog`: read the request, log it, and when the
+/// job is checked run `fabric-check prolog|epilog` as a child with the plugin's hard timeout.
+///
+/// Only the prolog ever fails (exit 2 of the child: this node failed and was drained, so Slurm
+/// requeues the job elsewhere). A child that could not run, crashed or timed out is logged and the
+/// job proceeds: "the probe could not look" is not a node failure.
+pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(), String> {
+    let (args, problems) = parse_args(words);
+    report_problems(host, &problems, script == Script::Prolog);
+    if script == Script::Prolog {
+        hooks::maybe_panic("job_prolog", Context::JobScript);
+    }
     let node = std::env::var("SLURMD_NODENAME").ok();
     let req = read_request(host, node);
-    host.info(&format!(
-        "fabric-check: prolog job={} node={} option={}",
-        req.job_id.map_or_else(|| "?".to_owned(), |j| j.to_string()),
-        req.node.as_deref().unwrap_or("?"),
-        req.mode.map_or("none", FabricMode::as_str),
-    ));
-    Ok(())
+    let job = req.job_id.map_or_else(|| "?".to_owned(), |j| j.to_string());
+    let node = req.node.clone().unwrap_or_else(|| "?".to_owned());
+    let checked = wants_check(args.mode, req.mode);
+    let tag = format!("fabric-check: {} job={job} node={node}", script.name());
+    if script == Script::Prolog {
+        host.info(&format!(
+            "{tag} option={} action={}",
+            req.mode.map_or("none", FabricMode::as_str),
+            if checked { "check" } else { "none" }
+        ));
+    }
+    if !checked {
+        return Ok(());
+    }
+    let (Some(job_id), Some(node_name)) = (req.job_id, req.node) else {
+        host.error(&format!("{tag}: no job id or SLURMD_NODENAME; not checked"));
+        return Ok(());
+    };
+    let nodes = std::env::var("SLURM_JOB_NODELIST")
+        .or_else(|_| std::env::var("SLURM_NODELIST"))
+        .unwrap_or_else(|_| node_name.clone());
+    let mut child_args = vec![
+        script.name().to_owned(),
+        "--job-id".to_owned(),
+        job_id.to_string(),
+        "--node".to_owned(),
+        node_name,
+        "--nodes".to_owned(),
+        nodes,
+        "--option".to_owned(),
+        req.mode.unwrap_or(FabricMode::Quick).as_str().to_owned(),
+        "--".to_owned(),
+    ];
+    child_args.extend(hooks::take_hook_args(words));
+    // SLURM_CONF is slurmd's own setting, not the job's; nothing else is passed on.
+    let pass: Vec<(&str, String)> = std::env::var("SLURM_CONF")
+        .ok()
+        .map(|v| ("SLURM_CONF", v))
+        .into_iter()
+        .collect();
+    let ran = spawn::run(&args.probe, &child_args, &pass, args.timeout);
+    for line in ran
+        .output
+        .lines()
+        .filter(|l| !l.starts_with(spawn::EXIT_MARKER) && !l.trim().is_empty())
+    {
+        host.info(&format!("{tag}: {line}"));
+    }
+    let ms = ran.elapsed.as_millis();
+    match ran.outcome {
+        Outcome::Exited(0) => {
+            host.info(&format!("{tag}: done in {ms} ms"));
+            Ok(())
+        }
+        Outcome::Exited(2) if script == Script::Prolog => Err(format!(
+            "{tag}: this node failed its fabric check and is drained; Slurm requeues the job ({ms} ms)"
+        )),
+        Outcome::TimedOut => {
+            host.error(&format!(
+                "{tag}: {} timed out after {} s and was killed; the job proceeds unchecked",
+                args.probe.display(),
+                args.timeout.as_secs()
+            ));
+            Ok(())
+        }
+        other => {
+            host.error(&format!(
+                "{tag}: {} {} failed ({other:?}); probe error, the job proceeds unchecked",
+                args.probe.display(),
+                script.name()
+            ));
+            Ok(())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -278,13 +381,27 @@ mod tests {
     #[test]
     fn unknown_plugin_arguments_are_logged_by_name_in_the_prolog() {
         let h = FakeHost::default();
-        job_prolog(&h, &["timout=3".to_owned()]).unwrap();
+        job_script(&h, &["timout=3".to_owned()], Script::Prolog).unwrap();
         let log = h.log.borrow();
         assert!(
             log.iter()
                 .any(|l| l.starts_with("error") && l.contains("\"timout\"")),
             "{log:?}"
         );
-        assert!(log.iter().any(|l| l.contains("option=none")), "{log:?}");
+        assert!(
+            log.iter().any(|l| l.contains("option=none action=none")),
+            "{log:?}"
+        );
+    }
+
+    #[test]
+    fn the_admin_mode_and_the_user_option_decide_together() {
+        use FabricMode::*;
+        assert!(!wants_check(JobMode::OptIn, None));
+        assert!(wants_check(JobMode::OptIn, Some(Quick)));
+        assert!(!wants_check(JobMode::OptIn, Some(Off)));
+        assert!(wants_check(JobMode::Always, None));
+        assert!(!wants_check(JobMode::Always, Some(Off)));
+        assert!(!wants_check(JobMode::Off, Some(Full)));
     }
 }

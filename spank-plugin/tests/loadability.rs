@@ -164,6 +164,7 @@ fn only_the_spank_symbols_are_exported() {
             "plugin_type",
             "plugin_version",
             "slurm_spank_init",
+            "slurm_spank_job_epilog",
             "slurm_spank_job_prolog"
         ],
         "exported symbols changed: update this list only on purpose"

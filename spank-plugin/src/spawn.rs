@@ -1,0 +1,227 @@
+//! Runs the `fabric-check` child from inside a SPANK callback without threads: spawn by absolute
+//! path with a scrubbed environment in a new process group, poll for its exit while draining its
+//! output through a non-blocking pipe, and kill the whole group at the deadline.
+//!
+//! slurmstepd may reap children itself (`wait3`); if our `waitpid` loses that race the exit
+//! status is unknown, so the child also prints its decision as its last line
+//! (`fabric-check-exit=N`), which is used instead.
+
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+/// The only `PATH` the child sees.
+const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+/// Most output kept from the child.
+const MAX_OUTPUT: usize = 64 * 1024;
+/// The marker of the child's decision line.
+pub const EXIT_MARKER: &str = "fabric-check-exit=";
+
+/// How the child ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// It exited with this code.
+    Exited(i32),
+    /// A signal ended it.
+    Signalled(i32),
+    /// It ran past the limit; its process group was killed.
+    TimedOut,
+    /// It could not be started.
+    SpawnFailed(String),
+}
+
+/// The child's end and what it printed.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Its stdout and stderr, interleaved, bounded.
+    pub output: String,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+fn pipe_pair() -> std::io::Result<(std::fs::File, OwnedFd)> {
+    let (r, w) = nix::unistd::pipe().map_err(std::io::Error::from)?;
+    let fd = r.as_raw_fd();
+    let flags = fcntl(fd, FcntlArg::F_GETFL).map_err(std::io::Error::from)?;
+    fcntl(
+        fd,
+        FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
+    )
+    .map_err(std::io::Error::from)?;
+    Ok((std::fs::File::from(r), w))
+}
+
+fn drain(reader: &mut std::fs::File, buf: &mut Vec<u8>) {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match reader.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = MAX_OUTPUT.saturating_sub(buf.len());
+                buf.extend_from_slice(&chunk[..n.min(room)]);
+            }
+        }
+    }
+}
+
+/// Runs `program args` with only `PATH`, `LANG` and `pass_env`, bounded by `limit`.
+pub fn run(program: &Path, args: &[String], pass_env: &[(&str, String)], limit: Duration) -> Ran {
+    let start = Instant::now();
+    let failed = |why: String| Ran {
+        outcome: Outcome::SpawnFailed(why),
+        output: String::new(),
+        elapsed: start.elapsed(),
+    };
+    let (mut reader, writer) = match pipe_pair() {
+        Ok(p) => p,
+        Err(e) => return failed(format!("cannot make a pipe: {e}")),
+    };
+    let writer2 = match writer.try_clone() {
+        Ok(w) => w,
+        Err(e) => return failed(format!("cannot duplicate a pipe: {e}")),
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", SAFE_PATH)
+        .env("LANG", "C")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(writer2))
+        .process_group(0);
+    for (k, v) in pass_env {
+        cmd.env(k, v);
+    }
+    let spawned = cmd.spawn();
+    drop(cmd); // closes our copies of the pipe's write end
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => return failed(format!("cannot run {}: {e}", program.display())),
+    };
+    let pgid = Pid::from_raw(child.id() as i32);
+    let mut buf = Vec::new();
+    let outcome = loop {
+        drain(&mut reader, &mut buf);
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                break match (status.code(), status.signal()) {
+                    (Some(c), _) => Outcome::Exited(c),
+                    (None, Some(s)) => Outcome::Signalled(s),
+                    _ => Outcome::Exited(255),
+                };
+            }
+            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(2)),
+            Ok(None) => {
+                let _ = killpg(pgid, Signal::SIGKILL);
+                let _ = child.wait();
+                break Outcome::TimedOut;
+            }
+            // Reaped by the host process: the decision line stands in for the status.
+            Err(_) => break Outcome::Exited(-1),
+        }
+    };
+    // Leftovers of the group (a probe the child started) must not outlive the callback.
+    let _ = killpg(pgid, Signal::SIGKILL);
+    drain(&mut reader, &mut buf);
+    let output = String::from_utf8_lossy(&buf).into_owned();
+    let outcome = match outcome {
+        Outcome::Exited(-1) => output
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(EXIT_MARKER))
+            .and_then(|c| c.trim().parse().ok())
+            .map_or(Outcome::Exited(255), Outcome::Exited),
+        o => o,
+    };
+    Ran {
+        outcome,
+        output,
+        elapsed: start.elapsed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, limit_ms: u64) -> Ran {
+        run(
+            Path::new("/bin/sh"),
+            &["-c".into(), script.into()],
+            &[],
+            Duration::from_millis(limit_ms),
+        )
+    }
+
+    #[test]
+    fn the_exit_code_and_both_streams_come_back() {
+        let r = sh("echo one; echo two >&2; exit 2", 5000);
+        assert_eq!(r.outcome, Outcome::Exited(2));
+        assert!(
+            r.output.contains("one") && r.output.contains("two"),
+            "{}",
+            r.output
+        );
+    }
+
+    #[test]
+    fn a_hanging_child_and_its_group_are_killed_at_the_limit() {
+        let r = sh("sleep 30 & sleep 30", 300);
+        assert_eq!(r.outcome, Outcome::TimedOut);
+        assert!(r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
+    }
+
+    #[test]
+    fn a_crash_is_reported_as_its_signal() {
+        assert_eq!(sh("kill -SEGV $$", 5000).outcome, Outcome::Signalled(11));
+    }
+
+    #[test]
+    fn a_missing_program_is_a_spawn_failure() {
+        let r = run(
+            Path::new("/nonexistent/fabric-check"),
+            &[],
+            &[],
+            Duration::from_secs(1),
+        );
+        assert!(
+            matches!(r.outcome, Outcome::SpawnFailed(ref m) if m.contains("/nonexistent/fabric-check"))
+        );
+    }
+
+    #[test]
+    fn the_child_sees_only_the_scrubbed_environment() {
+        let r = run(
+            Path::new("/usr/bin/env"),
+            &[],
+            &[("SLURM_CONF", "/etc/slurm/slurm.conf".into())],
+            Duration::from_secs(5),
+        );
+        let mut lines: Vec<&str> = r.output.lines().collect();
+        lines.sort_unstable();
+        assert_eq!(
+            lines,
+            vec![
+                "LANG=C",
+                "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                "SLURM_CONF=/etc/slurm/slurm.conf"
+            ]
+        );
+    }
+
+    #[test]
+    fn endless_output_is_bounded_and_does_not_block_the_child() {
+        let r = sh("head -c 1000000 /dev/zero | tr '\\0' x; exit 0", 5000);
+        assert_eq!(r.outcome, Outcome::Exited(0));
+        assert_eq!(r.output.len(), MAX_OUTPUT);
+    }
+}
