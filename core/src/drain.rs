@@ -117,10 +117,19 @@ pub const RACE_SETTLE: std::time::Duration = std::time::Duration::from_millis(15
 /// past its limit, the earliest drains (by reason time, then node name, which every node sees
 /// alike) keep theirs and the others undo their own.
 pub fn keeps_its_drain(me: &str, all: &[NodeInfo], limit: DrainLimit) -> bool {
-    let mut ours: Vec<&NodeInfo> = all.iter().filter(|n| n.is_drained() && is_ours(&n.reason)).collect();
-    ours.sort_by(|a, b| a.reason_time.cmp(&b.reason_time).then_with(|| a.name.cmp(&b.name)));
+    let mut ours: Vec<&NodeInfo> = all
+        .iter()
+        .filter(|n| n.is_drained() && is_ours(&n.reason))
+        .collect();
+    ours.sort_by(|a, b| {
+        a.reason_time
+            .cmp(&b.reason_time)
+            .then_with(|| a.name.cmp(&b.name))
+    });
     let max = limit_nodes(limit, all.len());
-    ours.iter().position(|n| n.name == me).is_some_and(|i| i < max)
+    ours.iter()
+        .position(|n| n.name == me)
+        .is_some_and(|i| i < max)
 }
 
 /// What `resume` may do with a node.

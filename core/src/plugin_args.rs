@@ -348,7 +348,10 @@ mod tests {
         assert_eq!(args.state_dir, PathBuf::from("/var/tmp/fc"));
         assert!(args.drain_on_error && args.dry_run);
         assert_eq!(args.max_drain, DrainLimit::Fraction(0.25));
-        assert_eq!(args.munge_socket, Some(PathBuf::from("/run/munge/alt.socket")));
+        assert_eq!(
+            args.munge_socket,
+            Some(PathBuf::from("/run/munge/alt.socket"))
+        );
     }
 
     #[test]

@@ -176,16 +176,32 @@ impl SlurmCli {
     /// from accounting (`sacct`). Empty when none.
     pub fn admin_comment(&self, job_id: u32) -> Result<String, SlurmError> {
         let text = self.run("squeue", &["--json", "-j", &job_id.to_string()])?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| SlurmError::Parse { command: "squeue --json".into(), reason: e.to_string() })?;
-        let job = v["jobs"]
-            .as_array()
-            .and_then(|jobs| jobs.iter().find(|j| j["job_id"].as_u64() == Some(u64::from(job_id))));
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| SlurmError::Parse {
+            command: "squeue --json".into(),
+            reason: e.to_string(),
+        })?;
+        let job = v["jobs"].as_array().and_then(|jobs| {
+            jobs.iter()
+                .find(|j| j["job_id"].as_u64() == Some(u64::from(job_id)))
+        });
         if let Some(j) = job {
-            let c = j["admin_comment"].as_str().or_else(|| j["comment"]["administrator"].as_str());
+            let c = j["admin_comment"]
+                .as_str()
+                .or_else(|| j["comment"]["administrator"].as_str());
             return Ok(c.unwrap_or_default().to_owned());
         }
-        let text = self.run("sacct", &["-n", "-P", "-X", "-j", &job_id.to_string(), "-o", "AdminComment"])?;
+        let text = self.run(
+            "sacct",
+            &[
+                "-n",
+                "-P",
+                "-X",
+                "-j",
+                &job_id.to_string(),
+                "-o",
+                "AdminComment",
+            ],
+        )?;
         Ok(text.lines().next().unwrap_or_default().to_owned())
     }
 

@@ -230,7 +230,9 @@ impl Step {
     /// mass-drain guard's limit was overrun by the race (see `drain::keeps_its_drain`).
     fn settle_race(&self) -> bool {
         std::thread::sleep(drain::RACE_SETTLE);
-        let Ok(all) = self.slurm.nodes() else { return true };
+        let Ok(all) = self.slurm.nodes() else {
+            return true;
+        };
         if drain::keeps_its_drain(&self.args.node, &all, self.plugin.max_drain) {
             return true;
         }
@@ -240,7 +242,10 @@ impl Step {
             self.args.node
         ));
         if let Err(e) = self.slurm.resume(&self.args.node) {
-            say(&format!("could not undo the drain of {}: {e}", self.args.node));
+            say(&format!(
+                "could not undo the drain of {}: {e}",
+                self.args.node
+            ));
             return true;
         }
         false
@@ -345,10 +350,18 @@ impl Step {
         let new = update(previous);
         let text = tag::splice(&comment, &new);
         if let Err(e) = self.slurm.set_admin_comment(job, &text) {
-            say(&format!(
-                "scontrol could not set the tag ({e}); trying the accounting database"
-            ));
-            if let Err(e) = self.slurm.set_admin_comment_db(job, &text) {
+            // A finished job only changes in the database, through sacctmgr, which in Slurm 22.05
+            // lower-cases the whole value (and stores `"` as a backtick, which `tag::extract`
+            // reads back). Our own segment survives that; another tool's content may not.
+            let ours = tag::splice("", &new);
+            let foreign = text.replacen(&ours, "", 1);
+            if foreign.chars().any(char::is_uppercase) {
+                say(&format!(
+                    "tag not written: the job has finished ({e}) and sacctmgr would lower-case the other tools' content of its AdminComment"
+                ));
+                return;
+            }
+            if let Err(e) = self.slurm.set_admin_comment_db(job, &text.to_lowercase()) {
                 say(&format!("tag not written: {e}"));
                 return;
             }
@@ -487,6 +500,14 @@ pub fn epilog(args: Args) -> anyhow::Result<i32> {
             .filter(|d| !d.rises.is_empty() || d.verdict != Verdict::Pass)
             .collect();
         rows.sort_by(|a, b| a.node.cmp(&b.node));
+        if rows.is_empty() {
+            say(&format!(
+                "job {}: no counter rose on any node; tag unchanged",
+                step.args.job_id
+            ));
+            say("fabric-check-exit=0");
+            return Ok(0);
+        }
         step.write_tag(|prev| {
             let mut t = prev.unwrap_or_default();
             t.during = rows;

@@ -202,3 +202,55 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The job's tag decoded from accounting, if present and readable.
+pub fn job_tag(tb: &Testbed, job: u32) -> Option<serde_json::Value> {
+    let comment = tb.admin_comment(job);
+    let at = comment.find("fabric-check/v1 ")?;
+    let json = comment[at + "fabric-check/v1 ".len()..].replace('`', "\"");
+    serde_json::Deserializer::from_str(&json)
+        .into_iter::<serde_json::Value>()
+        .next()?
+        .ok()
+}
+
+/// Waits until `sacct` shows the job in a final state; returns that state.
+pub fn wait_job_end(tb: &Testbed, job: u32, timeout: Duration) -> Option<String> {
+    wait_for(timeout, || {
+        let s = tb.ok(
+            "sacct",
+            &["-n", "-P", "-X", "-j", &job.to_string(), "-o", "State"],
+        );
+        let s = s.trim().to_owned();
+        let done = [
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+            "TIMEOUT",
+            "NODE_FAIL",
+            "OUT_OF_MEMORY",
+        ];
+        done.iter().any(|d| s.starts_with(d)).then_some(s)
+    })
+}
+
+/// Waits until the job's accounting record has a readable tag matching `pred`.
+pub fn wait_tag(
+    tb: &Testbed,
+    job: u32,
+    timeout: Duration,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> Option<serde_json::Value> {
+    wait_for(timeout, || job_tag(tb, job).filter(|t| pred(t)))
+}
+
+/// Restores every virtual node's healthy fixture, clears their saved counter state, resumes
+/// every node and reinstalls the normal plugstack (test cleanup).
+pub fn heal_all(tb: &Testbed) {
+    for n in ["n1", "n2", "n3", "n4"] {
+        tb.script(&["node", n, "ib8-healthy"])
+            .expect("heal fixture");
+        let _ = std::fs::remove_file(tb.dir.join(format!("state/{n}/last.json")));
+    }
+    tb.resume_all();
+}
