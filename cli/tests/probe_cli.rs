@@ -323,3 +323,35 @@ fn a_looping_counter_directory_is_a_finding_naming_it() {
         "{f}"
     );
 }
+
+#[test]
+fn the_example_config_is_valid_and_passes_the_healthy_fixture() {
+    let cfg = repo().join("etc/fabric-check.toml");
+    let (rc, out, err) = probe(&[
+        "--node",
+        "gpu007",
+        "--sysfs-root",
+        s(&fixture("ib8-healthy")),
+        "--config",
+        s(&cfg),
+    ]);
+    let doc = json_doc(&out);
+    assert_eq!(rc, 0, "{doc:#} {err}");
+    let (rc, out, _) = probe(&[
+        "--node",
+        "gpu007",
+        "--sysfs-root",
+        s(&fixture("ib8-half-rate")),
+        "--config",
+        s(&cfg),
+    ]);
+    assert_eq!(rc, 2);
+    let doc = json_doc(&out);
+    assert_eq!(doc["findings"][0]["check"], "ib.port_rate");
+    assert!(
+        doc["findings"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("configuration expects 400")
+    );
+}
