@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -265,7 +266,12 @@ enum Read1 {
 }
 
 fn read_capped(path: &Path, cap: usize) -> Read1 {
-    let mut file = match std::fs::File::open(path) {
+    // O_NONBLOCK: a FIFO planted in the tree must not hang the probe (no effect on files).
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Read1::Missing,
         Err(e) => return Read1::Bad(format!("cannot open: {e}")),
