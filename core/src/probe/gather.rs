@@ -1103,4 +1103,16 @@ mod tests {
             Read1::Bad(_)
         ));
     }
+
+    #[test]
+    fn a_fifo_without_a_writer_reads_as_empty_instead_of_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let st = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert!(matches!(read_capped(&fifo, MAX_ATTR_BYTES), Read1::Text(t) if t.is_empty()));
+    }
 }
