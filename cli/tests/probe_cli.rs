@@ -355,3 +355,31 @@ fn the_example_config_is_valid_and_passes_the_healthy_fixture() {
             .contains("configuration expects 400")
     );
 }
+
+#[cfg(not(feature = "nccl"))]
+#[test]
+fn nccl_local_without_the_feature_is_an_info_skip() {
+    let (rc, out, _) = probe(&[
+        "--node",
+        "n1",
+        "--sysfs-root",
+        s(&fixture("ib8-healthy")),
+        "--nccl-local",
+    ]);
+    assert_eq!(rc, 0);
+    let doc = json_doc(&out);
+    let f = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "nccl.local")
+        .unwrap()
+        .clone();
+    assert_eq!(f["severity"], "info");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("`nccl` cargo feature")
+    );
+}
