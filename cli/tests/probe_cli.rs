@@ -133,7 +133,7 @@ fn the_state_dir_gives_deltas_across_runs_as_on_the_testbed() {
     );
     std::fs::write(
         tree.join("class/infiniband/mlx5_6/ports/1/counters/link_downed"),
-        "2\n",
+        "1\n", // what the testbed writes
     )
     .unwrap();
     let (rc, out, _) = probe(&args);
@@ -321,5 +321,65 @@ fn a_looping_counter_directory_is_a_finding_naming_it() {
             .unwrap()
             .contains("hw_counters: cannot list"),
         "{f}"
+    );
+}
+
+#[test]
+fn the_example_config_is_valid_and_passes_the_healthy_fixture() {
+    let cfg = repo().join("etc/fabric-check.toml");
+    let (rc, out, err) = probe(&[
+        "--node",
+        "gpu007",
+        "--sysfs-root",
+        s(&fixture("ib8-healthy")),
+        "--config",
+        s(&cfg),
+    ]);
+    let doc = json_doc(&out);
+    assert_eq!(rc, 0, "{doc:#} {err}");
+    let (rc, out, _) = probe(&[
+        "--node",
+        "gpu007",
+        "--sysfs-root",
+        s(&fixture("ib8-half-rate")),
+        "--config",
+        s(&cfg),
+    ]);
+    assert_eq!(rc, 2);
+    let doc = json_doc(&out);
+    assert_eq!(doc["findings"][0]["check"], "ib.port_rate");
+    assert!(
+        doc["findings"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("configuration expects 400")
+    );
+}
+
+#[cfg(not(feature = "nccl"))]
+#[test]
+fn nccl_local_without_the_feature_is_an_info_skip() {
+    let (rc, out, _) = probe(&[
+        "--node",
+        "n1",
+        "--sysfs-root",
+        s(&fixture("ib8-healthy")),
+        "--nccl-local",
+    ]);
+    assert_eq!(rc, 0);
+    let doc = json_doc(&out);
+    let f = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "nccl.local")
+        .unwrap()
+        .clone();
+    assert_eq!(f["severity"], "info");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("`nccl` cargo feature")
     );
 }

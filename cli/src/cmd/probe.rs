@@ -58,6 +58,10 @@ pub struct Args {
     /// A BOM written by `fabric-check bom --pin`: enables bom.drift (overrides the config's).
     #[arg(long, value_name = "FILE")]
     pub bom_pin: Option<PathBuf>,
+    /// Also run `nccl.local`: a 32 MiB all-reduce over the node's GPUs (needs a build with the
+    /// `nccl` feature, libcuda and libnccl; takes seconds, not milliseconds).
+    #[arg(long)]
+    pub nccl_local: bool,
     /// Output format.
     #[arg(long, value_enum, default_value = "json")]
     pub format: Format,
@@ -194,6 +198,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let mut report = probe::run(&input);
     for n in notes {
         report.push(n);
+    }
+    if args.nccl_local {
+        report.push(probe::nccl_local::run(32 << 20, 20));
     }
     let doc = output::json(&report);
     let mut saves: Vec<PathBuf> = args.save.iter().cloned().collect();

@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -265,16 +266,32 @@ enum Read1 {
 }
 
 fn read_capped(path: &Path, cap: usize) -> Read1 {
-    let file = match std::fs::File::open(path) {
+    // O_NONBLOCK: a FIFO planted in the tree must not hang the probe (no effect on files).
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Read1::Missing,
         Err(e) => return Read1::Bad(format!("cannot open: {e}")),
     };
-    let mut buf = Vec::with_capacity(64);
-    match file.take(cap as u64 + 1).read_to_end(&mut buf) {
-        Ok(_) => {}
-        Err(e) => return Read1::Bad(format!("cannot read: {e}")),
-    }
+    let buf = if cap <= MAX_ATTR_BYTES {
+        // One read: sysfs hands an attribute over whole (at most a page) and a regular file's
+        // read returns everything up to the size asked for; one syscall fewer per file.
+        let mut page = [0u8; MAX_ATTR_BYTES + 1];
+        let want = cap + 1;
+        match file.read(&mut page[..want]) {
+            Ok(n) => page[..n].to_vec(),
+            Err(e) => return Read1::Bad(format!("cannot read: {e}")),
+        }
+    } else {
+        let mut v = Vec::new();
+        if let Err(e) = file.take(cap as u64 + 1).read_to_end(&mut v) {
+            return Read1::Bad(format!("cannot read: {e}"));
+        }
+        v
+    };
     if buf.len() > cap {
         return Read1::Bad(format!(
             "longer than {cap} bytes, which no sysfs attribute is"
@@ -284,6 +301,25 @@ fn read_capped(path: &Path, cap: usize) -> Read1 {
         Ok(s) => Read1::Text(s.trim().to_string()),
         Err(_) => Read1::Bad("not UTF-8 text".to_string()),
     }
+}
+
+/// Where a sysfs symlink points, resolved lexically against its own directory (sysfs links are
+/// relative and `devices/` has no further links, so this equals the canonical path without a
+/// syscall per component).
+fn resolve_link(path: &Path) -> Option<PathBuf> {
+    let target = std::fs::read_link(path).ok()?;
+    let joined = path.parent().unwrap_or(Path::new("")).join(target);
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Some(out)
 }
 
 /// Collects problems while reading.
@@ -560,27 +596,19 @@ fn netdev_by_dev_port(dev_dir: &Path, port: u32) -> Option<String> {
     })
 }
 
-fn gather_device(
-    r: &mut Reader<'_>,
-    sysfs_canon: Option<&Path>,
-    class_dir: &Path,
-    name: &str,
-) -> Option<Device> {
+fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) -> Option<Device> {
     let dev_dir = class_dir.join(name);
     let d = Some(name);
-    let resolved = match std::fs::canonicalize(&dev_dir) {
-        Ok(p) => p,
-        Err(e) => {
-            r.problem(
-                "ib.port_count",
-                d,
-                None,
-                &dev_dir,
-                format!("cannot resolve: {e}; the device is not counted"),
-            );
-            return None;
-        }
-    };
+    if let Err(e) = std::fs::metadata(&dev_dir) {
+        r.problem(
+            "ib.port_count",
+            d,
+            None,
+            &dev_dir,
+            format!("cannot resolve: {e}; the device is not counted"),
+        );
+        return None;
+    }
     let mut dev = Device {
         name: name.to_string(),
         ..Device::default()
@@ -589,25 +617,18 @@ fn gather_device(
     dev.hca_type = r.text("bom.drift", d, None, &dev_dir.join("hca_type"));
     dev.board_id = r.text("bom.drift", d, None, &dev_dir.join("board_id"));
     dev.node_guid = r.text("bom.drift", d, None, &dev_dir.join("node_guid"));
-    if let Ok(pci) = std::fs::canonicalize(dev_dir.join("device")) {
-        let rel = sysfs_canon
-            .and_then(|root| pci.strip_prefix(root).ok())
-            .unwrap_or(&pci);
-        dev.pci_path = pci_chain(rel);
+    if let Some(resolved) = resolve_link(&dev_dir) {
+        dev.pci_path = pci_chain(&resolved);
         dev.pci = dev.pci_path.last().cloned();
-        dev.numa_node = match read_capped(&pci.join("numa_node"), MAX_ATTR_BYTES) {
-            Read1::Text(s) => s.parse().ok(),
-            _ => None,
-        };
-        dev.driver = std::fs::read_link(pci.join("driver"))
-            .ok()
-            .and_then(|l| l.file_name().and_then(|s| s.to_str()).map(str::to_string));
-    } else {
-        let rel = sysfs_canon
-            .and_then(|root| resolved.strip_prefix(root).ok())
-            .unwrap_or(&resolved);
-        dev.pci_path = pci_chain(rel);
     }
+    let pci = dev_dir.join("device");
+    dev.numa_node = match read_capped(&pci.join("numa_node"), MAX_ATTR_BYTES) {
+        Read1::Text(s) => s.parse().ok(),
+        _ => None,
+    };
+    dev.driver = std::fs::read_link(pci.join("driver"))
+        .ok()
+        .and_then(|l| l.file_name().and_then(|s| s.to_str()).map(str::to_string));
     let ports_dir = dev_dir.join("ports");
     match list_dir(&ports_dir) {
         Ok(ports) => {
@@ -897,7 +918,7 @@ pub fn gpu_model(device_id: &str) -> Option<&'static str> {
     })
 }
 
-fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path, sysfs_canon: Option<&Path>) -> Vec<Gpu> {
+fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Vec<Gpu> {
     let bus = sysfs.join("bus").join("pci").join("devices");
     let Ok(names) = list_dir(&bus) else {
         return Vec::new();
@@ -925,13 +946,8 @@ fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path, sysfs_canon: Option<&Path>) -> 
             Read1::Text(s) => s.parse().ok(),
             _ => None,
         };
-        let pci_path = std::fs::canonicalize(&dir)
-            .map(|p| {
-                let rel = sysfs_canon
-                    .and_then(|root| p.strip_prefix(root).ok())
-                    .unwrap_or(&p);
-                pci_chain(rel)
-            })
+        let pci_path = resolve_link(&dir)
+            .map(|p| pci_chain(&p))
             .unwrap_or_default();
         gpus.push(Gpu {
             pci: n.clone(),
@@ -961,12 +977,11 @@ pub fn gather(roots: &Roots, ignore: impl Fn(&str) -> bool) -> Snapshot {
     let mut r = Reader {
         problems: &mut problems,
     };
-    let sysfs_canon = std::fs::canonicalize(&roots.sysfs).ok();
     let class = roots.sysfs.join("class").join("infiniband");
     match list_dir(&class) {
         Ok(names) => {
             for name in names.iter().filter(|n| !ignore(n)) {
-                if let Some(d) = gather_device(&mut r, sysfs_canon.as_deref(), &class, name) {
+                if let Some(d) = gather_device(&mut r, &class, name) {
                     snap.devices.push(d);
                 }
             }
@@ -996,7 +1011,7 @@ pub fn gather(roots: &Roots, ignore: impl Fn(&str) -> bool) -> Snapshot {
         }
     }
     gather_tools(&mut r, &roots.tools, &mut snap.netdevs, &roce);
-    snap.gpus = gather_gpus(&mut r, &roots.sysfs, sysfs_canon.as_deref());
+    snap.gpus = gather_gpus(&mut r, &roots.sysfs);
     if let Ok(mods) = list_dir(&roots.sysfs.join("module")) {
         for m in mods {
             if let Read1::Text(v) = read_capped(
@@ -1087,5 +1102,17 @@ mod tests {
             read_capped(dir.path(), MAX_ATTR_BYTES),
             Read1::Bad(_)
         ));
+    }
+
+    #[test]
+    fn a_fifo_without_a_writer_reads_as_empty_instead_of_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let st = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert!(matches!(read_capped(&fifo, MAX_ATTR_BYTES), Read1::Text(t) if t.is_empty()));
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod checks;
 pub mod gather;
+pub mod nccl_local;
 pub mod output;
 
 use std::collections::BTreeMap;

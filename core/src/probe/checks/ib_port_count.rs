@@ -16,6 +16,17 @@ pub const ID: &str = "ib.port_count";
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
+    if ctx.snap.devices.is_empty() && ctx.expect.ports.iter().all(|r| r.expect.count.is_none()) {
+        out.push(Finding::new(
+            ID,
+            Severity::Info,
+            None,
+            None,
+            json!({"count": 0}),
+            serde_json::Value::Null,
+            "no RDMA devices under class/infiniband (driver not loaded, or not an RDMA node); nothing to judge".to_string(),
+        ));
+    }
     for rule in &ctx.expect.ports {
         let Some(want) = rule.expect.count else {
             continue;
@@ -75,6 +86,12 @@ mod tests {
         let f = run_with(&s, &e, None, check);
         assert_eq!(brief(&f), [(Severity::Fail, None, None)]);
         assert_eq!(f[0].observed["count"], 7);
+    }
+
+    #[test]
+    fn a_node_without_rdma_devices_is_said() {
+        let f = run(&crate::probe::gather::Snapshot::default(), check);
+        assert_eq!(brief(&f), [(Severity::Info, None, None)]);
     }
 
     #[test]

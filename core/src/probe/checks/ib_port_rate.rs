@@ -36,7 +36,7 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
                     json!({"rate_gbps": r.gbps, "rate": r.text}),
                     json!({"rate_gbps": want}),
                     format!(
-                        "{} runs at {} ; the configuration expects {want} Gb/sec",
+                        "{} runs at {}; the configuration expects {want} Gb/sec",
                         where_(d, p),
                         r.text
                     ),
