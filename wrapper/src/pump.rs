@@ -1,6 +1,6 @@
 //! The output pump: forwards the child's bytes at once and matches lines as they pass.
 //!
-//! Each read from the child's pipe is written to our own stdout/stderr descriptor with raw
+//! Each read from the child's pipe (grown to 1 MiB) is written to our own stdout/stderr descriptor with raw
 //! `write(2)` calls before anything else happens (no line buffering, so a prompt without a newline
 //! shows immediately), then the complete lines in it are matched. Matching searches the whole
 //! chunk once per pattern (the regex engine's literal prefilters make that memchr-fast) and
@@ -231,7 +231,7 @@ pub fn pump(
         Target::Stderr => stderr.as_fd(),
     };
     let mut matcher = LineMatcher::new(patterns);
-    let mut buf = vec![0u8; 128 << 10];
+    let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = match src.read(&mut buf) {
             Ok(0) => break,
