@@ -100,9 +100,16 @@ fn record_path(args: &RunArgs, meta: &Meta) -> anyhow::Result<Option<PathBuf>> {
 
 fn open_records(args: &RunArgs, meta: &Meta) -> Sink {
     let opened = record_path(args, meta).and_then(|p| match p {
-        Some(p) => RecordWriter::open(&p, meta.clone())
-            .map(Some)
-            .with_context(|| format!("cannot open {}", p.display())),
+        Some(p) => {
+            let w = if args.record.is_some() {
+                RecordWriter::open(&p, meta.clone())
+            } else {
+                let uid = nix::unistd::getuid().as_raw();
+                RecordWriter::open_in_spool(&p, meta.clone(), uid)
+            };
+            w.map(Some)
+                .with_context(|| format!("cannot open {}", p.display()))
+        }
         None => Ok(None),
     });
     match opened {

@@ -39,6 +39,7 @@ pub fn run_all(runner: &mut dyn Runner, plan: &Plan, tracker: &Arc<Mutex<Tracker
     let mut attempt = 1;
     let result = loop {
         let r = runner.run(attempt);
+        lock().flush_outputs();
         if let Status::NotStarted { message, .. } = &r.status {
             eprintln!("{message}");
         }
@@ -68,12 +69,13 @@ pub fn run_all(runner: &mut dyn Runner, plan: &Plan, tracker: &Arc<Mutex<Tracker
             reason.unwrap_or_default(),
             humantime::format_duration(wait)
         );
-        if !runner.backoff(wait) {
+        if !runner.backoff(wait) || plan.deadline.is_some_and(|d| SystemTime::now() > d) {
             break r;
         }
         attempt += 1;
     };
     runner.finish();
+    lock().flush_outputs();
     let finish = Finish {
         last: result.status.clone(),
         sigterm: runner.sigterm_seen(),

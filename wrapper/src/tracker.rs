@@ -105,7 +105,14 @@ pub struct Tracker {
     open_ckpt: [Option<Instant>; 3],
     open_restore: [Option<Instant>; 3],
     retry_pattern_seen: bool,
+    /// Outputs not yet written, and when they were last written.
+    pending_outputs: u64,
+    outputs_written_at: Option<Instant>,
 }
+
+/// Outputs are written at most this often (an `--output-regex` can match thousands of lines a
+/// second; one record each would cost more than the job's own logging).
+const OUTPUT_EVERY: Duration = Duration::from_secs(1);
 
 impl Tracker {
     /// A tracker writing to `sink`.
@@ -118,6 +125,19 @@ impl Tracker {
             open_ckpt: [None; 3],
             open_restore: [None; 3],
             retry_pattern_seen: false,
+            pending_outputs: 0,
+            outputs_written_at: None,
+        }
+    }
+
+    /// Writes outputs counted but not yet recorded (end of an attempt).
+    pub fn flush_outputs(&mut self) {
+        if self.pending_outputs > 0 {
+            let n = std::mem::take(&mut self.pending_outputs);
+            self.sink.write(Body::Output {
+                n,
+                attempt: self.attempt,
+            });
         }
     }
 
@@ -133,6 +153,8 @@ impl Tracker {
 
     /// A new attempt starts: step timing and open begins start afresh.
     pub fn start_attempt(&mut self, attempt: u32) {
+        self.flush_outputs();
+        self.outputs_written_at = None;
         self.attempt = attempt;
         self.last_boundary = None;
         self.ckpt_since_boundary = [0.0; 3];
@@ -213,7 +235,16 @@ impl Tracker {
                     attempt,
                 });
             }
-            Event::Output(n) => self.sink.write(Body::Output { n, attempt }),
+            Event::Output(n) => {
+                self.pending_outputs += n;
+                let due = self
+                    .outputs_written_at
+                    .is_none_or(|t| at.saturating_duration_since(t) >= OUTPUT_EVERY);
+                if due {
+                    self.flush_outputs();
+                    self.outputs_written_at = Some(at);
+                }
+            }
             Event::RetryPattern => self.retry_pattern_seen = true,
         }
     }
@@ -274,6 +305,26 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn outputs_in_quick_succession_are_written_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut t, path) = tracker(&dir);
+        let t0 = Instant::now();
+        t.start_attempt(1);
+        for i in 0..100 {
+            t.apply(Event::Output(1), t0 + Duration::from_millis(i));
+        }
+        t.flush_outputs();
+        let ns: Vec<u64> = bodies(&path)
+            .into_iter()
+            .map(|b| match b {
+                Body::Output { n, .. } => n,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(ns, [1, 99]);
     }
 
     #[test]

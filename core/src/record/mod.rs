@@ -11,7 +11,7 @@ mod summary;
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -271,6 +271,34 @@ impl RecordWriter {
     /// Opens (creating mode 0600, and the parent directory mode 0700 if missing) `path` for
     /// appending; `meta` is stamped on every record (its `ts` is replaced at each write).
     pub fn open(path: &Path, meta: Meta) -> io::Result<Self> {
+        Self::open_with(path, meta, false)
+    }
+
+    /// [`RecordWriter::open`] for a file in the shared spool: the job directory must be a real
+    /// directory owned by `uid` (another user may have made it first, or planted a symlink) and
+    /// the file is opened with `O_NOFOLLOW`, so records never land in someone else's file.
+    pub fn open_in_spool(path: &Path, meta: Meta, uid: u32) -> io::Result<Self> {
+        if let Some(dir) = path.parent() {
+            match DirBuilder::new().mode(0o700).create(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            let md = std::fs::symlink_metadata(dir)?;
+            if !md.is_dir() || md.uid() != uid {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{} is not a directory owned by uid {uid}: remove it or ask the admin",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
+        Self::open_with(path, meta, true)
+    }
+
+    fn open_with(path: &Path, meta: Meta, no_follow: bool) -> io::Result<Self> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             if !parent.is_dir() {
                 DirBuilder::new()
@@ -279,11 +307,12 @@ impl RecordWriter {
                     .create(parent)?;
             }
         }
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .open(path)?;
+        let mut opts = OpenOptions::new();
+        opts.append(true).create(true).mode(0o600);
+        if no_follow {
+            opts.custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+        }
+        let file = opts.open(path)?;
         Ok(Self {
             file,
             path: path.to_owned(),
@@ -390,6 +419,23 @@ mod tests {
         assert!(line.contains(r#""exit_code":null"#), "{line}");
         assert!(line.contains(r#""signal":9"#), "{line}");
         assert!(line.contains(r#""outcome":"killed""#), "{line}");
+    }
+
+    #[test]
+    fn the_spool_writer_refuses_a_symlink_and_a_foreign_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::fs::metadata(dir.path()).unwrap().uid();
+        let job = dir.path().join("42");
+        std::fs::create_dir(&job).unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "mine\n").unwrap();
+        std::os::unix::fs::symlink(&victim, job.join("n1.jsonl")).unwrap();
+        assert!(RecordWriter::open_in_spool(&job.join("n1.jsonl"), meta(), me).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "mine\n");
+        let e = RecordWriter::open_in_spool(&job.join("n2.jsonl"), meta(), me + 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        let mut w = RecordWriter::open_in_spool(&job.join("n2.jsonl"), meta(), me).unwrap();
+        w.write(Body::Output { n: 1, attempt: 1 }).unwrap();
     }
 
     #[test]
