@@ -18,8 +18,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 pub use summary::{
-    DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, ReadLimits, RecordError, Records, read_records,
-    summarize, summarize_records,
+    DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, ReadLimits, RecordError, Records, merge_nodes,
+    read_records, summarize, summarize_records,
 };
 
 /// The record schema version carried in every line's `v`.
@@ -74,6 +74,19 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Parses the lower-case name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Accepted,
+            Self::Killed,
+            Self::Preempted,
+            Self::Timeout,
+            Self::Failed,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+    }
+
     /// The lower-case name used in records and the job tag.
     pub fn as_str(self) -> &'static str {
         match self {

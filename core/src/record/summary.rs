@@ -289,6 +289,7 @@ struct Agg {
     outcome: Outcome,
     on_time: bool,
     ranks: u32,
+    lead_rank: Option<u32>,
 }
 
 fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
@@ -315,6 +316,10 @@ impl Agg {
             acc.outcome = acc.outcome.max(p.outcome);
             acc.on_time &= p.on_time;
             acc.ranks = acc.ranks.max(p.ranks);
+            acc.lead_rank = match (acc.lead_rank, p.lead_rank) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         Some(acc)
     }
@@ -331,6 +336,10 @@ impl Agg {
             acc.outcome = acc.outcome.max(p.outcome);
             acc.on_time &= p.on_time;
             acc.ranks += p.ranks;
+            acc.lead_rank = match (acc.lead_rank, p.lead_rank) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         Some(acc)
     }
@@ -362,6 +371,7 @@ fn reduce_run(recs: &[&Record]) -> Agg {
         outcome: Outcome::Killed,
         on_time: false,
         ranks: 1,
+        lead_rank: recs.first().and_then(|r| r.meta.rank),
     };
     let mut retried = 0;
     let mut start_ts = None;
@@ -478,8 +488,41 @@ pub fn summarize(recs: &Records) -> Option<RunSummary> {
         on_time: fin.on_time,
         malformed_lines: recs.malformed,
         ranks: fin.ranks,
+        lead_rank: job.lead_rank,
         truncated: recs.truncated,
     })
+}
+
+/// Merges the summaries of a job's nodes (each from [`summarize_records`]) into the job's.
+///
+/// Nodes run side by side, so the rules are those for the ranks of one node: steps, step times,
+/// checkpoints and restores are the lead node's (the one with the lowest `lead_rank`, i.e. rank 0's
+/// node; the first given when no rank is known); outputs, ranks and malformed lines add up;
+/// retries, requeues and duration take the maximum; the outcome is the worst (in [`Outcome`]'s
+/// order); `accepted`, `on_time` need every node. `None` for no summaries.
+pub fn merge_nodes(nodes: &[RunSummary]) -> Option<RunSummary> {
+    let lead = nodes
+        .iter()
+        .enumerate()
+        .min_by_key(|(i, s)| (s.lead_rank.unwrap_or(u32::MAX), *i))?
+        .1;
+    let mut out = lead.clone();
+    let outcomes: Vec<Outcome> = nodes
+        .iter()
+        .map(|s| Outcome::parse(&s.outcome).unwrap_or(Outcome::Failed))
+        .collect();
+    let worst = outcomes.iter().copied().max()?;
+    out.outcome = worst.as_str().to_owned();
+    out.accepted = worst == Outcome::Accepted && nodes.iter().all(|s| s.accepted);
+    out.on_time = nodes.iter().all(|s| s.on_time);
+    out.retries = nodes.iter().map(|s| s.retries).max().unwrap_or(0);
+    out.requeues = nodes.iter().map(|s| s.requeues).max().unwrap_or(0);
+    out.duration_s = nodes.iter().map(|s| s.duration_s).fold(0.0, f64::max);
+    out.outputs = nodes.iter().fold(None, |acc, s| add_opt(acc, s.outputs));
+    out.ranks = nodes.iter().map(|s| s.ranks).sum();
+    out.malformed_lines = nodes.iter().map(|s| s.malformed_lines).sum();
+    out.truncated = nodes.iter().any(|s| s.truncated);
+    Some(out)
 }
 
 #[cfg(test)]
@@ -556,6 +599,7 @@ mod tests {
         assert_eq!(s.retries, 1);
         assert_eq!(s.duration_s, 11.0);
         assert_eq!(s.ranks, 2);
+        assert_eq!(s.lead_rank, Some(0));
     }
 
     #[test]
@@ -691,6 +735,34 @@ mod tests {
         let s = summarize(&recs).unwrap();
         assert_eq!(s.outcome, "accepted", "step_end from the tail survives");
         assert!(s.truncated);
+    }
+
+    #[test]
+    fn nodes_merge_with_the_lead_nodes_steps_and_the_worst_outcome() {
+        let node = |lead: u32, steps: u64, outcome: &str, outputs: u64| RunSummary {
+            steps,
+            outputs: Some(outputs),
+            outcome: outcome.into(),
+            accepted: outcome == "accepted",
+            on_time: true,
+            ranks: 4,
+            lead_rank: Some(lead),
+            duration_s: f64::from(lead),
+            ..RunSummary::default()
+        };
+        let merged = merge_nodes(&[
+            node(4, 90, "accepted", 5),
+            node(0, 100, "accepted", 7),
+            node(8, 80, "preempted", 1),
+        ])
+        .unwrap();
+        assert_eq!(merged.steps, 100, "rank 0's node leads");
+        assert_eq!(merged.outputs, Some(13));
+        assert_eq!(merged.outcome, "preempted");
+        assert!(!merged.accepted);
+        assert_eq!(merged.ranks, 12);
+        assert_eq!(merged.duration_s, 8.0);
+        assert!(merge_nodes(&[]).is_none());
     }
 
     #[test]
