@@ -33,7 +33,7 @@ fn markers_time_checkpoints_restores_steps_and_outputs() {
             "--ckpt-every",
             "2",
         ])
-        .args(["--ckpt-sleep", "0.2", "--ckpt-dir"])
+        .args(["--ckpt-sleep", "0.4", "--ckpt-dir"])
         .arg(&ckpt)
         .assert()
         .code(0);
@@ -43,7 +43,7 @@ fn markers_time_checkpoints_restores_steps_and_outputs() {
         let d = c.duration_s.unwrap();
         assert!(
             (0.2..5.0).contains(&d),
-            "checkpoint of {d} s around a 0.2 s write"
+            "checkpoint of {d} s around a 0.4 s write (less a late wake-up)"
         );
     }
     assert_eq!(sources(&recs, "restore"), ["marker"]);
@@ -89,7 +89,7 @@ fn a_checkpoint_directory_burst_is_one_checkpoint_with_its_bytes() {
     assert_eq!(sources(&recs, "checkpoint"), ["dir", "dir"], "{recs:#?}");
     for c in &ckpts {
         let d = c.duration_s.unwrap();
-        assert!((0.1..1.2).contains(&d), "{d} s for two writes 0.1 s apart");
+        assert!((0.05..1.2).contains(&d), "{d} s for two writes 0.1 s apart");
         assert_eq!(
             c.bytes,
             Some(10_000),
@@ -148,7 +148,7 @@ fn checkpoint_regexes_time_checkpoints_from_log_lines() {
         .args(["--restore-regex", "^restoring", "^restored"])
         .arg("--")
         .arg(fake_train())
-        .args(["--steps", "3", "--ckpt-every", "1", "--ckpt-sleep", "0.15"])
+        .args(["--steps", "3", "--ckpt-every", "1", "--ckpt-sleep", "0.5"])
         .assert()
         .code(0)
         .get_output()
@@ -163,7 +163,9 @@ fn checkpoint_regexes_time_checkpoints_from_log_lines() {
     let recs = records(&rec);
     assert_eq!(sources(&recs, "checkpoint"), ["regex", "regex", "regex"]);
     for c in of(&recs, "checkpoint") {
-        assert!(c.duration_s.unwrap() >= 0.15);
+        // Lines are timed when the pump reads them: allow for a late wake-up on a busy machine.
+        let d = c.duration_s.unwrap();
+        assert!((0.3..5.0).contains(&d), "{d} s for a 0.5 s checkpoint");
     }
 }
 
@@ -195,7 +197,7 @@ fn step_regex_gives_step_times_and_percentiles() {
     assert_eq!(s.steps, 6);
     assert_eq!(s.outputs, Some(6));
     let p50 = s.step_p50_s.unwrap();
-    assert!((0.1..2.0).contains(&p50), "p50 {p50} s for 0.1 s steps");
+    assert!((0.05..2.0).contains(&p50), "p50 {p50} s for 0.1 s steps");
     assert!(s.step_max_s.unwrap() >= s.step_p95_s.unwrap());
     assert!(s.step_p95_s.unwrap() >= p50);
 }
