@@ -89,6 +89,19 @@ pub struct RunSummary {
     /// Record lines that could not be parsed and were skipped.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub malformed_lines: u64,
+    /// Ranks (wrappers running side by side) seen in the final launch on this node.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub ranks: u32,
+    /// The lowest rank (`SLURM_PROCID`) whose steps and checkpoints this summary carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lead_rank: Option<u32>,
+    /// The records file exceeded the read bound; only its head and tail were summarised.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -1,5 +1,252 @@
-//! `fabric-run [options] -- CMD [ARGS...]`: the job-step wrapper (not yet built).
+//! `fabric-run [options] -- CMD [ARGS...]`: the job-step wrapper.
+//!
+//! Runs the command transparently (same exit status, 128+N for a signal; forwarded signals;
+//! output passed through unchanged) and records step start/end, attempts, checkpoints, restores,
+//! training steps and outputs as JSON lines (`docs/records.md`). Nothing the wrapper fails at on
+//! its own account (records, socket, inotify) changes what happens to the job: it warns and runs.
+//!
+//! Layout, after hyperfine: [`cli`] (clap), [`policy`] (pure decisions), [`runner`] (the
+//! `Runner` trait and the process runner), [`supervise`] (the retry loop), and the detectors
+//! [`mark`], [`pump`], [`dirwatch`], feeding [`tracker`].
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("fabric-run is not built yet")
+mod cli;
+mod dirwatch;
+mod mark;
+mod policy;
+mod pump;
+mod runner;
+mod supervise;
+mod tracker;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, anyhow};
+use clap::Parser;
+use fabric_core::record::{
+    Body, DEFAULT_SPOOL_ROOT, Meta, RecordWriter, SPOOL_ENV, VERSION, node_records_path,
+};
+
+use crate::cli::{Cli, RunArgs, Sub};
+use crate::policy::RetryPolicy;
+use crate::pump::{Kind, Patterns, compile};
+use crate::runner::{ProcessRunner, Runner};
+use crate::supervise::{Plan, run_all};
+use crate::tracker::{Sink, Tracker};
+
+fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
+
+fn env_str(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|s| !s.is_empty())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".to_owned())
+}
+
+/// The fields every record carries, from Slurm's task environment.
+fn meta_from_env() -> Meta {
+    let node = env_str("SLURMD_NODENAME").unwrap_or_else(hostname);
+    let start_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let job_id = env_str("SLURM_JOB_ID");
+    Meta {
+        v: VERSION,
+        ts: 0.0,
+        run: format!("{node}:{}:{start_ms}", std::process::id()),
+        rank: env_u32("SLURM_PROCID"),
+        local_rank: env_u32("SLURM_LOCALID"),
+        step_id: env_str("SLURM_STEP_ID").or_else(|| env_str("SLURM_STEPID")),
+        restart_count: env_u32("SLURM_RESTART_COUNT").or(job_id.as_ref().map(|_| 0)),
+        job_id,
+        node,
+    }
+}
+
+/// `--record`, else `<spool>/<job id>/<node>.jsonl` under Slurm, else nothing.
+fn record_path(args: &RunArgs, meta: &Meta) -> anyhow::Result<Option<PathBuf>> {
+    if let Some(p) = &args.record {
+        return Ok(Some(p.clone()));
+    }
+    let Some(job) = &meta.job_id else {
+        return Ok(None);
+    };
+    let root = std::env::var_os(SPOOL_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_ROOT));
+    if !root.is_dir() {
+        return Err(anyhow!(
+            "the spool directory {} does not exist: ask the admin to create it (mode 1777) or \
+             pass --record FILE",
+            root.display()
+        ));
+    }
+    node_records_path(&root, job, &meta.node)
+        .map(Some)
+        .ok_or_else(|| {
+            anyhow!(
+                "job id `{job}` or node `{}` cannot name a spool file",
+                meta.node
+            )
+        })
+}
+
+fn open_records(args: &RunArgs, meta: &Meta) -> Sink {
+    let opened = record_path(args, meta).and_then(|p| match p {
+        Some(p) => {
+            let w = if args.record.is_some() {
+                RecordWriter::open(&p, meta.clone())
+            } else {
+                let uid = nix::unistd::getuid().as_raw();
+                RecordWriter::open_in_spool(&p, meta.clone(), uid)
+            };
+            w.map(Some)
+                .with_context(|| format!("cannot open {}", p.display()))
+        }
+        None => Ok(None),
+    });
+    match opened {
+        Ok(w) => Sink::new(w),
+        Err(e) => {
+            eprintln!("fabric-run: warning: {e:#}; the job runs unrecorded");
+            Sink::new(None)
+        }
+    }
+}
+
+fn patterns(args: &RunArgs, retry: &RetryPolicy) -> Result<Patterns, String> {
+    let mut p = Patterns::default();
+    if let Some(v) = &args.checkpoint_regex {
+        p.push(Kind::CkptBegin, compile(&v[0], "--checkpoint-regex")?);
+        p.push(Kind::CkptEnd, compile(&v[1], "--checkpoint-regex")?);
+    }
+    if let Some(v) = &args.restore_regex {
+        p.push(Kind::RestoreBegin, compile(&v[0], "--restore-regex")?);
+        p.push(Kind::RestoreEnd, compile(&v[1], "--restore-regex")?);
+    }
+    if let Some(s) = &args.step_regex {
+        p.push(Kind::Step, compile(s, "--step-regex")?);
+    }
+    if let Some(s) = &args.output_regex {
+        p.push(Kind::Output, compile(s, "--output-regex")?);
+    }
+    for s in &retry.output_patterns {
+        p.push(Kind::Retry, compile(s, "--retry-on output=")?);
+    }
+    Ok(p)
+}
+
+/// Validated options; every error names the flag and the fix. Nothing has run yet.
+fn plan(args: &RunArgs) -> Result<(Plan, Patterns), String> {
+    let mut retry = RetryPolicy {
+        max: args.retries,
+        backoff: args.backoff,
+        backoff_max: args.backoff_max.max(args.backoff),
+        ..RetryPolicy::default()
+    };
+    for spec in &args.retry_on {
+        retry.add_spec(spec)?;
+    }
+    let deadline = match &args.deadline {
+        Some(s) => Some(
+            policy::parse_deadline(s, SystemTime::now()).map_err(|e| format!("--deadline: {e}"))?,
+        ),
+        None => None,
+    };
+    let patterns = patterns(args, &retry)?;
+    Ok((
+        Plan {
+            retry,
+            deadline,
+            accept_cmd: args.accept_cmd.clone(),
+        },
+        patterns,
+    ))
+}
+
+fn run(args: RunArgs) -> u8 {
+    let (plan, patterns) = match plan(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("fabric-run: {e}");
+            return 2;
+        }
+    };
+    let meta = meta_from_env();
+    let mut sink = open_records(&args, &meta);
+    sink.write(Body::StepStart {
+        pid: std::process::id(),
+        cmd: args
+            .cmd
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        deadline: plan
+            .deadline
+            .and_then(|d| d.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_secs_f64()),
+        retries_max: plan.retry.max,
+    });
+    let tracker = Arc::new(Mutex::new(Tracker::new(sink)));
+    let marks = match mark::MarkSocket::bind() {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!("fabric-run: warning: no marker socket ({e}); `fabric-run mark` is ignored");
+            None
+        }
+    };
+    let dirwatch = args.checkpoint_dir.as_deref().and_then(|d| {
+        dirwatch::DirWatch::new(d, args.checkpoint_quiet)
+            .map_err(|e| {
+                eprintln!(
+                    "fabric-run: warning: cannot watch {} ({e}); checkpoints there go unseen",
+                    d.display()
+                );
+            })
+            .ok()
+    });
+    let mut runner: Box<dyn Runner> = match ProcessRunner::new(
+        args.cmd.clone(),
+        marks,
+        dirwatch,
+        Arc::new(patterns),
+        Arc::clone(&tracker),
+    ) {
+        Ok(r) => Box::new(r),
+        Err(e) => {
+            // Without signal handlers we cannot supervise; run the command plainly instead.
+            eprintln!("fabric-run: warning: cannot supervise ({e}); running the command bare");
+            return bare(&args.cmd);
+        }
+    };
+    let end = run_all(runner.as_mut(), &plan, &tracker);
+    end.last.exit_code().clamp(0, 255) as u8
+}
+
+fn bare(cmd: &[std::ffi::OsString]) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match std::process::Command::new(&cmd[0]).args(&cmd[1..]).status() {
+        Ok(s) => s
+            .code()
+            .or(s.signal().map(|n| 128 + n))
+            .unwrap_or(1)
+            .clamp(0, 255) as u8,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 127,
+        Err(_) => 126,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Sub::Mark(m)) => ExitCode::from(mark::send(&m) as u8),
+        None => ExitCode::from(run(cli.run)),
+    }
 }

@@ -1,0 +1,409 @@
+//! Launching the command: the [`Runner`] trait and the real [`ProcessRunner`].
+//!
+//! Like hyperfine's executors, the retry loop ([`crate::supervise`]) only sees the trait, so its
+//! decisions are tested with a scripted runner; `ProcessRunner` is exercised by the integration
+//! tests against real processes.
+//!
+//! Signals: SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGCONT and SIGCHLD are caught with
+//! signal-hook's self-pipe (one socket pair per signal, written by an async-signal-safe handler
+//! with `SA_RESTART`), and read in one `poll(2)` loop together with the marker socket and inotify.
+//! They are caught, not blocked: a blocked mask would be inherited by the child across `exec`,
+//! while caught signals reset to their default action there. The child is spawned in its own
+//! process group, and each forwardable signal is sent to that group with `killpg(2)`, reaching
+//! the whole launcher tree (`torchrun` and its workers).
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use std::io::Read;
+use std::os::unix::net::UnixStream;
+
+use nix::sys::signal::{SigSet, Signal, killpg};
+use nix::unistd::{Pid, getpgrp, tcgetpgrp, tcsetpgrp};
+
+use crate::dirwatch::DirWatch;
+use crate::mark::{MarkSocket, SOCKET_ENV};
+use crate::policy::Status;
+use crate::pump::{Patterns, Target, pump};
+use crate::tracker::Tracker;
+
+/// Signals forwarded to the child's process group (DESIGN.md).
+pub const FORWARDED: [Signal; 6] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGCONT,
+];
+
+/// How long to wait, after the child exits, for its output pipes to close (a background
+/// grandchild may hold them open); then the wrapper moves on and the pumps keep running.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+
+/// How one attempt went.
+#[derive(Debug, Clone)]
+pub struct AttemptResult {
+    /// How it ended.
+    pub status: Status,
+    /// Wall time.
+    pub duration: Duration,
+    /// When it ended.
+    pub end: SystemTime,
+    /// A `--retry-on output=` pattern matched.
+    pub output_matched: bool,
+}
+
+/// Launches attempts and waits between them.
+pub trait Runner {
+    /// Runs attempt `attempt` (1-based) to its end.
+    fn run(&mut self, attempt: u32) -> AttemptResult;
+    /// Waits `d` before a relaunch; `false` when a signal (SIGTERM, SIGINT, SIGHUP) says stop.
+    fn backoff(&mut self, d: Duration) -> bool;
+    /// Whether SIGTERM has been received so far.
+    fn sigterm_seen(&self) -> bool;
+    /// Runs the `--accept-cmd` validation; `true` when it exits 0.
+    fn validate(&mut self, shell_cmd: &str) -> bool;
+    /// The run is over: pending detector state (an open directory burst) is flushed.
+    fn finish(&mut self);
+}
+
+/// One self-pipe per caught signal.
+#[derive(Debug)]
+pub struct SignalPipes {
+    pipes: Vec<(Signal, UnixStream)>,
+}
+
+impl SignalPipes {
+    /// Installs the handlers (forwarded signals and SIGCHLD).
+    pub fn install() -> std::io::Result<Self> {
+        let mut pipes = Vec::new();
+        for sig in FORWARDED.into_iter().chain([Signal::SIGCHLD]) {
+            let (rx, tx) = UnixStream::pair()?;
+            rx.set_nonblocking(true)?;
+            tx.set_nonblocking(true)?;
+            signal_hook::low_level::pipe::register(sig as i32, tx)?;
+            pipes.push((sig, rx));
+        }
+        Ok(Self { pipes })
+    }
+
+    /// Signals that arrived since the last call (each at most once per call).
+    fn drain(&self) -> Vec<Signal> {
+        let mut out = Vec::new();
+        let mut buf = [0u8; 64];
+        for (sig, rx) in &self.pipes {
+            let mut got = false;
+            while let Ok(n) = (&*rx).read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                got = true;
+            }
+            if got {
+                out.push(*sig);
+            }
+        }
+        out
+    }
+}
+
+/// Runs `f` with SIGTTOU blocked in this thread, so a background group may set the terminal's
+/// foreground group (tcsetpgrp(3): otherwise the caller is stopped).
+fn without_sigttou<T>(f: impl FnOnce() -> T) -> T {
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTTOU);
+    let blocked = set.thread_block().is_ok();
+    let out = f();
+    if blocked {
+        let _ = set.thread_unblock();
+    }
+    out
+}
+
+/// Gives the terminal to the child's group while it runs, when the wrapper holds it.
+#[derive(Debug)]
+struct Foreground {
+    ours: Pid,
+}
+
+impl Foreground {
+    fn take(child_pgid: Pid) -> Option<Self> {
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            return None;
+        }
+        let ours = getpgrp();
+        if tcgetpgrp(stdin.as_fd()).ok()? != ours {
+            return None;
+        }
+        without_sigttou(|| tcsetpgrp(stdin.as_fd(), child_pgid)).ok()?;
+        // The child may have touched the terminal before it was its own and been stopped.
+        let _ = killpg(child_pgid, Signal::SIGCONT);
+        Some(Self { ours })
+    }
+}
+
+impl Drop for Foreground {
+    fn drop(&mut self) {
+        let _ = without_sigttou(|| tcsetpgrp(std::io::stdin().as_fd(), self.ours));
+    }
+}
+
+/// The real runner: processes, pipes, a signalfd, the marker socket and inotify.
+#[derive(Debug)]
+pub struct ProcessRunner {
+    cmd: Vec<OsString>,
+    signals: SignalPipes,
+    marks: Option<MarkSocket>,
+    dirwatch: Option<DirWatch>,
+    patterns: Arc<Patterns>,
+    tracker: Arc<Mutex<Tracker>>,
+    sigterm: bool,
+}
+
+fn not_started(program: &OsString, e: &std::io::Error) -> Status {
+    let name = program.to_string_lossy();
+    let (code, hint) = match e.kind() {
+        std::io::ErrorKind::NotFound => (127, "check the name and PATH"),
+        std::io::ErrorKind::PermissionDenied => (126, "check that it is an executable file"),
+        _ => (126, "check that it is an executable for this machine"),
+    };
+    Status::NotStarted {
+        code,
+        message: format!("fabric-run: cannot run `{name}`: {e}: {hint}"),
+    }
+}
+
+impl ProcessRunner {
+    /// A runner for `cmd`; installs the signal handlers.
+    pub fn new(
+        cmd: Vec<OsString>,
+        marks: Option<MarkSocket>,
+        dirwatch: Option<DirWatch>,
+        patterns: Arc<Patterns>,
+        tracker: Arc<Mutex<Tracker>>,
+    ) -> std::io::Result<Self> {
+        Ok(Self {
+            cmd,
+            signals: SignalPipes::install()?,
+            marks,
+            dirwatch,
+            patterns,
+            tracker,
+            sigterm: false,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tracker> {
+        self.tracker.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Pending signals.
+    fn signals(&mut self) -> Vec<Signal> {
+        let out = self.signals.drain();
+        if out.contains(&Signal::SIGTERM) {
+            self.sigterm = true;
+        }
+        out
+    }
+
+    /// One round of `poll` over the signal pipes, markers and inotify; returns the signals seen.
+    fn wait_once(&mut self, limit: Option<Instant>) -> Vec<Signal> {
+        let now = Instant::now();
+        let wake = [
+            limit,
+            self.dirwatch.as_ref().and_then(DirWatch::next_deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let timeout = match wake {
+            Some(t) => {
+                let ms = t.saturating_duration_since(now).as_millis().min(60_000) as i32;
+                PollTimeout::try_from(ms.max(0) + 1).unwrap_or(PollTimeout::NONE)
+            }
+            None => PollTimeout::NONE,
+        };
+        {
+            let mut fds: Vec<PollFd<'_>> = self
+                .signals
+                .pipes
+                .iter()
+                .map(|(_, rx)| PollFd::new(rx.as_fd(), PollFlags::POLLIN))
+                .collect();
+            if let Some(m) = &self.marks {
+                fds.push(PollFd::new(m.socket.as_fd(), PollFlags::POLLIN));
+            }
+            if let Some(d) = &self.dirwatch {
+                fds.push(PollFd::new(d.fd(), PollFlags::POLLIN));
+            }
+            // EINTR or an error: fall through and look at everything anyway.
+            let _ = poll(&mut fds, timeout);
+        }
+        let now = Instant::now();
+        if let Some(m) = &self.marks {
+            let events = m.drain();
+            if !events.is_empty() {
+                let mut t = self.lock();
+                for e in events {
+                    t.apply(e, now);
+                }
+            }
+        }
+        if let Some(d) = &mut self.dirwatch {
+            d.read(now);
+            if let Some(e) = d.tick(now, false) {
+                self.lock().apply(e, now);
+            }
+        }
+        self.signals()
+    }
+
+    fn reap(child: &mut Child) -> Option<Status> {
+        match child.try_wait() {
+            Ok(Some(st)) => Some(match (st.code(), st.signal()) {
+                (Some(c), _) => Status::Exit(c),
+                (None, Some(s)) => Status::Signal(s),
+                _ => Status::Exit(1),
+            }),
+            Ok(None) => None,
+            // Cannot happen for our own child; report a failure rather than spin.
+            Err(_) => Some(Status::Exit(1)),
+        }
+    }
+
+    fn start_pumps(&self, child: &mut Child) -> Vec<Receiver<()>> {
+        let mut done = Vec::new();
+        // A 1 MiB pipe (the unprivileged maximum, pipe(7)) halves the wake-ups of a chatty child.
+        let grow = |fd: std::os::fd::RawFd| {
+            let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
+        };
+        let out = child.stdout.take().map(|s| {
+            grow(s.as_raw_fd());
+            Box::new(s) as Box<dyn std::io::Read + Send>
+        });
+        let err = child.stderr.take().map(|s| {
+            grow(s.as_raw_fd());
+            Box::new(s) as Box<dyn std::io::Read + Send>
+        });
+        let streams = [(out, Target::Stdout), (err, Target::Stderr)];
+        for (src, target) in streams {
+            let Some(src) = src else { continue };
+            let (tx, rx) = channel();
+            let patterns = Arc::clone(&self.patterns);
+            let tracker = Arc::clone(&self.tracker);
+            std::thread::spawn(move || {
+                pump(src, target, patterns, tracker);
+                let _ = tx.send(());
+            });
+            done.push(rx);
+        }
+        done
+    }
+}
+
+impl Runner for ProcessRunner {
+    fn run(&mut self, attempt: u32) -> AttemptResult {
+        self.lock().start_attempt(attempt);
+        let started = Instant::now();
+        let mut cmd = Command::new(&self.cmd[0]);
+        cmd.args(&self.cmd[1..]).process_group(0);
+        cmd.env("FABRIC_RUN_ATTEMPT", attempt.to_string());
+        if let Some(m) = &self.marks {
+            cmd.env(SOCKET_ENV, &m.path);
+        }
+        if !self.patterns.is_empty() {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                return AttemptResult {
+                    status: not_started(&self.cmd[0], &e),
+                    duration: started.elapsed(),
+                    end: SystemTime::now(),
+                    output_matched: false,
+                };
+            }
+        };
+        let pgid = Pid::from_raw(child.id() as i32);
+        let foreground = Foreground::take(pgid);
+        let pumps = self.start_pumps(&mut child);
+        let status = loop {
+            // Reap first: SIGCHLD may have been consumed in an earlier round.
+            if let Some(st) = Self::reap(&mut child) {
+                break st;
+            }
+            for s in self.wait_once(None) {
+                if FORWARDED.contains(&s) {
+                    // ESRCH: the group is already gone; nothing to forward to.
+                    let _ = killpg(pgid, s);
+                }
+            }
+        };
+        let end = SystemTime::now();
+        let duration = started.elapsed();
+        drop(foreground);
+        let grace = Instant::now() + PIPE_GRACE;
+        for rx in pumps {
+            let _ = rx.recv_timeout(grace.saturating_duration_since(Instant::now()));
+        }
+        AttemptResult {
+            status,
+            duration,
+            end,
+            output_matched: self.lock().retry_pattern_seen(),
+        }
+    }
+
+    fn backoff(&mut self, d: Duration) -> bool {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            let sigs = self.wait_once(Some(until));
+            if sigs
+                .iter()
+                .any(|s| matches!(s, Signal::SIGTERM | Signal::SIGINT | Signal::SIGHUP))
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn sigterm_seen(&self) -> bool {
+        self.sigterm
+    }
+
+    fn validate(&mut self, shell_cmd: &str) -> bool {
+        Command::new("/bin/sh")
+            .arg("-c")
+            .arg(shell_cmd)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    fn finish(&mut self) {
+        let now = Instant::now();
+        if let Some(d) = &mut self.dirwatch {
+            d.read(now);
+            if let Some(e) = d.tick(now, true) {
+                self.lock().apply(e, now);
+            }
+        }
+        if let Some(m) = &self.marks {
+            let events = m.drain();
+            let mut t = self.lock();
+            for e in events {
+                t.apply(e, now);
+            }
+        }
+    }
+}
