@@ -65,6 +65,8 @@ pub struct PluginArgs {
     pub dry_run: bool,
     /// `munge_socket=PATH`: the munged socket for the job's rendezvous (default: munge's own).
     pub munge_socket: Option<PathBuf>,
+    /// `spool_dir=DIR`: where `fabric-run` leaves per-job records (`<dir>/<job>/<node>.jsonl`).
+    pub spool_dir: PathBuf,
 }
 
 impl Default for PluginArgs {
@@ -81,6 +83,7 @@ impl Default for PluginArgs {
             max_drain: DrainLimit::Fraction(0.1),
             dry_run: false,
             munge_socket: None,
+            spool_dir: PathBuf::from(crate::record::DEFAULT_SPOOL_ROOT),
         }
     }
 }
@@ -98,6 +101,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "max_drain",
     "dry_run",
     "munge_socket",
+    "spool_dir",
 ];
 
 /// Longest timeout accepted; Slurm's own `PrologEpilogTimeout` should be longer still.
@@ -236,6 +240,9 @@ impl PluginArgs {
                     .ok_or(bad("a node count (e.g. 2) or a percentage (e.g. 10%)")),
                 "munge_socket" => absolute_path(value)
                     .map(|p| args.munge_socket = Some(p))
+                    .ok_or(bad(ABS)),
+                "spool_dir" => absolute_path(value)
+                    .map(|p| args.spool_dir = p)
                     .ok_or(bad(ABS)),
                 // Every key was checked against KNOWN_KEYS above.
                 _ => Ok(()),

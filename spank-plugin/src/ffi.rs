@@ -179,6 +179,15 @@ impl Host for SlurmHost {
         (rc == sys::ESPANK_SUCCESS).then_some(id)
     }
 
+    fn job_uid(&self) -> Option<u32> {
+        let mut uid: u32 = 0;
+        // SAFETY: S_JOB_UID takes one `uid_t *` (spank.h); uid_t is 32 bits on Linux.
+        let rc = unsafe {
+            sys::spank_get_item(self.sp, sys::spank_item_S_JOB_UID, &mut uid as *mut u32)
+        };
+        (rc == sys::ESPANK_SUCCESS).then_some(uid)
+    }
+
     fn info(&self, msg: &str) {
         log_info(msg);
     }

@@ -53,6 +53,8 @@ pub trait Host {
     fn option(&self) -> Option<Option<String>>;
     /// The job id (`S_JOB_ID`).
     fn job_id(&self) -> Option<u32>;
+    /// The job owner's uid (`S_JOB_UID`).
+    fn job_uid(&self) -> Option<u32>;
     /// Logs at info level (the slurmd log in the prolog).
     fn info(&self, msg: &str);
     /// Logs at error level (shown to the user in srun/sbatch).
@@ -252,8 +254,11 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
         nodes,
         "--option".to_owned(),
         req.mode.unwrap_or(FabricMode::Quick).as_str().to_owned(),
-        "--".to_owned(),
     ];
+    if let Some(uid) = host.job_uid() {
+        child_args.extend(["--job-uid".to_owned(), uid.to_string()]);
+    }
+    child_args.push("--".to_owned());
     child_args.extend(hooks::take_hook_args(words));
     // SLURM_CONF is slurmd's own setting, not the job's; nothing else is passed on.
     let pass: Vec<(&str, String)> = std::env::var("SLURM_CONF")
@@ -323,6 +328,9 @@ mod tests {
         }
         fn job_id(&self) -> Option<u32> {
             Some(42)
+        }
+        fn job_uid(&self) -> Option<u32> {
+            Some(1000)
         }
         fn info(&self, m: &str) {
             self.log.borrow_mut().push(format!("info {m}"));

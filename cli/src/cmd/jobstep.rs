@@ -22,9 +22,10 @@ use fabric_core::hostlist::Hostlist;
 use fabric_core::jobstep;
 use fabric_core::plugin_args::{PluginArgs, Policy, expand_node};
 use fabric_core::probe::{Baseline, Report};
+use fabric_core::record::{self, ReadLimits, RecordError};
 use fabric_core::rendezvous::{self, MapResolver, Munge, RendezvousConfig, SystemResolver};
 use fabric_core::slurm::SlurmCli;
-use fabric_core::tag::{self, DuringJob, NodeResult, Verdict};
+use fabric_core::tag::{self, DuringJob, NodeResult, RunSummary, Verdict};
 
 /// Arguments shared by `prolog` and `epilog`.
 #[derive(Debug, clap::Args)]
@@ -41,6 +42,9 @@ pub struct Args {
     /// The job's `--fabric-check` value.
     #[arg(long, default_value = "quick")]
     pub option: String,
+    /// The job owner's uid: fabric-run records must belong to it.
+    #[arg(long)]
+    pub job_uid: Option<u32>,
     /// The plugin's plugstack.conf words, after `--`.
     #[arg(last = true)]
     pub plugin_args: Vec<String>,
@@ -445,6 +449,36 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
     Ok(code)
 }
 
+/// This node's `fabric-run` records for the job, summarised, then removed. The spool is
+/// user-writable and we are root: the reader refuses links and foreign owners and bounds sizes.
+fn read_run_summary(step: &Step) -> Option<RunSummary> {
+    let job = step.args.job_id.to_string();
+    let path = record::node_records_path(&step.plugin.spool_dir, &job, &step.args.node)?;
+    let limits = ReadLimits {
+        owner_uid: step.args.job_uid,
+        ..ReadLimits::default()
+    };
+    let summary = match record::summarize_records(&path, &limits) {
+        Ok(s) => s,
+        Err(RecordError::Missing(_)) => return None,
+        Err(e) => {
+            say(&format!("fabric-run records of job {job} skipped: {e}"));
+            return None;
+        }
+    };
+    if summary.malformed_lines > 0 {
+        say(&format!(
+            "fabric-run records of job {job}: {} malformed line(s) skipped",
+            summary.malformed_lines
+        ));
+    }
+    let _ = std::fs::remove_file(&path);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
+    Some(summary)
+}
+
 /// `fabric-check epilog`.
 pub fn epilog(args: Args) -> anyhow::Result<i32> {
     let step = Step::new(args)?;
@@ -492,17 +526,23 @@ pub fn epilog(args: Args) -> anyhow::Result<i32> {
     if step.plugin.policy == Policy::Observe {
         return Ok(0);
     }
-    let payload = serde_json::json!({ "during": during });
+    let run = read_run_summary(&step);
+    let payload = serde_json::json!({ "during": during, "run": run });
     if let Some((got, _missing)) = step.meet(payload) {
+        let runs: Vec<RunSummary> = got
+            .values()
+            .filter_map(|p| serde_json::from_value::<RunSummary>(p["run"].clone()).ok())
+            .collect();
+        let run = record::merge_nodes(&runs);
         let mut rows: Vec<DuringJob> = got
             .into_values()
             .filter_map(|p| serde_json::from_value::<DuringJob>(p["during"].clone()).ok())
             .filter(|d| !d.rises.is_empty() || d.verdict != Verdict::Pass)
             .collect();
         rows.sort_by(|a, b| a.node.cmp(&b.node));
-        if rows.is_empty() {
+        if rows.is_empty() && run.is_none() {
             say(&format!(
-                "job {}: no counter rose on any node; tag unchanged",
+                "job {}: no counter rose and no fabric-run records; tag unchanged",
                 step.args.job_id
             ));
             say("fabric-check-exit=0");
@@ -511,6 +551,9 @@ pub fn epilog(args: Args) -> anyhow::Result<i32> {
         step.write_tag(|prev| {
             let mut t = prev.unwrap_or_default();
             t.during = rows;
+            if run.is_some() {
+                t.run = run;
+            }
             t
         });
     }

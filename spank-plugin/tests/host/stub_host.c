@@ -47,6 +47,7 @@ int spank_get_item(spank_t sp, int item, ...) {
     (void)sp;
     va_list ap; va_start(ap, item);
     if (item == 2) { uint32_t *id = va_arg(ap, uint32_t *); *id = 4242; va_end(ap); return 0; }
+    if (item == 0) { uint32_t *uid = va_arg(ap, uint32_t *); *uid = 1000; va_end(ap); return 0; }
     va_end(ap); return 3;
 }
 static void logv(const char *lvl, const char *fmt, va_list ap) {

@@ -254,3 +254,44 @@ pub fn heal_all(tb: &Testbed) {
     }
     tb.resume_all();
 }
+
+impl Testbed {
+    /// Runs `f` with a modified plugstack line (restarting the slurmds), then restores the normal
+    /// plugstack and a healthy cluster, also when `f` panics. `so` replaces the plugin, `probe`
+    /// the `probe=` binary, and `extra` words are appended.
+    pub fn with_plugstack(
+        &self,
+        so: Option<&Path>,
+        probe: Option<&Path>,
+        extra: &str,
+        f: impl FnOnce(),
+    ) {
+        self.script(&["plugstack", "plugin"])
+            .expect("normal plugstack");
+        let normal =
+            std::fs::read_to_string(self.dir.join("etc/plugstack.conf")).expect("read plugstack");
+        let mut words: Vec<String> = normal.split_whitespace().map(str::to_owned).collect();
+        if let Some(so) = so {
+            words[1] = so.display().to_string();
+        }
+        if let Some(p) = probe {
+            for w in &mut words {
+                if w.starts_with("probe=") {
+                    *w = format!("probe={}", p.display());
+                }
+            }
+        }
+        words.extend(extra.split_whitespace().map(str::to_owned));
+        let conf = self.dir.join("etc/plugstack.test.conf");
+        std::fs::write(&conf, words.join(" ") + "\n").expect("write plugstack");
+        self.script(&["plugstack", conf.to_str().expect("utf-8 path")])
+            .expect("install plugstack");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        self.script(&["plugstack", "plugin"])
+            .expect("restore plugstack");
+        heal_all(self);
+        if let Err(p) = r {
+            std::panic::resume_unwind(p);
+        }
+    }
+}

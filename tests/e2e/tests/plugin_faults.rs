@@ -35,25 +35,8 @@ fn test_hooks_so(tb: &Testbed) -> PathBuf {
     target.join("debug/libspank_fabric_check.so")
 }
 
-/// Installs a plugstack line with extra words, runs `f`, restores the normal plugin.
 fn with_plugstack(tb: &Testbed, so: Option<PathBuf>, words: &str, f: impl FnOnce()) {
-    let so = so.unwrap_or_else(|| tb.dir.join("lib/spank_fabric_check.so"));
-    let conf = tb.dir.join("etc/plugstack.test.conf");
-    let line = format!(
-        "required {} probe={dir}/bin/fabric-check config={dir}/nodes/%n/fabric-check.toml sysfs_root={dir}/nodes/%n/sysfs state_dir={dir}/state/%n timeout=10 {words}\n",
-        so.display(),
-        dir = tb.dir.display()
-    );
-    std::fs::write(&conf, line).expect("write plugstack");
-    tb.script(&["plugstack", conf.to_str().expect("utf-8 path")])
-        .expect("install plugstack");
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    tb.script(&["plugstack", "plugin"])
-        .expect("restore plugstack");
-    tb.resume_all();
-    if let Err(p) = result {
-        std::panic::resume_unwind(p);
-    }
+    tb.with_plugstack(so.as_deref(), None, words, f);
 }
 
 fn daemons_alive(tb: &Testbed) {

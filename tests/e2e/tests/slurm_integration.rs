@@ -58,27 +58,8 @@ fn misbehaving_probe(tb: &Testbed, name: &str, probe_body: &str) -> PathBuf {
     path
 }
 
-/// Swaps the plugstack line's words, runs `f`, restores the normal plugstack and heals.
 fn with_plugin_words(tb: &Testbed, extra: &str, probe: Option<&PathBuf>, f: impl FnOnce()) {
-    let dir = tb.dir.display();
-    let probe = probe.map_or_else(
-        || format!("{dir}/bin/fabric-check"),
-        |p| p.display().to_string(),
-    );
-    let line = format!(
-        "required {dir}/lib/spank_fabric_check.so probe={probe} config={dir}/nodes/%n/fabric-check.toml sysfs_root={dir}/nodes/%n/sysfs state_dir={dir}/state/%n munge_socket={dir}/munge/munge.socket.2 timeout=10 {extra}\n"
-    );
-    let conf = tb.dir.join("etc/plugstack.test.conf");
-    std::fs::write(&conf, line).expect("write plugstack");
-    tb.script(&["plugstack", conf.to_str().unwrap()])
-        .expect("install plugstack");
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    tb.script(&["plugstack", "plugin"])
-        .expect("restore plugstack");
-    heal_all(tb);
-    if let Err(p) = r {
-        std::panic::resume_unwind(p);
-    }
+    tb.with_plugstack(None, probe.map(PathBuf::as_path), extra, f);
 }
 
 #[test]

@@ -1,0 +1,56 @@
+//! `fabric-run` under a real `srun`: the probe verdict and the run summary in one job tag.
+
+use std::time::Duration;
+
+use fabric_e2e::{Testbed, heal_all, wait_job_end, wait_tag};
+
+#[test]
+fn srun_with_fabric_run_puts_the_verdict_and_the_run_summary_in_one_tag() {
+    let tb = Testbed::get();
+    heal_all(&tb);
+    let work = tempfile_dir(&tb);
+    let fake = tb.repo.join("tests/fixtures/fake-train");
+    let spool = tb.dir.join("runs");
+    let path = format!(
+        "{}:/usr/sbin:/usr/bin:/sbin:/bin",
+        tb.dir.join("bin").display()
+    );
+    let script = format!(
+        "#!/bin/sh\nexport PATH={path} FABRIC_RUN_SPOOL={spool}\n\
+         srun -N2 fabric-run --checkpoint-dir {ck} --checkpoint-quiet 200ms --step-regex '^step ([0-9]+)' -- \
+         {fake} --steps 7 --ckpt-every 3 --ckpt-dir {ck} --step-sleep 0.3\n",
+        spool = spool.display(),
+        ck = work.display(),
+        fake = fake.display(),
+    );
+    let batch = work.join("job.sh");
+    std::fs::write(&batch, script).unwrap();
+    let job = tb.sbatch(&[
+        "-N2",
+        "--fabric-check",
+        "-o",
+        "/dev/null",
+        batch.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        wait_job_end(&tb, job, Duration::from_secs(120)).as_deref(),
+        Some("COMPLETED")
+    );
+    let tag = wait_tag(&tb, job, Duration::from_secs(60), |t| t["run"].is_object())
+        .expect("tag with a run summary");
+    assert_eq!(tag["verdict"], "pass", "{tag}");
+    assert_eq!(tag["nnodes"], 2, "{tag}");
+    let run = &tag["run"];
+    assert_eq!(run["steps"], 7, "{tag}");
+    assert_eq!(run["outcome"], "accepted", "{tag}");
+    assert_eq!(run["accepted"], true, "{tag}");
+    assert_eq!(run["ckpt_n"], 2, "checkpoints after steps 3 and 6: {tag}");
+    assert!(run["step_p50_s"].as_f64().unwrap_or(0.0) > 0.0, "{tag}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+fn tempfile_dir(tb: &Testbed) -> std::path::PathBuf {
+    let d = tb.dir.join(format!("work-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
