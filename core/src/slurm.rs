@@ -172,37 +172,18 @@ impl SlurmCli {
         .map(drop)
     }
 
-    /// The job's `AdminComment`: from slurmctld (`squeue --json`) while it knows the job, else
-    /// from accounting (`sacct`). Empty when none.
+    /// The job's `AdminComment`: from slurmctld (`scontrol show job`, which prints it on a line
+    /// of its own) while it knows the job, else from accounting (`sacct`). Empty when none.
     pub fn admin_comment(&self, job_id: u32) -> Result<String, SlurmError> {
-        let text = self.run("squeue", &["--json", "-j", &job_id.to_string()])?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| SlurmError::Parse {
-            command: "squeue --json".into(),
-            reason: e.to_string(),
-        })?;
-        let job = v["jobs"].as_array().and_then(|jobs| {
-            jobs.iter()
-                .find(|j| j["job_id"].as_u64() == Some(u64::from(job_id)))
-        });
-        if let Some(j) = job {
-            let c = j["admin_comment"]
-                .as_str()
-                .or_else(|| j["comment"]["administrator"].as_str());
-            return Ok(c.unwrap_or_default().to_owned());
+        match self.run("scontrol", &["show", "job", &job_id.to_string()]) {
+            Ok(text) => Ok(admin_comment_of(&text)),
+            Err(SlurmError::Failed { .. }) => {
+                let text =
+                    self.run("sacct", &["-n", "-P", "-X", "-j", &job_id.to_string(), "-o", "AdminComment"])?;
+                Ok(text.lines().next().unwrap_or_default().to_owned())
+            }
+            Err(e) => Err(e),
         }
-        let text = self.run(
-            "sacct",
-            &[
-                "-n",
-                "-P",
-                "-X",
-                "-j",
-                &job_id.to_string(),
-                "-o",
-                "AdminComment",
-            ],
-        )?;
-        Ok(text.lines().next().unwrap_or_default().to_owned())
     }
 
     /// `scontrol update JobId=N AdminComment=TEXT` (live jobs).
@@ -233,5 +214,26 @@ impl SlurmCli {
             ],
         )
         .map(drop)
+    }
+}
+
+/// The `AdminComment=` line of `scontrol show job` output (scontrol ends it with one space).
+pub fn admin_comment_of(show_job: &str) -> String {
+    show_job
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("AdminComment="))
+        .map(|v| v.strip_suffix(' ').unwrap_or(v).to_owned())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_admin_comment_line_keeps_its_spaces_and_equals_signs() {
+        let text = "JobId=7 JobName=wrap\n   Comment=x \n   AdminComment=JS1:a b  c=d Comment=x \n   Reason=None\n";
+        assert_eq!(admin_comment_of(text), "JS1:a b  c=d Comment=x");
+        assert_eq!(admin_comment_of("JobId=7 JobName=wrap\n"), "");
     }
 }

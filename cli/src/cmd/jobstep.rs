@@ -382,6 +382,7 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
     let step = Step::new(args)?;
     let snapshot = step.snapshot_path();
     let mut notes = Vec::new();
+    let t0 = Instant::now();
     let (mut result, failing) = match step.probe(None, Some(&snapshot)) {
         Ok(report) => (
             jobstep::node_result(&report),
@@ -403,6 +404,7 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
             (r, Some((check.to_owned(), why)))
         }
     };
+    let probe_ms = t0.elapsed().as_millis();
     say(&format!(
         "probe verdict {} on {} ({})",
         result.verdict.as_str(),
@@ -443,6 +445,11 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
             });
         }
     }
+    say(&format!(
+        "timing: probe {} ms, policy+rendezvous+tag {} ms",
+        probe_ms,
+        t0.elapsed().as_millis().saturating_sub(probe_ms)
+    ));
     let code = if result.drained { 2 } else { 0 };
     // The plugin reads this line when slurmstepd reaped us before it could.
     say(&format!("fabric-check-exit={code}"));
