@@ -67,6 +67,9 @@ pub struct Args {
     /// Sweep sizes in bytes per rank, small to large (suffixes K, M): `4K,64K,1M`.
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<String>,
+    /// Name a node slow when its best link is this many times slower than the median node's.
+    #[arg(long, default_value_t = collective::DEFAULT_SLOW_FACTOR)]
+    pub slow_factor: f64,
     /// The backend.
     #[arg(long, value_enum, default_value_t = Backend::Tcp)]
     pub backend: Backend,
@@ -161,6 +164,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     cfg.budget = Duration::from_millis(args.budget_ms);
     cfg.rendezvous.timeout =
         Duration::from_millis(args.rendezvous_ms.unwrap_or(args.budget_ms / 2));
+    if !(args.slow_factor > 1.0 && args.slow_factor.is_finite()) {
+        bail!(
+            "--slow-factor {} must be a number above 1 (e.g. 4)",
+            args.slow_factor
+        );
+    }
+    cfg.slow_factor = args.slow_factor;
     if !args.sizes.is_empty() {
         cfg.sizes_bytes = args
             .sizes

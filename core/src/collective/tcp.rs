@@ -10,10 +10,13 @@
 //! all-gather steps (pass the fully reduced chunks on). Each rank sends 2(n−1)/n of the buffer,
 //! which is what nccl-tests' bus bandwidth assumes.
 //!
-//! Per-link timing: for every received chunk of at least [`LINK_CHUNK_MIN_BYTES`], the receiver
-//! records the time from the first read to the last and the bytes after the first read. That is
-//! the rate of the link from the left neighbour, independent of when the neighbour started
-//! sending — the basis for naming a slow node (see [`super::attribute`]).
+//! Per-link timing ([`Ring::probe_link`]): every rank asks its left neighbour for a block (one
+//! byte back along the left connection); the sender times from that request to the receiver's
+//! one-byte acknowledgement: `bytes / rate + RTT` of one link, on one clock, with no other rank's
+//! lateness in it. All links are probed at once. Timing chunks inside the all-reduce does not
+//! work: a chunk that sat in the socket buffer before the receiver looked measures memory, and
+//! in a ring slowed by one node most healthy chunks do; and a receiver-side clock started at
+//! the request picks up the sender's lateness, which in a ring is the slow node's.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -25,20 +28,8 @@ use serde::{Deserialize, Serialize};
 
 use super::CollectiveError;
 
-/// Chunks smaller than this are not used for link rates: they fit in one segment burst and
-/// measure the scheduler, not the link.
-pub const LINK_CHUNK_MIN_BYTES: usize = 64 * 1024;
 /// The largest control frame accepted.
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
-
-/// Bytes and busy time of the link from the left neighbour.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct LinkSample {
-    /// Bytes received after the first read of each chunk.
-    pub bytes: u64,
-    /// Seconds from the first read to the last read, summed over chunks.
-    pub busy_s: f64,
-}
 
 /// The two connections of one rank.
 #[derive(Debug)]
@@ -206,6 +197,123 @@ impl Ring {
         Ok((first, last, after_first))
     }
 
+    /// Measures the link to the right neighbour: waits for its request (one byte on that
+    /// connection), sends it `bytes` bytes and returns the seconds from the request to the
+    /// receiver's acknowledgement (one byte after the last one): `bytes / rate + RTT` of that one
+    /// link, timed on the sender alone, so no other rank's lateness is in it. Meanwhile it asks
+    /// the left neighbour for the same and acknowledges its block; all ranks call it together.
+    pub fn probe_link(
+        &mut self,
+        bytes: usize,
+        scratch: &mut Vec<u8>,
+        deadline: Instant,
+    ) -> Result<f64, CollectiveError> {
+        if scratch.len() < 2 * bytes {
+            scratch.resize(2 * bytes, 0);
+        }
+        let (send, recv) = scratch.split_at_mut(bytes);
+        let recv = &mut recv[..bytes];
+        // Left connection: write the request, read the block, write the acknowledgement.
+        // Right connection: read the request, write the block, read the acknowledgement.
+        let (mut asked, mut acked) = (false, false);
+        let (mut go_at, mut ack_at): (Option<Instant>, Option<Instant>) = (None, None);
+        let (mut sent, mut got) = (0usize, 0usize);
+        let would_block =
+            |e: &std::io::Error| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted);
+        while !(asked && acked && ack_at.is_some() && sent == bytes && got == bytes) {
+            let mut progressed = false;
+            if !asked || (got == bytes && !acked) {
+                match self.left.write(&[1u8]) {
+                    Ok(1) => {
+                        if asked {
+                            acked = true;
+                        } else {
+                            asked = true;
+                        }
+                        progressed = true;
+                    }
+                    Ok(_) => return Err(CollectiveError::Ring("left neighbour closed".into())),
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(io_err("writing to the left neighbour", e)),
+                }
+            }
+            if go_at.is_none() || (sent == bytes && ack_at.is_none()) {
+                let mut b = [0u8; 1];
+                match self.right.read(&mut b) {
+                    Ok(1) => {
+                        if go_at.is_none() {
+                            go_at = Some(Instant::now());
+                        } else {
+                            ack_at = Some(Instant::now());
+                        }
+                        progressed = true;
+                    }
+                    Ok(_) => return Err(CollectiveError::Ring("right neighbour closed".into())),
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(io_err("reading from the right neighbour", e)),
+                }
+            }
+            if go_at.is_some() && sent < bytes {
+                match self.right.write(&send[sent..]) {
+                    Ok(0) => return Err(CollectiveError::Ring("right neighbour closed".into())),
+                    Ok(k) => {
+                        sent += k;
+                        progressed = true;
+                    }
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(io_err("sending to the right neighbour", e)),
+                }
+            }
+            if asked && got < bytes {
+                match self.left.read(&mut recv[got..]) {
+                    Ok(0) => return Err(CollectiveError::Ring("left neighbour closed".into())),
+                    Ok(k) => {
+                        got += k;
+                        progressed = true;
+                    }
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(io_err("receiving from the left neighbour", e)),
+                }
+            }
+            if progressed {
+                continue;
+            }
+            let left = remaining(deadline, "probing the ring links")?;
+            let ms = left.as_millis().min(1000) as u16;
+            let mut right_flags = PollFlags::empty();
+            if go_at.is_none() || (sent == bytes && ack_at.is_none()) {
+                right_flags |= PollFlags::POLLIN;
+            }
+            if go_at.is_some() && sent < bytes {
+                right_flags |= PollFlags::POLLOUT;
+            }
+            let mut left_flags = PollFlags::empty();
+            if !asked || (got == bytes && !acked) {
+                left_flags |= PollFlags::POLLOUT;
+            }
+            if asked && got < bytes {
+                left_flags |= PollFlags::POLLIN;
+            }
+            let mut fds = Vec::with_capacity(2);
+            if !right_flags.is_empty() {
+                fds.push(PollFd::new(self.right.as_fd(), right_flags));
+            }
+            if !left_flags.is_empty() {
+                fds.push(PollFd::new(self.left.as_fd(), left_flags));
+            }
+            match poll(&mut fds, PollTimeout::from(ms.max(1))) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(io_err("poll", e)),
+            }
+        }
+        match (go_at, ack_at) {
+            (Some(g), Some(a)) => Ok((a - g).as_secs_f64()),
+            _ => Err(CollectiveError::Ring(
+                "link probe ended without timing".into(),
+            )),
+        }
+    }
+
     /// Sends a length-prefixed frame to the right.
     pub fn send_frame(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), CollectiveError> {
         if bytes.len() > MAX_FRAME_BYTES {
@@ -239,7 +347,6 @@ impl Ring {
         pos: usize,
         n: usize,
         stage: &mut Vec<f32>,
-        link: &mut LinkSample,
         deadline: Instant,
     ) -> Result<(), CollectiveError> {
         if n < 2 {
@@ -261,17 +368,11 @@ impl Ring {
                 let (sa, sb) = bounds(send_idx);
                 let (ra, rb) = bounds(recv_idx);
                 let rlen = rb - ra;
-                let (first, last, after) = self.exchange(
+                self.exchange(
                     bytemuck::cast_slice(&data[sa..sb]),
                     bytemuck::cast_slice_mut(&mut stage[..rlen]),
                     deadline,
                 )?;
-                if rlen * 4 >= LINK_CHUNK_MIN_BYTES {
-                    if let (Some(f), Some(l)) = (first, last) {
-                        link.bytes += after as u64;
-                        link.busy_s += (l - f).as_secs_f64();
-                    }
-                }
                 let dst = &mut data[ra..rb];
                 if phase == 0 {
                     for (d, x) in dst.iter_mut().zip(&stage[..rlen]) {
@@ -328,8 +429,7 @@ mod tests {
                         Ring::establish(&l, right, (r + n - 1) % n, r, 7, "s", deadline).unwrap();
                     let mut data: Vec<f32> = (0..len).map(|i| (r * 1000 + i) as f32).collect();
                     let mut stage = Vec::new();
-                    let mut link = LinkSample::default();
-                    ring.all_reduce(&mut data, r, n, &mut stage, &mut link, deadline)
+                    ring.all_reduce(&mut data, r, n, &mut stage, deadline)
                         .unwrap();
                     data
                 })
@@ -347,6 +447,39 @@ mod tests {
             for (r, got) in ring_all_reduce(n, len).into_iter().enumerate() {
                 assert_eq!(got, expected, "n={n} len={len} rank={r}");
             }
+        }
+    }
+
+    #[test]
+    fn every_rank_times_the_block_from_its_left_neighbour() {
+        let n = 3;
+        let listeners: Vec<TcpListener> = (0..n)
+            .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap())
+            .collect();
+        let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let handles: Vec<_> = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(r, l)| {
+                let right = addrs[(r + 1) % n];
+                std::thread::spawn(move || {
+                    let mut ring =
+                        Ring::establish(&l, right, (r + n - 1) % n, r, 7, "s", deadline).unwrap();
+                    let mut scratch = Vec::new();
+                    let t = ring.probe_link(1 << 20, &mut scratch, deadline).unwrap();
+                    // The ring still works afterwards: nothing of the probe is left in flight.
+                    let mut data = vec![1.0f32; 10];
+                    ring.all_reduce(&mut data, r, n, &mut Vec::new(), deadline)
+                        .unwrap();
+                    (t, data)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (t, data) = h.join().unwrap();
+            assert!(t > 0.0 && t < 20.0, "{t}");
+            assert_eq!(data, vec![3.0f32; 10]);
         }
     }
 
