@@ -614,9 +614,13 @@ fn fill_report(
     for (si, count) in sizes.iter().enumerate() {
         let iters = all.iter().map(|r| r.iter_s[si].len()).min().unwrap_or(0);
         let wrong: u64 = all.iter().map(|r| r.wrong[si]).sum();
-        if iters == 0 {
-            if wrong > 0 {
-                report.wrong += wrong;
+        report.wrong += wrong;
+        if iters < MIN_ITERS as usize {
+            if iters > 0 {
+                report.messages.push(format!(
+                    "{} bytes: only {iters} timed iteration(s) fit in the budget; not reported",
+                    *count as u64 * 4
+                ));
             }
             continue;
         }
@@ -643,7 +647,6 @@ fn fill_report(
             busbw_gb_s: stats::allreduce_busbw_gb_s(algbw, m),
             wrong,
         });
-        report.wrong += wrong;
     }
     // Link rates: the link into present[p] comes from present[p-1].
     // The probe of the rank at position p-1 timed the link into position p.
