@@ -112,6 +112,20 @@ fn enter_netns(name: &str) -> anyhow::Result<()> {
 /// Runs the subcommand and returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let started = Instant::now();
+    if args.backend == Backend::Nccl
+        && cfg!(feature = "nccl")
+        && std::env::var_os("NCCL_ALGO").is_none()
+    {
+        // NCCL reads NCCL_ALGO at communicator creation; setting the environment in-process is
+        // `unsafe` (edition 2024), so run again with it: busbw then reflects the ring over the
+        // network, comparable to the TCP backend and to nccl-tests run with the same setting.
+        let status = std::process::Command::new(std::env::current_exe()?)
+            .args(std::env::args_os().skip(1))
+            .env("NCCL_ALGO", "Ring")
+            .status()
+            .context("re-running with NCCL_ALGO=Ring")?;
+        return Ok(status.code().unwrap_or(3));
+    }
     // setns(2) affects the calling thread only: do it before any thread or socket exists.
     if let Some(ns) = &args.netns {
         enter_netns(ns)?;

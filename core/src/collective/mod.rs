@@ -194,6 +194,9 @@ pub struct Report {
     pub messages: Vec<String>,
     /// Why the collective could not run, for verdict `error`.
     pub error: Option<String>,
+    /// Why the backend did not run at all (no GPU, no libnccl): a skip, reported with verdict
+    /// `pass` and exit 0, since the node is not at fault.
+    pub skipped: Option<String>,
 }
 
 /// How to run one rank of the collective.
@@ -249,7 +252,7 @@ struct RankRaw {
 
 /// A sweep command: what every rank does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cmd {
+pub(crate) enum Cmd {
     Stop,
     Probe,
     Warmup(u32),
@@ -257,7 +260,7 @@ enum Cmd {
 }
 
 impl Cmd {
-    fn encode(self) -> [u8; 8] {
+    pub(crate) fn encode(self) -> [u8; 8] {
         let (k, s) = match self {
             Cmd::Stop => (0u32, 0u32),
             Cmd::Probe => (3, 0),
@@ -269,7 +272,7 @@ impl Cmd {
         b[4..].copy_from_slice(&s.to_le_bytes());
         b
     }
-    fn decode(b: [u8; 8]) -> Result<Self, CollectiveError> {
+    pub(crate) fn decode(b: [u8; 8]) -> Result<Self, CollectiveError> {
         let k = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let s = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
         match k {
@@ -288,7 +291,7 @@ pub fn input_value(rank: usize, i: usize, iter: u32) -> f32 {
     ((((rank as u64 + u64::from(iter)) % 7) + 1) * (i as u64 % 251 + 1)) as f32
 }
 
-fn expected_coefficient(ranks: &[usize], iter: u32) -> f32 {
+pub(crate) fn expected_coefficient(ranks: &[usize], iter: u32) -> f32 {
     ranks
         .iter()
         .map(|r| ((*r as u64 + u64::from(iter)) % 7) + 1)
@@ -311,7 +314,7 @@ pub fn run(cfg: &CollectiveConfig) -> Report {
     report
 }
 
-fn empty_report(cfg: &CollectiveConfig, backend: &str) -> Report {
+pub(crate) fn empty_report(cfg: &CollectiveConfig, backend: &str) -> Report {
     Report {
         schema: SCHEMA.into(),
         backend: backend.into(),
@@ -329,6 +332,7 @@ fn empty_report(cfg: &CollectiveConfig, backend: &str) -> Report {
         wrong: 0,
         messages: Vec::new(),
         error: None,
+        skipped: None,
     }
 }
 
@@ -423,7 +427,7 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
     };
     let mut data: Vec<f32> = Vec::new();
     let mut stage: Vec<f32> = Vec::new();
-    let mut planner = Planner::new(cfg, sizes.len());
+    let mut planner = Planner::new(cfg, sizes.len(), PROBES);
     let mut probe_scratch: Vec<u8> = Vec::new();
     let mut iter_no: u32 = 0;
     loop {
@@ -526,7 +530,7 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
 /// Rank 0's sweep plan: sizes small to large, each with one warm-up and timed iterations while
 /// its share of the remaining budget lasts; a size whose estimated cost does not fit ends the
 /// sweep.
-struct Planner {
+pub(crate) struct Planner {
     soft_end: Instant,
     n_sizes: usize,
     current: Option<usize>,
@@ -539,7 +543,7 @@ struct Planner {
 }
 
 impl Planner {
-    fn new(cfg: &CollectiveConfig, n_sizes: usize) -> Self {
+    pub(crate) fn new(cfg: &CollectiveConfig, n_sizes: usize, probes: u32) -> Self {
         // Keep 15% of the budget for the result exchange and output.
         let soft_end = cfg.started + cfg.budget.mul_f64(0.85);
         Self {
@@ -551,18 +555,18 @@ impl Planner {
             timed: 0,
             last_s: 0.0,
             last_count: 0,
-            probes_left: PROBES,
+            probes_left: probes,
         }
     }
 
-    fn observe(&mut self, _si: usize, timed: bool, dt: f64) {
+    pub(crate) fn observe(&mut self, _si: usize, timed: bool, dt: f64) {
         self.last_s = dt;
         if timed {
             self.timed += 1;
         }
     }
 
-    fn next(&mut self, sizes: &[usize]) -> Cmd {
+    pub(crate) fn next(&mut self, sizes: &[usize]) -> Cmd {
         if self.probes_left > 0 {
             self.probes_left -= 1;
             return Cmd::Probe;
@@ -628,25 +632,9 @@ fn fill_report(
         let per_iter: Vec<f64> = (0..iters)
             .map(|i| all.iter().map(|r| r.iter_s[si][i]).sum::<f64>() / all.len() as f64)
             .collect();
-        let mean_s = stats::mean(&per_iter).unwrap_or(0.0);
-        let bytes = (*count as u64) * 4;
-        let algbw = stats::algbw_gb_s(bytes, mean_s);
-        let us = |x: Option<f64>| x.unwrap_or(0.0) * 1e6;
-        report.sizes.push(SizeFigures {
-            bytes,
-            count: *count as u64,
-            iterations: iters as u32,
-            time_us_mean: mean_s * 1e6,
-            time_us_p50: us(stats::percentile(&per_iter, 50.0)),
-            time_us_p95: us(stats::percentile(&per_iter, 95.0)),
-            time_us_p99: us(stats::percentile(&per_iter, 99.0)),
-            time_us_min: us(stats::percentile(&per_iter, 0.0)),
-            time_us_max: us(stats::percentile(&per_iter, 100.0)),
-            cv: stats::coefficient_of_variation(&per_iter).unwrap_or(0.0),
-            algbw_gb_s: algbw,
-            busbw_gb_s: stats::allreduce_busbw_gb_s(algbw, m),
-            wrong,
-        });
+        report
+            .sizes
+            .push(size_figures(*count as u64, &per_iter, m, wrong));
     }
     // Link rates: the link into present[p] comes from present[p-1].
     // The probe of the rank at position p-1 timed the link into position p.
@@ -734,6 +722,29 @@ fn fill_report(
         ));
     }
     report.verdict = verdict;
+}
+
+/// The figures of one size from its per-iteration times (seconds, already averaged over ranks).
+pub fn size_figures(count: u64, per_iter_s: &[f64], ranks: usize, wrong: u64) -> SizeFigures {
+    let mean_s = stats::mean(per_iter_s).unwrap_or(0.0);
+    let bytes = count * 4;
+    let algbw = stats::algbw_gb_s(bytes, mean_s);
+    let us = |x: Option<f64>| x.unwrap_or(0.0) * 1e6;
+    SizeFigures {
+        bytes,
+        count,
+        iterations: per_iter_s.len() as u32,
+        time_us_mean: mean_s * 1e6,
+        time_us_p50: us(stats::percentile(per_iter_s, 50.0)),
+        time_us_p95: us(stats::percentile(per_iter_s, 95.0)),
+        time_us_p99: us(stats::percentile(per_iter_s, 99.0)),
+        time_us_min: us(stats::percentile(per_iter_s, 0.0)),
+        time_us_max: us(stats::percentile(per_iter_s, 100.0)),
+        cv: stats::coefficient_of_variation(per_iter_s).unwrap_or(0.0),
+        algbw_gb_s: algbw,
+        busbw_gb_s: stats::allreduce_busbw_gb_s(algbw, ranks),
+        wrong,
+    }
 }
 
 /// A link is marked slow when it is this many times slower than the typical node's best link.
