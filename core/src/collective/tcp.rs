@@ -28,6 +28,8 @@ use serde::{Deserialize, Serialize};
 
 use super::CollectiveError;
 
+/// The pipelined all-reduce forwards a chunk's reduced bytes once this many are ready.
+pub const PIPELINE_SLICE_BYTES: usize = 128 * 1024;
 /// The largest control frame accepted.
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
 
@@ -340,7 +342,14 @@ impl Ring {
     }
 
     /// In-place ring all-reduce (sum) of `data` among the `n` ranks of the ring, this rank at
-    /// position `pos`. `stage` is scratch space; `link` gathers the left link's rate.
+    /// position `pos`; `stage` is scratch space.
+    ///
+    /// Pipelined like NCCL's ring: the 2(n−1) steps are not run in lock-step. The chunk sent at
+    /// step s is the one received at step s−1, so its bytes go out as soon as they have arrived
+    /// and been reduced (whole floats), while later bytes are still on their way. Receiving can
+    /// run ahead of sending; it only ever overwrites (all-gather) bytes this rank has already
+    /// handed to the kernel, because every byte it receives for a chunk derives, around the
+    /// ring, from the same position of this rank's own earlier send of that chunk.
     pub fn all_reduce(
         &mut self,
         data: &mut [f32],
@@ -358,32 +367,109 @@ impl Ring {
         if stage.len() < max_chunk {
             stage.resize(max_chunk, 0.0);
         }
-        for phase in 0..2 {
-            for s in 0..n - 1 {
-                let (send_idx, recv_idx) = if phase == 0 {
-                    ((pos + n - s) % n, (pos + 2 * n - s - 1) % n)
+        let steps = 2 * (n - 1);
+        // The chunk received at step s: p − s − 1 (mod n), in both phases; sent at s: that of s−1.
+        let recv_chunk = |s: usize| (pos + 2 * n - (s % n) - 1) % n;
+        let send_chunk = |s: usize| (pos + n - (s % n)) % n;
+        let (mut ss, mut soff) = (0usize, 0usize);
+        let (mut rs, mut roff, mut done) = (0usize, 0usize, 0usize);
+        let would_block =
+            |e: &std::io::Error| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted);
+        loop {
+            // Skip empty chunks (fewer elements than ranks).
+            while ss < steps && bounds(send_chunk(ss)).0 == bounds(send_chunk(ss)).1 {
+                ss += 1;
+            }
+            while rs < steps && bounds(recv_chunk(rs)).0 == bounds(recv_chunk(rs)).1 {
+                rs += 1;
+            }
+            if ss >= steps && rs >= steps {
+                return Ok(());
+            }
+            let mut progressed = false;
+            let mut send_ready = 0;
+            if ss < steps {
+                let (a, b) = bounds(send_chunk(ss));
+                let full = (b - a) * 4;
+                send_ready = if ss == 0 || rs >= ss {
+                    full
                 } else {
-                    ((pos + 1 + n - s) % n, (pos + n - s) % n)
-                };
-                let (sa, sb) = bounds(send_idx);
-                let (ra, rb) = bounds(recv_idx);
-                let rlen = rb - ra;
-                self.exchange(
-                    bytemuck::cast_slice(&data[sa..sb]),
-                    bytemuck::cast_slice_mut(&mut stage[..rlen]),
-                    deadline,
-                )?;
-                let dst = &mut data[ra..rb];
-                if phase == 0 {
-                    for (d, x) in dst.iter_mut().zip(&stage[..rlen]) {
-                        *d += *x;
+                    // Forward in slices, not every few bytes that arrive: fewer syscalls.
+                    let ready = done * 4;
+                    if ready - soff.min(ready) >= PIPELINE_SLICE_BYTES {
+                        ready
+                    } else {
+                        soff
                     }
-                } else {
-                    dst.copy_from_slice(&stage[..rlen]);
+                };
+                if soff < send_ready {
+                    let bytes: &[u8] = bytemuck::cast_slice(&data[a..b]);
+                    match self.right.write(&bytes[soff..send_ready]) {
+                        Ok(0) => {
+                            return Err(CollectiveError::Ring("right neighbour closed".into()));
+                        }
+                        Ok(k) => {
+                            soff += k;
+                            progressed = true;
+                        }
+                        Err(e) if would_block(&e) => {}
+                        Err(e) => return Err(io_err("sending to the right neighbour", e)),
+                    }
+                }
+                if soff == full {
+                    ss += 1;
+                    soff = 0;
+                    continue;
                 }
             }
+            if rs < steps {
+                let (a, b) = bounds(recv_chunk(rs));
+                let full = (b - a) * 4;
+                let st: &mut [u8] = bytemuck::cast_slice_mut(&mut stage[..b - a]);
+                match self.left.read(&mut st[roff..full]) {
+                    Ok(0) => return Err(CollectiveError::Ring("left neighbour closed".into())),
+                    Ok(k) => {
+                        roff += k;
+                        progressed = true;
+                        let complete = roff / 4;
+                        if rs < n - 1 {
+                            for (d, x) in data[a + done..a + complete]
+                                .iter_mut()
+                                .zip(&stage[done..complete])
+                            {
+                                *d += *x;
+                            }
+                        } else {
+                            data[a + done..a + complete].copy_from_slice(&stage[done..complete]);
+                        }
+                        done = complete;
+                        if roff == full {
+                            rs += 1;
+                            roff = 0;
+                            done = 0;
+                        }
+                    }
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(io_err("receiving from the left neighbour", e)),
+                }
+            }
+            if progressed {
+                continue;
+            }
+            let left = remaining(deadline, "exchanging data with the ring neighbours")?;
+            let ms = left.as_millis().min(1000) as u16;
+            let mut fds = Vec::with_capacity(2);
+            if ss < steps && soff < send_ready {
+                fds.push(PollFd::new(self.right.as_fd(), PollFlags::POLLOUT));
+            }
+            if rs < steps {
+                fds.push(PollFd::new(self.left.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, PollTimeout::from(ms.max(1))) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(io_err("poll", e)),
+            }
         }
-        Ok(())
     }
 }
 
@@ -440,7 +526,16 @@ mod tests {
 
     #[test]
     fn ring_all_reduce_sums_every_element_on_every_rank() {
-        for (n, len) in [(2, 10), (3, 7), (4, 100_003), (5, 3)] {
+        for (n, len) in [
+            (2, 1),
+            (2, 10),
+            (3, 7),
+            (3, 1_000_001),
+            (4, 100_003),
+            (4, 3),
+            (5, 3),
+            (6, 262_144),
+        ] {
             let expected: Vec<f32> = (0..len)
                 .map(|i| (0..n).map(|r| (r * 1000 + i) as f32).sum())
                 .collect();
