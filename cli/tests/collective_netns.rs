@@ -6,6 +6,7 @@ mod collective_support;
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use collective_support::munged::Munged;
@@ -13,9 +14,14 @@ use collective_support::{names, run_ranks};
 
 const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
 
+/// These tests judge timing: they run one at a time, so that three tests' twelve ranks do not
+/// compete for the same cores and make each other's healthy links look slow.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 /// Namespaces `PREFIX-n1..n4` and `PREFIX-hub`, deleted on drop.
 struct Testbed {
     prefix: String,
+    _serial: MutexGuard<'static, ()>,
 }
 
 fn script() -> PathBuf {
@@ -32,7 +38,10 @@ impl Testbed {
             panic!("network-namespace tests need root; set FABRIC_SKIP_NETNS_TESTS=1 to skip");
         }
         let prefix = format!("c{}{tag}", std::process::id() % 100_000);
-        let t = Self { prefix };
+        let t = Self {
+            prefix,
+            _serial: SERIAL.lock().unwrap_or_else(|e| e.into_inner()),
+        };
         t.netns(&["down"]);
         let out = t.netns(&["up", "4"]);
         assert!(

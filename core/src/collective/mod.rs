@@ -45,8 +45,9 @@ pub const MIN_ITERS: u32 = 3;
 /// Bytes of one link probe ([`tcp::Ring::probe_link`]): large enough that scheduling noise of a
 /// few milliseconds on a healthy link stays small against a slow link's transfer time.
 pub const PROBE_BYTES: usize = 1 << 20;
-/// Link probes before the sweep; each link's rate is the median.
-pub const PROBES: u32 = 3;
+/// Link probes before the sweep; each link's rate is the median, so two probes disturbed by a
+/// rank losing its CPU for a moment do not make a healthy node look slow.
+pub const PROBES: u32 = 5;
 
 /// Why a collective could not run.
 #[derive(Debug, thiserror::Error)]
