@@ -432,8 +432,25 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
     let mut probe_scratch: Vec<u8> = Vec::new();
     let mut iter_no: u32 = 0;
     loop {
+        // Every rank prepares its input *before* passing the command on, so when the command is
+        // back at rank 0 all inputs are ready and no rank's timing includes a neighbour still
+        // filling its buffer.
+        let mut prepare = |cmd: Cmd, data: &mut Vec<f32>| -> Result<(), Failure> {
+            if let Cmd::Warmup(s) | Cmd::Timed(s) = cmd {
+                let count = *sizes.get(s as usize).ok_or_else(|| {
+                    fail(CollectiveError::Ring(format!(
+                        "size index {s} out of range"
+                    )))
+                })?;
+                iter_no = iter_no.wrapping_add(1);
+                data.clear();
+                data.extend((0..count).map(|i| input_value(cfg.my_rank, i, iter_no)));
+            }
+            Ok(())
+        };
         let cmd = if pos == 0 {
             let cmd = planner.next(&sizes);
+            prepare(cmd, &mut data)?;
             ring.send_frame(&cmd.encode(), hard_deadline)
                 .map_err(fail)?;
             let back = ring.recv_frame(hard_deadline).map_err(fail)?;
@@ -449,8 +466,10 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
                 .as_slice()
                 .try_into()
                 .map_err(|_| fail(CollectiveError::Ring("bad command frame".into())))?;
+            let cmd = Cmd::decode(arr).map_err(fail)?;
+            prepare(cmd, &mut data)?;
             ring.send_frame(&arr, hard_deadline).map_err(fail)?;
-            Cmd::decode(arr).map_err(fail)?
+            cmd
         };
         let (si, timed) = match cmd {
             Cmd::Stop => break,
@@ -464,14 +483,6 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
             Cmd::Warmup(s) => (s as usize, false),
             Cmd::Timed(s) => (s as usize, true),
         };
-        let count = *sizes.get(si).ok_or_else(|| {
-            fail(CollectiveError::Ring(format!(
-                "size index {si} out of range"
-            )))
-        })?;
-        iter_no = iter_no.wrapping_add(1);
-        data.clear();
-        data.extend((0..count).map(|i| input_value(cfg.my_rank, i, iter_no)));
         let t0 = Instant::now();
         ring.all_reduce(&mut data, pos, m, &mut stage, hard_deadline)
             .map_err(fail)?;
