@@ -67,6 +67,9 @@ pub struct Args {
     /// Sweep sizes in bytes per rank, small to large (suffixes K, M): `4K,64K,1M`.
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<String>,
+    /// Name a node slow when its best link is this many times slower than the median node's.
+    #[arg(long, default_value_t = collective::DEFAULT_SLOW_FACTOR)]
+    pub slow_factor: f64,
     /// The backend.
     #[arg(long, value_enum, default_value_t = Backend::Tcp)]
     pub backend: Backend,
@@ -109,6 +112,20 @@ fn enter_netns(name: &str) -> anyhow::Result<()> {
 /// Runs the subcommand and returns the exit code.
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let started = Instant::now();
+    if args.backend == Backend::Nccl
+        && cfg!(feature = "nccl")
+        && std::env::var_os("NCCL_ALGO").is_none()
+    {
+        // NCCL reads NCCL_ALGO at communicator creation; setting the environment in-process is
+        // `unsafe` (edition 2024), so run again with it: busbw then reflects the ring over the
+        // network, comparable to the TCP backend and to nccl-tests run with the same setting.
+        let status = std::process::Command::new(std::env::current_exe()?)
+            .args(std::env::args_os().skip(1))
+            .env("NCCL_ALGO", "Ring")
+            .status()
+            .context("re-running with NCCL_ALGO=Ring")?;
+        return Ok(status.code().unwrap_or(3));
+    }
     // setns(2) affects the calling thread only: do it before any thread or socket exists.
     if let Some(ns) = &args.netns {
         enter_netns(ns)?;
@@ -161,6 +178,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     cfg.budget = Duration::from_millis(args.budget_ms);
     cfg.rendezvous.timeout =
         Duration::from_millis(args.rendezvous_ms.unwrap_or(args.budget_ms / 2));
+    if !(args.slow_factor > 1.0 && args.slow_factor.is_finite()) {
+        bail!(
+            "--slow-factor {} must be a number above 1 (e.g. 4)",
+            args.slow_factor
+        );
+    }
+    cfg.slow_factor = args.slow_factor;
     if !args.sizes.is_empty() {
         cfg.sizes_bytes = args
             .sizes

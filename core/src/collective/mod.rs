@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::rendezvous::{self, RendezvousConfig, RendezvousError, Share};
-use tcp::{LinkSample, Ring};
+use tcp::Ring;
 
 /// The JSON schema name of a [`Report`].
 pub const SCHEMA: &str = "fabric-check/collective/v1";
@@ -42,6 +42,12 @@ pub const DEFAULT_SIZES_BYTES: [u64; 5] = [4 << 10, 64 << 10, 1 << 20, 8 << 20, 
 pub const MAX_ITERS: u32 = 100;
 /// The fewest timed iterations a size needs to be run at all.
 pub const MIN_ITERS: u32 = 3;
+/// Bytes of one link probe ([`tcp::Ring::probe_link`]): large enough that scheduling noise of a
+/// few milliseconds on a healthy link stays small against a slow link's transfer time.
+pub const PROBE_BYTES: usize = 1 << 20;
+/// Link probes before the sweep; each link's rate is the median, so two probes disturbed by a
+/// rank losing its CPU for a moment do not make a healthy node look slow.
+pub const PROBES: u32 = 5;
 
 /// Why a collective could not run.
 #[derive(Debug, thiserror::Error)]
@@ -148,7 +154,7 @@ pub struct LinkFigures {
     pub from: String,
     /// Receiving node.
     pub to: String,
-    /// Measured rate, GB/s.
+    /// Measured rate, GB/s (median of the link probes; `None`: not probed).
     pub rate_gb_s: Option<f64>,
     /// Less than half the typical node's best link.
     pub slow: bool,
@@ -189,6 +195,9 @@ pub struct Report {
     pub messages: Vec<String>,
     /// Why the collective could not run, for verdict `error`.
     pub error: Option<String>,
+    /// Why the backend did not run at all (no GPU, no libnccl): a skip, reported with verdict
+    /// `pass` and exit 0, since the node is not at fault.
+    pub skipped: Option<String>,
 }
 
 /// How to run one rank of the collective.
@@ -205,7 +214,15 @@ pub struct CollectiveConfig {
     pub started: Instant,
     /// The sweep, bytes per rank, small to large (each rounded down to whole f32s).
     pub sizes_bytes: Vec<u64>,
+    /// A node is slow when its best link is this many times slower than the median node's
+    /// (and a robust outlier); see [`DEFAULT_SLOW_FACTOR`].
+    pub slow_factor: f64,
 }
+
+/// The default [`CollectiveConfig::slow_factor`]: a node at a third of its peers' rate. On the
+/// shared two-core testbed (load average 8), healthy veth links probed within 1.7× of each other
+/// and a `tc tbf` 100mbit node 20–47× slower; dedicated nodes can use 2 to catch a half-rate port.
+pub const DEFAULT_SLOW_FACTOR: f64 = 3.0;
 
 impl CollectiveConfig {
     /// A configuration with the default budget and sweep; the rendezvous gets half the budget.
@@ -217,6 +234,7 @@ impl CollectiveConfig {
             budget: DEFAULT_BUDGET,
             started,
             sizes_bytes: DEFAULT_SIZES_BYTES.to_vec(),
+            slow_factor: DEFAULT_SLOW_FACTOR,
         }
     }
 }
@@ -229,21 +247,24 @@ struct RankRaw {
     iter_s: Vec<Vec<f64>>,
     /// Per size index: wrong elements.
     wrong: Vec<u64>,
-    link: LinkSample,
+    /// Seconds of each link probe (the link to the right neighbour).
+    probe_s: Vec<f64>,
 }
 
 /// A sweep command: what every rank does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Cmd {
+pub(crate) enum Cmd {
     Stop,
+    Probe,
     Warmup(u32),
     Timed(u32),
 }
 
 impl Cmd {
-    fn encode(self) -> [u8; 8] {
+    pub(crate) fn encode(self) -> [u8; 8] {
         let (k, s) = match self {
             Cmd::Stop => (0u32, 0u32),
+            Cmd::Probe => (3, 0),
             Cmd::Warmup(s) => (1, s),
             Cmd::Timed(s) => (2, s),
         };
@@ -252,13 +273,14 @@ impl Cmd {
         b[4..].copy_from_slice(&s.to_le_bytes());
         b
     }
-    fn decode(b: [u8; 8]) -> Result<Self, CollectiveError> {
+    pub(crate) fn decode(b: [u8; 8]) -> Result<Self, CollectiveError> {
         let k = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
         let s = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
         match k {
             0 => Ok(Cmd::Stop),
             1 => Ok(Cmd::Warmup(s)),
             2 => Ok(Cmd::Timed(s)),
+            3 => Ok(Cmd::Probe),
             _ => Err(CollectiveError::Ring(format!("unknown command {k}"))),
         }
     }
@@ -270,7 +292,7 @@ pub fn input_value(rank: usize, i: usize, iter: u32) -> f32 {
     ((((rank as u64 + u64::from(iter)) % 7) + 1) * (i as u64 % 251 + 1)) as f32
 }
 
-fn expected_coefficient(ranks: &[usize], iter: u32) -> f32 {
+pub(crate) fn expected_coefficient(ranks: &[usize], iter: u32) -> f32 {
     ranks
         .iter()
         .map(|r| ((*r as u64 + u64::from(iter)) % 7) + 1)
@@ -293,7 +315,7 @@ pub fn run(cfg: &CollectiveConfig) -> Report {
     report
 }
 
-fn empty_report(cfg: &CollectiveConfig, backend: &str) -> Report {
+pub(crate) fn empty_report(cfg: &CollectiveConfig, backend: &str) -> Report {
     Report {
         schema: SCHEMA.into(),
         backend: backend.into(),
@@ -311,6 +333,7 @@ fn empty_report(cfg: &CollectiveConfig, backend: &str) -> Report {
         wrong: 0,
         messages: Vec::new(),
         error: None,
+        skipped: None,
     }
 }
 
@@ -401,15 +424,33 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
         rank: cfg.my_rank,
         iter_s: vec![Vec::new(); sizes.len()],
         wrong: vec![0; sizes.len()],
-        link: LinkSample::default(),
+        probe_s: Vec::new(),
     };
     let mut data: Vec<f32> = Vec::new();
     let mut stage: Vec<f32> = Vec::new();
-    let mut planner = Planner::new(cfg, sizes.len());
+    let mut planner = Planner::new(cfg, sizes.len(), PROBES);
+    let mut probe_scratch: Vec<u8> = Vec::new();
     let mut iter_no: u32 = 0;
     loop {
+        // Every rank prepares its input *before* passing the command on, so when the command is
+        // back at rank 0 all inputs are ready and no rank's timing includes a neighbour still
+        // filling its buffer.
+        let mut prepare = |cmd: Cmd, data: &mut Vec<f32>| -> Result<(), Failure> {
+            if let Cmd::Warmup(s) | Cmd::Timed(s) = cmd {
+                let count = *sizes.get(s as usize).ok_or_else(|| {
+                    fail(CollectiveError::Ring(format!(
+                        "size index {s} out of range"
+                    )))
+                })?;
+                iter_no = iter_no.wrapping_add(1);
+                data.clear();
+                data.extend((0..count).map(|i| input_value(cfg.my_rank, i, iter_no)));
+            }
+            Ok(())
+        };
         let cmd = if pos == 0 {
             let cmd = planner.next(&sizes);
+            prepare(cmd, &mut data)?;
             ring.send_frame(&cmd.encode(), hard_deadline)
                 .map_err(fail)?;
             let back = ring.recv_frame(hard_deadline).map_err(fail)?;
@@ -425,25 +466,25 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
                 .as_slice()
                 .try_into()
                 .map_err(|_| fail(CollectiveError::Ring("bad command frame".into())))?;
+            let cmd = Cmd::decode(arr).map_err(fail)?;
+            prepare(cmd, &mut data)?;
             ring.send_frame(&arr, hard_deadline).map_err(fail)?;
-            Cmd::decode(arr).map_err(fail)?
+            cmd
         };
         let (si, timed) = match cmd {
             Cmd::Stop => break,
+            Cmd::Probe => {
+                let t = ring
+                    .probe_link(PROBE_BYTES, &mut probe_scratch, hard_deadline)
+                    .map_err(fail)?;
+                raw.probe_s.push(t);
+                continue;
+            }
             Cmd::Warmup(s) => (s as usize, false),
             Cmd::Timed(s) => (s as usize, true),
         };
-        let count = *sizes.get(si).ok_or_else(|| {
-            fail(CollectiveError::Ring(format!(
-                "size index {si} out of range"
-            )))
-        })?;
-        iter_no = iter_no.wrapping_add(1);
-        data.clear();
-        data.extend((0..count).map(|i| input_value(cfg.my_rank, i, iter_no)));
-        let mut link = LinkSample::default();
         let t0 = Instant::now();
-        ring.all_reduce(&mut data, pos, m, &mut stage, &mut link, hard_deadline)
+        ring.all_reduce(&mut data, pos, m, &mut stage, hard_deadline)
             .map_err(fail)?;
         let dt = t0.elapsed().as_secs_f64();
         if pos == 0 {
@@ -458,8 +499,6 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
         raw.wrong[si] += wrong;
         if timed {
             raw.iter_s[si].push(dt);
-            raw.link.bytes += link.bytes;
-            raw.link.busy_s += link.busy_s;
         }
     }
 
@@ -503,7 +542,7 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
 /// Rank 0's sweep plan: sizes small to large, each with one warm-up and timed iterations while
 /// its share of the remaining budget lasts; a size whose estimated cost does not fit ends the
 /// sweep.
-struct Planner {
+pub(crate) struct Planner {
     soft_end: Instant,
     n_sizes: usize,
     current: Option<usize>,
@@ -512,10 +551,11 @@ struct Planner {
     timed: u32,
     last_s: f64,
     last_count: usize,
+    probes_left: u32,
 }
 
 impl Planner {
-    fn new(cfg: &CollectiveConfig, n_sizes: usize) -> Self {
+    pub(crate) fn new(cfg: &CollectiveConfig, n_sizes: usize, probes: u32) -> Self {
         // Keep 15% of the budget for the result exchange and output.
         let soft_end = cfg.started + cfg.budget.mul_f64(0.85);
         Self {
@@ -527,17 +567,22 @@ impl Planner {
             timed: 0,
             last_s: 0.0,
             last_count: 0,
+            probes_left: probes,
         }
     }
 
-    fn observe(&mut self, _si: usize, timed: bool, dt: f64) {
+    pub(crate) fn observe(&mut self, _si: usize, timed: bool, dt: f64) {
         self.last_s = dt;
         if timed {
             self.timed += 1;
         }
     }
 
-    fn next(&mut self, sizes: &[usize]) -> Cmd {
+    pub(crate) fn next(&mut self, sizes: &[usize]) -> Cmd {
+        if self.probes_left > 0 {
+            self.probes_left -= 1;
+            return Cmd::Probe;
+        }
         let now = Instant::now();
         if let Some(si) = self.current {
             let elapsed = now.duration_since(self.size_start);
@@ -585,9 +630,13 @@ fn fill_report(
     for (si, count) in sizes.iter().enumerate() {
         let iters = all.iter().map(|r| r.iter_s[si].len()).min().unwrap_or(0);
         let wrong: u64 = all.iter().map(|r| r.wrong[si]).sum();
-        if iters == 0 {
-            if wrong > 0 {
-                report.wrong += wrong;
+        report.wrong += wrong;
+        if iters < MIN_ITERS as usize {
+            if iters > 0 {
+                report.messages.push(format!(
+                    "{} bytes: only {iters} timed iteration(s) fit in the budget; not reported",
+                    *count as u64 * 4
+                ));
             }
             continue;
         }
@@ -595,38 +644,22 @@ fn fill_report(
         let per_iter: Vec<f64> = (0..iters)
             .map(|i| all.iter().map(|r| r.iter_s[si][i]).sum::<f64>() / all.len() as f64)
             .collect();
-        let mean_s = stats::mean(&per_iter).unwrap_or(0.0);
-        let bytes = (*count as u64) * 4;
-        let algbw = stats::algbw_gb_s(bytes, mean_s);
-        let us = |x: Option<f64>| x.unwrap_or(0.0) * 1e6;
-        report.sizes.push(SizeFigures {
-            bytes,
-            count: *count as u64,
-            iterations: iters as u32,
-            time_us_mean: mean_s * 1e6,
-            time_us_p50: us(stats::percentile(&per_iter, 50.0)),
-            time_us_p95: us(stats::percentile(&per_iter, 95.0)),
-            time_us_p99: us(stats::percentile(&per_iter, 99.0)),
-            time_us_min: us(stats::percentile(&per_iter, 0.0)),
-            time_us_max: us(stats::percentile(&per_iter, 100.0)),
-            cv: stats::coefficient_of_variation(&per_iter).unwrap_or(0.0),
-            algbw_gb_s: algbw,
-            busbw_gb_s: stats::allreduce_busbw_gb_s(algbw, m),
-            wrong,
-        });
-        report.wrong += wrong;
+        report
+            .sizes
+            .push(size_figures(*count as u64, &per_iter, m, wrong));
     }
     // Link rates: the link into present[p] comes from present[p-1].
-    let in_rate: Vec<Option<f64>> = present
-        .iter()
+    // The probe of the rank at position p-1 timed the link into position p.
+    let in_rate: Vec<Option<f64>> = (0..m)
+        .map(|p| present[(p + m - 1) % m])
         .map(|r| {
-            by_rank(*r).and_then(|x| {
-                (x.link.busy_s > 0.0 && x.link.bytes > 0)
-                    .then(|| x.link.bytes as f64 / x.link.busy_s / 1e9)
-            })
+            by_rank(r)
+                .and_then(|x| stats::median(&x.probe_s))
+                .filter(|t| *t > 0.0)
+                .map(|t| PROBE_BYTES as f64 / t / 1e9)
         })
         .collect();
-    let attr = attribute(&in_rate);
+    let attr = attribute(&in_rate, cfg.slow_factor);
     for (p, r) in present.iter().enumerate() {
         let raw = by_rank(*r);
         let times: Vec<f64> = raw
@@ -665,12 +698,11 @@ fn fill_report(
             missing.join(",")
         ));
     }
-    let unattributed: Vec<String> = report
-        .links
+    let unattributed: Vec<String> = attr
+        .very_slow_links
         .iter()
-        .filter(|l| {
-            l.slow && !report.outliers.contains(&l.from) && !report.outliers.contains(&l.to)
-        })
+        .map(|p| &report.links[*p])
+        .filter(|l| !report.outliers.contains(&l.from) && !report.outliers.contains(&l.to))
         .map(|l| format!("{}->{}", l.from, l.to))
         .collect();
     if !unattributed.is_empty() {
@@ -689,9 +721,9 @@ fn fill_report(
     if !report.outliers.is_empty() {
         verdict = Verdict::Fail;
         report.messages.push(format!(
-            "slow node(s): {} (both of their ring links are slower than {:.0}% of the typical node's best link)",
+            "slow node(s): {} (both ring links at under 1/{} of the typical node's best link)",
             report.outliers.join(","),
-            100.0 / SLOW_LINK_FACTOR
+            cfg.slow_factor
         ));
     }
     if report.wrong > 0 {
@@ -704,8 +736,35 @@ fn fill_report(
     report.verdict = verdict;
 }
 
-/// A link is slow when it is this many times slower than the typical node's best link.
+/// The figures of one size from its per-iteration times (seconds, already averaged over ranks).
+pub fn size_figures(count: u64, per_iter_s: &[f64], ranks: usize, wrong: u64) -> SizeFigures {
+    let mean_s = stats::mean(per_iter_s).unwrap_or(0.0);
+    let bytes = count * 4;
+    let algbw = stats::algbw_gb_s(bytes, mean_s);
+    let us = |x: Option<f64>| x.unwrap_or(0.0) * 1e6;
+    SizeFigures {
+        bytes,
+        count,
+        iterations: per_iter_s.len() as u32,
+        time_us_mean: mean_s * 1e6,
+        time_us_p50: us(stats::percentile(per_iter_s, 50.0)),
+        time_us_p95: us(stats::percentile(per_iter_s, 95.0)),
+        time_us_p99: us(stats::percentile(per_iter_s, 99.0)),
+        time_us_min: us(stats::percentile(per_iter_s, 0.0)),
+        time_us_max: us(stats::percentile(per_iter_s, 100.0)),
+        cv: stats::coefficient_of_variation(per_iter_s).unwrap_or(0.0),
+        algbw_gb_s: algbw,
+        busbw_gb_s: stats::allreduce_busbw_gb_s(algbw, ranks),
+        wrong,
+    }
+}
+
+/// A link is marked slow when it is this many times slower than the typical node's best link.
 pub const SLOW_LINK_FACTOR: f64 = 2.0;
+/// A slow link that no slow node explains warns only when it is this many times slower than the
+/// typical node's best link: single link rates are noisier than node scores (which take the
+/// better of two links).
+pub const VERY_SLOW_LINK_FACTOR: f64 = 8.0;
 
 /// Which nodes and links of a ring are slow.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -714,6 +773,8 @@ pub struct Attribution {
     pub outliers: Vec<usize>,
     /// Ring positions whose *incoming* link is slow.
     pub slow_links: Vec<usize>,
+    /// Ring positions whose incoming link is [`VERY_SLOW_LINK_FACTOR`] times slow.
+    pub very_slow_links: Vec<usize>,
     /// Robust z-score per position (of its best link's time per byte).
     pub z: Vec<Option<f64>>,
 }
@@ -725,9 +786,9 @@ pub struct Attribution {
 /// one in from the left and the one out to the right. So each node is scored by its **best**
 /// link's time per byte: only a node whose two links are both slow scores high, and its
 /// neighbours (one slow link each) do not. Scores are compared with the robust z-score against
-/// the median of the peers ([`stats::high_outliers`]: z > 3.5 and twice the median). With fewer
+/// the median of the peers ([`stats::high_outliers`]: z > 3.5 and `slow_factor` times the median). With fewer
 /// than three ranks nothing can be attributed: both nodes share both links.
-pub fn attribute(in_rate: &[Option<f64>]) -> Attribution {
+pub fn attribute(in_rate: &[Option<f64>], slow_factor: f64) -> Attribution {
     let m = in_rate.len();
     if m < 3 || in_rate.iter().any(Option::is_none) {
         return Attribution {
@@ -742,14 +803,18 @@ pub fn attribute(in_rate: &[Option<f64>]) -> Attribution {
     let best: Vec<f64> = (0..m).map(|p| rate[p].max(rate[(p + 1) % m])).collect();
     let score: Vec<f64> = best.iter().map(|b| 1.0 / b).collect();
     let z = stats::robust_z(&score);
-    let outliers = stats::high_outliers(&score);
+    let outliers = stats::high_outliers(&score, slow_factor);
     let typical = stats::median(&best).unwrap_or(0.0);
     let slow_links = (0..m)
         .filter(|p| rate[*p] * SLOW_LINK_FACTOR < typical)
         .collect();
+    let very_slow_links = (0..m)
+        .filter(|p| rate[*p] * VERY_SLOW_LINK_FACTOR < typical)
+        .collect();
     Attribution {
         outliers,
         slow_links,
+        very_slow_links,
         z: z.into_iter().map(Some).collect(),
     }
 }
@@ -761,28 +826,32 @@ mod tests {
     #[test]
     fn the_node_common_to_two_slow_links_is_the_outlier() {
         // Ring of 4; node at position 2 is slow: links 1->2 (in_rate[2]) and 2->3 (in_rate[3]).
-        let a = attribute(&[Some(2.0), Some(2.2), Some(0.1), Some(0.12)]);
+        let a = attribute(&[Some(2.0), Some(2.2), Some(0.1), Some(0.12)], 2.0);
         assert_eq!(a.outliers, vec![2]);
         assert_eq!(a.slow_links, vec![2, 3]);
     }
 
     #[test]
     fn a_healthy_ring_with_noise_has_no_outlier() {
-        let a = attribute(&[Some(2.0), Some(1.4), Some(2.6), Some(1.9), Some(2.2)]);
+        let a = attribute(
+            &[Some(2.0), Some(1.4), Some(2.6), Some(1.9), Some(2.2)],
+            2.0,
+        );
         assert!(a.outliers.is_empty());
         assert!(a.slow_links.is_empty());
     }
 
     #[test]
     fn one_slow_link_alone_is_not_blamed_on_a_node() {
-        let a = attribute(&[Some(2.0), Some(0.1), Some(2.0), Some(2.0)]);
+        let a = attribute(&[Some(2.0), Some(0.1), Some(2.0), Some(2.0)], 2.0);
         assert!(a.outliers.is_empty());
         assert_eq!(a.slow_links, vec![1]);
+        assert_eq!(a.very_slow_links, vec![1]);
     }
 
     #[test]
     fn two_ranks_cannot_name_a_node() {
-        assert!(attribute(&[Some(2.0), Some(0.1)]).outliers.is_empty());
+        assert!(attribute(&[Some(2.0), Some(0.1)], 2.0).outliers.is_empty());
     }
 
     #[test]
@@ -799,7 +868,7 @@ mod tests {
 
     #[test]
     fn commands_round_trip_and_unknown_ones_are_errors() {
-        for c in [Cmd::Stop, Cmd::Warmup(3), Cmd::Timed(4)] {
+        for c in [Cmd::Stop, Cmd::Probe, Cmd::Warmup(3), Cmd::Timed(4)] {
             assert_eq!(Cmd::decode(c.encode()).unwrap(), c);
         }
         assert!(Cmd::decode([9, 0, 0, 0, 0, 0, 0, 0]).is_err());

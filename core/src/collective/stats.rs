@@ -83,14 +83,11 @@ pub fn robust_z(values: &[f64]) -> Vec<f64> {
 
 /// The threshold on the robust z-score (Iglewicz and Hoaglin's 3.5).
 pub const Z_THRESHOLD: f64 = 3.5;
-/// A value must also be this many times the median: with four to eight peers the MAD itself is
-/// noisy, so a statistical outlier that is only a little slower is not called out.
-pub const RATIO_THRESHOLD: f64 = 2.0;
-
 /// Indices of values that are high outliers: robust z above [`Z_THRESHOLD`] *and* more than
-/// [`RATIO_THRESHOLD`] times the median. Fewer than three values give no outliers: with two,
-/// nothing says which one is the odd one.
-pub fn high_outliers(values: &[f64]) -> Vec<usize> {
+/// `ratio` times the median (with four to eight peers the MAD itself is noisy, so a statistical
+/// outlier that is only a little off is not called out). Fewer than three values give no
+/// outliers: with two, nothing says which one is the odd one.
+pub fn high_outliers(values: &[f64], ratio: f64) -> Vec<usize> {
     if values.len() < 3 {
         return Vec::new();
     }
@@ -98,7 +95,7 @@ pub fn high_outliers(values: &[f64]) -> Vec<usize> {
     robust_z(values)
         .iter()
         .enumerate()
-        .filter(|(i, z)| **z > Z_THRESHOLD && values[*i] > RATIO_THRESHOLD * med)
+        .filter(|(i, z)| **z > Z_THRESHOLD && values[*i] > ratio * med)
         .map(|(i, _)| i)
         .collect()
 }
@@ -133,18 +130,18 @@ mod tests {
 
     #[test]
     fn one_slow_value_among_four_is_the_only_outlier() {
-        assert_eq!(high_outliers(&[1.0, 1.3, 0.9, 10.0]), vec![3]);
-        assert_eq!(high_outliers(&[1.0, 1.0, 1.0, 10.0]), vec![3]);
+        assert_eq!(high_outliers(&[1.0, 1.3, 0.9, 10.0], 2.0), vec![3]);
+        assert_eq!(high_outliers(&[1.0, 1.0, 1.0, 10.0], 2.0), vec![3]);
     }
 
     #[test]
     fn a_little_noise_is_not_an_outlier() {
-        assert!(high_outliers(&[1.0, 1.0, 1.0, 1.6]).is_empty());
-        assert!(high_outliers(&[1.0, 1.2, 0.8, 1.1, 0.95]).is_empty());
+        assert!(high_outliers(&[1.0, 1.0, 1.0, 1.6], 2.0).is_empty());
+        assert!(high_outliers(&[1.0, 1.2, 0.8, 1.1, 0.95], 2.0).is_empty());
     }
 
     #[test]
     fn two_values_never_have_an_outlier() {
-        assert!(high_outliers(&[1.0, 100.0]).is_empty());
+        assert!(high_outliers(&[1.0, 100.0], 2.0).is_empty());
     }
 }

@@ -10,10 +10,13 @@
 //! all-gather steps (pass the fully reduced chunks on). Each rank sends 2(n−1)/n of the buffer,
 //! which is what nccl-tests' bus bandwidth assumes.
 //!
-//! Per-link timing: for every received chunk of at least [`LINK_CHUNK_MIN_BYTES`], the receiver
-//! records the time from the first read to the last and the bytes after the first read. That is
-//! the rate of the link from the left neighbour, independent of when the neighbour started
-//! sending — the basis for naming a slow node (see [`super::attribute`]).
+//! Per-link timing ([`Ring::probe_link`]): every rank asks its left neighbour for a block (one
+//! byte back along the left connection); the sender times from that request to the receiver's
+//! one-byte acknowledgement: `bytes / rate + RTT` of one link, on one clock, with no other rank's
+//! lateness in it. All links are probed at once. Timing chunks inside the all-reduce does not
+//! work: a chunk that sat in the socket buffer before the receiver looked measures memory, and
+//! in a ring slowed by one node most healthy chunks do; and a receiver-side clock started at
+//! the request picks up the sender's lateness, which in a ring is the slow node's.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -25,20 +28,10 @@ use serde::{Deserialize, Serialize};
 
 use super::CollectiveError;
 
-/// Chunks smaller than this are not used for link rates: they fit in one segment burst and
-/// measure the scheduler, not the link.
-pub const LINK_CHUNK_MIN_BYTES: usize = 64 * 1024;
+/// The pipelined all-reduce forwards a chunk's reduced bytes once this many are ready.
+pub const PIPELINE_SLICE_BYTES: usize = 128 * 1024;
 /// The largest control frame accepted.
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
-
-/// Bytes and busy time of the link from the left neighbour.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct LinkSample {
-    /// Bytes received after the first read of each chunk.
-    pub bytes: u64,
-    /// Seconds from the first read to the last read, summed over chunks.
-    pub busy_s: f64,
-}
 
 /// The two connections of one rank.
 #[derive(Debug)]
@@ -206,6 +199,123 @@ impl Ring {
         Ok((first, last, after_first))
     }
 
+    /// Measures the link to the right neighbour: waits for its request (one byte on that
+    /// connection), sends it `bytes` bytes and returns the seconds from the request to the
+    /// receiver's acknowledgement (one byte after the last one): `bytes / rate + RTT` of that one
+    /// link, timed on the sender alone, so no other rank's lateness is in it. Meanwhile it asks
+    /// the left neighbour for the same and acknowledges its block; all ranks call it together.
+    pub fn probe_link(
+        &mut self,
+        bytes: usize,
+        scratch: &mut Vec<u8>,
+        deadline: Instant,
+    ) -> Result<f64, CollectiveError> {
+        if scratch.len() < 2 * bytes {
+            scratch.resize(2 * bytes, 0);
+        }
+        let (send, recv) = scratch.split_at_mut(bytes);
+        let recv = &mut recv[..bytes];
+        // Left connection: write the request, read the block, write the acknowledgement.
+        // Right connection: read the request, write the block, read the acknowledgement.
+        let (mut asked, mut acked) = (false, false);
+        let (mut go_at, mut ack_at): (Option<Instant>, Option<Instant>) = (None, None);
+        let (mut sent, mut got) = (0usize, 0usize);
+        let would_block =
+            |e: &std::io::Error| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted);
+        while !(asked && acked && ack_at.is_some() && sent == bytes && got == bytes) {
+            let mut progressed = false;
+            if !asked || (got == bytes && !acked) {
+                match self.left.write(&[1u8]) {
+                    Ok(1) => {
+                        if asked {
+                            acked = true;
+                        } else {
+                            asked = true;
+                        }
+                        progressed = true;
+                    }
+                    Ok(_) => return Err(CollectiveError::Ring("left neighbour closed".into())),
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(io_err("writing to the left neighbour", e)),
+                }
+            }
+            if go_at.is_none() || (sent == bytes && ack_at.is_none()) {
+                let mut b = [0u8; 1];
+                match self.right.read(&mut b) {
+                    Ok(1) => {
+                        if go_at.is_none() {
+                            go_at = Some(Instant::now());
+                        } else {
+                            ack_at = Some(Instant::now());
+                        }
+                        progressed = true;
+                    }
+                    Ok(_) => return Err(CollectiveError::Ring("right neighbour closed".into())),
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(io_err("reading from the right neighbour", e)),
+                }
+            }
+            if go_at.is_some() && sent < bytes {
+                match self.right.write(&send[sent..]) {
+                    Ok(0) => return Err(CollectiveError::Ring("right neighbour closed".into())),
+                    Ok(k) => {
+                        sent += k;
+                        progressed = true;
+                    }
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(io_err("sending to the right neighbour", e)),
+                }
+            }
+            if asked && got < bytes {
+                match self.left.read(&mut recv[got..]) {
+                    Ok(0) => return Err(CollectiveError::Ring("left neighbour closed".into())),
+                    Ok(k) => {
+                        got += k;
+                        progressed = true;
+                    }
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(io_err("receiving from the left neighbour", e)),
+                }
+            }
+            if progressed {
+                continue;
+            }
+            let left = remaining(deadline, "probing the ring links")?;
+            let ms = left.as_millis().min(1000) as u16;
+            let mut right_flags = PollFlags::empty();
+            if go_at.is_none() || (sent == bytes && ack_at.is_none()) {
+                right_flags |= PollFlags::POLLIN;
+            }
+            if go_at.is_some() && sent < bytes {
+                right_flags |= PollFlags::POLLOUT;
+            }
+            let mut left_flags = PollFlags::empty();
+            if !asked || (got == bytes && !acked) {
+                left_flags |= PollFlags::POLLOUT;
+            }
+            if asked && got < bytes {
+                left_flags |= PollFlags::POLLIN;
+            }
+            let mut fds = Vec::with_capacity(2);
+            if !right_flags.is_empty() {
+                fds.push(PollFd::new(self.right.as_fd(), right_flags));
+            }
+            if !left_flags.is_empty() {
+                fds.push(PollFd::new(self.left.as_fd(), left_flags));
+            }
+            match poll(&mut fds, PollTimeout::from(ms.max(1))) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(io_err("poll", e)),
+            }
+        }
+        match (go_at, ack_at) {
+            (Some(g), Some(a)) => Ok((a - g).as_secs_f64()),
+            _ => Err(CollectiveError::Ring(
+                "link probe ended without timing".into(),
+            )),
+        }
+    }
+
     /// Sends a length-prefixed frame to the right.
     pub fn send_frame(&mut self, bytes: &[u8], deadline: Instant) -> Result<(), CollectiveError> {
         if bytes.len() > MAX_FRAME_BYTES {
@@ -232,14 +342,20 @@ impl Ring {
     }
 
     /// In-place ring all-reduce (sum) of `data` among the `n` ranks of the ring, this rank at
-    /// position `pos`. `stage` is scratch space; `link` gathers the left link's rate.
+    /// position `pos`; `stage` is scratch space.
+    ///
+    /// Pipelined like NCCL's ring: the 2(n−1) steps are not run in lock-step. The chunk sent at
+    /// step s is the one received at step s−1, so its bytes go out as soon as they have arrived
+    /// and been reduced (whole floats), while later bytes are still on their way. Receiving can
+    /// run ahead of sending; it only ever overwrites (all-gather) bytes this rank has already
+    /// handed to the kernel, because every byte it receives for a chunk derives, around the
+    /// ring, from the same position of this rank's own earlier send of that chunk.
     pub fn all_reduce(
         &mut self,
         data: &mut [f32],
         pos: usize,
         n: usize,
         stage: &mut Vec<f32>,
-        link: &mut LinkSample,
         deadline: Instant,
     ) -> Result<(), CollectiveError> {
         if n < 2 {
@@ -251,38 +367,109 @@ impl Ring {
         if stage.len() < max_chunk {
             stage.resize(max_chunk, 0.0);
         }
-        for phase in 0..2 {
-            for s in 0..n - 1 {
-                let (send_idx, recv_idx) = if phase == 0 {
-                    ((pos + n - s) % n, (pos + 2 * n - s - 1) % n)
+        let steps = 2 * (n - 1);
+        // The chunk received at step s: p − s − 1 (mod n), in both phases; sent at s: that of s−1.
+        let recv_chunk = |s: usize| (pos + 2 * n - (s % n) - 1) % n;
+        let send_chunk = |s: usize| (pos + n - (s % n)) % n;
+        let (mut ss, mut soff) = (0usize, 0usize);
+        let (mut rs, mut roff, mut done) = (0usize, 0usize, 0usize);
+        let would_block =
+            |e: &std::io::Error| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted);
+        loop {
+            // Skip empty chunks (fewer elements than ranks).
+            while ss < steps && bounds(send_chunk(ss)).0 == bounds(send_chunk(ss)).1 {
+                ss += 1;
+            }
+            while rs < steps && bounds(recv_chunk(rs)).0 == bounds(recv_chunk(rs)).1 {
+                rs += 1;
+            }
+            if ss >= steps && rs >= steps {
+                return Ok(());
+            }
+            let mut progressed = false;
+            let mut send_ready = 0;
+            if ss < steps {
+                let (a, b) = bounds(send_chunk(ss));
+                let full = (b - a) * 4;
+                send_ready = if ss == 0 || rs >= ss {
+                    full
                 } else {
-                    ((pos + 1 + n - s) % n, (pos + n - s) % n)
+                    // Forward in slices, not every few bytes that arrive: fewer syscalls.
+                    let ready = done * 4;
+                    if ready - soff.min(ready) >= PIPELINE_SLICE_BYTES {
+                        ready
+                    } else {
+                        soff
+                    }
                 };
-                let (sa, sb) = bounds(send_idx);
-                let (ra, rb) = bounds(recv_idx);
-                let rlen = rb - ra;
-                let (first, last, after) = self.exchange(
-                    bytemuck::cast_slice(&data[sa..sb]),
-                    bytemuck::cast_slice_mut(&mut stage[..rlen]),
-                    deadline,
-                )?;
-                if rlen * 4 >= LINK_CHUNK_MIN_BYTES {
-                    if let (Some(f), Some(l)) = (first, last) {
-                        link.bytes += after as u64;
-                        link.busy_s += (l - f).as_secs_f64();
+                if soff < send_ready {
+                    let bytes: &[u8] = bytemuck::cast_slice(&data[a..b]);
+                    match self.right.write(&bytes[soff..send_ready]) {
+                        Ok(0) => {
+                            return Err(CollectiveError::Ring("right neighbour closed".into()));
+                        }
+                        Ok(k) => {
+                            soff += k;
+                            progressed = true;
+                        }
+                        Err(e) if would_block(&e) => {}
+                        Err(e) => return Err(io_err("sending to the right neighbour", e)),
                     }
                 }
-                let dst = &mut data[ra..rb];
-                if phase == 0 {
-                    for (d, x) in dst.iter_mut().zip(&stage[..rlen]) {
-                        *d += *x;
-                    }
-                } else {
-                    dst.copy_from_slice(&stage[..rlen]);
+                if soff == full {
+                    ss += 1;
+                    soff = 0;
+                    continue;
                 }
             }
+            if rs < steps {
+                let (a, b) = bounds(recv_chunk(rs));
+                let full = (b - a) * 4;
+                let st: &mut [u8] = bytemuck::cast_slice_mut(&mut stage[..b - a]);
+                match self.left.read(&mut st[roff..full]) {
+                    Ok(0) => return Err(CollectiveError::Ring("left neighbour closed".into())),
+                    Ok(k) => {
+                        roff += k;
+                        progressed = true;
+                        let complete = roff / 4;
+                        if rs < n - 1 {
+                            for (d, x) in data[a + done..a + complete]
+                                .iter_mut()
+                                .zip(&stage[done..complete])
+                            {
+                                *d += *x;
+                            }
+                        } else {
+                            data[a + done..a + complete].copy_from_slice(&stage[done..complete]);
+                        }
+                        done = complete;
+                        if roff == full {
+                            rs += 1;
+                            roff = 0;
+                            done = 0;
+                        }
+                    }
+                    Err(e) if would_block(&e) => {}
+                    Err(e) => return Err(io_err("receiving from the left neighbour", e)),
+                }
+            }
+            if progressed {
+                continue;
+            }
+            let left = remaining(deadline, "exchanging data with the ring neighbours")?;
+            let ms = left.as_millis().min(1000) as u16;
+            let mut fds = Vec::with_capacity(2);
+            if ss < steps && soff < send_ready {
+                fds.push(PollFd::new(self.right.as_fd(), PollFlags::POLLOUT));
+            }
+            if rs < steps {
+                fds.push(PollFd::new(self.left.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, PollTimeout::from(ms.max(1))) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(io_err("poll", e)),
+            }
         }
-        Ok(())
     }
 }
 
@@ -328,8 +515,7 @@ mod tests {
                         Ring::establish(&l, right, (r + n - 1) % n, r, 7, "s", deadline).unwrap();
                     let mut data: Vec<f32> = (0..len).map(|i| (r * 1000 + i) as f32).collect();
                     let mut stage = Vec::new();
-                    let mut link = LinkSample::default();
-                    ring.all_reduce(&mut data, r, n, &mut stage, &mut link, deadline)
+                    ring.all_reduce(&mut data, r, n, &mut stage, deadline)
                         .unwrap();
                     data
                 })
@@ -340,13 +526,55 @@ mod tests {
 
     #[test]
     fn ring_all_reduce_sums_every_element_on_every_rank() {
-        for (n, len) in [(2, 10), (3, 7), (4, 100_003), (5, 3)] {
+        for (n, len) in [
+            (2, 1),
+            (2, 10),
+            (3, 7),
+            (3, 1_000_001),
+            (4, 100_003),
+            (4, 3),
+            (5, 3),
+            (6, 262_144),
+        ] {
             let expected: Vec<f32> = (0..len)
                 .map(|i| (0..n).map(|r| (r * 1000 + i) as f32).sum())
                 .collect();
             for (r, got) in ring_all_reduce(n, len).into_iter().enumerate() {
                 assert_eq!(got, expected, "n={n} len={len} rank={r}");
             }
+        }
+    }
+
+    #[test]
+    fn every_rank_times_the_block_from_its_left_neighbour() {
+        let n = 3;
+        let listeners: Vec<TcpListener> = (0..n)
+            .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap())
+            .collect();
+        let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let handles: Vec<_> = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(r, l)| {
+                let right = addrs[(r + 1) % n];
+                std::thread::spawn(move || {
+                    let mut ring =
+                        Ring::establish(&l, right, (r + n - 1) % n, r, 7, "s", deadline).unwrap();
+                    let mut scratch = Vec::new();
+                    let t = ring.probe_link(1 << 20, &mut scratch, deadline).unwrap();
+                    // The ring still works afterwards: nothing of the probe is left in flight.
+                    let mut data = vec![1.0f32; 10];
+                    ring.all_reduce(&mut data, r, n, &mut Vec::new(), deadline)
+                        .unwrap();
+                    (t, data)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (t, data) = h.join().unwrap();
+            assert!(t > 0.0 && t < 20.0, "{t}");
+            assert_eq!(data, vec![3.0f32; 10]);
         }
     }
 
