@@ -67,6 +67,12 @@ pub struct PluginArgs {
     pub munge_socket: Option<PathBuf>,
     /// `spool_dir=DIR`: where `fabric-run` leaves per-job records (`<dir>/<job>/<node>.jsonl`).
     pub spool_dir: PathBuf,
+    /// `collective_netns=NAME`: run the collective inside this network namespace (`%n`
+    /// expands; for testbeds whose virtual nodes live in namespaces).
+    pub collective_netns: Option<String>,
+    /// `collective_hosts=FILE`: `node address` lines for the collective's data path (default:
+    /// each node's `NodeAddr`).
+    pub collective_hosts: Option<PathBuf>,
 }
 
 impl Default for PluginArgs {
@@ -84,6 +90,8 @@ impl Default for PluginArgs {
             dry_run: false,
             munge_socket: None,
             spool_dir: PathBuf::from(crate::record::DEFAULT_SPOOL_ROOT),
+            collective_netns: None,
+            collective_hosts: None,
         }
     }
 }
@@ -102,6 +110,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "dry_run",
     "munge_socket",
     "spool_dir",
+    "collective_netns",
+    "collective_hosts",
 ];
 
 /// Longest timeout accepted; Slurm's own `PrologEpilogTimeout` should be longer still.
@@ -243,6 +253,17 @@ impl PluginArgs {
                     .ok_or(bad(ABS)),
                 "spool_dir" => absolute_path(value)
                     .map(|p| args.spool_dir = p)
+                    .ok_or(bad(ABS)),
+                "collective_netns" => Some(value)
+                    .filter(|v| {
+                        !v.is_empty()
+                            && v.len() <= 64
+                            && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.%".contains(&b))
+                    })
+                    .map(|v| args.collective_netns = Some(v.to_owned()))
+                    .ok_or(bad("a namespace name (letters, digits, - _ . and %n)")),
+                "collective_hosts" => absolute_path(value)
+                    .map(|p| args.collective_hosts = Some(p))
                     .ok_or(bad(ABS)),
                 // Every key was checked against KNOWN_KEYS above.
                 _ => Ok(()),

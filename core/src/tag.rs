@@ -108,6 +108,28 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// The cross-node collective's result (`--fabric-check=full`), condensed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveSummary {
+    /// The collective's verdict.
+    pub verdict: Option<Verdict>,
+    /// Best bus bandwidth over the size sweep, GB/s (nccl-tests' busbw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busbw_gb_s: Option<f64>,
+    /// Mean time of the smallest size, microseconds (latency).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub small_time_us: Option<f64>,
+    /// Wrong elements (nccl-tests' `#wrong`).
+    #[serde(default)]
+    pub wrong: u64,
+    /// Nodes named as slow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outliers: Vec<String>,
+    /// Nodes that never joined.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+}
+
 /// The whole tag.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct JobTag {
@@ -141,6 +163,9 @@ pub struct JobTag {
     /// Counter rises during the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub during: Vec<DuringJob>,
+    /// The cross-node collective (`--fabric-check=full`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective: Option<CollectiveSummary>,
     /// The fabric-run summary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<RunSummary>,

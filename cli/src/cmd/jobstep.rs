@@ -377,6 +377,50 @@ impl Step {
     }
 }
 
+/// The collective's data path uses its own ports, away from the verdict rendezvous.
+const COLLECTIVE_PORT_BASE: u16 = 48_000;
+
+impl Step {
+    /// `--fabric-check=full`: one rank of the cross-node collective, as a bounded grandchild.
+    /// Every rank gets the same report, so each node knows whether it was named slow.
+    fn collective(&self) -> Result<fabric_core::collective::Report, String> {
+        let mut cmd = safe_command(&self.plugin.probe);
+        cmd.args(["collective", "--format", "json", "--nodes", &self.args.nodes, "--node", &self.args.node]);
+        cmd.args(["--job-id", &self.args.job_id.to_string(), "--allow-uid", "0"]);
+        cmd.args(["--port-base", &COLLECTIVE_PORT_BASE.to_string(), "--budget-ms", "3000"]);
+        if let Some(sock) = &self.plugin.munge_socket {
+            cmd.arg("--munge-socket").arg(sock);
+        }
+        if let Some(ns) = &self.plugin.collective_netns {
+            cmd.args(["--netns", &ns.replace("%n", &self.args.node)]);
+        }
+        if let Some(hosts) = &self.plugin.collective_hosts {
+            let text = std::fs::read_to_string(hosts).map_err(|e| format!("cannot read {}: {e}", hosts.display()))?;
+            for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+                let mut w = line.split_whitespace();
+                if let (Some(n), Some(a)) = (w.next(), w.next()) {
+                    cmd.args(["--addr", &format!("{n}={a}")]);
+                }
+            }
+        }
+        let budget = Duration::from_millis(3000 + 2000);
+        let done = run_bounded(cmd, None, budget).map_err(|e| format!("collective: {e}"))?;
+        serde_json::from_slice(&done.stdout)
+            .map_err(|e| format!("collective gave no report (exit {}): {e}; {}", done.code(), done.stderr_text()))
+    }
+}
+
+fn condense(r: &fabric_core::collective::Report) -> tag::CollectiveSummary {
+    tag::CollectiveSummary {
+        verdict: Some(r.verdict),
+        busbw_gb_s: r.sizes.iter().map(|s| s.busbw_gb_s).reduce(f64::max),
+        small_time_us: r.sizes.first().map(|s| s.time_us_mean),
+        wrong: r.wrong,
+        outliers: r.outliers.clone(),
+        missing: r.missing.clone(),
+    }
+}
+
 /// `fabric-check prolog`.
 pub fn prolog(args: Args) -> anyhow::Result<i32> {
     let step = Step::new(args)?;
@@ -423,11 +467,41 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
     if wants_drain && let Some((check, message)) = &failing {
         result.drained = step.drain_self(check, message);
     }
+    let mut collective = None;
+    if step.args.option == "full" && step.nodes.len() > 1 {
+        match step.collective() {
+            Ok(report) => {
+                say(&format!(
+                    "collective verdict {} among {} nodes{}",
+                    report.verdict.as_str(),
+                    report.nodes.len(),
+                    if report.outliers.is_empty() { String::new() } else { format!(", slow: {}", report.outliers.join(",")) }
+                ));
+                if report.outliers.contains(&step.args.node) {
+                    result.verdict = result.verdict.max(Verdict::Fail);
+                    result.checks.push("collective.slow_node".into());
+                    if step.plugin.policy == Policy::Enforce && !result.drained {
+                        let msg = report.messages.first().cloned().unwrap_or_else(|| "slowest node of the ring".into());
+                        result.drained = step.drain_self("collective.slow_node", &msg);
+                    }
+                }
+                collective = Some(condense(&report));
+            }
+            Err(why) => {
+                say(&why);
+                notes.push(format!("{}: {why}", step.args.node));
+            }
+        }
+    }
     if step.plugin.policy != Policy::Observe {
-        let payload = serde_json::json!({ "result": result, "notes": notes });
+        let payload = serde_json::json!({ "result": result, "notes": notes, "collective": collective });
         if let Some((got, missing)) = step.meet(payload) {
             let mut nodes = BTreeMap::new();
             let mut all_notes = Vec::new();
+            // Every rank holds the same collective report: take the first one present.
+            let got_collective = got
+                .values()
+                .find_map(|p| serde_json::from_value::<tag::CollectiveSummary>(p["collective"].clone()).ok());
             for (n, p) in got {
                 if let Ok(r) = serde_json::from_value::<NodeResult>(p["result"].clone()) {
                     nodes.insert(n, r);
@@ -441,7 +515,9 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
             }
             let mode = step.args.option.clone();
             step.write_tag(|prev| {
-                jobstep::prolog_tag(prev, &mode, now_unix(), nodes, missing, all_notes)
+                let mut t = jobstep::prolog_tag(prev, &mode, now_unix(), nodes, missing, all_notes);
+                t.collective = got_collective;
+                t
             });
         }
     }

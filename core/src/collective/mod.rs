@@ -14,7 +14,6 @@
 //! elements that differ from the exact sum (inputs are small integers, so float sums are exact).
 //! Slow-node attribution is in [`attribute`].
 
-pub mod nodes;
 pub mod stats;
 pub mod tcp;
 
@@ -69,31 +68,8 @@ pub enum CollectiveError {
     Unavailable(String),
 }
 
-/// The overall verdict, as in `fabric-check probe`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// Correct results, no slow node.
-    Pass,
-    /// Something is off but not attributable (a missing participant, a slow link).
-    Warn,
-    /// Wrong results or a slow node.
-    Fail,
-    /// The collective could not run.
-    Error,
-}
-
-impl Verdict {
-    /// The Nagios exit code: 0 pass, 1 warn, 2 fail, 3 error.
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Verdict::Pass => 0,
-            Verdict::Warn => 1,
-            Verdict::Fail => 2,
-            Verdict::Error => 3,
-        }
-    }
-}
+/// The overall verdict: the same type as `fabric-check probe`'s.
+pub use crate::probe::Verdict;
 
 /// Figures of one size of the sweep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
