@@ -26,6 +26,26 @@ impl Batch {
     }
 }
 
+/// Buffers handed back by the workers once a batch is done, so the reader reuses them instead
+/// of faulting in fresh pages for every chunk.
+pub(crate) struct Recycler {
+    rx: mpsc::Receiver<Vec<u8>>,
+}
+
+impl Recycler {
+    /// An empty buffer with at least `cap` bytes of capacity.
+    pub(crate) fn get(&self, cap: usize) -> Vec<u8> {
+        match self.rx.try_recv() {
+            Ok(mut v) => {
+                v.clear();
+                v.reserve(cap);
+                v
+            }
+            Err(_) => Vec::with_capacity(cap),
+        }
+    }
+}
+
 /// Runs `produce` on this thread and `threads` workers; a record that `parse` refuses stops the
 /// run with `err(position, message)` for the earliest such record.
 pub(crate) fn run<A, I, F, P, G, E>(
@@ -41,16 +61,19 @@ where
     I: Fn() -> A + Sync,
     F: Fn(&mut A, JobRecord) + Sync,
     P: Fn(&[u8], u64) -> Result<Option<JobRecord>, String> + Sync,
-    G: FnOnce(&mpsc::SyncSender<Batch>) -> Result<(), ReportError>,
+    G: FnOnce(&mpsc::SyncSender<Batch>, &Recycler) -> Result<(), ReportError>,
     E: Fn(u64, String) -> ReportError,
 {
     let threads = threads.max(1);
     let (tx, rx) = mpsc::sync_channel::<Batch>(threads * 2);
     let rx = Arc::new(Mutex::new(rx));
+    let (back_tx, back_rx) = mpsc::sync_channel::<Vec<u8>>(threads * 2 + 2);
+    let recycler = Recycler { rx: back_rx };
     std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for _ in 0..threads {
             let rx = Arc::clone(&rx);
+            let back = back_tx.clone();
             let (init, each, parse) = (&init, &each, &parse);
             handles.push(scope.spawn(move || -> Result<A, (u64, String)> {
                 let mut acc = init();
@@ -67,11 +90,13 @@ where
                             Err(message) => return Err((at, message)),
                         }
                     }
+                    // A full return channel just means enough spares: drop this one.
+                    let _ = back.try_send(batch.data);
                 }
                 Ok(acc)
             }));
         }
-        let produced = produce(&tx);
+        let produced = produce(&tx, &recycler);
         drop(tx);
         let mut accs = Vec::new();
         let mut first_err: Option<(u64, String)> = None;

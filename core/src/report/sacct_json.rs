@@ -255,7 +255,7 @@ pub fn parse_job(bytes: &[u8]) -> Result<JobRecord, serde_json::Error> {
     serde_json::from_slice::<RawJob>(bytes).map(RawJob::into_record)
 }
 
-use super::pool::{BATCH_BYTES, Batch, run};
+use super::pool::{Batch, Recycler, run};
 
 const READ_BYTES: usize = 8 << 20;
 
@@ -318,7 +318,7 @@ where
                 )
             })
         },
-        |tx| frame(&mut reader, source_name, tx),
+        |tx, recycler| frame(&mut reader, source_name, tx, recycler),
         |offset, message| ReportError::Json {
             source_name: source_name.to_string(),
             offset,
@@ -340,12 +340,19 @@ pub fn read_all<R: Read>(reader: R, source_name: &str) -> Result<Vec<JobRecord>,
     Ok(v.pop().unwrap_or_default())
 }
 
-/// Scans the input, sending batches of whole jobs. Errors carry the byte offset in `line`
-/// (the caller converts it); a send failure means a worker stopped on an error, reported there.
+/// Scans the input, sending each read chunk with the whole jobs it holds to the workers (the
+/// chunk is handed over, not copied; only a job cut by the chunk's end is carried over).
+///
+/// Fast path: a pretty-printer indents consistently, and JSON strings cannot hold a raw newline,
+/// so once the first job has shown that it opens with `\n<indent>{` and closes with
+/// `\n<indent>}`, every later job's end is the next `\n<indent>}`, found with one SIMD search
+/// instead of a byte-by-byte walk. Compact JSON (or anything unexpected) stays on the byte path;
+/// the workers' full parse of every job still validates what the framer found.
 fn frame<R: Read>(
     reader: &mut R,
     source_name: &str,
     tx: &mpsc::SyncSender<Batch>,
+    recycler: &Recycler,
 ) -> Result<(), ReportError> {
     let io_err = |source| ReportError::Io {
         source_name: source_name.to_string(),
@@ -357,7 +364,7 @@ fn frame<R: Read>(
         line: None,
         message,
     };
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_BYTES * 2);
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_BYTES + (1 << 16));
     // Input offset of buf[0].
     let mut base: u64 = 0;
     let mut pos = 0usize;
@@ -372,22 +379,11 @@ fn frame<R: Read>(
         job_start: None,
         jobs_done: 0,
     };
-    let mut batch = Batch::new();
+    // `\n<indent>}` once learnt from the first job.
+    let mut fast_end: Option<Vec<u8>> = None;
+    let mut finder: Option<memchr::memmem::Finder<'static>> = None;
     let mut started = false;
     loop {
-        // Keep only what is still needed: the job being scanned, or nothing.
-        let keep_from = st.job_start.or(st.key_start).unwrap_or(pos);
-        if keep_from > 0 {
-            buf.drain(..keep_from);
-            base += keep_from as u64;
-            pos -= keep_from;
-            if let Some(j) = st.job_start.as_mut() {
-                *j -= keep_from;
-            }
-            if let Some(k) = st.key_start.as_mut() {
-                *k -= keep_from;
-            }
-        }
         let n = reader
             .by_ref()
             .take(READ_BYTES as u64)
@@ -410,7 +406,8 @@ fn frame<R: Read>(
                 }
             }
         }
-        while pos < buf.len() {
+        let mut items: Vec<(usize, usize, u64, u64)> = Vec::new();
+        'scan: while pos < buf.len() {
             if st.in_string {
                 match memchr::memchr2(b'"', b'\\', &buf[pos..]) {
                     None => pos = buf.len(),
@@ -432,6 +429,27 @@ fn frame<R: Read>(
                                 st.expect_key = false;
                             }
                         }
+                    }
+                }
+                continue;
+            }
+            if let (Some(j), Some(f), Some(pat)) =
+                (st.job_start, finder.as_ref(), fast_end.as_ref())
+            {
+                // Fast path: the job's end is the next `\n<indent>}`.
+                match f.find(&buf[pos..]) {
+                    Some(i) => {
+                        let close = pos + i + pat.len() - 1;
+                        items.push((j, close + 1, base + j as u64, st.jobs_done));
+                        st.jobs_done += 1;
+                        st.job_start = None;
+                        st.depth = 2;
+                        pos = close + 1;
+                    }
+                    None => {
+                        // Not in this chunk: look again from a little before the end next time.
+                        pos = buf.len().saturating_sub(pat.len()).max(j + 1);
+                        break 'scan;
                     }
                 }
                 continue;
@@ -464,6 +482,15 @@ fn frame<R: Read>(
                             ));
                         }
                         st.job_start = Some(pos);
+                        // Keep the fast path only for jobs that open the same way as the first.
+                        if let Some(pat) = &fast_end {
+                            let ind = &pat[..pat.len() - 1];
+                            let opens_alike = pos >= ind.len() && &buf[pos - ind.len()..pos] == ind;
+                            if !opens_alike {
+                                fast_end = None;
+                                finder = None;
+                            }
+                        }
                     }
                 }
                 3 => {
@@ -473,18 +500,14 @@ fn frame<R: Read>(
                     st.depth -= 1;
                     if st.depth == 2 && st.in_jobs {
                         if let Some(j) = st.job_start.take() {
-                            let a = batch.data.len();
-                            batch.data.extend_from_slice(&buf[j..=pos]);
-                            batch
-                                .items
-                                .push((a, batch.data.len(), base + j as u64, st.jobs_done));
-                            st.jobs_done += 1;
-                            if batch.data.len() >= BATCH_BYTES {
-                                let full = std::mem::replace(&mut batch, Batch::new());
-                                if tx.send(full).is_err() {
-                                    return Ok(());
-                                }
+                            items.push((j, pos + 1, base + j as u64, st.jobs_done));
+                            if st.jobs_done == 0 {
+                                fast_end = learn_indent(&buf, j, pos);
+                                finder = fast_end
+                                    .as_ref()
+                                    .map(|p| memchr::memmem::Finder::new(p).into_owned());
                             }
+                            st.jobs_done += 1;
                         }
                     } else if st.depth == 1 && st.in_jobs {
                         st.in_jobs = false;
@@ -498,9 +521,22 @@ fn frame<R: Read>(
             }
             pos += 1;
         }
-    }
-    if !batch.items.is_empty() && tx.send(batch).is_err() {
-        return Ok(());
+        // Carry what is still needed (the job or key being scanned) into the next chunk.
+        let keep_from = st.job_start.or(st.key_start).unwrap_or(pos).min(pos);
+        let mut next = recycler.get(READ_BYTES + (buf.len() - keep_from) + (1 << 16));
+        next.extend_from_slice(&buf[keep_from..]);
+        base += keep_from as u64;
+        pos -= keep_from;
+        if let Some(j) = st.job_start.as_mut() {
+            *j -= keep_from;
+        }
+        if let Some(k) = st.key_start.as_mut() {
+            *k -= keep_from;
+        }
+        let chunk = std::mem::replace(&mut buf, next);
+        if !items.is_empty() && tx.send(Batch { data: chunk, items }).is_err() {
+            return Ok(());
+        }
     }
     if !started {
         return Err(json_err(
@@ -508,7 +544,7 @@ fn frame<R: Read>(
             "the input is empty; did sacct print anything?".into(),
         ));
     }
-    if st.depth != 0 || st.in_string {
+    if st.depth != 0 || st.in_string || st.job_start.is_some() {
         let at = st.job_start.map_or(base + pos as u64, |j| base + j as u64);
         return Err(json_err(
             at,
@@ -531,6 +567,25 @@ fn frame<R: Read>(
         ));
     }
     Ok(())
+}
+
+/// `\n<indent>}` when the job at `open..=close` opens after `\n<indent>` and closes after the
+/// same `\n<indent>` (spaces or tabs only).
+fn learn_indent(buf: &[u8], open: usize, close: usize) -> Option<Vec<u8>> {
+    let line_start = buf[..open].iter().rposition(|b| *b == b'\n')?;
+    let ind = &buf[line_start + 1..open];
+    if !ind.iter().all(|b| *b == b' ' || *b == b'\t') {
+        return None;
+    }
+    let close_line = buf[..close].iter().rposition(|b| *b == b'\n')?;
+    if &buf[close_line + 1..close] != ind {
+        return None;
+    }
+    let mut pat = Vec::with_capacity(ind.len() + 2);
+    pat.push(b'\n');
+    pat.extend_from_slice(ind);
+    pat.push(b'}');
+    Some(pat)
 }
 
 #[cfg(test)]
@@ -572,6 +627,30 @@ mod tests {
         assert!(matches!(&jobs[0].tag, TagState::Present(t) if t.nnodes == 2));
         assert_eq!(jobs[1].state, JobState::NodeFail);
         assert_eq!(jobs[1].tag, TagState::Absent);
+    }
+
+    #[test]
+    fn pretty_printed_jobs_take_the_fast_path_and_keep_every_field() {
+        let jobs: Vec<serde_json::Value> = (1..=5)
+            .map(|i| serde_json::from_str(&job_2205(i, "COMPLETED", "x\n    }\n")).unwrap())
+            .collect();
+        let doc = serde_json::to_string_pretty(
+            &serde_json::json!({"meta": {}, "jobs": jobs, "errors": []}),
+        )
+        .unwrap();
+        let got = read_all(doc.as_bytes(), "t.json").unwrap();
+        assert_eq!(
+            got.iter().map(|j| j.job_id.as_str()).collect::<Vec<_>>(),
+            ["1", "2", "3", "4", "5"]
+        );
+        assert!(
+            got.iter()
+                .all(|j| j.gpus == Some(16) && j.elapsed_s == 3600)
+        );
+        // A later job indented differently falls back to the byte path.
+        let mixed = doc.replacen("\n    {\n      \"account\"", "\n{\"account\"", 3);
+        let got = read_all(mixed.as_bytes(), "t.json").unwrap();
+        assert_eq!(got.len(), 5);
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use std::io::BufRead;
 use std::sync::mpsc;
 
-use super::pool::{BATCH_BYTES, Batch, run};
+use super::pool::{BATCH_BYTES, Batch, Recycler, run};
 use super::{JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
 
 /// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
@@ -250,7 +250,7 @@ where
                 std::str::from_utf8(bytes).map_err(|_| "the line is not UTF-8 text".to_string())?;
             parse_line(&cols, line)
         },
-        |tx: &mpsc::SyncSender<Batch>| {
+        |tx: &mpsc::SyncSender<Batch>, recycler: &Recycler| {
             let mut batch = Batch::new();
             let mut line = Vec::with_capacity(4096);
             let mut no = first_data_line;
@@ -275,7 +275,13 @@ where
                     batch.items.push((a, batch.data.len(), no, no));
                     if batch.data.len() >= BATCH_BYTES
                         && tx
-                            .send(std::mem::replace(&mut batch, Batch::new()))
+                            .send(std::mem::replace(
+                                &mut batch,
+                                Batch {
+                                    data: recycler.get(BATCH_BYTES + (64 << 10)),
+                                    items: Vec::new(),
+                                },
+                            ))
                             .is_err()
                     {
                         return Ok(());
