@@ -361,7 +361,7 @@ td.better{{background:#e3f5e1;font-weight:bold}}p.note{{color:#555;font-size:90%
 }
 
 fn money(d: Decimal, cur: &str) -> String {
-    format!("{} {cur}", d.round_dp(2))
+    format!("{:.2} {cur}", d.round_dp(2))
 }
 
 fn sampled(s: &Sampled, digits: usize) -> Option<(f64, String)> {
@@ -369,7 +369,7 @@ fn sampled(s: &Sampled, digits: usize) -> Option<(f64, String)> {
 }
 
 fn dnum(d: Decimal, dp: u32) -> (f64, String) {
-    (d.to_f64().unwrap_or(0.0), d.round_dp(dp).to_string())
+    (d.to_f64().unwrap_or(0.0), format!("{:.*}", dp as usize, d.round_dp(dp)))
 }
 
 /// The report as tables: the side-by-side worksheet, the cost breakdown and drain reasons.
@@ -399,7 +399,7 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
                 g.cost.as_ref()?.per_accepted_output.map(|d| {
                     (
                         d.to_f64().unwrap_or(0.0),
-                        format!("{} {cur}", d.round_dp(6)),
+                        format!("{:.6} {cur}", d.round_dp(6)),
                     )
                 })
             }),
@@ -445,10 +445,10 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
                 Some((
                     g.waste_gpu_h.to_f64().unwrap_or(0.0),
                     format!(
-                        "{} ({}%)",
+                        "{:.1} ({}%)",
                         g.waste_gpu_h.round_dp(1),
                         g.waste_pct
-                            .map_or("n/a".into(), |p| p.round_dp(1).to_string())
+                            .map_or("n/a".into(), |p| format!("{:.1}", p.round_dp(1)))
                     ),
                 ))
             }),
@@ -467,7 +467,7 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
                 g.drains_per_1000_node_h.map(|d| {
                     (
                         d.to_f64().unwrap_or(0.0),
-                        format!("{} (n={})", d.round_dp(2), g.drains),
+                        format!("{:.2} (n={})", d.round_dp(2), g.drains),
                     )
                 })
             }),
@@ -628,7 +628,7 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
                 .iter()
                 .map(|g| {
                     g.cost.as_ref().map_or("n/a".into(), |c| {
-                        format!("{} {cur}", c.capacity_cost_per_gpu_h.round_dp(4))
+                        format!("{:.4} {cur}", c.capacity_cost_per_gpu_h.round_dp(4))
                     })
                 })
                 .collect(),
