@@ -360,6 +360,18 @@ td.better{{background:#e3f5e1;font-weight:bold}}p.note{{color:#555;font-size:90%
     )
 }
 
+/// `YYYY-MM-DDTHH:MM:SSZ` of Unix seconds.
+fn iso(t: i64) -> String {
+    let s = t.rem_euclid(86_400);
+    format!(
+        "{}T{:02}:{:02}:{:02}Z",
+        super::aggregate::civil_from_days(t.div_euclid(86_400)),
+        s / 3600,
+        s % 3600 / 60,
+        s % 60
+    )
+}
+
 fn money(d: Decimal, cur: &str) -> String {
     format!("{:.2} {cur}", d.round_dp(2))
 }
@@ -369,7 +381,10 @@ fn sampled(s: &Sampled, digits: usize) -> Option<(f64, String)> {
 }
 
 fn dnum(d: Decimal, dp: u32) -> (f64, String) {
-    (d.to_f64().unwrap_or(0.0), format!("{:.*}", dp as usize, d.round_dp(dp)))
+    (
+        d.to_f64().unwrap_or(0.0),
+        format!("{:.*}", dp as usize, d.round_dp(dp)),
+    )
 }
 
 /// The report as tables: the side-by-side worksheet, the cost breakdown and drain reasons.
@@ -417,7 +432,7 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
         Row::compare(
             "accepted runs",
             "runs",
-            Better::Higher,
+            Better::Neither,
             per(&|g| {
                 Some((
                     g.accepted_runs as f64,
@@ -534,8 +549,8 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
     let mut notes = vec![format!(
         "window: {} h ({} to {}, from the {}); grouped by {}; n = sample size.",
         r.window.hours.round_dp(2),
-        r.window.start_s,
-        r.window.end_s,
+        iso(r.window.start_s),
+        iso(r.window.end_s),
         if r.window.source == "given" {
             "command line"
         } else {
@@ -708,19 +723,13 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(80)
-        .right_y_label_area_size(10)
-        .build_cartesian_2d(0f64..n as f64 + 1.6, 0f64..max * 1.05)?;
+        .build_cartesian_2d((0..n as u32).into_segmented(), 0f64..max * 1.35)?;
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .x_labels(n + 2)
-        .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - x.floor() - 0.0).abs() < 1e-9 {
-                String::new()
-            } else {
-                names.get(i).cloned().unwrap_or_default()
-            }
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
         })
         .y_desc(r.currency.as_str())
         .draw()?;
@@ -737,7 +746,7 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
         .unwrap_or_default();
     for (k, item) in items.iter().enumerate() {
         let colour = PALETTE[k % PALETTE.len()];
-        let bars: Vec<Rectangle<(f64, f64)>> = priced
+        let bars: Vec<Rectangle<(SegmentValue<u32>, f64)>> = priced
             .iter()
             .enumerate()
             .filter_map(|(i, g)| {
@@ -756,10 +765,15 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
                     .amount
                     .to_f64()
                     .unwrap_or(0.0);
-                Some(Rectangle::new(
-                    [(i as f64 + 0.15, below), (i as f64 + 0.85, below + this)],
+                let mut bar = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(i as u32), below),
+                        (SegmentValue::Exact(i as u32 + 1), below + this),
+                    ],
                     colour.filled(),
-                ))
+                );
+                bar.set_margin(0, 0, 20, 20);
+                Some(bar)
             })
             .collect();
         chart
