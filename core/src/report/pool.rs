@@ -17,14 +17,6 @@ pub(crate) struct Batch {
     pub items: Vec<(usize, usize, u64, u64)>,
 }
 
-impl Batch {
-    pub(crate) fn new() -> Self {
-        Self {
-            data: Vec::with_capacity(BATCH_BYTES + (64 << 10)),
-            items: Vec::new(),
-        }
-    }
-}
 
 /// Buffers handed back by the workers once a batch is done, so the reader reuses them instead
 /// of faulting in fresh pages for every chunk.

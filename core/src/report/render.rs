@@ -460,10 +460,10 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
                 Some((
                     g.waste_gpu_h.to_f64().unwrap_or(0.0),
                     format!(
-                        "{:.1} ({}%)",
+                        "{:.1} ({})",
                         g.waste_gpu_h.round_dp(1),
                         g.waste_pct
-                            .map_or("n/a".into(), |p| format!("{:.1}", p.round_dp(1)))
+                            .map_or("n/a".into(), |p| format!("{:.1}%", p.round_dp(1)))
                     ),
                 ))
             }),

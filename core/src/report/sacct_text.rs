@@ -8,7 +8,7 @@
 //! them: Unix seconds (when `SLURM_TIME_FORMAT=%s`, which the command sets) or
 //! `YYYY-MM-DDTHH:MM:SS` (taken as UTC: only differences are used); `Unknown`/`None` are unset.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::sync::mpsc;
 
 use super::pool::{BATCH_BYTES, Batch, Recycler, run};
@@ -131,7 +131,13 @@ fn parse_elapsed(s: &str) -> Option<u64> {
 }
 
 fn parse_line(cols: &Columns, line: &str) -> Result<Option<JobRecord>, String> {
-    let mut f: Vec<&str> = line.split('|').collect();
+    let mut f: Vec<&str> = Vec::with_capacity(cols.n + 1);
+    let mut at = 0;
+    for i in memchr::memchr_iter(b'|', line.as_bytes()) {
+        f.push(&line[at..i]);
+        at = i + 1;
+    }
+    f.push(&line[at..]);
     if f.len() != cols.n {
         match cols.admin_comment {
             Some(c) if c == cols.n - 1 && f.len() > cols.n => {
@@ -251,46 +257,49 @@ where
             parse_line(&cols, line)
         },
         |tx: &mpsc::SyncSender<Batch>, recycler: &Recycler| {
-            let mut batch = Batch::new();
-            let mut line = Vec::with_capacity(4096);
+            // Whole chunks cut at their last newline are handed over; only the cut line is copied.
+            let mut buf = recycler.get(BATCH_BYTES + (64 << 10));
             let mut no = first_data_line;
             loop {
-                line.clear();
                 let n = reader
-                    .read_until(b'\n', &mut line)
+                    .by_ref()
+                    .take(BATCH_BYTES as u64)
+                    .read_to_end(&mut buf)
                     .map_err(|source| ReportError::Io {
                         source_name: source_name.to_string(),
                         source,
                     })?;
+                let end = if n == 0 {
+                    buf.len()
+                } else {
+                    match memchr::memrchr(b'\n', &buf) {
+                        Some(i) => i + 1,
+                        None => continue,
+                    }
+                };
+                let mut items = Vec::new();
+                let mut start = 0;
+                while start < end {
+                    let stop = memchr::memchr(b'\n', &buf[start..end]).map_or(end, |i| start + i);
+                    let mut body_end = stop;
+                    while body_end > start && matches!(buf[body_end - 1], b'\r') {
+                        body_end -= 1;
+                    }
+                    if body_end > start {
+                        items.push((start, body_end, no, no));
+                    }
+                    no += 1;
+                    start = stop + 1;
+                }
+                let mut next = recycler.get(BATCH_BYTES + (64 << 10));
+                next.extend_from_slice(&buf[end..]);
+                let chunk = std::mem::replace(&mut buf, next);
+                if !items.is_empty() && tx.send(Batch { data: chunk, items }).is_err() {
+                    return Ok(());
+                }
                 if n == 0 {
                     break;
                 }
-                let mut body = &line[..];
-                while let [rest @ .., b'\n' | b'\r'] = body {
-                    body = rest;
-                }
-                if !body.is_empty() {
-                    let a = batch.data.len();
-                    batch.data.extend_from_slice(body);
-                    batch.items.push((a, batch.data.len(), no, no));
-                    if batch.data.len() >= BATCH_BYTES
-                        && tx
-                            .send(std::mem::replace(
-                                &mut batch,
-                                Batch {
-                                    data: recycler.get(BATCH_BYTES + (64 << 10)),
-                                    items: Vec::new(),
-                                },
-                            ))
-                            .is_err()
-                    {
-                        return Ok(());
-                    }
-                }
-                no += 1;
-            }
-            if !batch.items.is_empty() {
-                let _ = tx.send(batch);
             }
             Ok(())
         },
