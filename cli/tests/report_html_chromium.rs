@@ -149,3 +149,44 @@ fn the_html_report_renders_with_its_three_charts() {
         png.len()
     );
 }
+
+#[test]
+fn the_html_acceptance_report_renders_with_its_bandwidth_chart() {
+    let Some(bin) = chromium() else {
+        assert!(
+            std::env::var_os("FABRIC_REQUIRE_CHROMIUM").is_none(),
+            "FABRIC_REQUIRE_CHROMIUM is set but no chromium is installed (apt-get install chromium)"
+        );
+        eprintln!("chromium is not installed; skipping the browser test");
+        return;
+    };
+    let artefacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("accept-html");
+    std::fs::create_dir_all(&artefacts).unwrap();
+    let html = artefacts.join("accept.html");
+    let root = format!("{}/..", env!("CARGO_MANIFEST_DIR"));
+    let out = assert_cmd::Command::cargo_bin("fabric-check")
+        .unwrap()
+        .current_dir(&root)
+        .args([
+            "accept",
+            "tests/fixtures/nccl-tests/json/allreduce-2x8-per-rank.json",
+        ])
+        .args(["--format", "html", "--output", html.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "the slow rank fails acceptance");
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", html.display());
+    let dom = headless(
+        &bin,
+        profile.path(),
+        &["--dump-dom".into()],
+        &url,
+        Duration::from_secs(90),
+    );
+    let at = dom
+        .find("id=\"chart-busbw\"")
+        .expect("the bandwidth chart is in the DOM");
+    assert!(dom[at..].contains("<svg"), "the chart holds an svg");
+    assert!(dom.contains("Acceptance: FAIL") && dom.contains("Purchase questions"));
+}

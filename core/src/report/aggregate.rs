@@ -181,14 +181,9 @@ impl GroupAcc {
                 .probed_at
                 .map_or(job.start_s, |p| p as i64)
                 .div_euclid(86_400);
-            for r in t.nodes.values().filter(|r| r.drained) {
+            for (_, reason) in &t.drained {
                 self.drains += 1;
-                let reason = r
-                    .checks
-                    .first()
-                    .cloned()
-                    .unwrap_or_else(|| "unspecified".into());
-                *self.drain_reasons.entry(reason).or_insert(0) += 1;
+                *self.drain_reasons.entry(reason.clone()).or_insert(0) += 1;
                 *self.drains_by_day.entry(day).or_insert(0) += 1;
             }
         }

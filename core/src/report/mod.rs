@@ -19,7 +19,11 @@ pub mod sacct_text;
 
 use serde::Serialize;
 
-use crate::tag::JobTag;
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+use crate::tag::{MARKER, RunSummary, Verdict};
 
 /// Errors reading accounting data.
 #[derive(Debug, thiserror::Error)]
@@ -138,8 +142,81 @@ pub enum TagState {
     Absent,
     /// A segment that cannot be decoded (the message says why).
     Unreadable(String),
-    /// The decoded tag.
-    Present(Box<JobTag>),
+    /// What the report needs from the decoded tag.
+    Present(Box<TagFacts>),
+}
+
+/// The parts of a [`crate::tag::JobTag`] the report uses, decoded without building the per-node
+/// map (a tag may list every node of a large job): the verdict, the probe time, the nodes this
+/// job's probe drained with their first failing check, and the run summary. Field names are the
+/// tag's (the contract in `core/src/tag.rs`); a test checks both decoders agree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TagFacts {
+    /// The job's verdict.
+    pub verdict: Option<Verdict>,
+    /// Probe time, Unix seconds.
+    pub probed_at: Option<u64>,
+    /// Nodes in the job.
+    pub nnodes: u32,
+    /// `(node, first failing check)` of nodes drained because of this job's probe.
+    pub drained: Vec<(String, String)>,
+    /// The `fabric-run` summary.
+    pub run: Option<RunSummary>,
+}
+
+#[derive(Deserialize)]
+struct LeanNode<'a> {
+    #[serde(default)]
+    drained: bool,
+    #[serde(default, borrow)]
+    checks: Vec<Cow<'a, str>>,
+}
+
+/// The drained nodes of the tag's `nodes` map, collected while it streams by.
+#[derive(Default)]
+struct Drained(Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for Drained {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Drained;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of node results")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Drained, A::Error> {
+                let mut out = Vec::new();
+                while let Some((node, r)) = m.next_entry::<Cow<'de, str>, LeanNode<'de>>()? {
+                    if r.drained {
+                        let check = r
+                            .checks
+                            .first()
+                            .map_or("unspecified".to_string(), |c| c.to_string());
+                        out.push((node.into_owned(), check));
+                    }
+                }
+                Ok(Drained(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+#[derive(Deserialize)]
+struct LeanTag {
+    #[serde(default)]
+    verdict: Option<Verdict>,
+    #[serde(default)]
+    probed_at: Option<u64>,
+    #[serde(default)]
+    nnodes: u32,
+    #[serde(default)]
+    nodes: Drained,
+    #[serde(default)]
+    run: Option<RunSummary>,
 }
 
 /// One job (allocation) from accounting, whatever form it was read from. Times are Unix seconds
@@ -225,12 +302,24 @@ impl std::str::FromStr for GroupBy {
     }
 }
 
-/// Decodes an `AdminComment` into a [`TagState`].
+/// Decodes an `AdminComment` into a [`TagState`] (the segment is found like
+/// [`crate::tag::extract`] finds it: the marker, then one JSON object).
 pub fn tag_state(comment: &str) -> TagState {
-    match crate::tag::extract(comment) {
-        None => TagState::Absent,
-        Some(Ok(t)) => TagState::Present(Box::new(t)),
-        Some(Err(e)) => TagState::Unreadable(e.to_string()),
+    let Some(at) = memchr::memmem::find(comment.as_bytes(), MARKER.as_bytes()) else {
+        return TagState::Absent;
+    };
+    let mut de = serde_json::Deserializer::from_str(&comment[at + MARKER.len()..]);
+    match LeanTag::deserialize(&mut de) {
+        Ok(t) => TagState::Present(Box::new(TagFacts {
+            verdict: t.verdict,
+            probed_at: t.probed_at,
+            nnodes: t.nnodes,
+            drained: t.nodes.0,
+            run: t.run,
+        })),
+        Err(e) => TagState::Unreadable(format!(
+            "the fabric-check/v1 segment of the comment is not valid JSON: {e}"
+        )),
     }
 }
 
@@ -290,6 +379,73 @@ pub fn line_of_offset(path: &std::path::Path, offset: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lean_decoder_agrees_with_the_tag_module() {
+        use crate::tag::{JobTag, NodeResult, extract, splice};
+        let mut t = JobTag {
+            nnodes: 3,
+            probed_at: Some(1_700_000_000),
+            ..JobTag::default()
+        };
+        for (n, v, drained, checks) in [
+            ("a1", Verdict::Pass, false, vec![]),
+            (
+                "a2",
+                Verdict::Fail,
+                true,
+                vec!["roce.pfc".to_string(), "roce.ecn".to_string()],
+            ),
+            ("a3", Verdict::Fail, true, vec![]),
+        ] {
+            t.nodes.insert(
+                n.into(),
+                NodeResult {
+                    verdict: v,
+                    checks,
+                    probe_ms: Some(3),
+                    drained,
+                },
+            );
+        }
+        t.recount();
+        t.run = Some(RunSummary {
+            steps: 5,
+            step_p50_s: Some(1.5),
+            accepted: true,
+            on_time: true,
+            ..RunSummary::default()
+        });
+        let comment = splice("JS1:xyz", &t);
+        let full = extract(&comment).unwrap().unwrap();
+        let TagState::Present(lean) = tag_state(&comment) else {
+            panic!("no tag found")
+        };
+        assert_eq!(lean.verdict, full.verdict);
+        assert_eq!(lean.probed_at, full.probed_at);
+        assert_eq!(lean.nnodes, full.nnodes);
+        assert_eq!(lean.run, full.run);
+        let drained: Vec<(String, String)> = full
+            .nodes
+            .iter()
+            .filter(|(_, r)| r.drained)
+            .map(|(n, r)| {
+                (
+                    n.clone(),
+                    r.checks
+                        .first()
+                        .cloned()
+                        .unwrap_or_else(|| "unspecified".into()),
+                )
+            })
+            .collect();
+        assert_eq!(lean.drained, drained);
+        assert!(matches!(
+            tag_state("JS1:a fabric-check/v1 {broken"),
+            TagState::Unreadable(_)
+        ));
+        assert_eq!(tag_state("JS1:a"), TagState::Absent);
+    }
 
     #[test]
     fn a_typed_gpu_tres_counts_when_the_plain_one_is_absent() {

@@ -17,7 +17,6 @@ pub(crate) struct Batch {
     pub items: Vec<(usize, usize, u64, u64)>,
 }
 
-
 /// Buffers handed back by the workers once a batch is done, so the reader reuses them instead
 /// of faulting in fresh pages for every chunk.
 pub(crate) struct Recycler {

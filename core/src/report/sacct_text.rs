@@ -85,6 +85,29 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
         return Ok(n);
     }
     let bad = || format!("`{s}` is not a time (want Unix seconds or YYYY-MM-DDTHH:MM:SS)");
+    // The usual 19-byte form, read in place.
+    let b = s.as_bytes();
+    if b.len() == 19
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+    {
+        let n = |r: std::ops::Range<usize>| -> Option<i64> {
+            b[r].iter().try_fold(0i64, |acc, c| {
+                c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
+            })
+        };
+        if let (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(se)) =
+            (n(0..4), n(5..7), n(8..10), n(11..13), n(14..16), n(17..19))
+        {
+            if (1..=12).contains(&mo) && (1..=31).contains(&d) {
+                return Ok(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se);
+            }
+        }
+        return Err(bad());
+    }
     let (date, time) = s.split_once('T').ok_or_else(bad)?;
     let d: Vec<i64> = date
         .split('-')
