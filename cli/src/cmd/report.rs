@@ -1,10 +1,232 @@
-//! `fabric-check report` (not yet built).
+//! `fabric-check report`: cost per accepted run and fabrics side by side, from Slurm accounting.
+//!
+//! Reads `sacct --json` or `sacct -P` output from a file (or `-` for stdin), or runs
+//! `/usr/bin/sacct` itself (absolute path, separate arguments, no shell) with the filters given.
+
+use std::io::{BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, bail};
+use fabric_core::cost::CostFile;
+use fabric_core::report::aggregate::{self, Acc, Options};
+use fabric_core::report::render::{Format, render_report};
+use fabric_core::report::{GroupBy, ReportError, sacct_json, sacct_text};
 
 /// Arguments of `fabric-check report`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// sacct output to read (`-` for stdin); without it, sacct is run with the filters below.
+    #[arg(long, short)]
+    input: Option<PathBuf>,
+    /// Form of --input: `json` (sacct --json), `text` (sacct -P) or `auto` (by the first byte).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "json", "text"])]
+    input_format: String,
+    /// Cost file (TOML, see etc/cost.toml); without it only the usage figures are shown.
+    #[arg(long)]
+    cost: Option<PathBuf>,
+    /// Field that makes the columns: partition, account, user, cluster or qos.
+    #[arg(long, default_value = "partition")]
+    group_by: GroupBy,
+    /// Output format: table, markdown, csv, json or html.
+    #[arg(long, short, default_value = "table")]
+    format: Format,
+    /// Write the report here instead of stdout.
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    filters: Box<Filters>,
+    /// Worker threads for parsing (default: the CPUs available).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// The sacct binary to run (absolute path).
+    #[arg(long, default_value = "/usr/bin/sacct", hide = true)]
+    sacct: PathBuf,
+}
+
+/// Which jobs and which window (boxed: keeps the subcommand enum small).
+#[derive(Debug, clap::Args)]
+struct Filters {
+    /// Window start (Unix seconds or YYYY-MM-DD[THH:MM[:SS]], UTC); passed to sacct as -S.
+    #[arg(long)]
+    start: Option<String>,
+    /// Window end (same forms); passed to sacct as -E.
+    #[arg(long)]
+    end: Option<String>,
+    /// Only these partitions (comma-separated); passed to sacct as -r.
+    #[arg(long)]
+    partition: Option<String>,
+    /// Only these accounts; passed to sacct as -A.
+    #[arg(long)]
+    account: Option<String>,
+    /// Only these users; passed to sacct as -u (otherwise -a, all users).
+    #[arg(long)]
+    user: Option<String>,
+}
+
+/// Unix seconds from `1700000000`, `2024-05-01`, `2024-05-01T10:00` or `2024-05-01T10:00:00`.
+fn parse_when(s: &str) -> anyhow::Result<i64> {
+    let full = match s.len() {
+        10 if s.as_bytes()[4] == b'-' => format!("{s}T00:00:00"),
+        16 => format!("{s}:00"),
+        _ => s.to_string(),
+    };
+    sacct_text::parse_time(&full).map_err(|e| {
+        anyhow::anyhow!("{e}; write --start/--end as YYYY-MM-DD[THH:MM[:SS]] or Unix seconds")
+    })
+}
+
+fn in_list(list: &Option<String>, v: &str) -> bool {
+    list.as_deref().is_none_or(|l| l.split(',').any(|x| x == v))
+}
 
 /// Runs the subcommand and returns the exit code.
-pub fn run(_args: Args) -> anyhow::Result<i32> {
-    anyhow::bail!("`fabric-check report` is not built yet")
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let costs = match &args.cost {
+        Some(p) => Some(CostFile::load(p)?),
+        None => None,
+    };
+    let window = match (&args.filters.start, &args.filters.end) {
+        (Some(a), Some(b)) => {
+            let (a, b) = (parse_when(a)?, parse_when(b)?);
+            if b <= a {
+                bail!("--end must be after --start");
+            }
+            Some((a, b))
+        }
+        _ => None,
+    };
+    let opts = Options {
+        group_by: args.group_by,
+        window,
+    };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let filter = |j: &fabric_core::report::JobRecord| {
+        in_list(&args.filters.partition, &j.partition)
+            && in_list(&args.filters.account, &j.account)
+            && in_list(&args.filters.user, &j.user)
+    };
+    let each = |acc: &mut Acc, j: fabric_core::report::JobRecord| {
+        if filter(&j) {
+            acc.add(j, &opts);
+        }
+    };
+    let accs = match &args.input {
+        Some(path) => {
+            let name = path.display().to_string();
+            let mut reader: Box<dyn Read> = if path == Path::new("-") {
+                Box::new(std::io::stdin().lock())
+            } else {
+                Box::new(
+                    std::fs::File::open(path)
+                        .with_context(|| format!("cannot open {name}; check the --input path"))?,
+                )
+            };
+            let mut head = [0u8; 1];
+            let mut peeked = Vec::new();
+            let json = match args.input_format.as_str() {
+                "json" => true,
+                "text" => false,
+                _ => loop {
+                    if reader.read(&mut head)? == 0 {
+                        break true;
+                    }
+                    peeked.push(head[0]);
+                    if !head[0].is_ascii_whitespace() {
+                        break head[0] == b'{';
+                    }
+                },
+            };
+            let reader = std::io::Cursor::new(peeked).chain(reader);
+            let result = if json {
+                sacct_json::stream(reader, &name, threads, Acc::default, each)
+            } else {
+                sacct_text::stream(
+                    BufReader::with_capacity(1 << 20, reader),
+                    &name,
+                    threads,
+                    Acc::default,
+                    each,
+                )
+            };
+            result.map_err(|e: ReportError| {
+                if path == Path::new("-") {
+                    e
+                } else {
+                    e.with_line_from(path)
+                }
+            })?
+        }
+        None => run_sacct(&args, threads, &each)?,
+    };
+    let report = aggregate::finish(Acc::merge_all(accs), &opts, costs.as_ref());
+    let text = render_report(&report, args.format);
+    match &args.output {
+        Some(p) => {
+            std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?
+        }
+        None => std::io::stdout().lock().write_all(text.as_bytes())?,
+    }
+    Ok(0)
+}
+
+fn run_sacct(
+    args: &Args,
+    threads: usize,
+    each: &(dyn Fn(&mut Acc, fabric_core::report::JobRecord) + Sync),
+) -> anyhow::Result<Vec<Acc>> {
+    let mut cmd = Command::new(&args.sacct);
+    cmd.args(["-X", "-D", "-P", "-o", sacct_text::FIELDS]);
+    cmd.env("SLURM_TIME_FORMAT", "%s");
+    if let Some(s) = &args.filters.start {
+        cmd.args(["-S", s]);
+    }
+    if let Some(e) = &args.filters.end {
+        cmd.args(["-E", e]);
+    }
+    if let Some(p) = &args.filters.partition {
+        cmd.args(["-r", p]);
+    }
+    if let Some(a) = &args.filters.account {
+        cmd.args(["-A", a]);
+    }
+    match &args.filters.user {
+        Some(u) => cmd.args(["-u", u]),
+        None => cmd.arg("-a"),
+    };
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| {
+            format!(
+                "cannot run {}; is Slurm's client installed?",
+                args.sacct.display()
+            )
+        })?;
+    let stdout = child.stdout.take().context("sacct has no stdout")?;
+    let mut stderr = child.stderr.take().context("sacct has no stderr")?;
+    let err_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let parsed = sacct_text::stream(
+        BufReader::with_capacity(1 << 20, stdout),
+        "sacct",
+        threads,
+        Acc::default,
+        each,
+    );
+    let status = child.wait()?;
+    let stderr = err_thread.join().unwrap_or_default();
+    if !status.success() {
+        bail!(
+            "sacct failed ({status}): {}; check that slurmdbd is reachable and accounting is on",
+            stderr.trim()
+        );
+    }
+    Ok(parsed?)
 }

@@ -1,0 +1,84 @@
+//! Bad inputs to `fabric-check report` get an error naming the file, the place and what to do.
+
+use assert_cmd::Command;
+
+fn report(args: &[&str]) -> (i32, String) {
+    let out = Command::cargo_bin("fabric-check")
+        .unwrap()
+        .arg("report")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn hand(p: &str) -> String {
+    format!(
+        "{}/../tests/fixtures/sacct/hand/{p}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+#[test]
+fn a_truncated_json_file_is_reported_with_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = std::fs::read_to_string(hand("history-22.05.json")).unwrap();
+    let cut = dir.path().join("cut.json");
+    std::fs::write(&cut, &full[..full.len() * 2 / 3]).unwrap();
+    let (code, err) = report(&["-i", cut.to_str().unwrap()]);
+    assert_eq!(code, 3);
+    assert!(err.contains("cut.json:line "), "{err}");
+    assert!(
+        err.contains("the input ends early (truncated after 3 complete jobs, inside a job)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_text_file_with_a_broken_line_names_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = std::fs::read_to_string(hand("history.txt")).unwrap();
+    text.push_str("999|ib|ml\n");
+    let p = dir.path().join("bad.txt");
+    std::fs::write(&p, text).unwrap();
+    let (code, err) = report(&["-i", p.to_str().unwrap()]);
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("bad.txt:13: 3 fields where the header has 15"),
+        "{err}"
+    );
+}
+
+#[test]
+fn binary_garbage_is_not_sacct_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("junk.bin");
+    std::fs::write(&p, [0u8, 159, 146, 150, 10, 1, 2]).unwrap();
+    let (code, err) = report(&["-i", p.to_str().unwrap(), "--input-format", "json"]);
+    assert_eq!(code, 3);
+    assert!(err.contains("is not `sacct --json` output"), "{err}");
+}
+
+#[test]
+fn a_cost_file_with_a_float_amount_says_how_to_write_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("cost.toml");
+    std::fs::write(
+        &p,
+        "[fabric.ib]\ngpus = 8\n[fabric.ib.running]\nrack_power_and_space = 10.5\n",
+    )
+    .unwrap();
+    let (code, err) = report(&["-i", &hand("history.txt"), "--cost", p.to_str().unwrap()]);
+    assert_eq!(code, 3);
+    assert!(err.contains("write amounts as strings"), "{err}");
+}
+
+#[test]
+fn a_missing_sacct_binary_is_reported_not_a_panic() {
+    let (code, err) = report(&["--sacct", "/nonexistent/sacct"]);
+    assert_eq!(code, 3);
+    assert!(err.contains("cannot run /nonexistent/sacct"), "{err}");
+}

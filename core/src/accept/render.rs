@@ -1,0 +1,233 @@
+//! The acceptance report in the shared formats (see [`crate::report::render`]).
+
+use plotters::prelude::*;
+
+use super::analyse::AcceptReport;
+use super::fmt_size;
+use crate::report::render::{Format, Row, Table, html_escape, html_page, tables_to};
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("n/a".into(), |x| format!("{x:.digits$}"))
+}
+
+/// The report as tables.
+pub fn accept_tables(r: &AcceptReport) -> Vec<Table> {
+    let mut tables = vec![Table {
+        title: format!("Acceptance: {}", r.verdict.to_uppercase()),
+        columns: vec!["status".into(), "observed".into(), "expected".into()],
+        rows: r
+            .checks
+            .iter()
+            .map(|c| {
+                Row::text(
+                    &c.id,
+                    "",
+                    vec![c.status.into(), c.observed.clone(), c.expected.clone()],
+                )
+            })
+            .collect(),
+        notes: r
+            .problems
+            .iter()
+            .map(|p| format!("input problem: {p}"))
+            .collect(),
+    }];
+    tables.push(Table {
+        title: "Per size, across runs".into(),
+        columns: [
+            "runs",
+            "busbw mean",
+            "busbw min",
+            "busbw max",
+            "in-place busbw",
+            "algbw mean",
+            "time min",
+            "time avg",
+            "time max",
+            "p95",
+            "p99",
+            "wrong",
+            "CV %",
+            "outlier runs",
+        ]
+        .map(String::from)
+        .to_vec(),
+        rows: r
+            .sizes
+            .iter()
+            .map(|s| {
+                Row::text(
+                    &format!(
+                        "{} {} {}{}",
+                        fmt_size(s.size_b),
+                        s.dtype,
+                        s.redop,
+                        s.root
+                            .filter(|r| *r >= 0)
+                            .map_or(String::new(), |r| format!(" root {r}"))
+                    ),
+                    "GB/s, µs",
+                    vec![
+                        s.runs.to_string(),
+                        format!("{:.2}", s.busbw_mean_gbps),
+                        format!("{:.2}", s.busbw_min_gbps),
+                        format!("{:.2}", s.busbw_max_gbps),
+                        opt(s.busbw_in_place_mean_gbps, 2),
+                        format!("{:.2}", s.algbw_mean_gbps),
+                        format!("{:.2}", s.time_min_us),
+                        format!("{:.2}", s.time_avg_us),
+                        format!("{:.2}", s.time_max_us),
+                        opt(s.p95_us, 2),
+                        opt(s.p99_us, 2),
+                        s.wrong.map_or("N/A".into(), |w| format!("{w}")),
+                        opt(s.cv_pct, 2),
+                        s.outlier_runs.len().to_string(),
+                    ],
+                )
+            })
+            .collect(),
+        notes: vec![format!(
+            "{} run(s): {}",
+            r.runs.len(),
+            r.runs
+                .iter()
+                .map(|x| format!(
+                    "{} ({}, {} ranks on {} hosts)",
+                    x.file, x.form, x.ranks, x.hosts
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )],
+    });
+    if !r.outlier_ranks.is_empty() {
+        tables.push(Table {
+            title: "Slow ranks".into(),
+            columns: vec!["host".into(), "sizes".into(), "worst excess %".into()],
+            rows: r
+                .outlier_ranks
+                .iter()
+                .map(|o| {
+                    Row::text(
+                        &format!("{} rank {}", o.file, o.rank),
+                        "",
+                        vec![
+                            o.host.clone().unwrap_or_default(),
+                            o.sizes.to_string(),
+                            format!("{:.1}", o.worst_skew_pct),
+                        ],
+                    )
+                })
+                .collect(),
+            notes: vec![],
+        });
+    }
+    if let Some(b) = &r.bom {
+        if !b.drift.is_empty() {
+            tables.push(Table {
+                title: "BOM drift across nodes".into(),
+                columns: vec!["values (nodes)".into()],
+                rows: b
+                    .drift
+                    .iter()
+                    .map(|d| {
+                        Row::text(
+                            &d.path,
+                            "",
+                            vec![
+                                d.values
+                                    .iter()
+                                    .map(|(v, n)| format!("{v} ({})", n.join(",")))
+                                    .collect::<Vec<_>>()
+                                    .join(" | "),
+                            ],
+                        )
+                    })
+                    .collect(),
+                notes: vec![],
+            });
+        }
+    }
+    tables.push(Table {
+        title: "Purchase questions".into(),
+        columns: vec!["applies to".into(), "status".into(), "answer".into()],
+        rows: r
+            .questions
+            .iter()
+            .map(|q| {
+                Row::text(
+                    q.question,
+                    q.id,
+                    vec![q.applies_to.into(), q.status.into(), q.answer.clone()],
+                )
+            })
+            .collect(),
+        notes: vec![],
+    });
+    tables
+}
+
+fn busbw_chart(r: &AcceptReport, svg: &mut String) -> Result<(), Box<dyn std::error::Error>> {
+    let root = SVGBackend::with_string(svg, (760, 340)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let pts: Vec<(f64, f64)> = r
+        .sizes
+        .iter()
+        .filter(|s| s.size_b > 0)
+        .map(|s| ((s.size_b as f64).log2(), s.busbw_mean_gbps))
+        .collect();
+    let (x0, x1) = pts
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+            (a.min(p.0), b.max(p.0))
+        });
+    let (x0, x1) = if x0.is_finite() && x1 > x0 {
+        (x0, x1)
+    } else {
+        (0.0, 1.0)
+    };
+    let ymax = pts.iter().map(|p| p.1).fold(1.0, f64::max);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Bus bandwidth by message size (mean over runs)",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(x0..x1, 0f64..ymax * 1.1)?;
+    chart
+        .configure_mesh()
+        .x_label_formatter(&|x| fmt_size(2f64.powf(x.round()) as u64))
+        .x_desc("message size")
+        .y_desc("busbw (GB/s)")
+        .draw()?;
+    chart.draw_series(LineSeries::new(pts.clone(), BLUE.stroke_width(2)))?;
+    chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, BLUE.filled())))?;
+    root.present()?;
+    Ok(())
+}
+
+/// Renders the acceptance report.
+pub fn render_accept(r: &AcceptReport, format: Format) -> String {
+    match format {
+        Format::Json => serde_json::to_string_pretty(r).unwrap_or_default() + "\n",
+        Format::Html => {
+            let mut body = String::new();
+            for t in accept_tables(r) {
+                body.push_str(&t.to_html());
+            }
+            let mut svg = String::new();
+            match busbw_chart(r, &mut svg) {
+                Ok(()) => body.push_str(&format!(
+                    "<figure id=\"chart-busbw\" class=\"chart\">\n{svg}\n</figure>\n"
+                )),
+                Err(e) => body.push_str(&format!(
+                    "<p class=\"note\">chart could not be drawn: {}</p>",
+                    html_escape(&e.to_string())
+                )),
+            }
+            html_page("fabric-check acceptance report", &body)
+        }
+        f => tables_to(f, &accept_tables(r)),
+    }
+}

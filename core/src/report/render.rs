@@ -1,0 +1,1001 @@
+//! Output formats shared by `report` and `accept`: a [`Table`] model rendered as a terminal
+//! table, markdown or CSV; JSON comes straight from the serde types; HTML is the tables plus SVG
+//! charts drawn with `plotters` and embedded inline, so the page is one self-contained file.
+
+use std::fmt::Write as _;
+
+use plotters::prelude::*;
+use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
+
+use super::aggregate::{GroupReport, Report, Sampled};
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Aligned text for a terminal.
+    Table,
+    /// GitHub-flavoured markdown.
+    Markdown,
+    /// Comma-separated values (RFC 4180 quoting).
+    Csv,
+    /// Pretty JSON.
+    Json,
+    /// A self-contained HTML page with charts.
+    Html,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "table" => Ok(Self::Table),
+            "markdown" | "md" => Ok(Self::Markdown),
+            "csv" => Ok(Self::Csv),
+            "json" => Ok(Self::Json),
+            "html" => Ok(Self::Html),
+            _ => Err(format!(
+                "unknown format `{s}`; use table, markdown, csv, json or html"
+            )),
+        }
+    }
+}
+
+/// Which value of a row is the better one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    /// Smaller is better.
+    Lower,
+    /// Larger is better.
+    Higher,
+    /// Not comparable.
+    Neither,
+}
+
+/// One cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    /// What is shown.
+    pub text: String,
+    /// Marked as the better value of its row.
+    pub better: bool,
+}
+
+/// One row: a metric with its unit and one cell per column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// Metric name.
+    pub label: String,
+    /// Unit (`USD`, `%`, `GPU-h`, `s`...).
+    pub unit: String,
+    /// Cells.
+    pub cells: Vec<Cell>,
+}
+
+impl Row {
+    /// A row whose better value (by `better`) is marked when at least two values differ.
+    pub fn compare(
+        label: &str,
+        unit: &str,
+        better: Better,
+        values: Vec<Option<(f64, String)>>,
+    ) -> Self {
+        let nums: Vec<f64> = values.iter().flatten().map(|(v, _)| *v).collect();
+        let best = match better {
+            Better::Lower => nums.iter().copied().reduce(f64::min),
+            Better::Higher => nums.iter().copied().reduce(f64::max),
+            Better::Neither => None,
+        };
+        let differ = nums.iter().any(|v| Some(*v) != best);
+        let cells = values
+            .into_iter()
+            .map(|v| match v {
+                Some((x, text)) => Cell {
+                    text,
+                    better: differ && nums.len() >= 2 && Some(x) == best,
+                },
+                None => Cell {
+                    text: "n/a".into(),
+                    better: false,
+                },
+            })
+            .collect();
+        Self {
+            label: label.into(),
+            unit: unit.into(),
+            cells,
+        }
+    }
+
+    /// A row of plain text cells.
+    pub fn text(label: &str, unit: &str, cells: Vec<String>) -> Self {
+        Self {
+            label: label.into(),
+            unit: unit.into(),
+            cells: cells
+                .into_iter()
+                .map(|text| Cell {
+                    text,
+                    better: false,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A titled table with notes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    /// Title.
+    pub title: String,
+    /// Column headings after `metric` and `unit`.
+    pub columns: Vec<String>,
+    /// Rows.
+    pub rows: Vec<Row>,
+    /// Lines printed under the table.
+    pub notes: Vec<String>,
+}
+
+impl Table {
+    fn has_marks(&self) -> bool {
+        self.rows.iter().any(|r| r.cells.iter().any(|c| c.better))
+    }
+
+    /// Aligned text; the better value carries a `*`.
+    pub fn to_text(&self) -> String {
+        let mut out = format!("{}\n", self.title);
+        let head: Vec<String> = ["metric".to_string(), "unit".to_string()]
+            .into_iter()
+            .chain(self.columns.iter().cloned())
+            .collect();
+        let body: Vec<Vec<String>> = self
+            .rows
+            .iter()
+            .map(|r| {
+                [r.label.clone(), r.unit.clone()]
+                    .into_iter()
+                    .chain(r.cells.iter().map(|c| {
+                        if c.better {
+                            format!("{} *", c.text)
+                        } else {
+                            c.text.clone()
+                        }
+                    }))
+                    .collect()
+            })
+            .collect();
+        let mut w: Vec<usize> = head.iter().map(|h| h.chars().count()).collect();
+        for r in &body {
+            for (i, c) in r.iter().enumerate() {
+                if i < w.len() {
+                    w[i] = w[i].max(c.chars().count());
+                }
+            }
+        }
+        let line = |cells: &[String]| {
+            let mut s = String::new();
+            for (i, c) in cells.iter().enumerate() {
+                let pad = w[i].saturating_sub(c.chars().count());
+                if i < 2 {
+                    s.push_str(c);
+                    s.push_str(&" ".repeat(pad));
+                } else {
+                    s.push_str(&" ".repeat(pad));
+                    s.push_str(c);
+                }
+                s.push_str("  ");
+            }
+            s.trim_end().to_string() + "\n"
+        };
+        out.push_str(&line(&head));
+        out.push_str(
+            &(w.iter()
+                .map(|n| "-".repeat(*n))
+                .collect::<Vec<_>>()
+                .join("  ")
+                + "\n"),
+        );
+        for r in &body {
+            out.push_str(&line(r));
+        }
+        if self.has_marks() {
+            out.push_str("* better value\n");
+        }
+        for n in &self.notes {
+            out.push_str(n);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Markdown; the better value is bold.
+    pub fn to_markdown(&self) -> String {
+        let esc = |s: &str| s.replace('|', "\\|");
+        let mut out = format!("### {}\n\n| metric | unit |", esc(&self.title));
+        for c in &self.columns {
+            let _ = write!(out, " {} |", esc(c));
+        }
+        out.push_str("\n|---|---|");
+        out.push_str(&"---:|".repeat(self.columns.len()));
+        out.push('\n');
+        for r in &self.rows {
+            let _ = write!(out, "| {} | {} |", esc(&r.label), esc(&r.unit));
+            for c in &r.cells {
+                if c.better {
+                    let _ = write!(out, " **{}** |", esc(&c.text));
+                } else {
+                    let _ = write!(out, " {} |", esc(&c.text));
+                }
+            }
+            out.push('\n');
+        }
+        if self.has_marks() {
+            out.push_str("\nBold: the better value.\n");
+        }
+        for n in &self.notes {
+            let _ = write!(out, "\n{n}\n");
+        }
+        out
+    }
+
+    /// CSV with a `table` column so several tables share one file; `better` lists the column
+    /// holding the better value.
+    pub fn to_csv(&self, out: &mut String, with_header: bool, width: usize) {
+        let q = |s: &str| {
+            if s.contains([',', '"', '\n']) {
+                format!("\"{}\"", s.replace('"', "\"\""))
+            } else {
+                s.to_string()
+            }
+        };
+        if with_header {
+            out.push_str("table,metric,unit");
+            for c in &self.columns {
+                let _ = write!(out, ",{}", q(c));
+            }
+            for _ in self.columns.len()..width {
+                out.push(',');
+            }
+            out.push_str(",better\n");
+        }
+        for r in &self.rows {
+            let _ = write!(out, "{},{},{}", q(&self.title), q(&r.label), q(&r.unit));
+            for c in &r.cells {
+                let _ = write!(out, ",{}", q(&c.text));
+            }
+            for _ in r.cells.len()..width {
+                out.push(',');
+            }
+            let better: Vec<&str> = r
+                .cells
+                .iter()
+                .zip(&self.columns)
+                .filter(|(c, _)| c.better)
+                .map(|(_, h)| h.as_str())
+                .collect();
+            let _ = writeln!(out, ",{}", q(&better.join(";")));
+        }
+    }
+
+    /// An HTML `<table>`; the better value has class `better`.
+    pub fn to_html(&self) -> String {
+        let mut out = format!(
+            "<h2>{}</h2>\n<table>\n<thead><tr><th>metric</th><th>unit</th>",
+            html_escape(&self.title)
+        );
+        for c in &self.columns {
+            let _ = write!(out, "<th>{}</th>", html_escape(c));
+        }
+        out.push_str("</tr></thead>\n<tbody>\n");
+        for r in &self.rows {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td>",
+                html_escape(&r.label),
+                html_escape(&r.unit)
+            );
+            for c in &r.cells {
+                if c.better {
+                    let _ = write!(
+                        out,
+                        "<td class=\"better\">{} &#9650;</td>",
+                        html_escape(&c.text)
+                    );
+                } else {
+                    let _ = write!(out, "<td>{}</td>", html_escape(&c.text));
+                }
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</tbody></table>\n");
+        for n in &self.notes {
+            let _ = writeln!(out, "<p class=\"note\">{}</p>", html_escape(n));
+        }
+        out
+    }
+}
+
+/// Escapes text for HTML.
+pub fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Renders tables in a text format (not JSON or HTML).
+pub fn tables_to(format: Format, tables: &[Table]) -> String {
+    match format {
+        Format::Markdown => tables
+            .iter()
+            .map(Table::to_markdown)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Format::Csv => {
+            let width = tables.iter().map(|t| t.columns.len()).max().unwrap_or(0);
+            let mut out = String::new();
+            for (i, t) in tables.iter().enumerate() {
+                t.to_csv(&mut out, i == 0, width);
+            }
+            out
+        }
+        _ => tables
+            .iter()
+            .map(Table::to_text)
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+/// Wraps body HTML into a self-contained page.
+pub fn html_page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{}</title>\n<style>\n\
+body{{font-family:sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse;margin:1em 0}}\
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child,td:nth-child(2),th:first-child{{text-align:left}}\
+td.better{{background:#e3f5e1;font-weight:bold}}p.note{{color:#555;font-size:90%}}figure{{margin:1em 0}}\n</style>\n</head>\n<body>\n<h1>{}</h1>\n{}\n</body>\n</html>\n",
+        html_escape(title),
+        html_escape(title),
+        body
+    )
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` of Unix seconds.
+fn iso(t: i64) -> String {
+    let s = t.rem_euclid(86_400);
+    format!(
+        "{}T{:02}:{:02}:{:02}Z",
+        super::aggregate::civil_from_days(t.div_euclid(86_400)),
+        s / 3600,
+        s % 3600 / 60,
+        s % 60
+    )
+}
+
+fn money(d: Decimal, cur: &str) -> String {
+    format!("{:.2} {cur}", d.round_dp(2))
+}
+
+fn sampled(s: &Sampled, digits: usize) -> Option<(f64, String)> {
+    s.value.map(|v| (v, format!("{v:.digits$} (n={})", s.n)))
+}
+
+fn dnum(d: Decimal, dp: u32) -> (f64, String) {
+    (
+        d.to_f64().unwrap_or(0.0),
+        format!("{:.*}", dp as usize, d.round_dp(dp)),
+    )
+}
+
+/// The report as tables: the side-by-side worksheet, the cost breakdown and drain reasons.
+pub fn report_tables(r: &Report) -> Vec<Table> {
+    let cols: Vec<String> = r.groups.iter().map(|g| g.name.clone()).collect();
+    let cur = r.currency.as_str();
+    let per = |f: &dyn Fn(&GroupReport) -> Option<(f64, String)>| {
+        r.groups.iter().map(f).collect::<Vec<_>>()
+    };
+    let mut rows = vec![
+        Row::compare(
+            "cost per accepted run",
+            cur,
+            Better::Lower,
+            per(&|g| {
+                g.cost
+                    .as_ref()?
+                    .per_accepted_run
+                    .map(|d| (d.to_f64().unwrap_or(0.0), money(d, cur)))
+            }),
+        ),
+        Row::compare(
+            "cost per accepted output",
+            cur,
+            Better::Lower,
+            per(&|g| {
+                g.cost.as_ref()?.per_accepted_output.map(|d| {
+                    (
+                        d.to_f64().unwrap_or(0.0),
+                        format!("{:.6} {cur}", d.round_dp(6)),
+                    )
+                })
+            }),
+        ),
+        Row::compare(
+            "fabric-adjusted cost",
+            cur,
+            Better::Neither,
+            per(&|g| {
+                g.cost
+                    .as_ref()
+                    .map(|c| (c.total.to_f64().unwrap_or(0.0), money(c.total, cur)))
+            }),
+        ),
+        Row::compare(
+            "accepted runs",
+            "runs",
+            Better::Neither,
+            per(&|g| {
+                Some((
+                    g.accepted_runs as f64,
+                    format!("{} of {}", g.accepted_runs, g.runs),
+                ))
+            }),
+        ),
+        Row::compare(
+            "acceptance rate",
+            "%",
+            Better::Higher,
+            per(&|g| sampled(&g.acceptance_rate_pct, 1)),
+        ),
+        Row::compare(
+            "useful GPU utilisation",
+            "%",
+            Better::Higher,
+            per(&|g| g.useful_utilisation_pct.map(|d| dnum(d, 1))),
+        ),
+        Row::compare(
+            "failed-job and retry waste",
+            "GPU-h",
+            Better::Lower,
+            per(&|g| {
+                Some((
+                    g.waste_gpu_h.to_f64().unwrap_or(0.0),
+                    format!(
+                        "{:.1} ({})",
+                        g.waste_gpu_h.round_dp(1),
+                        g.waste_pct
+                            .map_or("n/a".into(), |p| format!("{:.1}%", p.round_dp(1)))
+                    ),
+                ))
+            }),
+        ),
+        Row::compare(
+            "idle GPU time",
+            "GPU-h",
+            Better::Lower,
+            per(&|g| g.idle_gpu_h.map(|d| dnum(d, 1))),
+        ),
+        Row::compare(
+            "drains per 1000 node-hours",
+            "drains",
+            Better::Lower,
+            per(&|g| {
+                g.drains_per_1000_node_h.map(|d| {
+                    (
+                        d.to_f64().unwrap_or(0.0),
+                        format!("{:.2} (n={})", d.round_dp(2), g.drains),
+                    )
+                })
+            }),
+        ),
+        Row::compare(
+            "top drain reason",
+            "check",
+            Better::Neither,
+            per(&|g| {
+                g.top_drain_reasons
+                    .first()
+                    .map(|(k, n)| (0.0, format!("{k} ({n})")))
+            }),
+        ),
+        Row::compare(
+            "operations hours",
+            "h",
+            Better::Lower,
+            per(&|g| g.cost.as_ref().map(|c| dnum(c.operations_h, 1))),
+        ),
+        Row::compare(
+            "step time p50",
+            "s",
+            Better::Lower,
+            per(&|g| sampled(&g.step_p50_s, 3)),
+        ),
+        Row::compare(
+            "step time p95",
+            "s",
+            Better::Lower,
+            per(&|g| sampled(&g.step_p95_s, 3)),
+        ),
+        Row::compare(
+            "checkpoint share of wall time",
+            "%",
+            Better::Lower,
+            per(&|g| sampled(&g.checkpoint_share_pct, 1)),
+        ),
+        Row::compare(
+            "mean queue wait",
+            "h",
+            Better::Lower,
+            per(&|g| sampled(&g.mean_queue_wait_h, 2)),
+        ),
+        Row::compare(
+            "allocated GPU time",
+            "GPU-h",
+            Better::Neither,
+            per(&|g| Some(dnum(g.allocated_gpu_h, 1))),
+        ),
+        Row::compare(
+            "jobs read (untagged, unreadable tag)",
+            "jobs",
+            Better::Neither,
+            per(&|g| {
+                Some((
+                    0.0,
+                    format!("{} ({}, {})", g.records, g.untagged, g.unreadable_tags),
+                ))
+            }),
+        ),
+    ];
+    rows.retain(|row| row.cells.iter().any(|c| c.text != "n/a"));
+    let mut notes = vec![format!(
+        "window: {} h ({} to {}, from the {}); grouped by {}; n = sample size.",
+        r.window.hours.round_dp(2),
+        iso(r.window.start_s),
+        iso(r.window.end_s),
+        if r.window.source == "given" {
+            "command line"
+        } else {
+            "span of the jobs"
+        },
+        serde_json::to_value(r.group_by)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default()
+    )];
+    let small: Vec<&str> = r
+        .groups
+        .iter()
+        .filter(|g| g.runs < 30)
+        .map(|g| g.name.as_str())
+        .collect();
+    if !small.is_empty() {
+        notes.push(format!(
+            "small sample (fewer than 30 runs): {}; read these columns as indications, not verdicts.",
+            small.join(", ")
+        ));
+    }
+    let unpriced: Vec<&str> = r
+        .groups
+        .iter()
+        .filter(|g| g.cost.is_none())
+        .map(|g| g.name.as_str())
+        .collect();
+    if !unpriced.is_empty() {
+        notes.push(format!(
+            "no cost entry for: {} (add one to the cost file to price them).",
+            unpriced.join(", ")
+        ));
+    }
+    if r.groups.iter().any(|g| g.gpus_from_cost_file) {
+        notes.push("some jobs had no gres/gpu in their TRES; their GPUs were counted as nodes × gpus_per_node from the cost file.".into());
+    }
+    let mut tables = vec![Table {
+        title: "Fabrics side by side".into(),
+        columns: cols.clone(),
+        rows,
+        notes,
+    }];
+    if r.groups.iter().any(|g| g.cost.is_some()) {
+        let items: Vec<(&'static str, &'static str)> = r
+            .groups
+            .iter()
+            .find_map(|g| g.cost.as_ref())
+            .map(|c| c.lines.iter().map(|l| (l.item, l.kind)).collect())
+            .unwrap_or_default();
+        let mut rows: Vec<Row> = items
+            .iter()
+            .map(|(item, kind)| {
+                let label = if *kind == "share" {
+                    format!("  of which {item}")
+                } else {
+                    (*item).to_string()
+                };
+                Row::text(
+                    &label,
+                    cur,
+                    r.groups
+                        .iter()
+                        .map(|g| {
+                            g.cost
+                                .as_ref()
+                                .and_then(|c| c.lines.iter().find(|l| l.item == *item))
+                                .map_or("n/a".into(), |l| money(l.amount, cur))
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        rows.push(Row::text(
+            "total (spend lines only)",
+            cur,
+            r.groups
+                .iter()
+                .map(|g| {
+                    g.cost
+                        .as_ref()
+                        .map_or("n/a".into(), |c| money(c.total, cur))
+                })
+                .collect(),
+        ));
+        rows.push(Row::text(
+            "capacity cost per GPU-hour",
+            cur,
+            r.groups
+                .iter()
+                .map(|g| {
+                    g.cost.as_ref().map_or("n/a".into(), |c| {
+                        format!("{:.4} {cur}", c.capacity_cost_per_gpu_h.round_dp(4))
+                    })
+                })
+                .collect(),
+        ));
+        tables.push(Table {
+            title: "Cost breakdown over the window".into(),
+            columns: cols.clone(),
+            rows,
+            notes: vec!["\"of which\" lines are shares of the capital and running spend above, not added to the total (docs/cost-model.md).".into()],
+        });
+    }
+    if r.groups.iter().any(|g| g.drains > 0) {
+        let mut reasons: Vec<String> = r
+            .groups
+            .iter()
+            .flat_map(|g| g.top_drain_reasons.iter().map(|(k, _)| k.clone()))
+            .collect();
+        reasons.sort();
+        reasons.dedup();
+        let rows = reasons
+            .iter()
+            .map(|k| {
+                Row::text(
+                    k,
+                    "drains",
+                    r.groups
+                        .iter()
+                        .map(|g| {
+                            g.top_drain_reasons
+                                .iter()
+                                .find(|(x, _)| x == k)
+                                .map_or("0".into(), |(_, n)| n.to_string())
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        tables.push(Table {
+            title: "Drain reasons (first failing check)".into(),
+            columns: cols,
+            rows,
+            notes: vec![],
+        });
+    }
+    tables
+}
+
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+type ChartResult = Result<(), Box<dyn std::error::Error>>;
+
+fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
+    let priced: Vec<&GroupReport> = r.groups.iter().filter(|g| g.cost.is_some()).collect();
+    let root = SVGBackend::with_string(svg, (760, 360)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let max = priced
+        .iter()
+        .filter_map(|g| g.cost.as_ref())
+        .map(|c| c.total.to_f64().unwrap_or(0.0))
+        .fold(1.0, f64::max);
+    let n = priced.len().max(1);
+    let names: Vec<String> = priced.iter().map(|g| g.name.clone()).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("Cost breakdown per fabric ({})", r.currency),
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(80)
+        .build_cartesian_2d((0..n as u32).into_segmented(), 0f64..max * 1.35)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_desc(r.currency.as_str())
+        .draw()?;
+    let items: Vec<&'static str> = priced
+        .first()
+        .and_then(|g| g.cost.as_ref())
+        .map(|c| {
+            c.lines
+                .iter()
+                .filter(|l| l.kind == "spend")
+                .map(|l| l.item)
+                .collect()
+        })
+        .unwrap_or_default();
+    for (k, item) in items.iter().enumerate() {
+        let colour = PALETTE[k % PALETTE.len()];
+        let bars: Vec<Rectangle<(SegmentValue<u32>, f64)>> = priced
+            .iter()
+            .enumerate()
+            .filter_map(|(i, g)| {
+                let c = g.cost.as_ref()?;
+                let below: f64 = c
+                    .lines
+                    .iter()
+                    .filter(|l| l.kind == "spend")
+                    .take(k)
+                    .map(|l| l.amount.to_f64().unwrap_or(0.0))
+                    .sum();
+                let this = c
+                    .lines
+                    .iter()
+                    .find(|l| l.item == *item)?
+                    .amount
+                    .to_f64()
+                    .unwrap_or(0.0);
+                let mut bar = Rectangle::new(
+                    [
+                        (SegmentValue::Exact(i as u32), below),
+                        (SegmentValue::Exact(i as u32 + 1), below + this),
+                    ],
+                    colour.filled(),
+                );
+                bar.set_margin(0, 0, 20, 20);
+                Some(bar)
+            })
+            .collect();
+        chart
+            .draw_series(bars)?
+            .label(*item)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn step_chart(r: &Report, svg: &mut String) -> ChartResult {
+    let root = SVGBackend::with_string(svg, (760, 320)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let all: Vec<f32> = r
+        .groups
+        .iter()
+        .flat_map(|g| g.step_samples_s.iter().copied())
+        .collect();
+    let lo = all.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = all.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let (lo, hi) = if lo.is_finite() && hi > lo {
+        (f64::from(lo), f64::from(hi))
+    } else {
+        (0.0, 1.0)
+    };
+    const BINS: usize = 24;
+    let width = (hi - lo) / BINS as f64;
+    let hist = |v: &[f32]| {
+        let mut c = vec![0u64; BINS];
+        for x in v {
+            let i = (((f64::from(*x) - lo) / width) as usize).min(BINS - 1);
+            c[i] += 1;
+        }
+        c
+    };
+    let series: Vec<(String, Vec<u64>)> = r
+        .groups
+        .iter()
+        .map(|g| (g.name.clone(), hist(&g.step_samples_s)))
+        .collect();
+    let ymax = series
+        .iter()
+        .flat_map(|(_, c)| c.iter().copied())
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Step time distribution (per-run median)",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d(lo..hi, 0u64..ymax + ymax / 10 + 1)?;
+    chart
+        .configure_mesh()
+        .x_desc("step time (s)")
+        .y_desc("runs")
+        .draw()?;
+    for (k, (name, counts)) in series.iter().enumerate() {
+        let colour = PALETTE[k % PALETTE.len()];
+        let pts: Vec<(f64, u64)> = counts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (lo + (i as f64 + 0.5) * width, *c))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts, colour.stroke_width(2)))?
+            .label(format!("{name} (n={})", counts.iter().sum::<u64>()))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], colour.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn drains_chart(r: &Report, svg: &mut String) -> ChartResult {
+    let root = SVGBackend::with_string(svg, (760, 320)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let day =
+        |s: &str| super::sacct_text::parse_time(&format!("{s}T00:00:00")).unwrap_or(0) / 86_400;
+    let (d0, d1) = if r.window.end_s > r.window.start_s {
+        (
+            r.window.start_s.div_euclid(86_400),
+            r.window.end_s.div_euclid(86_400),
+        )
+    } else {
+        (0, 1)
+    };
+    let d1 = d1.max(d0 + 1);
+    let ymax = r
+        .groups
+        .iter()
+        .flat_map(|g| g.drains_by_day.iter().map(|(_, n)| *n))
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Drains over time (per day)", ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(50)
+        .build_cartesian_2d(d0..d1 + 1, 0u64..ymax + 1)?;
+    chart
+        .configure_mesh()
+        .x_labels(6)
+        .x_label_formatter(&|d| super::aggregate::civil_from_days(*d))
+        .y_desc("drains")
+        .draw()?;
+    for (k, g) in r.groups.iter().enumerate() {
+        let colour = PALETTE[k % PALETTE.len()];
+        let by: std::collections::BTreeMap<i64, u64> =
+            g.drains_by_day.iter().map(|(s, n)| (day(s), *n)).collect();
+        let pts: Vec<(i64, u64)> = (d0..=d1)
+            .map(|d| (d, by.get(&d).copied().unwrap_or(0)))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(pts, colour.stroke_width(2)))?
+            .label(format!("{} (n={})", g.name, g.drains))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], colour.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn figure(id: &str, draw: impl FnOnce(&mut String) -> ChartResult) -> String {
+    let mut svg = String::new();
+    match draw(&mut svg) {
+        Ok(()) => format!("<figure id=\"{id}\" class=\"chart\">\n{svg}\n</figure>\n"),
+        Err(e) => format!(
+            "<p class=\"note\">chart {id} could not be drawn: {}</p>\n",
+            html_escape(&e.to_string())
+        ),
+    }
+}
+
+/// Renders the report in any format.
+pub fn render_report(r: &Report, format: Format) -> String {
+    match format {
+        Format::Json => serde_json::to_string_pretty(r).unwrap_or_default() + "\n",
+        Format::Html => {
+            let mut body = String::new();
+            for t in report_tables(r) {
+                body.push_str(&t.to_html());
+            }
+            body.push_str(&figure("chart-cost", |s| cost_chart(r, s)));
+            body.push_str(&figure("chart-steps", |s| step_chart(r, s)));
+            body.push_str(&figure("chart-drains", |s| drains_chart(r, s)));
+            html_page("fabric-check report: cost per accepted run", &body)
+        }
+        f => tables_to(f, &report_tables(r)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lower_cost_is_marked_and_a_lone_value_is_not() {
+        let r = Row::compare(
+            "c",
+            "USD",
+            Better::Lower,
+            vec![Some((2.0, "2".into())), Some((1.0, "1".into())), None],
+        );
+        assert_eq!(
+            r.cells.iter().map(|c| c.better).collect::<Vec<_>>(),
+            [false, true, false]
+        );
+        let lone = Row::compare(
+            "c",
+            "USD",
+            Better::Lower,
+            vec![Some((2.0, "2".into())), None],
+        );
+        assert!(!lone.cells[0].better);
+        let tie = Row::compare(
+            "c",
+            "USD",
+            Better::Higher,
+            vec![Some((2.0, "2".into())), Some((2.0, "2".into()))],
+        );
+        assert!(tie.cells.iter().all(|c| !c.better));
+    }
+
+    #[test]
+    fn csv_quotes_commas_and_quotes() {
+        let t = Table {
+            title: "t".into(),
+            columns: vec!["a,b".into()],
+            rows: vec![Row::text("x \"y\"", "u", vec!["1".into()])],
+            notes: vec![],
+        };
+        let mut out = String::new();
+        t.to_csv(&mut out, true, 1);
+        assert_eq!(
+            out,
+            "table,metric,unit,\"a,b\",better\nt,\"x \"\"y\"\"\",u,1,\n"
+        );
+    }
+}

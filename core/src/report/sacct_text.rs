@@ -1,0 +1,393 @@
+//! Reader of `sacct -P` (parsable) text: a header line of field names, then one `|`-separated line
+//! per job or step.
+//!
+//! The columns are found by name in the header, so any order works; [`FIELDS`] is what
+//! `fabric-check report` asks for when it runs sacct itself. Steps (`123.batch`, `123.0`) are
+//! skipped. `AdminComment` may itself contain `|` (other tools write free text there), so when it
+//! is the last column every extra field is joined back into it. Times are read as `sacct` prints
+//! them: Unix seconds (when `SLURM_TIME_FORMAT=%s`, which the command sets) or
+//! `YYYY-MM-DDTHH:MM:SS` (taken as UTC: only differences are used); `Unknown`/`None` are unset.
+
+use std::io::{BufRead, Read};
+use std::sync::mpsc;
+
+use super::pool::{BATCH_BYTES, Batch, Recycler, run};
+use super::{JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
+
+/// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
+pub const FIELDS: &str = "JobID,Partition,Account,User,Cluster,QOS,State,Submit,Eligible,Start,End,ElapsedRaw,NNodes,AllocTRES,AdminComment";
+
+#[derive(Debug, Clone, Default)]
+struct Columns {
+    n: usize,
+    job_id: usize,
+    partition: Option<usize>,
+    account: Option<usize>,
+    user: Option<usize>,
+    cluster: Option<usize>,
+    qos: Option<usize>,
+    state: usize,
+    submit: Option<usize>,
+    eligible: Option<usize>,
+    start: Option<usize>,
+    end: Option<usize>,
+    elapsed_raw: Option<usize>,
+    elapsed: Option<usize>,
+    nnodes: Option<usize>,
+    alloc_tres: Option<usize>,
+    admin_comment: Option<usize>,
+}
+
+impl Columns {
+    fn from_header(line: &str) -> Result<Self, String> {
+        let names: Vec<String> = line
+            .split('|')
+            .map(|s| s.trim().to_ascii_lowercase())
+            .collect();
+        let find = |n: &str| names.iter().position(|x| x == n);
+        let need = |n: &str| {
+            find(&n.to_ascii_lowercase()).ok_or_else(|| {
+                format!(
+                    "the header has no `{n}` column; run `sacct -P -o {FIELDS}` (with the header, \
+                     without -n)"
+                )
+            })
+        };
+        Ok(Self {
+            n: names.len(),
+            job_id: need("JobID").or_else(|_| need("JobIDRaw"))?,
+            partition: find("partition"),
+            account: find("account"),
+            user: find("user"),
+            cluster: find("cluster"),
+            qos: find("qos"),
+            state: need("State")?,
+            submit: find("submit"),
+            eligible: find("eligible"),
+            start: find("start"),
+            end: find("end"),
+            elapsed_raw: find("elapsedraw"),
+            elapsed: find("elapsed"),
+            nnodes: find("nnodes").or_else(|| find("allocnodes")),
+            alloc_tres: find("alloctres"),
+            admin_comment: find("admincomment"),
+        })
+    }
+}
+
+/// Unix seconds from `1700000000` or `2024-05-01T10:00:00`; 0 for `Unknown`, `None`, empty.
+pub fn parse_time(s: &str) -> Result<i64, String> {
+    let s = s.trim();
+    if s.is_empty() || s == "Unknown" || s == "None" {
+        return Ok(0);
+    }
+    if let Ok(n) = s.parse::<i64>() {
+        return Ok(n);
+    }
+    let bad = || format!("`{s}` is not a time (want Unix seconds or YYYY-MM-DDTHH:MM:SS)");
+    // The usual 19-byte form, read in place.
+    let b = s.as_bytes();
+    if b.len() == 19
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+    {
+        let n = |r: std::ops::Range<usize>| -> Option<i64> {
+            b[r].iter().try_fold(0i64, |acc, c| {
+                c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
+            })
+        };
+        if let (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(se)) =
+            (n(0..4), n(5..7), n(8..10), n(11..13), n(14..16), n(17..19))
+        {
+            if (1..=12).contains(&mo) && (1..=31).contains(&d) {
+                return Ok(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se);
+            }
+        }
+        return Err(bad());
+    }
+    let (date, time) = s.split_once('T').ok_or_else(bad)?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let t: Vec<i64> = time
+        .split(':')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    if d.len() != 3 || t.len() != 3 || !(1..=12).contains(&d[1]) || !(1..=31).contains(&d[2]) {
+        return Err(bad());
+    }
+    Ok(days_from_civil(d[0], d[1], d[2]) * 86_400 + t[0] * 3600 + t[1] * 60 + t[2])
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `[D-]HH:MM:SS`, `MM:SS` or `MM:SS.mmm` to seconds.
+fn parse_elapsed(s: &str) -> Option<u64> {
+    let (days, rest) = match s.split_once('-') {
+        Some((d, r)) => (d.parse::<u64>().ok()?, r),
+        None => (0, s),
+    };
+    let parts: Vec<f64> = rest
+        .split(':')
+        .map(|p| p.parse::<f64>().ok())
+        .collect::<Option<_>>()?;
+    let secs = match parts.as_slice() {
+        [h, m, s] => h * 3600.0 + m * 60.0 + s,
+        [m, s] => m * 60.0 + s,
+        [s] => *s,
+        _ => return None,
+    };
+    Some(days * 86_400 + secs as u64)
+}
+
+fn parse_line(cols: &Columns, line: &str) -> Result<Option<JobRecord>, String> {
+    let mut f: Vec<&str> = Vec::with_capacity(cols.n + 1);
+    let mut at = 0;
+    for i in memchr::memchr_iter(b'|', line.as_bytes()) {
+        f.push(&line[at..i]);
+        at = i + 1;
+    }
+    f.push(&line[at..]);
+    if f.len() != cols.n {
+        match cols.admin_comment {
+            Some(c) if c == cols.n - 1 && f.len() > cols.n => {
+                let joined_start = line
+                    .match_indices('|')
+                    .nth(cols.n - 2)
+                    .map_or(0, |(i, _)| i + 1);
+                f.truncate(cols.n - 1);
+                f.push(&line[joined_start..]);
+            }
+            _ => {
+                return Err(format!(
+                    "{} fields where the header has {}; was the output cut or mixed with other text?",
+                    f.len(),
+                    cols.n
+                ));
+            }
+        }
+    }
+    let job_id = f[cols.job_id];
+    if job_id.contains('.') {
+        return Ok(None);
+    }
+    let get = |c: Option<usize>| c.map_or("", |i| f[i]);
+    let time =
+        |c: Option<usize>, name: &str| parse_time(get(c)).map_err(|e| format!("{name}: {e}"));
+    let elapsed_s = match (cols.elapsed_raw, cols.elapsed) {
+        (Some(i), _) => f[i]
+            .parse::<u64>()
+            .map_err(|_| format!("ElapsedRaw `{}` is not a number of seconds", f[i]))?,
+        (None, Some(i)) => {
+            parse_elapsed(f[i]).ok_or_else(|| format!("Elapsed `{}` is not [D-]HH:MM:SS", f[i]))?
+        }
+        (None, None) => 0,
+    };
+    let nnodes = match cols.nnodes {
+        Some(i) if !f[i].is_empty() => f[i]
+            .parse::<u32>()
+            .map_err(|_| format!("NNodes `{}` is not a count", f[i]))?,
+        _ => 0,
+    };
+    let comment = get(cols.admin_comment);
+    Ok(Some(JobRecord {
+        job_id: job_id.to_string(),
+        partition: get(cols.partition).to_string(),
+        account: get(cols.account).to_string(),
+        user: get(cols.user).to_string(),
+        cluster: get(cols.cluster).to_string(),
+        qos: get(cols.qos).to_string(),
+        state: JobState::parse(f[cols.state]),
+        submit_s: time(cols.submit, "Submit")?,
+        eligible_s: time(cols.eligible, "Eligible")?,
+        start_s: time(cols.start, "Start")?,
+        end_s: time(cols.end, "End")?,
+        elapsed_s,
+        nnodes,
+        gpus: gpus_from_tres(get(cols.alloc_tres)),
+        restarts: 0,
+        tag: if comment.is_empty() {
+            super::TagState::Absent
+        } else {
+            tag_state(comment)
+        },
+    }))
+}
+
+/// Streams `sacct -P` text like [`super::sacct_json::stream`]; errors name the 1-based line.
+pub fn stream<R, A, I, F>(
+    mut reader: R,
+    source_name: &str,
+    threads: usize,
+    init: I,
+    each: F,
+) -> Result<Vec<A>, ReportError>
+where
+    R: BufRead,
+    A: Send,
+    I: Fn() -> A + Sync,
+    F: Fn(&mut A, JobRecord) + Sync,
+{
+    let text_err = |line: u64, message: String| ReportError::Text {
+        source_name: source_name.to_string(),
+        line,
+        message,
+    };
+    let mut header = String::new();
+    let mut line_no = 0u64;
+    loop {
+        header.clear();
+        let n = reader
+            .read_line(&mut header)
+            .map_err(|source| ReportError::Io {
+                source_name: source_name.to_string(),
+                source,
+            })?;
+        line_no += 1;
+        if n == 0 {
+            return Err(text_err(
+                line_no,
+                "the input is empty; did sacct print anything?".into(),
+            ));
+        }
+        if !header.trim().is_empty() {
+            break;
+        }
+    }
+    let cols = Columns::from_header(header.trim_end_matches(['\n', '\r']))
+        .map_err(|m| text_err(line_no, m))?;
+    let first_data_line = line_no + 1;
+    run(
+        threads,
+        init,
+        each,
+        |bytes: &[u8], _index: u64| {
+            let line =
+                std::str::from_utf8(bytes).map_err(|_| "the line is not UTF-8 text".to_string())?;
+            parse_line(&cols, line)
+        },
+        |tx: &mpsc::SyncSender<Batch>, recycler: &Recycler| {
+            // Whole chunks cut at their last newline are handed over; only the cut line is copied.
+            let mut buf = recycler.get(BATCH_BYTES + (64 << 10));
+            let mut no = first_data_line;
+            loop {
+                let n = reader
+                    .by_ref()
+                    .take(BATCH_BYTES as u64)
+                    .read_to_end(&mut buf)
+                    .map_err(|source| ReportError::Io {
+                        source_name: source_name.to_string(),
+                        source,
+                    })?;
+                let end = if n == 0 {
+                    buf.len()
+                } else {
+                    match memchr::memrchr(b'\n', &buf) {
+                        Some(i) => i + 1,
+                        None => continue,
+                    }
+                };
+                let mut items = Vec::new();
+                let mut start = 0;
+                while start < end {
+                    let stop = memchr::memchr(b'\n', &buf[start..end]).map_or(end, |i| start + i);
+                    let mut body_end = stop;
+                    while body_end > start && matches!(buf[body_end - 1], b'\r') {
+                        body_end -= 1;
+                    }
+                    if body_end > start {
+                        items.push((start, body_end, no, no));
+                    }
+                    no += 1;
+                    start = stop + 1;
+                }
+                let mut next = recycler.get(BATCH_BYTES + (64 << 10));
+                next.extend_from_slice(&buf[end..]);
+                let chunk = std::mem::replace(&mut buf, next);
+                if !items.is_empty() && tx.send(Batch { data: chunk, items }).is_err() {
+                    return Ok(());
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            Ok(())
+        },
+        text_err,
+    )
+}
+
+/// Reads everything into [`JobRecord`]s (tests and small inputs).
+pub fn read_all<R: BufRead>(reader: R, source_name: &str) -> Result<Vec<JobRecord>, ReportError> {
+    let mut v = stream(
+        reader,
+        source_name,
+        1,
+        Vec::new,
+        |v: &mut Vec<JobRecord>, j| v.push(j),
+    )?;
+    Ok(v.pop().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::TagState;
+
+    const HEADER: &str = "JobID|Partition|Account|User|Cluster|QOS|State|Submit|Eligible|Start|End|ElapsedRaw|NNodes|AllocTRES|AdminComment\n";
+
+    #[test]
+    fn steps_are_skipped_and_a_comment_with_bars_is_kept_whole() {
+        let text = format!(
+            "{HEADER}12|ib|ml|ann|c1|normal|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:00:00|2024-05-01T10:01:00|2024-05-01T11:01:00|3600|2|billing=16,cpu=16,gres/gpu=16,node=2|JS1:a|b fabric-check/v1 {{\"nnodes\":2}}\n12.batch|||||||||||||||\n"
+        );
+        let jobs = read_all(text.as_bytes(), "t.txt").unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].gpus, Some(16));
+        assert_eq!(jobs[0].start_s - jobs[0].submit_s, 60);
+        assert!(matches!(&jobs[0].tag, TagState::Present(t) if t.nnodes == 2));
+    }
+
+    #[test]
+    fn a_short_line_is_reported_with_its_line_number() {
+        let text = format!("{HEADER}12|ib|ml\n");
+        let err = read_all(text.as_bytes(), "t.txt").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "t.txt:2: 3 fields where the header has 15; was the output cut or mixed with other text?"
+        );
+    }
+
+    #[test]
+    fn a_header_without_state_says_how_to_run_sacct() {
+        let err = read_all(&b"JobID|Partition\n"[..], "t.txt")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t.txt:1: the header has no `State` column; run `sacct -P -o JobID"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn times_read_as_epoch_or_iso() {
+        assert_eq!(parse_time("1700000000").unwrap(), 1_700_000_000);
+        assert_eq!(parse_time("1970-01-02T00:00:01").unwrap(), 86_401);
+        assert_eq!(parse_time("Unknown").unwrap(), 0);
+        assert!(parse_time("yesterday").is_err());
+        assert_eq!(parse_elapsed("1-02:00:05"), Some(93_605));
+    }
+}
