@@ -258,7 +258,8 @@ impl PluginArgs {
                     .filter(|v| {
                         !v.is_empty()
                             && v.len() <= 64
-                            && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.%".contains(&b))
+                            && v.bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b"-_.%".contains(&b))
                     })
                     .map(|v| args.collective_netns = Some(v.to_owned()))
                     .ok_or(bad("a namespace name (letters, digits, - _ . and %n)")),

@@ -178,8 +178,18 @@ impl SlurmCli {
         match self.run("scontrol", &["show", "job", &job_id.to_string()]) {
             Ok(text) => Ok(admin_comment_of(&text)),
             Err(SlurmError::Failed { .. }) => {
-                let text =
-                    self.run("sacct", &["-n", "-P", "-X", "-j", &job_id.to_string(), "-o", "AdminComment"])?;
+                let text = self.run(
+                    "sacct",
+                    &[
+                        "-n",
+                        "-P",
+                        "-X",
+                        "-j",
+                        &job_id.to_string(),
+                        "-o",
+                        "AdminComment",
+                    ],
+                )?;
                 Ok(text.lines().next().unwrap_or_default().to_owned())
             }
             Err(e) => Err(e),

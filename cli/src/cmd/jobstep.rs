@@ -385,9 +385,27 @@ impl Step {
     /// Every rank gets the same report, so each node knows whether it was named slow.
     fn collective(&self) -> Result<fabric_core::collective::Report, String> {
         let mut cmd = safe_command(&self.plugin.probe);
-        cmd.args(["collective", "--format", "json", "--nodes", &self.args.nodes, "--node", &self.args.node]);
-        cmd.args(["--job-id", &self.args.job_id.to_string(), "--allow-uid", "0"]);
-        cmd.args(["--port-base", &COLLECTIVE_PORT_BASE.to_string(), "--budget-ms", "3000"]);
+        cmd.args([
+            "collective",
+            "--format",
+            "json",
+            "--nodes",
+            &self.args.nodes,
+            "--node",
+            &self.args.node,
+        ]);
+        cmd.args([
+            "--job-id",
+            &self.args.job_id.to_string(),
+            "--allow-uid",
+            "0",
+        ]);
+        cmd.args([
+            "--port-base",
+            &COLLECTIVE_PORT_BASE.to_string(),
+            "--budget-ms",
+            "3000",
+        ]);
         if let Some(sock) = &self.plugin.munge_socket {
             cmd.arg("--munge-socket").arg(sock);
         }
@@ -395,8 +413,13 @@ impl Step {
             cmd.args(["--netns", &ns.replace("%n", &self.args.node)]);
         }
         if let Some(hosts) = &self.plugin.collective_hosts {
-            let text = std::fs::read_to_string(hosts).map_err(|e| format!("cannot read {}: {e}", hosts.display()))?;
-            for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let text = std::fs::read_to_string(hosts)
+                .map_err(|e| format!("cannot read {}: {e}", hosts.display()))?;
+            for line in text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            {
                 let mut w = line.split_whitespace();
                 if let (Some(n), Some(a)) = (w.next(), w.next()) {
                     cmd.args(["--addr", &format!("{n}={a}")]);
@@ -405,8 +428,13 @@ impl Step {
         }
         let budget = Duration::from_millis(3000 + 2000);
         let done = run_bounded(cmd, None, budget).map_err(|e| format!("collective: {e}"))?;
-        serde_json::from_slice(&done.stdout)
-            .map_err(|e| format!("collective gave no report (exit {}): {e}; {}", done.code(), done.stderr_text()))
+        serde_json::from_slice(&done.stdout).map_err(|e| {
+            format!(
+                "collective gave no report (exit {}): {e}; {}",
+                done.code(),
+                done.stderr_text()
+            )
+        })
     }
 }
 
@@ -475,13 +503,21 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
                     "collective verdict {} among {} nodes{}",
                     report.verdict.as_str(),
                     report.nodes.len(),
-                    if report.outliers.is_empty() { String::new() } else { format!(", slow: {}", report.outliers.join(",")) }
+                    if report.outliers.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", slow: {}", report.outliers.join(","))
+                    }
                 ));
                 if report.outliers.contains(&step.args.node) {
                     result.verdict = result.verdict.max(Verdict::Fail);
                     result.checks.push("collective.slow_node".into());
                     if step.plugin.policy == Policy::Enforce && !result.drained {
-                        let msg = report.messages.first().cloned().unwrap_or_else(|| "slowest node of the ring".into());
+                        let msg = report
+                            .messages
+                            .first()
+                            .cloned()
+                            .unwrap_or_else(|| "slowest node of the ring".into());
                         result.drained = step.drain_self("collective.slow_node", &msg);
                     }
                 }
@@ -494,14 +530,15 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
         }
     }
     if step.plugin.policy != Policy::Observe {
-        let payload = serde_json::json!({ "result": result, "notes": notes, "collective": collective });
+        let payload =
+            serde_json::json!({ "result": result, "notes": notes, "collective": collective });
         if let Some((got, missing)) = step.meet(payload) {
             let mut nodes = BTreeMap::new();
             let mut all_notes = Vec::new();
             // Every rank holds the same collective report: take the first one present.
-            let got_collective = got
-                .values()
-                .find_map(|p| serde_json::from_value::<tag::CollectiveSummary>(p["collective"].clone()).ok());
+            let got_collective = got.values().find_map(|p| {
+                serde_json::from_value::<tag::CollectiveSummary>(p["collective"].clone()).ok()
+            });
             for (n, p) in got {
                 if let Ok(r) = serde_json::from_value::<NodeResult>(p["result"].clone()) {
                     nodes.insert(n, r);

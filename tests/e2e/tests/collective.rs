@@ -1,0 +1,71 @@
+//! `--fabric-check=full`: the cross-node collective in the prolog, among the job's nodes, over
+//! the testbed's network namespaces (one per virtual node, `scripts/netns`).
+
+use std::process::Command;
+use std::time::Duration;
+
+use fabric_e2e::{Testbed, heal_all, wait_job_end, wait_tag};
+
+fn netns(tb: &Testbed, args: &[&str]) {
+    let st = Command::new(tb.repo.join("scripts/netns"))
+        .args(args)
+        .env("FC_NETNS_PREFIX", "fc")
+        .status()
+        .expect("run scripts/netns");
+    assert!(st.success(), "scripts/netns {args:?}");
+}
+
+#[test]
+fn a_full_check_tags_the_collective_figures_of_a_healthy_ring() {
+    let tb = Testbed::get();
+    heal_all(&tb);
+    let job = tb.sbatch_wait(&["-N4", "--fabric-check=full", "--wrap", "true"]);
+    let tag = wait_tag(&tb, job, Duration::from_secs(60), |t| {
+        t["collective"].is_object()
+    })
+    .expect("tag");
+    assert_eq!(tag["mode"], "full", "{tag}");
+    assert_eq!(tag["collective"]["verdict"], "pass", "{tag}");
+    assert_eq!(tag["collective"]["wrong"], 0, "{tag}");
+    assert!(
+        tag["collective"]["busbw_gb_s"].as_f64().unwrap_or(0.0) > 0.0,
+        "{tag}"
+    );
+    assert!(tag["collective"].get("outliers").is_none(), "{tag}");
+}
+
+#[test]
+fn a_node_slowed_with_tbf_is_named_drained_and_the_job_completes_elsewhere() {
+    let tb = Testbed::get();
+    heal_all(&tb);
+    netns(&tb, &["slow", "n3", "100mbit"]);
+    let r = std::panic::catch_unwind(|| {
+        let job = tb.sbatch(&["-N3", "--fabric-check=full", "--wrap", "true"]);
+        let state = wait_job_end(&tb, job, Duration::from_secs(300));
+        assert_eq!(state.as_deref(), Some("COMPLETED"));
+        let (st, reason) = tb.node_state("n3");
+        assert!(st.starts_with("drain"), "n3 is {st}");
+        assert!(
+            reason.starts_with("fabric-check: collective.slow_node:"),
+            "{reason}"
+        );
+        for healthy in ["n1", "n2", "n4"] {
+            assert!(
+                !tb.node_state(healthy).0.starts_with("drain"),
+                "{healthy} drained"
+            );
+        }
+        let tag = wait_tag(&tb, job, Duration::from_secs(60), |t| {
+            t["earlier"]["n3"].is_object()
+        })
+        .expect("tag");
+        let checks = tag["earlier"]["n3"]["checks"].to_string();
+        assert!(checks.contains("collective.slow_node"), "{tag}");
+        assert_eq!(tag["earlier"]["n3"]["drained"], true, "{tag}");
+    });
+    netns(&tb, &["fast", "n3"]);
+    heal_all(&tb);
+    if let Err(p) = r {
+        std::panic::resume_unwind(p);
+    }
+}
