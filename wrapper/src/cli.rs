@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// The exit status is the command's (128+N when a signal ended it); SIGTERM, SIGINT, SIGHUP,
 /// SIGUSR1, SIGUSR2 and SIGCONT are forwarded to its process group. Records are JSON lines (see
 /// docs/records.md) written to --record FILE or, under Slurm, to
-/// $FABRIC_RUN_SPOOL (default /var/spool/fabric-check/jobs)/<job id>/<node>.jsonl.
+/// $FABRIC_RUN_SPOOL (default /var/spool/fabric-check/jobs)/JOBID/NODE.jsonl.
 #[derive(Debug, Parser)]
 #[command(
     name = "fabric-run",

@@ -35,8 +35,8 @@ pub struct Args {
     /// Where procfs is (kernel release, NVIDIA driver version, hostname).
     #[arg(long, value_name = "DIR", default_value = "/proc")]
     pub proc_root: PathBuf,
-    /// Read saved `ethtool -S` and `dcb pfc show` outputs from DIR/ethtool-S/<if> and
-    /// DIR/dcb-pfc/<if> instead of running the tools (default: <sysfs-root>/.fabric-check when
+    /// Read saved `ethtool -S` and `dcb pfc show` outputs from DIR/ethtool-S/IFACE and
+    /// DIR/dcb-pfc/IFACE instead of running the tools (default: SYSFS_ROOT/.fabric-check when
     /// it exists).
     #[arg(long, value_name = "DIR")]
     pub tool_output_dir: Option<PathBuf>,

@@ -47,7 +47,7 @@ pub struct Args {
 /// Which jobs and which window (boxed: keeps the subcommand enum small).
 #[derive(Debug, clap::Args)]
 struct Filters {
-    /// Window start (Unix seconds or YYYY-MM-DD[THH:MM[:SS]], UTC); passed to sacct as -S.
+    /// Window start (Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS, UTC); passed to sacct as -S.
     #[arg(long)]
     start: Option<String>,
     /// Window end (same forms); passed to sacct as -E.
