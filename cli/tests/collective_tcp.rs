@@ -230,5 +230,5 @@ fn an_unclosed_hostlist_is_refused() {
         .args(["--nodes", "n[1-4", "--node", "n1", "--job-id", "1"])
         .assert()
         .code(3)
-        .stderr(contains("unclosed"));
+        .stderr(contains("every `[` needs a matching `]`"));
 }
