@@ -233,21 +233,26 @@ impl JobTag {
     }
 }
 
+/// The text after our marker, from the start of the JSON object to the end of the comment, and
+/// the marker's byte offset.
+///
+/// `sacctmgr modify job ... set AdminComment=` stores every `"` as a backtick; our JSON never
+/// contains backticks itself, so they are read back as quotes (same length, same offsets).
+pub fn segment(comment: &str) -> Option<(usize, std::borrow::Cow<'_, str>)> {
+    let start = comment.find(MARKER)?;
+    let rest = &comment[start + MARKER.len()..];
+    Some(if rest.starts_with("{`") {
+        (start, std::borrow::Cow::Owned(rest.replace('`', "\"")))
+    } else {
+        (start, std::borrow::Cow::Borrowed(rest))
+    })
+}
+
 /// Finds our segment in a comment: the byte range of marker + JSON, and the decoded tag.
 fn locate(comment: &str) -> Option<(std::ops::Range<usize>, Result<JobTag, TagDecodeError>)> {
-    let start = comment.find(MARKER)?;
+    let (start, rest) = segment(comment)?;
     let json_start = start + MARKER.len();
-    // `sacctmgr modify job ... set AdminComment=` stores every `"` as a backtick; our JSON never
-    // contains backticks itself, so they are read back as quotes (same length, same offsets).
-    let rest = &comment[json_start..];
-    let normalized;
-    let rest = if rest.starts_with("{`") {
-        normalized = rest.replace('`', "\"");
-        normalized.as_str()
-    } else {
-        rest
-    };
-    let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<JobTag>();
+    let mut stream = serde_json::Deserializer::from_str(&rest).into_iter::<JobTag>();
     match stream.next() {
         Some(Ok(tag)) => Some((start..json_start + stream.byte_offset(), Ok(tag))),
         Some(Err(e)) => {

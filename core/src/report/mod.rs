@@ -305,10 +305,13 @@ impl std::str::FromStr for GroupBy {
 /// Decodes an `AdminComment` into a [`TagState`] (the segment is found like
 /// [`crate::tag::extract`] finds it: the marker, then one JSON object).
 pub fn tag_state(comment: &str) -> TagState {
-    let Some(at) = memchr::memmem::find(comment.as_bytes(), MARKER.as_bytes()) else {
+    if memchr::memmem::find(comment.as_bytes(), MARKER.as_bytes()).is_none() {
+        return TagState::Absent;
+    }
+    let Some((_, json)) = crate::tag::segment(comment) else {
         return TagState::Absent;
     };
-    let mut de = serde_json::Deserializer::from_str(&comment[at + MARKER.len()..]);
+    let mut de = serde_json::Deserializer::from_str(&json);
     match LeanTag::deserialize(&mut de) {
         Ok(t) => TagState::Present(Box::new(TagFacts {
             verdict: t.verdict,
@@ -463,5 +466,18 @@ mod tests {
         assert_eq!(JobState::parse("NODE_FAIL"), JobState::NodeFail);
         assert!(JobState::parse("TIMEOUT").is_failure());
         assert!(!JobState::parse("CANCELLED").is_failure());
+    }
+
+    #[test]
+    fn a_tag_written_through_sacctmgr_is_read_and_earlier_attempts_are_not_counted_twice() {
+        let comment = "fabric-check/v1 {`verdict`:`pass`,`nnodes`:1,`nodes`:{`n3`:{`verdict`:`pass`}},\
+                       `earlier`:{`n4`:{`verdict`:`fail`,`checks`:[`roce.mtu`],`drained`:true}}}";
+        let TagState::Present(facts) = tag_state(comment) else {
+            panic!("unreadable: {:?}", tag_state(comment));
+        };
+        // The requeued attempt has its own accounting record (sacct -D) whose tag names the
+        // drain; the final record's `earlier` copy must not count it again.
+        assert!(facts.drained.is_empty(), "{:?}", facts.drained);
+        assert_eq!(facts.verdict, Some(Verdict::Pass));
     }
 }
