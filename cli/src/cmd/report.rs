@@ -76,27 +76,6 @@ fn parse_when(s: &str) -> anyhow::Result<i64> {
     })
 }
 
-/// Unix seconds as `YYYY-MM-DDTHH:MM:SS` in UTC (civil-from-days), the form sacct's `-S`/`-E`
-/// accept; sacct runs with `TZ=UTC` so it reads them as UTC too.
-fn utc_text(secs: i64) -> String {
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 fn in_list(list: &Option<String>, v: &str) -> bool {
     list.as_deref().is_none_or(|l| l.split(',').any(|x| x == v))
 }
@@ -202,10 +181,10 @@ fn run_sacct(
     cmd.args(["-X", "-D", "-P", "-o", sacct_text::FIELDS]);
     cmd.env("SLURM_TIME_FORMAT", "%s").env("TZ", "UTC");
     if let Some(s) = &args.filters.start {
-        cmd.args(["-S", &utc_text(parse_when(s)?)]);
+        cmd.args(["-S", &sacct_text::utc_text(parse_when(s)?)]);
     }
     if let Some(e) = &args.filters.end {
-        cmd.args(["-E", &utc_text(parse_when(e)?)]);
+        cmd.args(["-E", &sacct_text::utc_text(parse_when(e)?)]);
     }
     if let Some(p) = &args.filters.partition {
         cmd.args(["-r", p]);
@@ -258,6 +237,7 @@ mod tests {
 
     #[test]
     fn unix_seconds_become_the_utc_text_sacct_reads() {
+        use sacct_text::utc_text;
         assert_eq!(utc_text(0), "1970-01-01T00:00:00");
         assert_eq!(utc_text(1_795_997_559), "2026-11-30T00:12:39");
         assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00");

@@ -75,6 +75,23 @@ impl Columns {
     }
 }
 
+/// Unix seconds as `YYYY-MM-DDTHH:MM:SS` in UTC (civil-from-days), the inverse of
+/// [`parse_time`] and the form sacct's `-S`/`-E` accept.
+pub fn utc_text(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (h, mi, se) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{se:02}")
+}
+
 /// Unix seconds from `1700000000` or `2024-05-01T10:00:00`; 0 for `Unknown`, `None`, empty.
 pub fn parse_time(s: &str) -> Result<i64, String> {
     let s = s.trim();

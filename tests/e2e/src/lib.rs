@@ -256,6 +256,15 @@ pub fn heal_all(tb: &Testbed) {
 }
 
 impl Testbed {
+    /// Runs `f`, then restores a healthy cluster (`heal_all`) whether or not `f` panicked.
+    pub fn healing(&self, f: impl FnOnce()) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        heal_all(self);
+        if let Err(p) = r {
+            std::panic::resume_unwind(p);
+        }
+    }
+
     /// Runs `f` with a modified plugstack line (restarting the slurmds), then restores the normal
     /// plugstack and a healthy cluster, also when `f` panics. `so` replaces the plugin, `probe`
     /// the `probe=` binary, and `extra` words are appended.

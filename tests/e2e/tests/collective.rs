@@ -39,7 +39,15 @@ fn a_node_slowed_with_tbf_is_named_drained_and_the_job_completes_elsewhere() {
     let tb = Testbed::get();
     heal_all(&tb);
     netns(&tb, &["slow", "n3", "100mbit"]);
-    let r = std::panic::catch_unwind(|| {
+    // Restores n3's link when the test ends, also by a panic.
+    struct Fast<'a>(&'a Testbed);
+    impl Drop for Fast<'_> {
+        fn drop(&mut self) {
+            netns(self.0, &["fast", "n3"]);
+        }
+    }
+    let _fast = Fast(&tb);
+    tb.healing(|| {
         let job = tb.sbatch(&["-N3", "--fabric-check=full", "--wrap", "true"]);
         let state = wait_job_end(&tb, job, Duration::from_secs(300));
         assert_eq!(state.as_deref(), Some("COMPLETED"));
@@ -63,9 +71,4 @@ fn a_node_slowed_with_tbf_is_named_drained_and_the_job_completes_elsewhere() {
         assert!(checks.contains("collective.slow_node"), "{tag}");
         assert_eq!(tag["earlier"]["n3"]["drained"], true, "{tag}");
     });
-    netns(&tb, &["fast", "n3"]);
-    heal_all(&tb);
-    if let Err(p) = r {
-        std::panic::resume_unwind(p);
-    }
 }

@@ -96,7 +96,7 @@ fn a_faulty_node_is_drained_and_the_job_is_requeued_onto_healthy_nodes() {
     let tb = Testbed::get();
     heal_all(&tb);
     tb.script(&["node", "n3", "ib8-port-down"]).unwrap();
-    let r = std::panic::catch_unwind(|| {
+    tb.healing(|| {
         // Three nodes: the scheduler picks n[1-3] first; n3 fails and the job moves to n4.
         let job = tb.sbatch(&["-N3", "--fabric-check", "--wrap", "true"]);
         // A requeued job waits cred_expire + 1 s (20 s on the testbed) before it may restart.
@@ -122,10 +122,6 @@ fn a_faulty_node_is_drained_and_the_job_is_requeued_onto_healthy_nodes() {
         assert_eq!(tag["earlier"]["n3"]["checks"][0], "ib.port_state", "{tag}");
         assert_eq!(tag["earlier"]["n3"]["drained"], true, "{tag}");
     });
-    heal_all(&tb);
-    if let Err(p) = r {
-        std::panic::resume_unwind(p);
-    }
 }
 
 #[test]
@@ -142,7 +138,7 @@ fn drain_keeps_a_foreign_reason_and_resume_leaves_it_alone() {
         ],
     );
     tb.script(&["node", "n2", "ib8-port-down"]).unwrap();
-    let r = std::panic::catch_unwind(|| {
+    tb.healing(|| {
         let out = health(&tb, "n2");
         assert_eq!(
             out.status.code(),
@@ -158,10 +154,6 @@ fn drain_keeps_a_foreign_reason_and_resume_leaves_it_alone() {
         assert!(st.starts_with("drain"), "{st}");
         assert_eq!(reason, "dimm replaced, ticket 42");
     });
-    heal_all(&tb);
-    if let Err(p) = r {
-        std::panic::resume_unwind(p);
-    }
 }
 
 #[test]
@@ -169,7 +161,7 @@ fn a_recovered_node_returns_only_through_our_resume_after_clean_probes() {
     let tb = Testbed::get();
     heal_all(&tb);
     tb.script(&["node", "n4", "ib8-port-down"]).unwrap();
-    let r = std::panic::catch_unwind(|| {
+    tb.healing(|| {
         assert_eq!(health(&tb, "n4").status.code(), Some(2));
         let (st, reason) = tb.node_state("n4");
         assert!(
@@ -198,10 +190,6 @@ fn a_recovered_node_returns_only_through_our_resume_after_clean_probes() {
         });
         assert!(st.is_some(), "n4 still drained");
     });
-    heal_all(&tb);
-    if let Err(p) = r {
-        std::panic::resume_unwind(p);
-    }
 }
 
 #[test]
@@ -263,7 +251,7 @@ fn a_crashing_or_missing_probe_is_a_probe_error_and_drains_nothing() {
 fn counters_that_rise_during_the_job_are_named_in_its_tag() {
     let tb = Testbed::get();
     heal_all(&tb);
-    let r = std::panic::catch_unwind(|| {
+    tb.healing(|| {
         let job = tb.sbatch(&["-N1", "-w", "n2", "--fabric-check", "--wrap", "sleep 6"]);
         let running = wait_for(LONG, || {
             let s = tb.ok("squeue", &["-h", "-j", &job.to_string(), "-o", "%T"]);
@@ -303,10 +291,6 @@ fn counters_that_rise_during_the_job_are_named_in_its_tag() {
             "{reason}"
         );
     });
-    heal_all(&tb);
-    if let Err(p) = r {
-        std::panic::resume_unwind(p);
-    }
 }
 
 #[test]

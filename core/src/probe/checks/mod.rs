@@ -136,6 +136,41 @@ pub fn majority<V: Ord + Clone>(values: impl IntoIterator<Item = V>) -> Option<(
         .max_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
 }
 
+/// The shared shape of value checks (MTU and the like): an active port whose value differs from
+/// the configured one, or, where nothing is configured for its device, from its peer group's
+/// majority. `finding(device, port, observed, expected, why)` words the result.
+pub fn configured_or_parity<V: Ord + Clone + std::fmt::Display>(
+    ctx: &Ctx<'_>,
+    configured: impl Fn(&crate::config::PortExpect) -> Option<V> + Copy,
+    value: impl Fn(&Port) -> Option<V> + Copy,
+    finding: impl Fn(&Device, &Port, V, V, String) -> Finding,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for d in &ctx.snap.devices {
+        let Some(want) = ctx.expect.expect(&d.name, configured) else {
+            continue;
+        };
+        for p in d.ports.iter().filter(|p| p.is_active()) {
+            if let Some(v) = value(p).filter(|v| *v != want) {
+                out.push(finding(
+                    d,
+                    p,
+                    v,
+                    want.clone(),
+                    format!("the configuration expects {want}"),
+                ));
+            }
+        }
+    }
+    for (d, p, v, maj, peers) in parity_deviations(ctx.snap, |_, p| value(p)) {
+        if ctx.expect.expect(&d.name, configured).is_none() {
+            let why = format!("its {peers} peers mostly use {maj}");
+            out.push(finding(d, p, v, maj, why));
+        }
+    }
+    out
+}
+
 /// Parity over one value of the ACTIVE ports of each group: `(device, port, value, majority,
 /// peers)` for every port whose value differs from its group's majority.
 pub fn parity_deviations<V: Ord + Clone>(

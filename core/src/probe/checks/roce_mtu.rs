@@ -7,7 +7,7 @@
 
 use serde_json::json;
 
-use super::{Ctx, parity_deviations, where_};
+use super::{Ctx, configured_or_parity, where_};
 use crate::probe::gather::{Device, Port};
 use crate::probe::{Finding, Severity};
 
@@ -39,35 +39,7 @@ fn finding(d: &Device, p: &Port, v: u32, want: u32, why: String) -> Finding {
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
-    let mut out = Vec::new();
-    for d in &ctx.snap.devices {
-        let Some(want) = ctx.expect.expect(&d.name, |e| e.mtu) else {
-            continue;
-        };
-        for p in d.ports.iter().filter(|p| p.is_active()) {
-            if let Some(v) = mtu(ctx, p).filter(|v| *v != want) {
-                out.push(finding(
-                    d,
-                    p,
-                    v,
-                    want,
-                    format!("the configuration expects {want}"),
-                ));
-            }
-        }
-    }
-    for (d, p, v, maj, peers) in parity_deviations(ctx.snap, |_, p| mtu(ctx, p)) {
-        if ctx.expect.expect(&d.name, |e| e.mtu).is_none() {
-            out.push(finding(
-                d,
-                p,
-                v,
-                maj,
-                format!("its {peers} peers mostly use {maj}"),
-            ));
-        }
-    }
-    out
+    configured_or_parity(ctx, |e| e.mtu, |p| mtu(ctx, p), finding)
 }
 
 #[cfg(test)]
