@@ -66,6 +66,10 @@ pub enum CollectiveError {
     /// The backend is not usable here (no GPU, no libnccl, no RDMA device): a skip, not a fault.
     #[error("skipped: {0}")]
     Unavailable(String),
+    /// A verbs call of the RDMA loopback failed (names the call and errno).
+    #[cfg(feature = "verbs")]
+    #[error("verbs: {0}")]
+    Verbs(#[from] verbs::VerbsError),
 }
 
 /// The overall verdict: the same type as `fabric-check probe`'s.
