@@ -383,3 +383,31 @@ fn nccl_local_without_the_feature_is_an_info_skip() {
             .contains("`nccl` cargo feature")
     );
 }
+
+#[cfg(not(feature = "verbs"))]
+#[test]
+fn verbs_loopback_without_the_feature_is_an_info_skip() {
+    let (rc, out, _) = probe(&[
+        "--node",
+        "n1",
+        "--sysfs-root",
+        s(&fixture("ib8-healthy")),
+        "--verbs-loopback",
+    ]);
+    assert_eq!(rc, 0);
+    let doc = json_doc(&out);
+    let f = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "verbs.loopback")
+        .unwrap()
+        .clone();
+    assert_eq!(f["severity"], "info");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("`verbs` cargo feature")
+    );
+}

@@ -62,6 +62,10 @@ pub struct Args {
     /// `nccl` feature, libcuda and libnccl; takes seconds, not milliseconds).
     #[arg(long)]
     pub nccl_local: bool,
+    /// Also run `verbs.loopback`: an RC queue-pair RDMA WRITE loopback (bandwidth, latency) on
+    /// every active HCA port (needs a build with the `verbs` feature; about 1 s per port).
+    #[arg(long)]
+    pub verbs_loopback: bool,
     /// Output format.
     #[arg(long, value_enum, default_value = "json")]
     pub format: Format,
@@ -89,6 +93,60 @@ fn info(check: &str, message: String) -> Finding {
         Value::Null,
         Value::Null,
         message,
+    )
+}
+
+/// `verbs.loopback`: info with the per-port figures, info when skipped (no RDMA devices),
+/// warn when a verbs call or a completion failed (the loopback is new and untested on hardware,
+/// so it does not fail a node on its own).
+#[cfg(feature = "verbs")]
+fn verbs_loopback(sysfs_root: &Path) -> Finding {
+    use fabric_core::collective::{CollectiveError, verbs};
+    const ID: &str = "verbs.loopback";
+    match verbs::loopback(sysfs_root, verbs::DEFAULT_PORT_BUDGET) {
+        Ok(r) => {
+            let summary: Vec<String> = r
+                .ports
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{}/{}: {:.2} GB/s, p50 {:.2} us, p99 {:.2} us",
+                        p.device, p.port, p.bw_gb_s, p.lat_us_p50, p.lat_us_p99
+                    )
+                })
+                .collect();
+            Finding::new(
+                ID,
+                Severity::Info,
+                None,
+                None,
+                serde_json::to_value(&r).unwrap_or(Value::Null),
+                Value::Null,
+                format!("verbs loopback: {}", summary.join("; ")),
+            )
+        }
+        Err(CollectiveError::Unavailable(why)) => {
+            info(ID, format!("verbs.loopback skipped: {why}"))
+        }
+        Err(e) => Finding::new(
+            ID,
+            Severity::Warn,
+            None,
+            None,
+            Value::Null,
+            Value::Null,
+            format!("verbs.loopback could not run: {e}"),
+        ),
+    }
+}
+
+/// Without the `verbs` feature the check says so.
+#[cfg(not(feature = "verbs"))]
+fn verbs_loopback(_sysfs_root: &Path) -> Finding {
+    info(
+        "verbs.loopback",
+        "verbs.loopback skipped: this fabric-check was built without the `verbs` cargo feature"
+            .into(),
     )
 }
 
@@ -201,6 +259,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     if args.nccl_local {
         report.push(probe::nccl_local::run(32 << 20, 20));
+    }
+    if args.verbs_loopback {
+        report.push(verbs_loopback(&args.sysfs_root));
     }
     let doc = output::json(&report);
     let mut saves: Vec<PathBuf> = args.save.iter().cloned().collect();
