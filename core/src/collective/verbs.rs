@@ -13,7 +13,7 @@
 //!   round trip `ib_write_lat` prints), p50/p99 in µs.
 //!
 //! Both phases stop at their share of the per-port budget. Every resource is an RAII guard of
-//! [`ffi`] (the only module with `unsafe`), released in reverse order on every path. Without
+//! `ffi` (the only module with `unsafe`), released in reverse order on every path. Without
 //! devices the loopback is a skip ([`CollectiveError::Unavailable`]); a failing verbs call is a
 //! [`CollectiveError::Verbs`] naming the call and errno.
 //!

@@ -241,24 +241,24 @@ impl<'c> Pd<'c> {
     /// REMOTE_WRITE (`ibv_reg_mr`). The buffer belongs to the [`Mr`] and is only touched by
     /// the HCA, never through a Rust reference, while registered.
     pub fn reg_host_buffer(&self, len: usize) -> Result<Mr<'_>, VerbsError> {
-        let mut buf = vec![0u8; len].into_boxed_slice();
+        // The HCA writes into the buffer behind Rust's back, so no Rust reference to it may
+        // exist while it is registered: keep it as a raw pointer until `Mr::drop`.
+        let buf: *mut [u8] = Box::into_raw(vec![0u8; len].into_boxed_slice());
         let access = (sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
             | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE)
             .0;
-        // SAFETY: the PD is live; `buf` is `len` writable bytes that stay allocated (owned by
-        // the returned `Mr`) until after `ibv_dereg_mr` in `Mr::drop`.
-        let mr = unsafe {
-            sys::ibv_reg_mr(
-                self.pd.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                len,
-                access as c_int,
-            )
+        // SAFETY: the PD is live; `buf` is `len` writable bytes that stay allocated until after
+        // `ibv_dereg_mr` (in `Mr::drop`, or just below when registration fails).
+        let mr = unsafe { sys::ibv_reg_mr(self.pd.as_ptr(), buf.cast(), len, access as c_int) };
+        let Some(mr) = NonNull::new(mr) else {
+            let err = VerbsError::last("ibv_reg_mr");
+            // SAFETY: `buf` came from `Box::into_raw` above and was never registered.
+            drop(unsafe { Box::from_raw(buf) });
+            return Err(err);
         };
-        let mr = NonNull::new(mr).ok_or_else(|| VerbsError::last("ibv_reg_mr"))?;
         Ok(Mr {
             mr,
-            _buf: buf,
+            buf,
             _pd: PhantomData,
         })
     }
@@ -301,7 +301,7 @@ impl Drop for Pd<'_> {
 #[derive(Debug)]
 pub struct Mr<'p> {
     mr: NonNull<sys::ibv_mr>,
-    _buf: Box<[u8]>,
+    buf: *mut [u8],
     _pd: PhantomData<&'p ()>,
 }
 
@@ -337,6 +337,9 @@ impl Drop for Mr<'_> {
         // SAFETY: registered by `ibv_reg_mr`, deregistered once; the QPs that used it are
         // destroyed first (declared after it by the caller, and borrowing the same PD).
         let _ = unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
+        // SAFETY: `buf` came from `Box::into_raw` in `reg_host_buffer`; after deregistration
+        // the HCA no longer touches it, and it is freed exactly once.
+        drop(unsafe { Box::from_raw(self.buf) });
     }
 }
 
