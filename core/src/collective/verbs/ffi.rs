@@ -89,40 +89,36 @@ impl DeviceList {
         (!d.is_null()).then_some(d)
     }
 
+    fn name(d: *mut sys::ibv_device) -> String {
+        // SAFETY: `d` is a live device of this list; the name is a NUL-terminated string
+        // inside the device struct, copied before the list can be freed.
+        let name = unsafe { sys::ibv_get_device_name(d) };
+        if name.is_null() {
+            return String::new();
+        }
+        // SAFETY: non-NULL, NUL-terminated, alive while the list is.
+        unsafe { CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
     /// The kernel names of the devices (`mlx5_0`, ...), in libibverbs' order.
     pub fn names(&self) -> Vec<String> {
         (0..self.len)
             .filter_map(|i| self.device(i))
-            .map(|d| {
-                // SAFETY: `d` is a live device of this list; the name is a NUL-terminated
-                // string inside the device struct, copied before the list can be freed.
-                let name = unsafe { sys::ibv_get_device_name(d) };
-                if name.is_null() {
-                    String::new()
-                } else {
-                    // SAFETY: non-NULL, NUL-terminated, alive while the list is.
-                    unsafe { CStr::from_ptr(name) }
-                        .to_string_lossy()
-                        .into_owned()
-                }
-            })
+            .map(Self::name)
             .collect()
     }
 
     /// Opens the device named `name`.
     pub fn open(&self, name: &str) -> Result<Context, VerbsError> {
-        let i = self
-            .names()
-            .iter()
-            .position(|n| n == name)
+        let dev = (0..self.len)
+            .filter_map(|i| self.device(i))
+            .find(|&d| Self::name(d) == name)
             .ok_or(VerbsError {
                 call: "ibv_get_device_list",
                 errno: libc::ENODEV,
             })?;
-        let dev = self.device(i).ok_or(VerbsError {
-            call: "ibv_get_device_list",
-            errno: libc::ENODEV,
-        })?;
         // SAFETY: `dev` is a live device of this list; the context it returns stays valid
         // after the list is freed (libibverbs keeps a reference), until `ibv_close_device`.
         let ctx = unsafe { sys::ibv_open_device(dev) };
