@@ -225,7 +225,7 @@ pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_
     });
     // A failing init stops slurmd itself (for a required plugin); the plugin has nothing to do
     // there at init, so it never takes the node down with it.
-    if rc != 0 && host.context().is_daemon() {
+    if rc != 0 && !host.context().registers_option() {
         log_error("fabric-check: continuing without the option in this daemon");
         return 0;
     }

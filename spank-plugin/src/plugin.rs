@@ -35,10 +35,12 @@ impl Context {
         }
     }
 
-    /// Whether a failing `slurm_spank_init` here would stop a daemon rather than fail a job:
+    /// Whether `slurm_spank_init` registers the option here (srun, sbatch/salloc, slurmstepd).
+    /// Everywhere else (slurmd, the prolog/epilog processes, or a context Slurm cannot name) a
+    /// failing init would stop a daemon or fail a job script for nothing, so it never fails:
     /// Slurm refuses to start slurmd when a required plugin's init fails.
-    pub fn is_daemon(self) -> bool {
-        matches!(self, Self::Slurmd | Self::JobScript)
+    pub fn registers_option(self) -> bool {
+        matches!(self, Self::Local | Self::Remote | Self::Allocator)
     }
 }
 
@@ -135,9 +137,10 @@ pub fn init(host: &dyn Host, words: &[String]) -> Result<(), String> {
     hooks::maybe_panic("init", ctx);
     // Users see errors logged in srun/sbatch; admin mistakes are for the slurmd log.
     report_problems(host, &problems, ctx == Context::Remote);
-    match ctx {
-        Context::Local | Context::Remote | Context::Allocator => host.register_option(),
-        _ => Ok(()),
+    if ctx.registers_option() {
+        host.register_option()
+    } else {
+        Ok(())
     }
 }
 

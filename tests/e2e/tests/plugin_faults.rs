@@ -123,9 +123,19 @@ fn a_panic_in_the_job_prolog_fails_the_prolog_and_slurmd_keeps_running() {
     let tb = Testbed::get();
     let so = test_hooks_so(&tb);
     with_plugstack(&tb, Some(so), "test_panic=job_prolog", || {
+        // n2 must be in service before the job can reach its prolog.
+        tb.resume_all();
+        let idle = wait_for(std::time::Duration::from_secs(60), || {
+            tb.node_state("n2").0.starts_with("idle").then_some(())
+        });
+        assert!(
+            idle.is_some(),
+            "n2 never became idle: {:?}",
+            tb.node_state("n2")
+        );
         let before = tb.slurmd_log("n2").len();
         let job = tb.sbatch(&["-N1", "-w", "n2", "--wrap", "true"]);
-        let logged = wait_for(std::time::Duration::from_secs(30), || {
+        let logged = wait_for(std::time::Duration::from_secs(90), || {
             tb.slurmd_log("n2")
                 .split_off(before)
                 .contains("internal error in slurm_spank_job_prolog")
