@@ -272,6 +272,52 @@ pub fn input_value(rank: usize, i: usize, iter: u32) -> f32 {
     ((((rank as u64 + u64::from(iter)) % 7) + 1) * (i as u64 % 251 + 1)) as f32
 }
 
+/// The period of the input pattern: element `i` carries `i % INPUT_PERIOD + 1` times a rank's
+/// coefficient.
+const INPUT_PERIOD: usize = 251;
+
+/// `1.0, 2.0, …, 251.0`: one period of the input pattern.
+fn input_pattern() -> &'static [f32; INPUT_PERIOD] {
+    static PATTERN: std::sync::OnceLock<[f32; INPUT_PERIOD]> = std::sync::OnceLock::new();
+    PATTERN.get_or_init(|| std::array::from_fn(|i| (i + 1) as f32))
+}
+
+fn rank_coefficient(rank: usize, iter: u32) -> f32 {
+    (((rank as u64 + u64::from(iter)) % 7) + 1) as f32
+}
+
+/// Fills `out` with `count` inputs of `rank` in iteration `iter` (the values of
+/// [`input_value`], period by period, with no division per element: the fill runs between
+/// timed iterations on cores the other ranks may share).
+pub fn fill_input(out: &mut Vec<f32>, count: usize, rank: usize, iter: u32) {
+    let c = rank_coefficient(rank, iter);
+    let pattern = input_pattern();
+    out.clear();
+    out.reserve(count);
+    let mut left = count;
+    while left > 0 {
+        let k = left.min(INPUT_PERIOD);
+        out.extend(pattern[..k].iter().map(|p| c * p));
+        left -= k;
+    }
+}
+
+/// How many elements of a reduced buffer differ from the exact sum `coef * (i % 251 + 1)`
+/// (nccl-tests' `#wrong`).
+pub fn count_wrong(data: &[f32], coef: f32) -> u64 {
+    let pattern = input_pattern();
+    data.chunks(INPUT_PERIOD)
+        .map(|chunk| {
+            let differ: u32 = chunk
+                .iter()
+                .zip(pattern.iter())
+                .map(|(v, p)| u32::from(*v != coef * *p))
+                .sum();
+            u64::from(differ)
+        })
+        .sum()
+}
+
 pub(crate) fn expected_coefficient(ranks: &[usize], iter: u32) -> f32 {
     ranks
         .iter()
@@ -423,8 +469,7 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
                     )))
                 })?;
                 iter_no = iter_no.wrapping_add(1);
-                data.clear();
-                data.extend((0..count).map(|i| input_value(cfg.my_rank, i, iter_no)));
+                fill_input(data, count, cfg.my_rank, iter_no);
             }
             Ok(())
         };
@@ -471,12 +516,7 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
             planner.observe(si, timed, dt);
         }
         let coef = expected_coefficient(&present, iter_no);
-        let wrong = data
-            .iter()
-            .enumerate()
-            .filter(|(i, v)| **v != coef * ((*i % 251 + 1) as f32))
-            .count() as u64;
-        raw.wrong[si] += wrong;
+        raw.wrong[si] += count_wrong(&data, coef);
         if timed {
             raw.iter_s[si].push(dt);
         }
@@ -844,6 +884,34 @@ mod tests {
                 expected_coefficient(&ranks, 5) * ((i % 251 + 1) as f32)
             );
         }
+    }
+
+    #[test]
+    fn the_fast_fill_gives_every_rank_its_input_values() {
+        let mut out = Vec::new();
+        for (rank, iter, count) in [(0, 1, 0), (3, 9, 1), (2, 4, 251), (5, 7, 1_000)] {
+            fill_input(&mut out, count, rank, iter);
+            let want: Vec<f32> = (0..count).map(|i| input_value(rank, i, iter)).collect();
+            assert_eq!(out, want, "rank {rank} iter {iter} count {count}");
+        }
+    }
+
+    #[test]
+    fn count_wrong_counts_exactly_the_damaged_elements() {
+        let ranks = [0usize, 1, 2];
+        let coef = expected_coefficient(&ranks, 3);
+        let mut sum = vec![0.0f32; 1_000];
+        let mut one = Vec::new();
+        for r in ranks {
+            fill_input(&mut one, sum.len(), r, 3);
+            sum.iter_mut().zip(&one).for_each(|(s, x)| *s += x);
+        }
+        assert_eq!(count_wrong(&sum, coef), 0);
+        sum[0] += 1.0;
+        sum[250] = f32::NAN;
+        sum[251] = 0.0;
+        sum[999] *= 2.0;
+        assert_eq!(count_wrong(&sum, coef), 4);
     }
 
     #[test]

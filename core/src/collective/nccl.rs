@@ -24,8 +24,8 @@ use cudarc::nccl::{Comm, Id, ReduceOp};
 use serde_json::json;
 
 use super::{
-    Cmd, CollectiveConfig, CollectiveError, Planner, Report, Verdict, empty_report,
-    expected_coefficient, input_value, size_figures,
+    Cmd, CollectiveConfig, CollectiveError, Planner, Report, Verdict, count_wrong, empty_report,
+    expected_coefficient, fill_input, size_figures,
 };
 use crate::rendezvous::{self, RendezvousError, Share};
 
@@ -246,9 +246,8 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
             unreachable!("buffers were just allocated")
         };
         iter_no = iter_no.wrapping_add(1);
-        let host: Vec<f32> = (0..count)
-            .map(|i| input_value(cfg.my_rank, i, iter_no))
-            .collect();
+        let mut host = Vec::new();
+        fill_input(&mut host, count, cfg.my_rank, iter_no);
         stream
             .memcpy_htod(&host, send)
             .map_err(|e| fail(nccl_err("copy", e)))?;
@@ -269,11 +268,7 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
             .clone_dtoh(recv)
             .map_err(|e| fail(nccl_err("copy", e)))?;
         let coef = expected_coefficient(&present, iter_no);
-        wrong[si] += out
-            .iter()
-            .enumerate()
-            .filter(|(i, v)| **v != coef * ((*i % 251 + 1) as f32))
-            .count() as u64;
+        wrong[si] += count_wrong(&out, coef);
         if timed {
             iter_s[si].push(dt);
         }

@@ -425,22 +425,27 @@ impl Ring {
             if rs < steps {
                 let (a, b) = bounds(recv_chunk(rs));
                 let full = (b - a) * 4;
-                let st: &mut [u8] = bytemuck::cast_slice_mut(&mut stage[..b - a]);
-                match self.left.read(&mut st[roff..full]) {
+                // Reduce-scatter reads into the stage and adds; all-gather reads straight into
+                // place (it only overwrites).
+                let reducing = rs < n - 1;
+                let target: &mut [u8] = if reducing {
+                    bytemuck::cast_slice_mut(&mut stage[..b - a])
+                } else {
+                    bytemuck::cast_slice_mut(&mut data[a..b])
+                };
+                match self.left.read(&mut target[roff..full]) {
                     Ok(0) => return Err(CollectiveError::Ring("left neighbour closed".into())),
                     Ok(k) => {
                         roff += k;
                         progressed = true;
                         let complete = roff / 4;
-                        if rs < n - 1 {
+                        if reducing {
                             for (d, x) in data[a + done..a + complete]
                                 .iter_mut()
                                 .zip(&stage[done..complete])
                             {
                                 *d += *x;
                             }
-                        } else {
-                            data[a + done..a + complete].copy_from_slice(&stage[done..complete]);
                         }
                         done = complete;
                         if roff == full {
