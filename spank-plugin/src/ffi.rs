@@ -188,6 +188,40 @@ impl Host for SlurmHost {
         (rc == sys::ESPANK_SUCCESS).then_some(uid)
     }
 
+    fn step_id(&self) -> Option<u32> {
+        let mut id: u32 = 0;
+        // SAFETY: S_JOB_STEPID takes one `uint32_t *` (spank.h).
+        let rc = unsafe {
+            sys::spank_get_item(self.sp, sys::spank_item_S_JOB_STEPID, &mut id as *mut u32)
+        };
+        (rc == sys::ESPANK_SUCCESS).then_some(id)
+    }
+
+    fn can_prepend_task_argv(&self) -> bool {
+        prepend_fn().is_some()
+    }
+
+    fn prepend_task_argv(&self, argv: &[String]) -> Result<(), String> {
+        let f = prepend_fn().ok_or("spank_prepend_task_argv is not available")?;
+        let owned: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_str()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| "an argument holds a NUL byte".to_owned())?;
+        let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        let argc = c_int::try_from(owned.len()).map_err(|_| "too many arguments".to_owned())?;
+        // SAFETY: `f` is Slurm's `spank_prepend_task_argv(spank_t, int, const char **)`, found by
+        // name in the host; `sp` is the handle of the running callback; `ptrs` holds `argc` valid
+        // NUL-terminated strings (plus a NULL) that outlive the call, and Slurm copies them.
+        let rc = unsafe { f(self.sp, argc, ptrs.as_ptr()) };
+        if rc == sys::ESPANK_SUCCESS {
+            Ok(())
+        } else {
+            Err(format!("spank_prepend_task_argv failed (spank error {rc})"))
+        }
+    }
+
     fn info(&self, msg: &str) {
         log_info(msg);
     }
@@ -199,6 +233,21 @@ impl Host for SlurmHost {
     fn debug(&self, msg: &str) {
         log_debug(msg);
     }
+}
+
+/// `spank_prepend_task_argv`'s C signature (spank.h of Slurm 23.11 and newer).
+type PrependFn =
+    unsafe extern "C" fn(sys::spank_t, c_int, *const *const c_char) -> sys::spank_err_t;
+
+/// Looks up `spank_prepend_task_argv` in the host process (Slurm 23.11+ exports it from
+/// slurmstepd). Linking it directly would make `dlopen` fail on older Slurm.
+fn prepend_fn() -> Option<PrependFn> {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only searches loaded objects.
+    let p =
+        unsafe { nix::libc::dlsym(nix::libc::RTLD_DEFAULT, c"spank_prepend_task_argv".as_ptr()) };
+    // SAFETY: when present, the symbol is Slurm's function with exactly this signature
+    // (`spank_err_t spank_prepend_task_argv(spank_t, int, const char *argv[])`).
+    (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut std::ffi::c_void, PrependFn>(p) })
 }
 
 extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
@@ -257,5 +306,20 @@ pub extern "C" fn slurm_spank_job_epilog(
         // SAFETY: as in `slurm_spank_init`.
         let words = unsafe { args(ac, av) };
         plugin::job_script(&SlurmHost { sp }, &words, plugin::Script::Epilog)
+    })
+}
+
+/// Called in each task of a step (as the job's user, before it execs): on Slurm 23.11+ a
+/// `--fabric-check=full` step gets the step gate prepended to its command line.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_task_init(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    guard("slurm_spank_task_init", || {
+        // SAFETY: as in `slurm_spank_init`.
+        let words = unsafe { args(ac, av) };
+        plugin::task_init(&SlurmHost { sp }, &words)
     })
 }

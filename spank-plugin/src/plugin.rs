@@ -63,6 +63,19 @@ pub trait Host {
     fn error(&self, msg: &str);
     /// Logs at debug level.
     fn debug(&self, msg: &str);
+    /// The step id (`S_JOB_STEPID`), in a task.
+    fn step_id(&self) -> Option<u32> {
+        None
+    }
+    /// Whether the host offers `spank_prepend_task_argv` (Slurm 23.11 and newer), found at run
+    /// time: referencing it at link time would stop the plugin loading on older Slurm.
+    fn can_prepend_task_argv(&self) -> bool {
+        false
+    }
+    /// Prepends `argv` to the task's command line (valid in `slurm_spank_task_init`).
+    fn prepend_task_argv(&self, _argv: &[String]) -> Result<(), String> {
+        Err("spank_prepend_task_argv is not available".into())
+    }
 }
 
 #[cfg(feature = "test-hooks")]
@@ -305,6 +318,55 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
     }
 }
 
+/// Step ids from here up are Slurm's special steps (batch script, extern, interactive, pending):
+/// none of them is a parallel step the collective could check.
+const FIRST_SPECIAL_STEP_ID: u32 = 0xffff_fff0;
+
+/// The command `slurm_spank_task_init` prepends to every task of a `--fabric-check=full` step:
+/// `<probe> step-gate --plugin-arg WORD... --`, followed by the task's own command line.
+pub fn step_gate_argv(args: &PluginArgs, words: &[String]) -> Vec<String> {
+    let mut argv = vec![args.probe.display().to_string(), "step-gate".to_owned()];
+    argv.extend(
+        hooks::take_hook_args(words)
+            .into_iter()
+            .map(|w| format!("--plugin-arg={w}")),
+    );
+    argv.push("--".to_owned());
+    argv
+}
+
+/// `slurm_spank_task_init` (in each task, as the job's user, before it execs): on Slurm 23.11
+/// and newer, a step run with `--fabric-check=full` gets the step gate prepended, which runs the
+/// collective among the step's nodes and then execs the task. On older Slurm, or for any other
+/// step, nothing happens (the job prolog ran the collective among the job's nodes). Never fails
+/// the task for a problem of ours: it is logged and the task runs unchecked.
+pub fn task_init(host: &dyn Host, words: &[String]) -> Result<(), String> {
+    if host.context() != Context::Remote {
+        return Ok(());
+    }
+    hooks::maybe_panic("task_init", Context::Remote);
+    let (args, _) = parse_args(words);
+    let asked = read_request(host, None).mode;
+    if !wants_check(args.mode, asked) || asked != Some(FabricMode::Full) {
+        return Ok(());
+    }
+    if host.step_id().is_none_or(|id| id >= FIRST_SPECIAL_STEP_ID) {
+        return Ok(());
+    }
+    if !host.can_prepend_task_argv() {
+        host.debug(
+            "fabric-check: no spank_prepend_task_argv (Slurm before 23.11): the job prolog ran the collective",
+        );
+        return Ok(());
+    }
+    if let Err(e) = host.prepend_task_argv(&step_gate_argv(&args, words)) {
+        host.error(&format!(
+            "fabric-check: cannot run the step's collective ({e}); the task runs unchecked"
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,6 +378,9 @@ mod tests {
         opt: Option<Option<String>>,
         log: RefCell<Vec<String>>,
         registered: RefCell<u32>,
+        step: Option<u32>,
+        prepend: bool,
+        prepended: RefCell<Vec<Vec<String>>>,
     }
 
     impl Host for FakeHost {
@@ -344,6 +409,70 @@ mod tests {
         fn debug(&self, m: &str) {
             self.log.borrow_mut().push(format!("debug {m}"));
         }
+        fn step_id(&self) -> Option<u32> {
+            self.step
+        }
+        fn can_prepend_task_argv(&self) -> bool {
+            self.prepend
+        }
+        fn prepend_task_argv(&self, argv: &[String]) -> Result<(), String> {
+            self.prepended.borrow_mut().push(argv.to_vec());
+            Ok(())
+        }
+    }
+
+    fn task_host(opt: &str, step: u32, prepend: bool) -> FakeHost {
+        FakeHost {
+            ctx: Some(Context::Remote),
+            opt: Some(Some(opt.to_owned())),
+            step: Some(step),
+            prepend,
+            ..FakeHost::default()
+        }
+    }
+
+    #[test]
+    fn a_full_step_gets_the_step_gate_in_front_of_its_command() {
+        let h = task_host("full", 1, true);
+        let words = [
+            "probe=/opt/fc/fabric-check".to_owned(),
+            "timeout=9".to_owned(),
+        ];
+        task_init(&h, &words).unwrap();
+        assert_eq!(
+            *h.prepended.borrow(),
+            vec![vec![
+                "/opt/fc/fabric-check".to_owned(),
+                "step-gate".to_owned(),
+                "--plugin-arg=probe=/opt/fc/fabric-check".to_owned(),
+                "--plugin-arg=timeout=9".to_owned(),
+                "--".to_owned(),
+            ]]
+        );
+    }
+
+    #[test]
+    fn quick_steps_special_steps_and_old_slurm_get_no_step_gate() {
+        for (opt, step, prepend) in [
+            ("quick", 1, true),
+            ("off", 1, true),
+            ("full", 0xffff_fffb, true),
+            ("full", 0xffff_fffc, true),
+            ("full", 3, false),
+        ] {
+            let h = task_host(opt, step, prepend);
+            task_init(&h, &[]).unwrap();
+            assert!(h.prepended.borrow().is_empty(), "{opt} {step:#x} {prepend}");
+        }
+        let local = FakeHost {
+            ctx: Some(Context::Local),
+            ..task_host("full", 1, true)
+        };
+        task_init(&local, &[]).unwrap();
+        assert!(local.prepended.borrow().is_empty());
+        let off = task_host("full", 1, true);
+        task_init(&off, &["mode=off".to_owned()]).unwrap();
+        assert!(off.prepended.borrow().is_empty());
     }
 
     #[test]

@@ -22,32 +22,53 @@ fn plugin_so() -> PathBuf {
     so
 }
 
-fn stub_host() -> &'static Path {
-    static HOST: OnceLock<PathBuf> = OnceLock::new();
-    HOST.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/host/stub_host.c");
-        let out = std::env::temp_dir().join(format!("fabric_stub_host_{}", std::process::id()));
-        let st = Command::new("cc")
-            .args([
-                "-std=c11",
-                "-D_GNU_SOURCE",
-                "-Wall",
-                "-Werror",
-                "-rdynamic",
-                "-o",
-            ])
-            .arg(&out)
-            .arg(&src)
-            .arg("-ldl")
-            .status()
-            .expect("run cc (install gcc)");
-        assert!(st.success(), "compiling the stub host failed");
-        out
-    })
+/// Which Slurm the stub host stands in for.
+#[derive(Clone, Copy)]
+enum Slurm {
+    /// 22.05: no `spank_prepend_task_argv`.
+    Old,
+    /// 23.11 and newer: exports `spank_prepend_task_argv`.
+    WithPrepend,
+}
+
+fn build_stub_host(with_prepend: bool) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/host/stub_host.c");
+    let out = std::env::temp_dir().join(format!(
+        "fabric_stub_host_{}{}",
+        std::process::id(),
+        if with_prepend { "_prepend" } else { "" }
+    ));
+    let mut cc = Command::new("cc");
+    cc.args(["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror", "-rdynamic"]);
+    if with_prepend {
+        cc.arg("-DWITH_PREPEND");
+    }
+    let st = cc
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .arg("-ldl")
+        .status()
+        .expect("run cc (install gcc)");
+    assert!(st.success(), "compiling the stub host failed");
+    out
+}
+
+fn stub_host(slurm: Slurm) -> &'static Path {
+    static OLD: OnceLock<PathBuf> = OnceLock::new();
+    static NEW: OnceLock<PathBuf> = OnceLock::new();
+    match slurm {
+        Slurm::Old => OLD.get_or_init(|| build_stub_host(false)),
+        Slurm::WithPrepend => NEW.get_or_init(|| build_stub_host(true)),
+    }
 }
 
 fn run_host(env: &[(&str, &str)], args: &[&str]) -> String {
-    let mut c = Command::new(stub_host());
+    run_host_as(Slurm::Old, env, args)
+}
+
+fn run_host_as(slurm: Slurm, env: &[(&str, &str)], args: &[&str]) -> String {
+    let mut c = Command::new(stub_host(slurm));
     c.arg(plugin_so()).args(args).env_remove("SLURMD_NODENAME");
     for (k, v) in env {
         c.env(k, v);
@@ -145,6 +166,58 @@ fn the_prolog_logs_the_request_and_names_bad_plugin_arguments() {
 }
 
 #[test]
+fn on_slurm_with_prepend_a_full_step_runs_behind_the_step_gate() {
+    let env = [
+        ("STUB_CTX", "remote"),
+        ("STUB_CALL", "task_init"),
+        ("STUB_OPT", "full"),
+    ];
+    let text = run_host_as(
+        Slurm::WithPrepend,
+        &env,
+        &["probe=/opt/fc/bin/fabric-check", "timeout=9"],
+    );
+    assert!(
+        text.contains(
+            "prepend argc=5 [/opt/fc/bin/fabric-check] [step-gate] \
+             [--plugin-arg=probe=/opt/fc/bin/fabric-check] [--plugin-arg=timeout=9] [--] null_end=1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("rc=0"), "{text}");
+}
+
+#[test]
+fn on_slurm_without_prepend_and_for_batch_or_quick_steps_the_task_is_left_alone() {
+    let old = run_host_as(
+        Slurm::Old,
+        &[
+            ("STUB_CTX", "remote"),
+            ("STUB_CALL", "task_init"),
+            ("STUB_OPT", "full"),
+        ],
+        &[],
+    );
+    assert!(!old.contains("prepend argc"), "{old}");
+    assert!(old.contains("no spank_prepend_task_argv"), "{old}");
+    assert!(old.contains("rc=0"), "{old}");
+    for (opt, step) in [("full", "0xfffffffb"), ("quick", "1")] {
+        let text = run_host_as(
+            Slurm::WithPrepend,
+            &[
+                ("STUB_CTX", "remote"),
+                ("STUB_CALL", "task_init"),
+                ("STUB_OPT", opt),
+                ("STUB_STEP", step),
+            ],
+            &[],
+        );
+        assert!(!text.contains("prepend argc"), "{opt} {step}: {text}");
+        assert!(text.contains("rc=0"), "{text}");
+    }
+}
+
+#[test]
 fn only_the_spank_symbols_are_exported() {
     let out = Command::new("nm")
         .args(["-D", "--defined-only"])
@@ -165,7 +238,8 @@ fn only_the_spank_symbols_are_exported() {
             "plugin_version",
             "slurm_spank_init",
             "slurm_spank_job_epilog",
-            "slurm_spank_job_prolog"
+            "slurm_spank_job_prolog",
+            "slurm_spank_task_init"
         ],
         "exported symbols changed: update this list only on purpose"
     );
@@ -182,5 +256,9 @@ fn only_the_spank_symbols_are_exported() {
     assert!(
         !text.contains("pthread_create"),
         "the plugin must not start threads"
+    );
+    assert!(
+        !text.contains("spank_prepend_task_argv"),
+        "spank_prepend_task_argv must be looked up at run time: linking it breaks Slurm 22.05"
     );
 }

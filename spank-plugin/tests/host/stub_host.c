@@ -4,7 +4,10 @@
  * by environment variables so one binary covers every case:
  *   STUB_CTX=local|remote|allocator|slurmd|job_script   what spank_context() answers
  *   STUB_OPT=<value>|-                                  the option's value ("-": not given)
- *   STUB_CALL=init|prolog|option:<value>                which callback to call
+ *   STUB_CALL=init|prolog|task_init|option:<value>      which callback to call
+ *   STUB_STEP=<id>                                      the step id (S_JOB_STEPID), default 1
+ * Built with -DWITH_PREPEND it also exports spank_prepend_task_argv, as slurmstepd of Slurm
+ * 23.11 and newer does, and prints what the plugin prepends.
  */
 #include <dlfcn.h>
 #include <stdarg.h>
@@ -48,11 +51,25 @@ int spank_get_item(spank_t sp, int item, ...) {
     va_list ap; va_start(ap, item);
     if (item == 2) { uint32_t *id = va_arg(ap, uint32_t *); *id = 4242; va_end(ap); return 0; }
     if (item == 0) { uint32_t *uid = va_arg(ap, uint32_t *); *uid = 1000; va_end(ap); return 0; }
+    if (item == 3) {
+        uint32_t *step = va_arg(ap, uint32_t *);
+        *step = getenv("STUB_STEP") ? (uint32_t)strtoul(getenv("STUB_STEP"), NULL, 0) : 1;
+        va_end(ap); return 0;
+    }
     va_end(ap); return 3;
 }
 static void logv(const char *lvl, const char *fmt, va_list ap) {
     printf("%s: ", lvl); vprintf(fmt, ap); printf("\n");
 }
+#ifdef WITH_PREPEND
+int spank_prepend_task_argv(spank_t sp, int argc, const char *argv[]) {
+    (void)sp;
+    printf("prepend argc=%d", argc);
+    for (int i = 0; i < argc; i++) printf(" [%s]", argv[i]);
+    printf(" null_end=%d\n", argv[argc] == NULL);
+    return 0;
+}
+#endif
 void slurm_info(const char *fmt, ...) { va_list ap; va_start(ap, fmt); logv("info", fmt, ap); va_end(ap); }
 void slurm_error(const char *fmt, ...) { va_list ap; va_start(ap, fmt); logv("error", fmt, ap); va_end(ap); }
 void slurm_verbose(const char *fmt, ...) { va_list ap; va_start(ap, fmt); logv("verbose", fmt, ap); va_end(ap); }
@@ -70,10 +87,14 @@ int main(int argc, char **argv) {
     typedef int (*spank_f)(spank_t, int, char **);
     spank_f init = (spank_f)dlsym(h, "slurm_spank_init");
     spank_f prolog = (spank_f)dlsym(h, "slurm_spank_job_prolog");
+    spank_f task_init = (spank_f)dlsym(h, "slurm_spank_task_init");
     const char *call = getenv("STUB_CALL") ? getenv("STUB_CALL") : "init";
     int rc;
     if (!strcmp(call, "prolog")) {
         rc = prolog((spank_t)0x1, argc - 2, argv + 2);
+    } else if (!strcmp(call, "task_init")) {
+        if (!task_init) { printf("no slurm_spank_task_init\n"); return 1; }
+        rc = task_init((spank_t)0x1, argc - 2, argv + 2);
     } else {
         rc = init((spank_t)0x1, argc - 2, argv + 2);
         if (!strncmp(call, "option:", 7)) {
