@@ -45,6 +45,9 @@ enum Command {
     Epilog(cmd::jobstep::Args),
     /// One rank of a ring all-reduce among a job's nodes: figures, #wrong, slow nodes.
     Collective(cmd::collective::Args),
+    /// Prepended by the SPANK plugin to a `--fabric-check=full` step's tasks (Slurm 23.11+).
+    #[command(hide = true)]
+    StepGate(cmd::stepgate::Args),
 }
 
 fn main() {
@@ -65,6 +68,7 @@ fn main() {
         Command::Report(a) => cmd::report::run(a),
         Command::Accept(a) => cmd::accept::run(a),
         Command::Collective(a) => cmd::collective::run(a),
+        Command::StepGate(a) => cmd::stepgate::run(a),
         Command::Drain(a) => cmd::nodes::drain(a),
         Command::Resume(a) => cmd::nodes::resume(a),
         Command::Health(a) => cmd::nodes::health(a),

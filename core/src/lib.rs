@@ -40,4 +40,5 @@ pub mod record;
 pub mod rendezvous;
 pub mod report;
 pub mod slurm;
+pub mod stepgate;
 pub mod tag;

@@ -31,6 +31,17 @@ pub enum Policy {
     Observe,
 }
 
+impl Policy {
+    /// The value as written in plugstack.conf.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enforce => "enforce",
+            Self::Warn => "warn",
+            Self::Observe => "observe",
+        }
+    }
+}
+
 /// The mass-drain guard's limit.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DrainLimit {
@@ -73,6 +84,9 @@ pub struct PluginArgs {
     /// `collective_hosts=FILE`: `node address` lines for the collective's data path (default:
     /// each node's `NodeAddr`).
     pub collective_hosts: Option<PathBuf>,
+    /// `step_hosts=FILE`: the same for the step gate, which runs as the job's user in the
+    /// tasks' network namespace (default: `collective_hosts`).
+    pub step_hosts: Option<PathBuf>,
 }
 
 impl Default for PluginArgs {
@@ -92,6 +106,7 @@ impl Default for PluginArgs {
             spool_dir: PathBuf::from(crate::record::DEFAULT_SPOOL_ROOT),
             collective_netns: None,
             collective_hosts: None,
+            step_hosts: None,
         }
     }
 }
@@ -112,6 +127,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "spool_dir",
     "collective_netns",
     "collective_hosts",
+    "step_hosts",
 ];
 
 /// Longest timeout accepted; Slurm's own `PrologEpilogTimeout` should be longer still.
@@ -265,6 +281,9 @@ impl PluginArgs {
                     .ok_or(bad("a namespace name (letters, digits, - _ . and %n)")),
                 "collective_hosts" => absolute_path(value)
                     .map(|p| args.collective_hosts = Some(p))
+                    .ok_or(bad(ABS)),
+                "step_hosts" => absolute_path(value)
+                    .map(|p| args.step_hosts = Some(p))
                     .ok_or(bad(ABS)),
                 // Every key was checked against KNOWN_KEYS above.
                 _ => Ok(()),

@@ -25,6 +25,7 @@ use fabric_core::probe::{Baseline, Report};
 use fabric_core::record::{self, ReadLimits, RecordError};
 use fabric_core::rendezvous::{self, MapResolver, Munge, RendezvousConfig, SystemResolver};
 use fabric_core::slurm::SlurmCli;
+use fabric_core::stepgate;
 use fabric_core::tag::{self, DuringJob, NodeResult, RunSummary, Verdict};
 
 /// Arguments shared by `prolog` and `epilog`.
@@ -415,15 +416,8 @@ impl Step {
         if let Some(hosts) = &self.plugin.collective_hosts {
             let text = std::fs::read_to_string(hosts)
                 .map_err(|e| format!("cannot read {}: {e}", hosts.display()))?;
-            for line in text
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-            {
-                let mut w = line.split_whitespace();
-                if let (Some(n), Some(a)) = (w.next(), w.next()) {
-                    cmd.args(["--addr", &format!("{n}={a}")]);
-                }
+            for (n, a) in stepgate::parse_hosts_file(&text) {
+                cmd.args(["--addr", &format!("{n}={a}")]);
             }
         }
         let budget = Duration::from_millis(3000 + 2000);
@@ -435,17 +429,6 @@ impl Step {
                 done.stderr_text()
             )
         })
-    }
-}
-
-fn condense(r: &fabric_core::collective::Report) -> tag::CollectiveSummary {
-    tag::CollectiveSummary {
-        verdict: Some(r.verdict),
-        busbw_gb_s: r.sizes.iter().map(|s| s.busbw_gb_s).reduce(f64::max),
-        small_time_us: r.sizes.first().map(|s| s.time_us_mean),
-        wrong: r.wrong,
-        outliers: r.outliers.clone(),
-        missing: r.missing.clone(),
     }
 }
 
@@ -521,7 +504,7 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
                         result.drained = step.drain_self("collective.slow_node", &msg);
                     }
                 }
-                collective = Some(condense(&report));
+                collective = Some(report.summary());
             }
             Err(why) => {
                 say(&why);
@@ -599,6 +582,46 @@ fn read_run_summary(step: &Step) -> Option<RunSummary> {
     Some(summary)
 }
 
+/// This node's step gate results for the job (Slurm 23.11+, `--fabric-check=full` steps), read
+/// with the records' rules (the file is the user's), then removed with the gate's markers.
+fn read_step_results(step: &Step) -> Vec<stepgate::StepResult> {
+    let job = step.args.job_id.to_string();
+    let Some(path) = stepgate::results_path(&step.plugin.spool_dir, &job, &step.args.node) else {
+        return Vec::new();
+    };
+    let limits = ReadLimits {
+        owner_uid: step.args.job_uid,
+        max_bytes: 256 * 1024,
+        ..ReadLimits::default()
+    };
+    let bytes = match record::read_user_file(&path, &limits) {
+        Ok(b) => b,
+        Err(RecordError::Missing(_)) => return Vec::new(),
+        Err(e) => {
+            say(&format!("step results of job {job} skipped: {e}"));
+            return Vec::new();
+        }
+    };
+    let (results, bad) = stepgate::parse_results(&String::from_utf8_lossy(&bytes));
+    if bad > 0 {
+        say(&format!(
+            "step results of job {job}: {bad} malformed line(s) skipped"
+        ));
+    }
+    let _ = std::fs::remove_file(&path);
+    for r in &results {
+        if let Some(done) =
+            stepgate::done_path(&step.plugin.spool_dir, &job, &step.args.node, r.step)
+        {
+            let _ = std::fs::remove_file(done);
+        }
+    }
+    results
+        .into_iter()
+        .filter(|r| r.node == step.args.node)
+        .collect()
+}
+
 /// `fabric-check epilog`.
 pub fn epilog(args: Args) -> anyhow::Result<i32> {
     let step = Step::new(args)?;
@@ -647,20 +670,46 @@ pub fn epilog(args: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let run = read_run_summary(&step);
-    let payload = serde_json::json!({ "during": during, "run": run });
+    let step_results = read_step_results(&step);
+    for r in step_results.iter().filter(|r| r.slow_here) {
+        let why = r
+            .message
+            .clone()
+            .unwrap_or_else(|| "slowest node of the ring".into());
+        say(&format!(
+            "step {}.{}: {} was named slow: {why}",
+            step.args.job_id, r.step, step.args.node
+        ));
+        if step.plugin.policy == Policy::Enforce {
+            step.drain_self(
+                "collective.slow_node",
+                &format!("step {}.{}: {why}", step.args.job_id, r.step),
+            );
+        }
+    }
+    let steps: Vec<tag::CollectiveSummary> =
+        step_results.into_iter().map(|r| r.collective).collect();
+    let payload = serde_json::json!({ "during": during, "run": run, "steps": steps });
     if let Some((got, _missing)) = step.meet(payload) {
         let runs: Vec<RunSummary> = got
             .values()
             .filter_map(|p| serde_json::from_value::<RunSummary>(p["run"].clone()).ok())
             .collect();
         let run = record::merge_nodes(&runs);
+        let steps: Vec<tag::CollectiveSummary> = got
+            .values()
+            .filter_map(|p| {
+                serde_json::from_value::<Vec<tag::CollectiveSummary>>(p["steps"].clone()).ok()
+            })
+            .flatten()
+            .collect();
         let mut rows: Vec<DuringJob> = got
             .into_values()
             .filter_map(|p| serde_json::from_value::<DuringJob>(p["during"].clone()).ok())
             .filter(|d| !d.rises.is_empty() || d.verdict != Verdict::Pass)
             .collect();
         rows.sort_by(|a, b| a.node.cmp(&b.node));
-        if rows.is_empty() && run.is_none() {
+        if rows.is_empty() && run.is_none() && steps.is_empty() {
             say(&format!(
                 "job {}: no counter rose and no fabric-run records; tag unchanged",
                 step.args.job_id
@@ -674,6 +723,7 @@ pub fn epilog(args: Args) -> anyhow::Result<i32> {
             if run.is_some() {
                 t.run = run;
             }
+            t.collective = stepgate::worst(t.collective.take(), &steps);
             t
         });
     }

@@ -8,3 +8,4 @@ pub mod jobstep;
 pub mod nodes;
 pub mod probe;
 pub mod report;
+pub mod stepgate;

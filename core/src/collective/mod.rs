@@ -325,6 +325,20 @@ pub(crate) fn expected_coefficient(ranks: &[usize], iter: u32) -> f32 {
         .sum::<u64>() as f32
 }
 
+impl Report {
+    /// The condensed form the job tag keeps.
+    pub fn summary(&self) -> crate::tag::CollectiveSummary {
+        crate::tag::CollectiveSummary {
+            verdict: Some(self.verdict),
+            busbw_gb_s: self.sizes.iter().map(|s| s.busbw_gb_s).reduce(f64::max),
+            small_time_us: self.sizes.first().map(|s| s.time_us_mean),
+            wrong: self.wrong,
+            outliers: self.outliers.clone(),
+            missing: self.missing.clone(),
+        }
+    }
+}
+
 /// Runs one rank of the TCP collective. Never fails: a collective that cannot run is a report
 /// with verdict `error` that says why (and names missing participants).
 pub fn run(cfg: &CollectiveConfig) -> Report {

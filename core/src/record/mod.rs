@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use summary::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, ReadLimits, RecordError, Records, merge_nodes,
-    read_records, summarize, summarize_records,
+    read_records, read_user_file, summarize, summarize_records,
 };
 
 /// The record schema version carried in every line's `v`.
@@ -266,6 +266,49 @@ pub fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Creates the job's spool directory (mode 0700) if missing and checks it is a real directory
+/// owned by `uid`: another user may have made it first, or planted a symlink.
+fn ensure_job_dir(dir: &Path, uid: u32) -> io::Result<()> {
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let md = std::fs::symlink_metadata(dir)?;
+    if !md.is_dir() || md.uid() != uid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a directory owned by uid {uid}: remove it or ask the admin",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Appends `bytes` with one `write(2)` to `path` in the shared spool (mode 0600, `O_NOFOLLOW`,
+/// job directory checked as for [`RecordWriter::open_in_spool`]).
+pub fn append_in_spool(path: &Path, bytes: &[u8], uid: u32) -> io::Result<()> {
+    if let Some(dir) = path.parent() {
+        ensure_job_dir(dir, uid)?;
+    }
+    let mut file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)?;
+    let n = file.write(bytes)?;
+    if n != bytes.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            format!("short write to {}", path.display()),
+        ));
+    }
+    Ok(())
+}
+
 /// Appends records to one file: one `write(2)` per line on an `O_APPEND` descriptor.
 ///
 /// POSIX makes each `O_APPEND` write land at the end of file atomically with respect to other
@@ -292,21 +335,7 @@ impl RecordWriter {
     /// the file is opened with `O_NOFOLLOW`, so records never land in someone else's file.
     pub fn open_in_spool(path: &Path, meta: Meta, uid: u32) -> io::Result<Self> {
         if let Some(dir) = path.parent() {
-            match DirBuilder::new().mode(0o700).create(dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
-            let md = std::fs::symlink_metadata(dir)?;
-            if !md.is_dir() || md.uid() != uid {
-                return Err(io::Error::new(
-                    io::ErrorKind::PermissionDenied,
-                    format!(
-                        "{} is not a directory owned by uid {uid}: remove it or ask the admin",
-                        dir.display()
-                    ),
-                ));
-            }
+            ensure_job_dir(dir, uid)?;
         }
         Self::open_with(path, meta, true)
     }

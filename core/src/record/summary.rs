@@ -206,6 +206,27 @@ fn open_safely(path: &Path, limits: &ReadLimits) -> Result<(File, u64), RecordEr
     Ok((File::from(fd), u64::try_from(st.st_size).unwrap_or(0)))
 }
 
+/// Reads a small user-written file of the spool (such as the step gate's results) with the same
+/// rules as a records file: no symlinks, a regular file with one link, the job user's, and at
+/// most `limits.max_bytes` (a larger file is refused rather than cut).
+pub fn read_user_file(path: &Path, limits: &ReadLimits) -> Result<Vec<u8>, RecordError> {
+    let (file, size) = open_safely(path, limits)?;
+    if size > limits.max_bytes {
+        return Err(RecordError::Io {
+            path: path.to_owned(),
+            source: io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{size} bytes is over the {} byte bound", limits.max_bytes),
+            ),
+        });
+    }
+    let mut buf = Vec::new();
+    file.take(limits.max_bytes)
+        .read_to_end(&mut buf)
+        .map_err(|e| io_err(path, e))?;
+    Ok(buf)
+}
+
 /// Reads and decodes one records file within `limits` (see the module docs for the rules).
 pub fn read_records(path: &Path, limits: &ReadLimits) -> Result<Records, RecordError> {
     let (mut file, size) = open_safely(path, limits)?;

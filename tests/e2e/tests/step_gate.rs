@@ -1,0 +1,74 @@
+//! The step gate: what the plugin prepends to the tasks of a `--fabric-check=full` step on Slurm
+//! 23.11 and newer (`spank_prepend_task_argv`). The testbed runs Slurm 22.05, which has no such
+//! call, so the batch script writes the prepended words itself, exactly as the plugin builds
+//! them (`<probe> step-gate --plugin-arg=WORD ... -- COMMAND`), and real slurmstepds run them as
+//! the tasks' command lines; the job epilog then reads the gate's results as it would on 23.11.
+
+use std::time::Duration;
+
+use fabric_e2e::{Testbed, heal_all, wait_job_end, wait_tag};
+
+#[test]
+fn a_gated_step_checks_its_nodes_then_runs_every_task_and_the_epilog_tags_the_result() {
+    let tb = Testbed::get();
+    heal_all(&tb);
+    let work = tb.dir.join(format!("work-gate-{}", std::process::id()));
+    std::fs::create_dir_all(&work).unwrap();
+    let plugstack = std::fs::read_to_string(tb.dir.join("etc/plugstack.conf")).unwrap();
+    let gate_args: Vec<String> = plugstack
+        .split_whitespace()
+        .skip(2)
+        .map(|w| format!("--plugin-arg={w}"))
+        .collect();
+    let bin = tb.dir.join("bin/fabric-check");
+    let script = format!(
+        "#!/bin/sh\n\
+         srun -N4 true\n\
+         srun -N4 --ntasks-per-node=2 {bin} step-gate {args} -- \
+         /bin/sh -c 'touch {work}/ran-$SLURMD_NODENAME-$SLURM_LOCALID'\n",
+        bin = bin.display(),
+        args = gate_args.join(" "),
+        work = work.display(),
+    );
+    let batch = work.join("job.sh");
+    std::fs::write(&batch, script).unwrap();
+    let out = work.join("out.txt");
+    let job = tb.sbatch(&[
+        "-N4",
+        "--ntasks-per-node=2",
+        "--fabric-check",
+        "-o",
+        out.to_str().unwrap(),
+        batch.to_str().unwrap(),
+    ]);
+    let state = wait_job_end(&tb, job, Duration::from_secs(180));
+    let output = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(state.as_deref(), Some("COMPLETED"), "{output}");
+    for n in ["n1", "n2", "n3", "n4"] {
+        for local in [0, 1] {
+            assert!(
+                work.join(format!("ran-{n}-{local}")).exists(),
+                "task {local} on {n} did not run after the gate: {output}"
+            );
+        }
+    }
+    assert!(
+        output.contains(&format!("step {job}.1 collective among 4 nodes: pass")),
+        "the first node's gate reports the step's collective: {output}"
+    );
+    let tag = wait_tag(&tb, job, Duration::from_secs(60), |t| {
+        t["collective"].is_object()
+    })
+    .expect("the epilog puts the step's collective into the tag");
+    let c = &tag["collective"];
+    assert_eq!(c["verdict"], "pass", "{tag}");
+    assert_eq!(c["wrong"], 0, "{tag}");
+    assert!(c["busbw_gb_s"].as_f64().unwrap_or(0.0) > 0.0, "{tag}");
+    // The epilog took the results and the gate's markers out of the spool.
+    let spool_job = tb.dir.join("runs").join(job.to_string());
+    let left: Vec<_> = std::fs::read_dir(&spool_job)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in the spool: {left:?}");
+    let _ = std::fs::remove_dir_all(&work);
+}
