@@ -13,7 +13,8 @@
 //!   includes the responder's ACK, so it is about one round trip through the HCA, not the half
 //!   round trip `ib_write_lat` prints), p50/p99 in µs.
 //!
-//! GPU memory (`loopback(.., Some(gpu))`): once per loopback, the GPU (a CUDA device ordinal,
+//! GPU memory (`loopback(.., Some(gpu))`, `fabric-check probe --verbs-gpu [N]`, feature
+//! `gpudirect`): once per loopback, the GPU (a CUDA device ordinal,
 //! counted within `CUDA_VISIBLE_DEVICES`) is opened through cudarc after the presence check of
 //! `libcuda` that the NCCL backend uses (`nccl::library_present`); the registration is
 //! chosen by [`registration_method`]: dma-buf when `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`
@@ -32,7 +33,8 @@
 //! skip ([`CollectiveError::Unavailable`]); a failing verbs call is a [`CollectiveError::Verbs`]
 //! naming the call and errno.
 //!
-//! Untested on hardware: this machine has no HCA, no Soft-RoCE and no GPU; see
+//! Untested on hardware: this machine has no HCA, no Soft-RoCE, no GPU and no libcuda, so
+//! neither the host loopback nor anything of the GPU path past the presence check has run; see
 //! docs/collective.md for exactly what has and has not run.
 
 mod ffi;
