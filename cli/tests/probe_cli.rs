@@ -411,3 +411,54 @@ fn verbs_loopback_without_the_feature_is_an_info_skip() {
             .contains("`verbs` cargo feature")
     );
 }
+
+fn verbs_finding(doc: &Value) -> Value {
+    doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "verbs.loopback")
+        .expect("--verbs-gpu runs verbs.loopback")
+        .clone()
+}
+
+#[cfg(not(feature = "verbs"))]
+#[test]
+fn verbs_gpu_implies_the_loopback_and_without_the_feature_is_an_info_skip() {
+    let (rc, out, _) = probe(&[
+        "--node",
+        "n1",
+        "--sysfs-root",
+        s(&fixture("ib8-healthy")),
+        "--verbs-gpu",
+    ]);
+    assert_eq!(rc, 0);
+    let f = verbs_finding(&json_doc(&out));
+    assert_eq!(f["severity"], "info");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("`verbs` cargo feature")
+    );
+}
+
+/// With the feature, on a sysfs root without RDMA devices: the loopback (and so the GPU run) is
+/// an info skip, and the node passes.
+#[cfg(feature = "verbs")]
+#[test]
+fn verbs_gpu_without_rdma_devices_is_an_info_skip_and_the_node_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rc, out, _) = probe(&[
+        "--node",
+        "n1",
+        "--sysfs-root",
+        s(dir.path()),
+        "--verbs-gpu",
+        "1",
+    ]);
+    assert_eq!(rc, 0);
+    let f = verbs_finding(&json_doc(&out));
+    assert_eq!(f["severity"], "info");
+    assert_eq!(f["message"], "verbs.loopback skipped: no RDMA devices");
+}

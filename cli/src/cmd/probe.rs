@@ -66,6 +66,12 @@ pub struct Args {
     /// every active HCA port (needs a build with the `verbs` feature; about 1 s per port).
     #[arg(long)]
     pub verbs_loopback: bool,
+    /// Also run `verbs.loopback` from GPU memory (GPUDirect RDMA: dma-buf, else nvidia_peermem)
+    /// on CUDA device N, counted within CUDA_VISIBLE_DEVICES (default 0: the first visible GPU);
+    /// implies --verbs-loopback. Needs a build with the `gpudirect` feature; when GPUDirect is
+    /// unavailable the GPU run is skipped with the reason, never a failure.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0")]
+    pub verbs_gpu: Option<usize>,
     /// Output format.
     #[arg(long, value_enum, default_value = "json")]
     pub format: Format,
@@ -98,38 +104,17 @@ fn info(check: &str, message: String) -> Finding {
 
 /// `verbs.loopback`: info with the per-port figures, info when skipped (no RDMA devices),
 /// warn when a verbs call or a completion failed (the loopback is new and untested on hardware,
-/// so it does not fail a node on its own).
+/// so it does not fail a node on its own). `gpu`: also from GPU memory on that CUDA device.
 #[cfg(feature = "verbs")]
-fn verbs_loopback(sysfs_root: &Path) -> Finding {
+fn verbs_loopback(sysfs_root: &Path, gpu: Option<usize>) -> Finding {
     use fabric_core::collective::{CollectiveError, verbs};
-    const ID: &str = "verbs.loopback";
-    match verbs::loopback(sysfs_root, verbs::DEFAULT_PORT_BUDGET) {
-        Ok(r) => {
-            let summary: Vec<String> = r
-                .ports
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{}/{}: {:.2} GB/s, p50 {:.2} us, p99 {:.2} us",
-                        p.device, p.port, p.bw_gb_s, p.lat_us_p50, p.lat_us_p99
-                    )
-                })
-                .collect();
-            Finding::new(
-                ID,
-                Severity::Info,
-                None,
-                None,
-                serde_json::to_value(&r).unwrap_or(Value::Null),
-                Value::Null,
-                format!("verbs loopback: {}", summary.join("; ")),
-            )
-        }
+    match verbs::loopback(sysfs_root, verbs::DEFAULT_PORT_BUDGET, gpu) {
+        Ok(r) => loopback_finding(&r),
         Err(CollectiveError::Unavailable(why)) => {
-            info(ID, format!("verbs.loopback skipped: {why}"))
+            info(VERBS_ID, format!("verbs.loopback skipped: {why}"))
         }
         Err(e) => Finding::new(
-            ID,
+            VERBS_ID,
             Severity::Warn,
             None,
             None,
@@ -140,9 +125,53 @@ fn verbs_loopback(sysfs_root: &Path) -> Finding {
     }
 }
 
+#[cfg(feature = "verbs")]
+const VERBS_ID: &str = "verbs.loopback";
+
+/// The finding of a loopback that ran: each port's host figures, its GPU figures next to them,
+/// and the GPU run's note. A skipped GPU run stays `info`; a failed one is a `warn` (the host
+/// figures are kept).
+#[cfg(feature = "verbs")]
+fn loopback_finding(r: &fabric_core::collective::verbs::LoopbackReport) -> Finding {
+    let mut parts: Vec<String> = r
+        .ports
+        .iter()
+        .map(|p| {
+            format!(
+                "{}/{} {}: {:.2} GB/s, p50 {:.2} us, p99 {:.2} us",
+                p.device, p.port, p.memory, p.bw_gb_s, p.lat_us_p50, p.lat_us_p99
+            )
+        })
+        .collect();
+    let mut severity = Severity::Info;
+    if let Some(g) = &r.gpu {
+        let which = match (&g.pci, &g.name) {
+            (Some(pci), Some(name)) => format!("GPU {} ({pci}, {name})", g.gpu),
+            (Some(pci), None) => format!("GPU {} ({pci})", g.gpu),
+            _ => format!("GPU {}", g.gpu),
+        };
+        if let Some(why) = &g.skipped {
+            parts.push(format!("{which} memory skipped: {why}"));
+        }
+        if !g.errors.is_empty() {
+            severity = Severity::Warn;
+            parts.push(format!("{which} memory failed: {}", g.errors.join("; ")));
+        }
+    }
+    Finding::new(
+        VERBS_ID,
+        severity,
+        None,
+        None,
+        serde_json::to_value(r).unwrap_or(Value::Null),
+        Value::Null,
+        format!("verbs loopback: {}", parts.join("; ")),
+    )
+}
+
 /// Without the `verbs` feature the check says so.
 #[cfg(not(feature = "verbs"))]
-fn verbs_loopback(_sysfs_root: &Path) -> Finding {
+fn verbs_loopback(_sysfs_root: &Path, _gpu: Option<usize>) -> Finding {
     info(
         "verbs.loopback",
         "verbs.loopback skipped: this fabric-check was built without the `verbs` cargo feature"
@@ -260,8 +289,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if args.nccl_local {
         report.push(probe::nccl_local::run(32 << 20, 20));
     }
-    if args.verbs_loopback {
-        report.push(verbs_loopback(&args.sysfs_root));
+    if args.verbs_loopback || args.verbs_gpu.is_some() {
+        report.push(verbs_loopback(&args.sysfs_root, args.verbs_gpu));
     }
     let doc = output::json(&report);
     let mut saves: Vec<PathBuf> = args.save.iter().cloned().collect();
@@ -292,4 +321,132 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     report.duration_ms = (start.elapsed().as_secs_f64() * 1e6).round() / 1e3;
     emit(&args, &report)?;
     Ok(report.verdict.exit_code())
+}
+
+#[cfg(all(test, feature = "verbs"))]
+mod tests {
+    use super::*;
+    use fabric_core::collective::verbs::{
+        GpuRegistration, GpuRun, LoopbackReport, Memory, PortLoopback,
+    };
+
+    fn port(memory: Memory, bw_gb_s: f64) -> PortLoopback {
+        PortLoopback {
+            device: "mlx5_0".into(),
+            port: 1,
+            link_layer: "InfiniBand".into(),
+            lid: 7,
+            gid_index: None,
+            mtu_bytes: 4096,
+            memory,
+            bw_msg_bytes: 65536,
+            bw_writes: 5000,
+            bw_gb_s,
+            lat_msg_bytes: 8,
+            lat_samples: 1000,
+            lat_us_p50: 2.5,
+            lat_us_p99: 3.5,
+            duration_ms: 900,
+        }
+    }
+
+    fn gpu_run() -> GpuRun {
+        GpuRun {
+            gpu: 0,
+            pci: Some("0000:13:00.0".into()),
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            registration: None,
+            skipped: None,
+            errors: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn gpu_figures_follow_the_host_figures_with_the_gpu_and_its_registration() {
+        let gpu = Memory::Gpu {
+            gpu: 0,
+            registration: GpuRegistration::DmaBuf,
+        };
+        let r = LoopbackReport {
+            ports: vec![port(Memory::Host, 24.0), port(gpu, 22.0)],
+            gpu: Some(GpuRun {
+                registration: Some(GpuRegistration::DmaBuf),
+                ..gpu_run()
+            }),
+        };
+        let f = loopback_finding(&r);
+        assert_eq!(f.severity, Severity::Info);
+        assert_eq!(
+            f.message,
+            "verbs loopback: mlx5_0/1 host: 24.00 GB/s, p50 2.50 us, p99 3.50 us; \
+             mlx5_0/1 gpu0 dma_buf: 22.00 GB/s, p50 2.50 us, p99 3.50 us"
+        );
+        assert_eq!(f.observed["ports"][0]["memory"]["kind"], "host");
+        assert_eq!(f.observed["ports"][1]["memory"]["kind"], "gpu");
+        assert_eq!(f.observed["ports"][1]["memory"]["gpu"], 0);
+        assert_eq!(f.observed["ports"][1]["memory"]["registration"], "dma_buf");
+        assert_eq!(f.observed["gpu"]["pci"], "0000:13:00.0");
+    }
+
+    #[test]
+    fn a_skipped_gpu_run_is_an_info_note_next_to_the_host_figures() {
+        let r = LoopbackReport {
+            ports: vec![port(Memory::Host, 24.0)],
+            gpu: Some(GpuRun {
+                skipped: Some("GPUDirect RDMA unavailable: no dma-buf support".into()),
+                ..gpu_run()
+            }),
+        };
+        let f = loopback_finding(&r);
+        assert_eq!(f.severity, Severity::Info);
+        assert!(
+            f.message.contains("mlx5_0/1 host: 24.00 GB/s"),
+            "{}",
+            f.message
+        );
+        assert!(
+            f.message.contains(
+                "GPU 0 (0000:13:00.0, NVIDIA H100 80GB HBM3) memory skipped: GPUDirect RDMA unavailable"
+            ),
+            "{}",
+            f.message
+        );
+    }
+
+    #[test]
+    fn a_failed_gpu_run_warns_and_keeps_the_host_figures() {
+        let r = LoopbackReport {
+            ports: vec![port(Memory::Host, 24.0)],
+            gpu: Some(GpuRun {
+                registration: Some(GpuRegistration::Peermem),
+                errors: vec!["mlx5_0/1: verbs: ibv_reg_mr failed: EFAULT".into()],
+                ..gpu_run()
+            }),
+        };
+        let f = loopback_finding(&r);
+        assert_eq!(f.severity, Severity::Warn);
+        assert!(
+            f.message.contains("mlx5_0/1 host: 24.00 GB/s"),
+            "{}",
+            f.message
+        );
+        assert!(
+            f.message
+                .contains("memory failed: mlx5_0/1: verbs: ibv_reg_mr failed: EFAULT"),
+            "{}",
+            f.message
+        );
+        assert_eq!(f.observed["ports"][0]["bw_gb_s"], 24.0);
+    }
+
+    #[test]
+    fn without_a_gpu_run_the_report_has_no_gpu_part() {
+        let r = LoopbackReport {
+            ports: vec![port(Memory::Host, 24.0)],
+            gpu: None,
+        };
+        let f = loopback_finding(&r);
+        assert!(f.observed.get("gpu").is_none(), "{}", f.observed);
+        assert_eq!(f.severity, Severity::Info);
+    }
 }

@@ -70,6 +70,10 @@ pub enum CollectiveError {
     #[cfg(feature = "verbs")]
     #[error("verbs: {0}")]
     Verbs(#[from] verbs::VerbsError),
+    /// A CUDA driver call of the loopback's GPU memory failed (names the call and `CUresult`).
+    #[cfg(feature = "gpudirect")]
+    #[error("cuda: {0}")]
+    Cuda(#[from] verbs::CudaError),
 }
 
 /// The overall verdict: the same type as `fabric-check probe`'s.

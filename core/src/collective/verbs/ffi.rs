@@ -11,6 +11,13 @@
 //! `ibv_poll_cq` through `context->ops`, `ibv_query_port` as `___ibv_query_port` through the
 //! extended context); its versions `unwrap()` the provider's function pointer, so this module
 //! checks the pointer first and returns an error instead of panicking.
+//!
+//! With the `gpudirect` feature it also holds the CUDA side of GPU memory: [`GpuBuffer`]
+//! (`cuMemAlloc`, optionally exported as a dma-buf with `cuMemGetHandleForAddressRange`, freed
+//! with `cuMemFree` after the fd is closed) and its two registrations, [`Pd::reg_gpu_dma_buf`]
+//! (`ibv_reg_dmabuf_mr`, bound by rdma-sys from verbs.h of rdma-core ≥ 34) and
+//! [`Pd::reg_gpu_peermem`] (plain `ibv_reg_mr` of the device pointer, which only works while
+//! `nvidia_peermem` is loaded). The CUDA context itself is cudarc's safe `CudaContext`.
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, c_int};
@@ -254,7 +261,77 @@ impl<'c> Pd<'c> {
         };
         Ok(Mr {
             mr,
-            buf,
+            addr: buf.cast::<u8>() as u64,
+            len,
+            host: Some(buf),
+            _pd: PhantomData,
+        })
+    }
+
+    /// Registers GPU memory through the peer-memory client (`nvidia_peermem`): plain
+    /// `ibv_reg_mr` of the device pointer, LOCAL_WRITE | REMOTE_WRITE. Without the module the
+    /// kernel cannot pin the pages and the call fails (EFAULT or EINVAL).
+    #[cfg(feature = "gpudirect")]
+    pub fn reg_gpu_peermem<'a>(&'a self, gpu: &'a GpuBuffer) -> Result<Mr<'a>, VerbsError> {
+        let access = (sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
+            | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE)
+            .0;
+        // SAFETY: the PD is live; the pointer is `gpu.len` bytes of device memory from
+        // `cuMemAlloc` that stay allocated until after `ibv_dereg_mr`: the `Mr` borrows `gpu`.
+        // The CPU never dereferences it; the kernel resolves it through nvidia_peermem.
+        let mr = unsafe {
+            sys::ibv_reg_mr(
+                self.pd.as_ptr(),
+                gpu.ptr as usize as *mut std::ffi::c_void,
+                gpu.len,
+                access as c_int,
+            )
+        };
+        let mr = NonNull::new(mr).ok_or_else(|| VerbsError::last("ibv_reg_mr"))?;
+        Ok(Mr {
+            mr,
+            addr: gpu.ptr,
+            len: gpu.len,
+            host: None,
+            _pd: PhantomData,
+        })
+    }
+
+    /// Registers GPU memory through its dma-buf (`ibv_reg_dmabuf_mr`, iova = the device
+    /// pointer, as perftest does), LOCAL_WRITE | REMOTE_WRITE. The buffer must have been
+    /// exported ([`GpuBuffer::export_dma_buf`]); otherwise EBADF.
+    #[cfg(feature = "gpudirect")]
+    pub fn reg_gpu_dma_buf<'a>(&'a self, gpu: &'a GpuBuffer) -> Result<Mr<'a>, VerbsError> {
+        use std::os::fd::AsRawFd;
+        let Some(fd) = gpu.dma_buf.as_ref() else {
+            return Err(VerbsError {
+                call: "ibv_reg_dmabuf_mr",
+                errno: libc::EBADF,
+            });
+        };
+        let access = (sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
+            | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE)
+            .0;
+        // SAFETY: the PD is live; `fd` is an open dma-buf of exactly the window (offset 0,
+        // `gpu.len` bytes), which with the fd stays alive until after `ibv_dereg_mr`: the `Mr`
+        // borrows `gpu`.
+        let mr = unsafe {
+            sys::ibv_reg_dmabuf_mr(
+                self.pd.as_ptr(),
+                0,
+                gpu.len,
+                gpu.ptr,
+                fd.as_raw_fd(),
+                access as c_int,
+            )
+        };
+        let mr = NonNull::new(mr).ok_or_else(|| VerbsError::last("ibv_reg_dmabuf_mr"))?;
+        // libibverbs sets `mr->addr` to the dma-buf offset, not the iova: keep the iova.
+        Ok(Mr {
+            mr,
+            addr: gpu.ptr,
+            len: gpu.len,
+            host: None,
             _pd: PhantomData,
         })
     }
@@ -293,11 +370,16 @@ impl Drop for Pd<'_> {
     }
 }
 
-/// A registered host buffer, deregistered with `ibv_dereg_mr` before the buffer is freed.
+/// A registered buffer, deregistered with `ibv_dereg_mr` before the memory is released: a host
+/// buffer it owns, or GPU memory it borrows ([`GpuBuffer`], feature `gpudirect`).
 #[derive(Debug)]
 pub struct Mr<'p> {
     mr: NonNull<sys::ibv_mr>,
-    buf: *mut [u8],
+    /// The address work requests use: the host buffer's, or the GPU buffer's iova.
+    addr: u64,
+    len: usize,
+    /// The host buffer this MR owns; `None` for GPU memory (owned by the `GpuBuffer`).
+    host: Option<*mut [u8]>,
     _pd: PhantomData<&'p ()>,
 }
 
@@ -307,14 +389,15 @@ impl Mr<'_> {
         unsafe { ptr::read(self.mr.as_ptr()) }
     }
 
-    /// The buffer's address as the HCA sees it (virtual address of the host buffer).
+    /// The buffer's address as work requests name it (the host buffer's virtual address, or
+    /// the GPU buffer's device pointer used as iova).
     pub fn addr(&self) -> u64 {
-        self.raw().addr as u64
+        self.addr
     }
 
     /// The registered length in bytes.
     pub fn len_bytes(&self) -> usize {
-        self.raw().length
+        self.len
     }
 
     /// The local key.
@@ -330,12 +413,15 @@ impl Mr<'_> {
 
 impl Drop for Mr<'_> {
     fn drop(&mut self) {
-        // SAFETY: registered by `ibv_reg_mr`, deregistered once; the QPs that used it are
-        // destroyed first (declared after it by the caller, and borrowing the same PD).
+        // SAFETY: registered by `ibv_reg_mr` or `ibv_reg_dmabuf_mr`, deregistered once; the QPs
+        // that used it are destroyed first (declared after it by the caller, and borrowing the
+        // same PD).
         let _ = unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
-        // SAFETY: `buf` came from `Box::into_raw` in `reg_host_buffer`; after deregistration
-        // the HCA no longer touches it, and it is freed exactly once.
-        drop(unsafe { Box::from_raw(self.buf) });
+        if let Some(buf) = self.host.take() {
+            // SAFETY: `buf` came from `Box::into_raw` in `reg_host_buffer`; after
+            // deregistration the HCA no longer touches it, and it is freed exactly once.
+            drop(unsafe { Box::from_raw(buf) });
+        }
     }
 }
 
@@ -580,5 +666,119 @@ impl Drop for Qp<'_> {
         // SAFETY: created by `ibv_create_qp`, destroyed once, before its CQ and PD (borrows);
         // outstanding WRs are flushed by the destroy.
         let _ = unsafe { sys::ibv_destroy_qp(self.qp.as_ptr()) };
+    }
+}
+
+/// A failed CUDA driver call: which one and the `CUresult` it returned.
+#[cfg(feature = "gpudirect")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{call} failed: {result}; check the NVIDIA driver (`nvidia-smi`) and the GPU index (`--verbs-gpu N` counts the GPUs CUDA_VISIBLE_DEVICES leaves visible)"
+)]
+pub struct CudaError {
+    /// The CUDA driver function.
+    pub call: &'static str,
+    /// Its `CUresult` (`CUDA_ERROR_NOT_SUPPORTED`, ...).
+    pub result: String,
+}
+
+#[cfg(feature = "gpudirect")]
+impl CudaError {
+    /// The error for a cudarc driver call.
+    pub fn driver(call: &'static str, e: cudarc::driver::DriverError) -> Self {
+        CudaError {
+            call,
+            result: format!("{:?}", e.0),
+        }
+    }
+}
+
+/// Device memory for the loopback: one `cuMemAlloc` allocation with a host-page-aligned window
+/// of `len` bytes inside it (see [`super::gpu_window`]), and the window's dma-buf fd once
+/// exported. `Drop` closes the fd, then frees the memory (`cuMemFree`), then drops its
+/// reference to the CUDA context; every [`Mr`] on it borrows it and so is deregistered first.
+#[cfg(feature = "gpudirect")]
+#[derive(Debug)]
+pub struct GpuBuffer {
+    ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+    /// What `cuMemAlloc` returned (what `cuMemFree` takes).
+    alloc: u64,
+    /// The page-aligned window registered with the HCA.
+    ptr: u64,
+    len: usize,
+    dma_buf: Option<std::os::fd::OwnedFd>,
+}
+
+#[cfg(feature = "gpudirect")]
+impl GpuBuffer {
+    /// Allocates device memory in `ctx` holding a host-page-aligned window of at least `len`
+    /// bytes. The memory is not initialised: only the HCA touches it.
+    pub fn alloc(
+        ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+        len: usize,
+    ) -> Result<Self, CudaError> {
+        let page = rustix::param::page_size();
+        let (alloc_len, window_len) = super::gpu_alloc_len(len, page);
+        ctx.bind_to_thread()
+            .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
+        // SAFETY: `ctx` is current on this thread (bound just above). The memory is returned
+        // uninitialised, which is fine: it is never read as a Rust value, only by the HCA. It
+        // is freed exactly once, in `Drop`, in the same context (kept alive by the Arc).
+        let alloc = unsafe { cudarc::driver::result::malloc_sync(alloc_len) }
+            .map_err(|e| CudaError::driver("cuMemAlloc", e))?;
+        Ok(GpuBuffer {
+            ctx,
+            alloc,
+            ptr: super::gpu_window(alloc, page as u64),
+            len: window_len,
+            dma_buf: None,
+        })
+    }
+
+    /// Exports the window as a dma-buf fd (`cuMemGetHandleForAddressRange`,
+    /// `CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD`), kept until `Drop`.
+    pub fn export_dma_buf(&mut self) -> Result<(), CudaError> {
+        use cudarc::driver::sys;
+        use std::os::fd::FromRawFd;
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| CudaError::driver("cuCtxSetCurrent", e))?;
+        let mut fd: c_int = -1;
+        // SAFETY: the context is current; `[ptr, ptr + len)` lies inside the live allocation
+        // and both ends are host-page aligned, as the call requires; `fd` is a valid out
+        // pointer for the int the driver writes for this handle type.
+        let rc = unsafe {
+            sys::cuMemGetHandleForAddressRange(
+                (&mut fd as *mut c_int).cast(),
+                self.ptr,
+                self.len,
+                sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0,
+            )
+        };
+        rc.result()
+            .map_err(|e| CudaError::driver("cuMemGetHandleForAddressRange", e))?;
+        if fd < 0 {
+            return Err(CudaError {
+                call: "cuMemGetHandleForAddressRange",
+                result: format!("no fd ({fd})"),
+            });
+        }
+        // SAFETY: the driver just opened `fd` for us; nothing else owns or closes it.
+        self.dma_buf = Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        Ok(())
+    }
+}
+
+#[cfg(feature = "gpudirect")]
+impl Drop for GpuBuffer {
+    fn drop(&mut self) {
+        // The fd first: every MR registered on it borrowed `self` and is deregistered already.
+        drop(self.dma_buf.take());
+        // Errors cannot be returned from `drop`; cudarc records them in the context.
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `alloc` came from `cuMemAlloc` in this context (current again just above),
+        // is freed exactly once, and no MR refers to it any more (they borrowed `self`).
+        let _ = unsafe { cudarc::driver::result::free_sync(self.alloc) };
     }
 }
