@@ -131,10 +131,15 @@ pub fn run_bounded(
     let out = child.stdout.take().map(pump);
     let err = child.stderr.take().map(pump);
     let pid = child.id() as i32;
+    // Short programs (munge, scontrol) answer in a few ms: look often at first, then every 2 ms.
+    let mut nap = Duration::from_micros(100);
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
-            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(2)),
+            Ok(None) if start.elapsed() < limit => {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(2));
+            }
             Ok(None) => {
                 kill_group(pid);
                 let _ = child.wait();

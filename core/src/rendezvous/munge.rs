@@ -9,11 +9,11 @@
 //! `unmunge` exits with the MUNGE error code (`munge.h`: 15 expired, 16 rewound, 17 replayed,
 //! 18 unauthorized, 8–14 a bad or foreign credential) and still prints the metadata block.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
+
+use crate::exec::{ExecError, run_bounded, safe_command};
 
 /// The absolute path of the `munge` client on Debian and RHEL.
 pub const MUNGE_BIN: &str = "/usr/bin/munge";
@@ -131,14 +131,13 @@ impl Munge {
         }
     }
 
+    /// `program [-S SOCKET]` with a scrubbed environment in its own process group, so that
+    /// [`run_bounded`] can kill it and anything it started.
     fn command(&self, program: &Path) -> Command {
-        let mut cmd = Command::new(program);
+        let mut cmd = safe_command(program);
         if let Some(socket) = &self.socket {
             cmd.arg("-S").arg(socket);
         }
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
         cmd
     }
 
@@ -170,47 +169,22 @@ impl Munge {
         parse_unmunge(&out.stdout)
     }
 
-    fn run(&self, program: &Path, mut cmd: Command, input: &[u8]) -> Result<RunOutput, MungeError> {
-        let name = program.display().to_string();
-        let mut child = cmd.spawn().map_err(|source| MungeError::Spawn {
-            program: name.clone(),
-            source,
-        })?;
-        let pid = child.id();
-        // Both programs read all of stdin before writing anything, so writing first cannot
+    fn run(&self, program: &Path, cmd: Command, input: &[u8]) -> Result<RunOutput, MungeError> {
+        let program = program.display().to_string();
+        // Both programs read all of stdin before writing anything, so writing it first cannot
         // deadlock; a program that exits early gives EPIPE, reported through its exit status.
-        if let Some(mut stdin) = child.stdin.take() {
-            let _ = stdin.write_all(input);
-        }
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut stdout = Vec::new();
-            let mut stderr = Vec::new();
-            if let Some(mut s) = child.stdout.take() {
-                let _ = s.read_to_end(&mut stdout);
-            }
-            if let Some(mut s) = child.stderr.take() {
-                let _ = s.read_to_end(&mut stderr);
-            }
-            let status = child.wait().ok().and_then(|s| s.code()).unwrap_or(-1);
-            let _ = tx.send(RunOutput {
-                status,
-                stdout,
-                stderr,
-            });
-        });
-        match rx.recv_timeout(self.timeout) {
-            Ok(out) => Ok(out),
-            Err(_) => {
-                // Our own child: kill it by pid so the reader thread finishes too.
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                Err(MungeError::Timeout {
-                    program: name,
-                    timeout_ms: self.timeout.as_millis(),
-                })
+        match run_bounded(cmd, Some(input), self.timeout) {
+            Ok(done) => Ok(RunOutput {
+                status: done.status.code().unwrap_or(-1),
+                stdout: done.stdout,
+                stderr: done.stderr,
+            }),
+            Err(ExecError::Timeout { .. }) => Err(MungeError::Timeout {
+                program,
+                timeout_ms: self.timeout.as_millis(),
+            }),
+            Err(ExecError::Spawn { source, .. } | ExecError::Wait { source, .. }) => {
+                Err(MungeError::Spawn { program, source })
             }
         }
     }
