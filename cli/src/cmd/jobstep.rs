@@ -596,7 +596,10 @@ fn read_step_results(step: &Step) -> Vec<stepgate::StepResult> {
     };
     let bytes = match record::read_user_file(&path, &limits) {
         Ok(b) => b,
-        Err(RecordError::Missing(_)) => return Vec::new(),
+        Err(RecordError::Missing(_)) => {
+            remove_gate_markers(step, &path);
+            return Vec::new();
+        }
         Err(e) => {
             say(&format!("step results of job {job} skipped: {e}"));
             return Vec::new();
@@ -609,17 +612,28 @@ fn read_step_results(step: &Step) -> Vec<stepgate::StepResult> {
         ));
     }
     let _ = std::fs::remove_file(&path);
-    for r in &results {
-        if let Some(done) =
-            stepgate::done_path(&step.plugin.spool_dir, &job, &step.args.node, r.step)
-        {
-            let _ = std::fs::remove_file(done);
-        }
-    }
+    remove_gate_markers(step, &path);
     results
         .into_iter()
         .filter(|r| r.node == step.args.node)
         .collect()
+}
+
+/// Removes this node's step gate markers (`<node>.step-<id>.done`) next to `results`, also
+/// those of steps whose check left no result.
+fn remove_gate_markers(step: &Step, results: &Path) {
+    let Some(dir) = results.parent() else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!("{}.step-", step.args.node);
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix) && name.ends_with(".done") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// `fabric-check epilog`.
