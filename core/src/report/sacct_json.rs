@@ -257,7 +257,11 @@ pub fn parse_job(bytes: &[u8]) -> Result<JobRecord, serde_json::Error> {
 
 use super::pool::{Batch, Recycler, run};
 
-const READ_BYTES: usize = 8 << 20;
+/// Bytes read at a time: a chunk stays in the reading core's cache while it is framed.
+const READ_BYTES: usize = 1 << 20;
+
+/// Bytes kept before the scan position when a chunk is carried over.
+const CONTEXT: usize = 256;
 
 /// Byte classes for the scanner outside strings.
 const fn class_table() -> [u8; 256] {
@@ -364,7 +368,7 @@ fn frame<R: Read>(
         line: None,
         message,
     };
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_BYTES + (1 << 16));
+    let mut buf: Vec<u8> = recycler.get(READ_BYTES + (1 << 16));
     // Input offset of buf[0].
     let mut base: u64 = 0;
     let mut pos = 0usize;
@@ -406,7 +410,7 @@ fn frame<R: Read>(
                 }
             }
         }
-        let mut items: Vec<(usize, usize, u64, u64)> = Vec::new();
+        let mut items = recycler.items();
         'scan: while pos < buf.len() {
             if st.in_string {
                 match memchr::memchr2(b'"', b'\\', &buf[pos..]) {
@@ -521,8 +525,15 @@ fn frame<R: Read>(
             }
             pos += 1;
         }
-        // Carry what is still needed (the job or key being scanned) into the next chunk.
-        let keep_from = st.job_start.or(st.key_start).unwrap_or(pos).min(pos);
+        // Carry what is still needed (the job or key being scanned) into the next chunk, and a
+        // little before it: the indent that a job opening early in the next chunk is checked
+        // against (without it, one job in the wrong place would end the fast path for the rest).
+        let keep_from = st
+            .job_start
+            .or(st.key_start)
+            .unwrap_or(pos)
+            .min(pos)
+            .min(pos.saturating_sub(CONTEXT));
         let mut next = recycler.get(READ_BYTES + (buf.len() - keep_from) + (1 << 16));
         next.extend_from_slice(&buf[keep_from..]);
         base += keep_from as u64;

@@ -317,7 +317,7 @@ where
                         None => continue,
                     }
                 };
-                let mut items = Vec::new();
+                let mut items = recycler.items();
                 let mut start = 0;
                 while start < end {
                     let stop = memchr::memchr(b'\n', &buf[start..end]).map_or(end, |i| start + i);
