@@ -639,8 +639,11 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
             });
             let mut reasons: Vec<(String, u64)> = g.drain_reasons.into_iter().collect();
             reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-            let step_samples_s = g.step_p50_s.clone();
             let n50 = g.step_p50_s.len() as u64;
+            // Sorted by the median: the samples come out in the same order whatever threads
+            // read them.
+            let p50 = median(&mut g.step_p50_s);
+            let step_samples_s = g.step_p50_s.clone();
             let n95 = g.step_p95_s.len() as u64;
             GroupReport {
                 cost_entry: entry.map(|(n, _)| n.to_string()),
@@ -681,10 +684,7 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
                     .into_iter()
                     .map(|(d, n)| (civil_from_days(d), n))
                     .collect(),
-                step_p50_s: Sampled {
-                    value: median(&mut g.step_p50_s),
-                    n: n50,
-                },
+                step_p50_s: Sampled { value: p50, n: n50 },
                 step_p95_s: Sampled {
                     value: median(&mut g.step_p95_s),
                     n: n95,
