@@ -33,6 +33,8 @@ use serde::Deserialize;
 
 use super::{JobRecord, JobState, ReportError, tag_state};
 
+mod fast;
+
 /// A number that is either a plain integer or the newer schema's `{set, infinite, number}`.
 #[derive(Debug, Default, Clone, Copy)]
 struct Num(i64);
@@ -250,8 +252,17 @@ impl RawJob<'_> {
     }
 }
 
-/// Parses one job object (the bytes of one element of `jobs`).
+/// Parses one job object (the bytes of one element of `jobs`): the fast decoder when it is sure,
+/// else serde (which also words the error).
 pub fn parse_job(bytes: &[u8]) -> Result<JobRecord, serde_json::Error> {
+    match fast::raw_job(bytes) {
+        Some(raw) => Ok(raw.into_record()),
+        None => parse_job_serde(bytes),
+    }
+}
+
+/// Parses one job object with serde alone (the reference the fast decoder is tested against).
+pub fn parse_job_serde(bytes: &[u8]) -> Result<JobRecord, serde_json::Error> {
     serde_json::from_slice::<RawJob>(bytes).map(RawJob::into_record)
 }
 
@@ -297,9 +308,27 @@ struct Framer {
 /// (merge them). `source_name` names the input in errors; JSON errors carry a byte offset;
 /// [`ReportError::with_line_from`] turns it into a line.
 pub fn stream<R, A, I, F>(
+    reader: R,
+    source_name: &str,
+    threads: usize,
+    init: I,
+    each: F,
+) -> Result<Vec<A>, ReportError>
+where
+    R: Read,
+    A: Send,
+    I: Fn() -> A + Sync,
+    F: Fn(&mut A, JobRecord) + Sync,
+{
+    stream_with(reader, source_name, threads, parse_job, init, each)
+}
+
+/// [`stream`] with the per-job decoder given (the tests run serde's alone through it).
+fn stream_with<R, A, I, F>(
     mut reader: R,
     source_name: &str,
     threads: usize,
+    decode: fn(&[u8]) -> Result<JobRecord, serde_json::Error>,
     init: I,
     each: F,
 ) -> Result<Vec<A>, ReportError>
@@ -314,7 +343,7 @@ where
         init,
         each,
         |bytes: &[u8], index: u64| {
-            parse_job(bytes).map(Some).map_err(|e| {
+            decode(bytes).map(Some).map_err(|e| {
                 format!(
                     "job #{} of the jobs array is not a Slurm job record: {e} (inside the job's \
                      JSON); is this `sacct --json` output?",
@@ -733,5 +762,57 @@ mod tests {
         assert_eq!(jobs[0].restarts, 2);
         assert_eq!(jobs[0].gpus, Some(8));
         assert_eq!(jobs[0].job_id, "9");
+    }
+
+    /// The generated fixtures repeated into a history of several chunks, read on three threads
+    /// with the fast decoder and on one with serde alone, give the very same report; so does the
+    /// same history as `-P` text.
+    #[test]
+    fn a_history_of_many_chunks_gives_the_same_report_whatever_the_decoder_and_threads() {
+        use crate::report::aggregate::{Acc, Options, finish};
+        use crate::report::{GroupBy, sacct_text};
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/sacct/generated/"
+        );
+        let opts = Options {
+            group_by: GroupBy::Partition,
+            window: None,
+        };
+        let each = |a: &mut Acc, j: JobRecord| a.add(j, &opts);
+        let times = 12;
+        let mut reports = Vec::new();
+        for file in ["history-22.05.json", "history-v0.0.40.json"] {
+            let doc = std::fs::read_to_string(format!("{dir}{file}")).unwrap();
+            let open = doc.find("\"jobs\": [\n").unwrap() + "\"jobs\": [\n".len();
+            let close = doc.rfind("\n  ]").unwrap();
+            let jobs = &doc[open..close];
+            let mut big = doc[..open].to_string();
+            for k in 0..times {
+                if k > 0 {
+                    big.push_str(",\n");
+                }
+                big.push_str(jobs);
+            }
+            big.push_str(&doc[close..]);
+            assert!(big.len() > 3 << 20, "several chunks");
+            for (decode, threads) in [
+                (parse_job as fn(&[u8]) -> _, 3),
+                (parse_job_serde as fn(&[u8]) -> _, 1),
+            ] {
+                let accs =
+                    stream_with(big.as_bytes(), file, threads, decode, Acc::default, each).unwrap();
+                reports.push(finish(Acc::merge_all(accs), &opts, None));
+            }
+        }
+        let text = std::fs::read_to_string(format!("{dir}history.txt")).unwrap();
+        let (header, lines) = text.split_once('\n').unwrap();
+        let big_text = format!("{header}\n{}", lines.repeat(times));
+        let accs = sacct_text::stream(big_text.as_bytes(), "t.txt", 3, Acc::default, each).unwrap();
+        reports.push(finish(Acc::merge_all(accs), &opts, None));
+        assert!(reports[0].groups.iter().map(|g| g.records).sum::<u64>() > 500);
+        for r in &reports[1..] {
+            assert_eq!(r, &reports[0]);
+        }
     }
 }
