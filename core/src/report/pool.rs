@@ -40,23 +40,41 @@ impl Recycler {
         }
     }
 
-    /// An empty buffer with at least `cap` bytes of capacity. A spare that is too small is
-    /// dropped rather than grown (growing moves it to fresh pages, which the kernel must fault in
-    /// and zero: that cost as much as the parsing); a new one gets a quarter more than asked, so
-    /// that the next request, a little larger by a different carry-over, still fits.
-    pub(crate) fn get(&self, cap: usize) -> Vec<u8> {
-        while let Ok((mut v, items)) = self.rx.try_recv() {
+    /// A buffer of at least `len` initialised bytes (their contents are stale: callers track how
+    /// much they filled). Buffers stay initialised across uses, so reading into one needs no
+    /// zeroing; a spare too short is dropped rather than grown (growing moves it to fresh pages,
+    /// which the kernel must fault in and zero), and a new one gets a quarter more than asked, so
+    /// that the next request, a little longer by a different carry-over, still fits.
+    pub(crate) fn get(&self, len: usize) -> Vec<u8> {
+        while let Ok((v, items)) = self.rx.try_recv() {
             let mut spare = self.spare_items.borrow_mut();
             if spare.len() < 8 {
                 spare.push(items);
             }
-            if v.capacity() >= cap {
-                v.clear();
+            if v.len() >= len {
                 return v;
             }
         }
-        Vec::with_capacity(cap + cap / 4)
+        vec![0; len + len / 4]
     }
+}
+
+/// Reads until `out` is full or the input ends (one large read at a time, straight into `out`);
+/// returns the bytes read.
+pub(crate) fn read_full<R: std::io::Read + ?Sized>(
+    r: &mut R,
+    out: &mut [u8],
+) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < out.len() {
+        match r.read(&mut out[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// Runs `produce` on this thread and `threads` workers; a record that `parse` refuses stops the

@@ -1,11 +1,20 @@
 //! Streaming reader of `sacct --json` output.
 //!
 //! Slurm writes one document, `{"meta":..,"errors":..,"jobs":[ {job}, {job}, ... ]}` (22.05
-//! pretty-prints it; a million jobs is about 4 GB). Holding it would take gigabytes, so the reader
+//! pretty-prints it; a million jobs is about 5 GB). Holding it would take gigabytes, so the reader
 //! *frames* the `jobs` array: a byte scanner that knows only strings, escapes and bracket depth
-//! finds where each job object starts and ends, copies whole jobs into batches, and worker threads
-//! deserialise each job on its own with serde, reading only the fields listed below and skipping
-//! the rest (steps, TRES requested, CPU times...). Memory stays at a few batches.
+//! finds where each job object starts and ends in 1 MiB chunks, and worker threads decode each
+//! job on its own, reading only the fields listed below and skipping the rest (steps, TRES
+//! requested, CPU times...). Memory stays at a few chunks.
+//!
+//! The decoder (`fast.rs`) fills the same structure serde would, by hand: it reads the listed
+//! fields as serde does and, when a member it does not read holds a pretty-printed object or array
+//! (its opener ends the member's line), jumps to the line holding only the closer at the member's
+//! indent with one SIMD search instead of reading what is inside. That inside is therefore not
+//! validated: a broken `steps` list that serde would refuse is passed over. Everything else it is
+//! not sure of (a type it does not expect, a duplicate field, a bad escape, an odd number) goes to
+//! serde, which decodes the job or words the error exactly as before; the tests hold the two to
+//! the same records.
 //!
 //! Fields read, with the schemas they come from (Slurm source: `src/plugins/openapi/dbv0.0.38/
 //! parse.c` `parse_job[]` for 22.05; `src/plugins/data_parser/v0.0.4x/parsers.c`
@@ -266,7 +275,7 @@ pub fn parse_job_serde(bytes: &[u8]) -> Result<JobRecord, serde_json::Error> {
     serde_json::from_slice::<RawJob>(bytes).map(RawJob::into_record)
 }
 
-use super::pool::{Batch, Recycler, run};
+use super::pool::{Batch, Recycler, read_full, run};
 
 /// Bytes read at a time: a chunk stays in the reading core's cache while it is framed.
 const READ_BYTES: usize = 1 << 20;
@@ -380,7 +389,7 @@ pub fn read_all<R: Read>(reader: R, source_name: &str) -> Result<Vec<JobRecord>,
 /// so once the first job has shown that it opens with `\n<indent>{` and closes with
 /// `\n<indent>}`, every later job's end is the next `\n<indent>}`, found with one SIMD search
 /// instead of a byte-by-byte walk. Compact JSON (or anything unexpected) stays on the byte path;
-/// the workers' full parse of every job still validates what the framer found.
+/// the workers' decode of every job still checks the members around what the framer found.
 fn frame<R: Read>(
     reader: &mut R,
     source_name: &str,
@@ -397,7 +406,9 @@ fn frame<R: Read>(
         line: None,
         message,
     };
-    let mut buf: Vec<u8> = recycler.get(READ_BYTES + (1 << 16));
+    // `store[..filled]` holds the input from `base` on.
+    let mut store: Vec<u8> = recycler.get(READ_BYTES);
+    let mut filled = 0usize;
     // Input offset of buf[0].
     let mut base: u64 = 0;
     let mut pos = 0usize;
@@ -417,11 +428,12 @@ fn frame<R: Read>(
     let mut finder: Option<memchr::memmem::Finder<'static>> = None;
     let mut started = false;
     loop {
-        let n = reader
-            .by_ref()
-            .take(READ_BYTES as u64)
-            .read_to_end(&mut buf)
-            .map_err(io_err)?;
+        if store.len() < filled + READ_BYTES {
+            store.resize(filled + READ_BYTES, 0);
+        }
+        let n = read_full(reader, &mut store[filled..filled + READ_BYTES]).map_err(io_err)?;
+        filled += n;
+        let buf = &store[..filled];
         if n == 0 {
             break;
         }
@@ -535,7 +547,7 @@ fn frame<R: Read>(
                         if let Some(j) = st.job_start.take() {
                             items.push((j, pos + 1, base + j as u64, st.jobs_done));
                             if st.jobs_done == 0 {
-                                fast_end = learn_indent(&buf, j, pos);
+                                fast_end = learn_indent(buf, j, pos);
                                 finder = fast_end
                                     .as_ref()
                                     .map(|p| memchr::memmem::Finder::new(p).into_owned());
@@ -563,8 +575,10 @@ fn frame<R: Read>(
             .unwrap_or(pos)
             .min(pos)
             .min(pos.saturating_sub(CONTEXT));
-        let mut next = recycler.get(READ_BYTES + (buf.len() - keep_from) + (1 << 16));
-        next.extend_from_slice(&buf[keep_from..]);
+        let carry = buf.len() - keep_from;
+        let mut next = recycler.get(carry + READ_BYTES);
+        next[..carry].copy_from_slice(&buf[keep_from..]);
+        filled = carry;
         base += keep_from as u64;
         pos -= keep_from;
         if let Some(j) = st.job_start.as_mut() {
@@ -573,7 +587,7 @@ fn frame<R: Read>(
         if let Some(k) = st.key_start.as_mut() {
             *k -= keep_from;
         }
-        let chunk = std::mem::replace(&mut buf, next);
+        let chunk = std::mem::replace(&mut store, next);
         if !items.is_empty() && tx.send(Batch { data: chunk, items }).is_err() {
             return Ok(());
         }

@@ -8,10 +8,10 @@
 //! them: Unix seconds (when `SLURM_TIME_FORMAT=%s`, which the command sets) or
 //! `YYYY-MM-DDTHH:MM:SS` (taken as UTC: only differences are used); `Unknown`/`None` are unset.
 
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 use std::sync::mpsc;
 
-use super::pool::{BATCH_BYTES, Batch, Recycler, run};
+use super::pool::{BATCH_BYTES, Batch, Recycler, read_full, run};
 use super::{JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
 
 /// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
@@ -298,21 +298,26 @@ where
         },
         |tx: &mpsc::SyncSender<Batch>, recycler: &Recycler| {
             // Whole chunks cut at their last newline are handed over; only the cut line is copied.
-            let mut buf = recycler.get(BATCH_BYTES + (64 << 10));
+            // `store[..filled]` holds the input not yet handed over.
+            let mut store = recycler.get(BATCH_BYTES);
+            let mut filled = 0usize;
             let mut no = first_data_line;
             loop {
-                let n = reader
-                    .by_ref()
-                    .take(BATCH_BYTES as u64)
-                    .read_to_end(&mut buf)
-                    .map_err(|source| ReportError::Io {
+                if store.len() < filled + BATCH_BYTES {
+                    store.resize(filled + BATCH_BYTES, 0);
+                }
+                let n = read_full(&mut reader, &mut store[filled..filled + BATCH_BYTES]).map_err(
+                    |source| ReportError::Io {
                         source_name: source_name.to_string(),
                         source,
-                    })?;
+                    },
+                )?;
+                filled += n;
+                let buf = &store[..filled];
                 let end = if n == 0 {
                     buf.len()
                 } else {
-                    match memchr::memrchr(b'\n', &buf) {
+                    match memchr::memrchr(b'\n', buf) {
                         Some(i) => i + 1,
                         None => continue,
                     }
@@ -331,9 +336,11 @@ where
                     no += 1;
                     start = stop + 1;
                 }
-                let mut next = recycler.get(BATCH_BYTES + (64 << 10));
-                next.extend_from_slice(&buf[end..]);
-                let chunk = std::mem::replace(&mut buf, next);
+                let carry = buf.len() - end;
+                let mut next = recycler.get(carry + BATCH_BYTES);
+                next[..carry].copy_from_slice(&buf[end..]);
+                filled = carry;
+                let chunk = std::mem::replace(&mut store, next);
                 if !items.is_empty() && tx.send(Batch { data: chunk, items }).is_err() {
                     return Ok(());
                 }
