@@ -2,14 +2,17 @@
 //! serde, reading the fields the report needs and *skipping* the rest (steps, requested TRES,
 //! CPU times: most of each job) without building anything.
 //!
-//! It is *sound, not complete*: it returns a [`RawJob`] only when serde would return the very same
-//! one for these bytes, and `None` (let serde decide, and word the error) on anything it is not
-//! sure of. So skipped values are validated as strictly as serde's `IgnoredAny` validates them
-//! (string escapes and control characters, number grammar, `true`/`false`/`null`, commas, colons,
-//! brackets; no UTF-8 check, as serde makes none there), and it gives up on what serde would accept
-//! by a path this scanner does not take: a struct written as an array, a number with a fraction or
-//! exponent or of more than 18 digits, a `\u` surrogate escape, an escaped key, deeper than 128
-//! levels. A test compares both decoders on generated and mutated jobs.
+//! Whatever it returns, serde would return the very same [`RawJob`] for these bytes, with one
+//! exception: a member it does not read whose value is a pretty-printed object or array (the
+//! opener ends the member's line) is jumped over to the line holding only the closer at the
+//! member's indent, with one SIMD search, and its inside is not validated. Everything else it
+//! skips is validated as strictly as serde's `IgnoredAny` does (string escapes and control
+//! characters, number grammar, `true`/`false`/`null`, commas, colons, brackets; no UTF-8 check, as
+//! serde makes none there). On anything it is not sure of it returns `None`, and serde decides and
+//! words the error: a field of another type, a duplicate field, a struct written as an array, a
+//! number with a fraction or exponent or of more than 18 digits, a `\u` surrogate escape, an
+//! escaped key, more than 128 levels. The tests compare both decoders on the fixtures and on every
+//! one-byte change of compact jobs (which have nothing to jump over).
 
 use std::borrow::Cow;
 
