@@ -82,3 +82,33 @@ fn a_missing_sacct_binary_is_reported_not_a_panic() {
     assert_eq!(code, 3);
     assert!(err.contains("cannot run /nonexistent/sacct"), "{err}");
 }
+
+#[test]
+fn a_job_with_a_field_of_the_wrong_type_is_named_with_its_line_and_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let full = std::fs::read_to_string(hand("history-22.05.json")).unwrap();
+    let at: Vec<usize> = full
+        .match_indices("\n      \"partition\": \"")
+        .map(|(i, _)| i)
+        .collect();
+    assert!(at.len() > 2);
+    let bad = format!(
+        "{}\n      \"partition\": 42, \"p\": \"{}",
+        &full[..at[1]],
+        &full[at[1] + "\n      \"partition\": \"".len()..]
+    );
+    // The second job opens on the line after the first one's closing `},`.
+    let second_open = 1 + full[..at[1]].rfind("\n    {").unwrap();
+    let line = 1 + full[..second_open].matches('\n').count();
+    let p = dir.path().join("bad.json");
+    std::fs::write(&p, bad).unwrap();
+    let (code, err) = report(&["-i", p.to_str().unwrap()]);
+    assert_eq!(code, 3);
+    assert!(
+        err.contains(&format!(
+            "bad.json:line {line}: job #2 of the jobs array is not a Slurm job record: invalid type: integer `42`"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("is this `sacct --json` output?"), "{err}");
+}

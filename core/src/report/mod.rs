@@ -305,11 +305,18 @@ impl std::str::FromStr for GroupBy {
 /// Decodes an `AdminComment` into a [`TagState`] (the segment is found like
 /// [`crate::tag::extract`] finds it: the marker, then one JSON object).
 pub fn tag_state(comment: &str) -> TagState {
-    if memchr::memmem::find(comment.as_bytes(), MARKER.as_bytes()).is_none() {
+    // The marker's searcher is built once (building one per comment cost more than the search).
+    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(MARKER.as_bytes()));
+    let Some(start) = FINDER.find(comment.as_bytes()) else {
         return TagState::Absent;
-    }
-    let Some((_, json)) = crate::tag::segment(comment) else {
-        return TagState::Absent;
+    };
+    // As crate::tag::segment does from the same (first) occurrence.
+    let rest = &comment[start + MARKER.len()..];
+    let json: Cow<'_, str> = if rest.starts_with("{`") {
+        Cow::Owned(rest.replace('`', "\""))
+    } else {
+        Cow::Borrowed(rest)
     };
     let mut de = serde_json::Deserializer::from_str(&json);
     match LeanTag::deserialize(&mut de) {

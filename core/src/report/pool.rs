@@ -8,33 +8,73 @@ use super::{JobRecord, ReportError};
 /// Bytes per batch before it is handed to a worker.
 pub(crate) const BATCH_BYTES: usize = 4 << 20;
 
+/// `(start, end, position in the input, record index)`; the position is a byte offset for JSON
+/// and a line number for text.
+pub(crate) type Item = (usize, usize, u64, u64);
+
 /// Whole records copied out of the input.
 pub(crate) struct Batch {
     /// The records' bytes, back to back.
     pub data: Vec<u8>,
-    /// `(start, end, position in the input, record index)`; the position is a byte offset for
-    /// JSON and a line number for text.
-    pub items: Vec<(usize, usize, u64, u64)>,
+    /// Where each record is.
+    pub items: Vec<Item>,
 }
 
 /// Buffers handed back by the workers once a batch is done, so the reader reuses them instead
 /// of faulting in fresh pages for every chunk.
 pub(crate) struct Recycler {
-    rx: mpsc::Receiver<Vec<u8>>,
+    rx: mpsc::Receiver<(Vec<u8>, Vec<Item>)>,
+    spare_items: std::cell::RefCell<Vec<Vec<Item>>>,
 }
 
 impl Recycler {
-    /// An empty buffer with at least `cap` bytes of capacity.
-    pub(crate) fn get(&self, cap: usize) -> Vec<u8> {
-        match self.rx.try_recv() {
-            Ok(mut v) => {
+    /// An empty item list (a used one when there is one).
+    pub(crate) fn items(&self) -> Vec<Item> {
+        let mut spare = self.spare_items.borrow_mut();
+        match spare.pop() {
+            Some(mut v) => {
                 v.clear();
-                v.reserve(cap);
                 v
             }
-            Err(_) => Vec::with_capacity(cap),
+            None => Vec::with_capacity(1024),
         }
     }
+
+    /// A buffer of at least `len` initialised bytes (their contents are stale: callers track how
+    /// much they filled). Buffers stay initialised across uses, so reading into one needs no
+    /// zeroing; a spare too short is dropped rather than grown (growing moves it to fresh pages,
+    /// which the kernel must fault in and zero), and a new one gets a quarter more than asked, so
+    /// that the next request, a little longer by a different carry-over, still fits.
+    pub(crate) fn get(&self, len: usize) -> Vec<u8> {
+        while let Ok((v, items)) = self.rx.try_recv() {
+            let mut spare = self.spare_items.borrow_mut();
+            if spare.len() < 8 {
+                spare.push(items);
+            }
+            if v.len() >= len {
+                return v;
+            }
+        }
+        vec![0; len + len / 4]
+    }
+}
+
+/// Reads until `out` is full or the input ends (one large read at a time, straight into `out`);
+/// returns the bytes read.
+pub(crate) fn read_full<R: std::io::Read + ?Sized>(
+    r: &mut R,
+    out: &mut [u8],
+) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < out.len() {
+        match r.read(&mut out[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// Runs `produce` on this thread and `threads` workers; a record that `parse` refuses stops the
@@ -58,8 +98,11 @@ where
     let threads = threads.max(1);
     let (tx, rx) = mpsc::sync_channel::<Batch>(threads * 2);
     let rx = Arc::new(Mutex::new(rx));
-    let (back_tx, back_rx) = mpsc::sync_channel::<Vec<u8>>(threads * 2 + 2);
-    let recycler = Recycler { rx: back_rx };
+    let (back_tx, back_rx) = mpsc::sync_channel::<(Vec<u8>, Vec<Item>)>(threads * 2 + 2);
+    let recycler = Recycler {
+        rx: back_rx,
+        spare_items: std::cell::RefCell::new(Vec::new()),
+    };
     std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for _ in 0..threads {
@@ -82,7 +125,7 @@ where
                         }
                     }
                     // A full return channel just means enough spares: drop this one.
-                    let _ = back.try_send(batch.data);
+                    let _ = back.try_send((batch.data, batch.items));
                 }
                 Ok(acc)
             }));

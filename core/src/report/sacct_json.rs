@@ -1,11 +1,20 @@
 //! Streaming reader of `sacct --json` output.
 //!
 //! Slurm writes one document, `{"meta":..,"errors":..,"jobs":[ {job}, {job}, ... ]}` (22.05
-//! pretty-prints it; a million jobs is about 4 GB). Holding it would take gigabytes, so the reader
+//! pretty-prints it; a million jobs is about 5 GB). Holding it would take gigabytes, so the reader
 //! *frames* the `jobs` array: a byte scanner that knows only strings, escapes and bracket depth
-//! finds where each job object starts and ends, copies whole jobs into batches, and worker threads
-//! deserialise each job on its own with serde, reading only the fields listed below and skipping
-//! the rest (steps, TRES requested, CPU times...). Memory stays at a few batches.
+//! finds where each job object starts and ends in 1 MiB chunks, and worker threads decode each
+//! job on its own, reading only the fields listed below and skipping the rest (steps, TRES
+//! requested, CPU times...). Memory stays at a few chunks.
+//!
+//! The decoder (`fast.rs`) fills the same structure serde would, by hand: it reads the listed
+//! fields as serde does and, when a member it does not read holds a pretty-printed object or array
+//! (its opener ends the member's line), jumps to the line holding only the closer at the member's
+//! indent with one SIMD search instead of reading what is inside. That inside is therefore not
+//! validated: a broken `steps` list that serde would refuse is passed over. Everything else it is
+//! not sure of (a type it does not expect, a duplicate field, a bad escape, an odd number) goes to
+//! serde, which decodes the job or words the error exactly as before; the tests hold the two to
+//! the same records.
 //!
 //! Fields read, with the schemas they come from (Slurm source: `src/plugins/openapi/dbv0.0.38/
 //! parse.c` `parse_job[]` for 22.05; `src/plugins/data_parser/v0.0.4x/parsers.c`
@@ -32,6 +41,8 @@ use std::sync::mpsc;
 use serde::Deserialize;
 
 use super::{JobRecord, JobState, ReportError, tag_state};
+
+mod fast;
 
 /// A number that is either a plain integer or the newer schema's `{set, infinite, number}`.
 #[derive(Debug, Default, Clone, Copy)]
@@ -250,14 +261,27 @@ impl RawJob<'_> {
     }
 }
 
-/// Parses one job object (the bytes of one element of `jobs`).
+/// Parses one job object (the bytes of one element of `jobs`): the fast decoder when it is sure,
+/// else serde (which also words the error).
 pub fn parse_job(bytes: &[u8]) -> Result<JobRecord, serde_json::Error> {
+    match fast::raw_job(bytes) {
+        Some(raw) => Ok(raw.into_record()),
+        None => parse_job_serde(bytes),
+    }
+}
+
+/// Parses one job object with serde alone (the reference the fast decoder is tested against).
+pub fn parse_job_serde(bytes: &[u8]) -> Result<JobRecord, serde_json::Error> {
     serde_json::from_slice::<RawJob>(bytes).map(RawJob::into_record)
 }
 
-use super::pool::{Batch, Recycler, run};
+use super::pool::{Batch, Recycler, read_full, run};
 
-const READ_BYTES: usize = 8 << 20;
+/// Bytes read at a time: a chunk stays in the reading core's cache while it is framed.
+const READ_BYTES: usize = 1 << 20;
+
+/// Bytes kept before the scan position when a chunk is carried over.
+const CONTEXT: usize = 256;
 
 /// Byte classes for the scanner outside strings.
 const fn class_table() -> [u8; 256] {
@@ -293,9 +317,27 @@ struct Framer {
 /// (merge them). `source_name` names the input in errors; JSON errors carry a byte offset;
 /// [`ReportError::with_line_from`] turns it into a line.
 pub fn stream<R, A, I, F>(
+    reader: R,
+    source_name: &str,
+    threads: usize,
+    init: I,
+    each: F,
+) -> Result<Vec<A>, ReportError>
+where
+    R: Read,
+    A: Send,
+    I: Fn() -> A + Sync,
+    F: Fn(&mut A, JobRecord) + Sync,
+{
+    stream_with(reader, source_name, threads, parse_job, init, each)
+}
+
+/// [`stream`] with the per-job decoder given (the tests run serde's alone through it).
+fn stream_with<R, A, I, F>(
     mut reader: R,
     source_name: &str,
     threads: usize,
+    decode: fn(&[u8]) -> Result<JobRecord, serde_json::Error>,
     init: I,
     each: F,
 ) -> Result<Vec<A>, ReportError>
@@ -310,7 +352,7 @@ where
         init,
         each,
         |bytes: &[u8], index: u64| {
-            parse_job(bytes).map(Some).map_err(|e| {
+            decode(bytes).map(Some).map_err(|e| {
                 format!(
                     "job #{} of the jobs array is not a Slurm job record: {e} (inside the job's \
                      JSON); is this `sacct --json` output?",
@@ -347,7 +389,7 @@ pub fn read_all<R: Read>(reader: R, source_name: &str) -> Result<Vec<JobRecord>,
 /// so once the first job has shown that it opens with `\n<indent>{` and closes with
 /// `\n<indent>}`, every later job's end is the next `\n<indent>}`, found with one SIMD search
 /// instead of a byte-by-byte walk. Compact JSON (or anything unexpected) stays on the byte path;
-/// the workers' full parse of every job still validates what the framer found.
+/// the workers' decode of every job still checks the members around what the framer found.
 fn frame<R: Read>(
     reader: &mut R,
     source_name: &str,
@@ -364,7 +406,9 @@ fn frame<R: Read>(
         line: None,
         message,
     };
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_BYTES + (1 << 16));
+    // `store[..filled]` holds the input from `base` on.
+    let mut store: Vec<u8> = recycler.get(READ_BYTES);
+    let mut filled = 0usize;
     // Input offset of buf[0].
     let mut base: u64 = 0;
     let mut pos = 0usize;
@@ -384,11 +428,12 @@ fn frame<R: Read>(
     let mut finder: Option<memchr::memmem::Finder<'static>> = None;
     let mut started = false;
     loop {
-        let n = reader
-            .by_ref()
-            .take(READ_BYTES as u64)
-            .read_to_end(&mut buf)
-            .map_err(io_err)?;
+        if store.len() < filled + READ_BYTES {
+            store.resize(filled + READ_BYTES, 0);
+        }
+        let n = read_full(reader, &mut store[filled..filled + READ_BYTES]).map_err(io_err)?;
+        filled += n;
+        let buf = &store[..filled];
         if n == 0 {
             break;
         }
@@ -406,7 +451,7 @@ fn frame<R: Read>(
                 }
             }
         }
-        let mut items: Vec<(usize, usize, u64, u64)> = Vec::new();
+        let mut items = recycler.items();
         'scan: while pos < buf.len() {
             if st.in_string {
                 match memchr::memchr2(b'"', b'\\', &buf[pos..]) {
@@ -502,7 +547,7 @@ fn frame<R: Read>(
                         if let Some(j) = st.job_start.take() {
                             items.push((j, pos + 1, base + j as u64, st.jobs_done));
                             if st.jobs_done == 0 {
-                                fast_end = learn_indent(&buf, j, pos);
+                                fast_end = learn_indent(buf, j, pos);
                                 finder = fast_end
                                     .as_ref()
                                     .map(|p| memchr::memmem::Finder::new(p).into_owned());
@@ -521,10 +566,19 @@ fn frame<R: Read>(
             }
             pos += 1;
         }
-        // Carry what is still needed (the job or key being scanned) into the next chunk.
-        let keep_from = st.job_start.or(st.key_start).unwrap_or(pos).min(pos);
-        let mut next = recycler.get(READ_BYTES + (buf.len() - keep_from) + (1 << 16));
-        next.extend_from_slice(&buf[keep_from..]);
+        // Carry what is still needed (the job or key being scanned) into the next chunk, and a
+        // little before it: the indent that a job opening early in the next chunk is checked
+        // against (without it, one job in the wrong place would end the fast path for the rest).
+        let keep_from = st
+            .job_start
+            .or(st.key_start)
+            .unwrap_or(pos)
+            .min(pos)
+            .min(pos.saturating_sub(CONTEXT));
+        let carry = buf.len() - keep_from;
+        let mut next = recycler.get(carry + READ_BYTES);
+        next[..carry].copy_from_slice(&buf[keep_from..]);
+        filled = carry;
         base += keep_from as u64;
         pos -= keep_from;
         if let Some(j) = st.job_start.as_mut() {
@@ -533,7 +587,7 @@ fn frame<R: Read>(
         if let Some(k) = st.key_start.as_mut() {
             *k -= keep_from;
         }
-        let chunk = std::mem::replace(&mut buf, next);
+        let chunk = std::mem::replace(&mut store, next);
         if !items.is_empty() && tx.send(Batch { data: chunk, items }).is_err() {
             return Ok(());
         }
@@ -722,5 +776,57 @@ mod tests {
         assert_eq!(jobs[0].restarts, 2);
         assert_eq!(jobs[0].gpus, Some(8));
         assert_eq!(jobs[0].job_id, "9");
+    }
+
+    /// The generated fixtures repeated into a history of several chunks, read on three threads
+    /// with the fast decoder and on one with serde alone, give the very same report; so does the
+    /// same history as `-P` text.
+    #[test]
+    fn a_history_of_many_chunks_gives_the_same_report_whatever_the_decoder_and_threads() {
+        use crate::report::aggregate::{Acc, Options, finish};
+        use crate::report::{GroupBy, sacct_text};
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/sacct/generated/"
+        );
+        let opts = Options {
+            group_by: GroupBy::Partition,
+            window: None,
+        };
+        let each = |a: &mut Acc, j: JobRecord| a.add(j, &opts);
+        let times = 12;
+        let mut reports = Vec::new();
+        for file in ["history-22.05.json", "history-v0.0.40.json"] {
+            let doc = std::fs::read_to_string(format!("{dir}{file}")).unwrap();
+            let open = doc.find("\"jobs\": [\n").unwrap() + "\"jobs\": [\n".len();
+            let close = doc.rfind("\n  ]").unwrap();
+            let jobs = &doc[open..close];
+            let mut big = doc[..open].to_string();
+            for k in 0..times {
+                if k > 0 {
+                    big.push_str(",\n");
+                }
+                big.push_str(jobs);
+            }
+            big.push_str(&doc[close..]);
+            assert!(big.len() > 3 << 20, "several chunks");
+            for (decode, threads) in [
+                (parse_job as fn(&[u8]) -> _, 3),
+                (parse_job_serde as fn(&[u8]) -> _, 1),
+            ] {
+                let accs =
+                    stream_with(big.as_bytes(), file, threads, decode, Acc::default, each).unwrap();
+                reports.push(finish(Acc::merge_all(accs), &opts, None));
+            }
+        }
+        let text = std::fs::read_to_string(format!("{dir}history.txt")).unwrap();
+        let (header, lines) = text.split_once('\n').unwrap();
+        let big_text = format!("{header}\n{}", lines.repeat(times));
+        let accs = sacct_text::stream(big_text.as_bytes(), "t.txt", 3, Acc::default, each).unwrap();
+        reports.push(finish(Acc::merge_all(accs), &opts, None));
+        assert!(reports[0].groups.iter().map(|g| g.records).sum::<u64>() > 500);
+        for r in &reports[1..] {
+            assert_eq!(r, &reports[0]);
+        }
     }
 }

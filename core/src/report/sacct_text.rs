@@ -8,10 +8,10 @@
 //! them: Unix seconds (when `SLURM_TIME_FORMAT=%s`, which the command sets) or
 //! `YYYY-MM-DDTHH:MM:SS` (taken as UTC: only differences are used); `Unknown`/`None` are unset.
 
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 use std::sync::mpsc;
 
-use super::pool::{BATCH_BYTES, Batch, Recycler, run};
+use super::pool::{BATCH_BYTES, Batch, Recycler, read_full, run};
 use super::{JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
 
 /// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
@@ -170,7 +170,50 @@ fn parse_elapsed(s: &str) -> Option<u64> {
     Some(days * 86_400 + secs as u64)
 }
 
+/// Fields a line is split into without allocating (more columns take a `Vec`).
+const MAX_FIELDS: usize = 48;
+
 fn parse_line(cols: &Columns, line: &str) -> Result<Option<JobRecord>, String> {
+    if cols.n > MAX_FIELDS {
+        let f = split_fields_vec(cols, line)?;
+        return parse_fields(cols, &f);
+    }
+    let mut f: [&str; MAX_FIELDS] = [""; MAX_FIELDS];
+    let mut count = 0;
+    let mut at = 0;
+    // Where the last column starts if extra bars are joined back into it.
+    let mut last_start = 0;
+    for i in memchr::memchr_iter(b'|', line.as_bytes()) {
+        if count < MAX_FIELDS {
+            f[count] = &line[at..i];
+        }
+        count += 1;
+        at = i + 1;
+        if count == cols.n - 1 {
+            last_start = at;
+        }
+    }
+    if count < MAX_FIELDS {
+        f[count] = &line[at..];
+    }
+    count += 1;
+    if count != cols.n {
+        match cols.admin_comment {
+            Some(c) if c == cols.n - 1 && count > cols.n => f[cols.n - 1] = &line[last_start..],
+            _ => return Err(field_count_error(count, cols.n)),
+        }
+    }
+    parse_fields(cols, &f[..cols.n])
+}
+
+fn field_count_error(got: usize, want: usize) -> String {
+    format!(
+        "{got} fields where the header has {want}; was the output cut or mixed with other text?"
+    )
+}
+
+/// The fields of a line with more columns than [`MAX_FIELDS`].
+fn split_fields_vec<'a>(cols: &Columns, line: &'a str) -> Result<Vec<&'a str>, String> {
     let mut f: Vec<&str> = Vec::with_capacity(cols.n + 1);
     let mut at = 0;
     for i in memchr::memchr_iter(b'|', line.as_bytes()) {
@@ -188,17 +231,15 @@ fn parse_line(cols: &Columns, line: &str) -> Result<Option<JobRecord>, String> {
                 f.truncate(cols.n - 1);
                 f.push(&line[joined_start..]);
             }
-            _ => {
-                return Err(format!(
-                    "{} fields where the header has {}; was the output cut or mixed with other text?",
-                    f.len(),
-                    cols.n
-                ));
-            }
+            _ => return Err(field_count_error(f.len(), cols.n)),
         }
     }
+    Ok(f)
+}
+
+fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String> {
     let job_id = f[cols.job_id];
-    if job_id.contains('.') {
+    if job_id.as_bytes().contains(&b'.') {
         return Ok(None);
     }
     let get = |c: Option<usize>| c.map_or("", |i| f[i]);
@@ -298,26 +339,31 @@ where
         },
         |tx: &mpsc::SyncSender<Batch>, recycler: &Recycler| {
             // Whole chunks cut at their last newline are handed over; only the cut line is copied.
-            let mut buf = recycler.get(BATCH_BYTES + (64 << 10));
+            // `store[..filled]` holds the input not yet handed over.
+            let mut store = recycler.get(BATCH_BYTES);
+            let mut filled = 0usize;
             let mut no = first_data_line;
             loop {
-                let n = reader
-                    .by_ref()
-                    .take(BATCH_BYTES as u64)
-                    .read_to_end(&mut buf)
-                    .map_err(|source| ReportError::Io {
+                if store.len() < filled + BATCH_BYTES {
+                    store.resize(filled + BATCH_BYTES, 0);
+                }
+                let n = read_full(&mut reader, &mut store[filled..filled + BATCH_BYTES]).map_err(
+                    |source| ReportError::Io {
                         source_name: source_name.to_string(),
                         source,
-                    })?;
+                    },
+                )?;
+                filled += n;
+                let buf = &store[..filled];
                 let end = if n == 0 {
                     buf.len()
                 } else {
-                    match memchr::memrchr(b'\n', &buf) {
+                    match memchr::memrchr(b'\n', buf) {
                         Some(i) => i + 1,
                         None => continue,
                     }
                 };
-                let mut items = Vec::new();
+                let mut items = recycler.items();
                 let mut start = 0;
                 while start < end {
                     let stop = memchr::memchr(b'\n', &buf[start..end]).map_or(end, |i| start + i);
@@ -331,9 +377,11 @@ where
                     no += 1;
                     start = stop + 1;
                 }
-                let mut next = recycler.get(BATCH_BYTES + (64 << 10));
-                next.extend_from_slice(&buf[end..]);
-                let chunk = std::mem::replace(&mut buf, next);
+                let carry = buf.len() - end;
+                let mut next = recycler.get(carry + BATCH_BYTES);
+                next[..carry].copy_from_slice(&buf[end..]);
+                filled = carry;
+                let chunk = std::mem::replace(&mut store, next);
                 if !items.is_empty() && tx.send(Batch { data: chunk, items }).is_err() {
                     return Ok(());
                 }
@@ -376,6 +424,25 @@ mod tests {
         assert_eq!(jobs[0].gpus, Some(16));
         assert_eq!(jobs[0].start_s - jobs[0].submit_s, 60);
         assert!(matches!(&jobs[0].tag, TagState::Present(t) if t.nnodes == 2));
+    }
+
+    #[test]
+    fn a_header_wider_than_the_split_array_reads_the_same() {
+        let extra = 40;
+        let pad = |s: &str| format!("{}{s}", "x|".repeat(extra));
+        let header = pad(HEADER);
+        let line = "12|ib|ml|ann|c1|normal|COMPLETED|100|100|160|3760|3600|2|gres/gpu=16|JS1:a|b fabric-check/v1 {\"nnodes\":2}\n";
+        let narrow = read_all(format!("{HEADER}{line}").as_bytes(), "t.txt").unwrap();
+        let wide = read_all(format!("{header}{}", pad(line)).as_bytes(), "t.txt").unwrap();
+        assert_eq!(narrow, wide);
+        assert!(matches!(&wide[0].tag, TagState::Present(t) if t.nnodes == 2));
+        let err = read_all(format!("{header}12|ib\n").as_bytes(), "t.txt")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "t.txt:2: 2 fields where the header has 55; was the output cut or mixed with other text?"
+        );
     }
 
     #[test]
