@@ -258,6 +258,14 @@ fn counters_that_rise_during_the_job_are_named_in_its_tag() {
             (s.trim() == "RUNNING").then_some(())
         });
         assert!(running.is_some(), "job {job} never ran");
+        // RUNNING comes before the prolog's snapshot (PrologFlags=Alloc): raise the counters only
+        // once the snapshot exists, or the rise is in the baseline.
+        let snapshot = tb.dir.join(format!("state/n2/job-{job}.json"));
+        assert!(
+            wait_for(LONG, || snapshot.exists().then_some(())).is_some(),
+            "the prolog never saved {}",
+            snapshot.display()
+        );
         let counter = tb
             .dir
             .join("nodes/n2/sysfs/class/infiniband/mlx5_1/ports/1/counters/symbol_error");
