@@ -53,6 +53,22 @@ fn ldconfig_paths() -> Vec<PathBuf> {
         .collect()
 }
 
+/// The reason in a panic cudarc raised for a library it could not load: its first clause (it
+/// appends every library name it tried), bounded to 160 characters.
+pub fn cudarc_panic_reason(panic: &(dyn std::any::Any + Send)) -> String {
+    let why = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown".into());
+    why.split(" - ")
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(160)
+        .collect()
+}
+
 /// Whether cudarc would find library `name` (`"cuda"`, `"nccl"`): the path of the first file,
 /// among the names cudarc tries, that the loader can see.
 pub fn library_present(name: &str) -> Option<PathBuf> {

@@ -65,19 +65,7 @@ pub fn run(bytes: usize, iters: usize) -> Finding {
             msg,
         ),
         Err(p) => {
-            let why = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown".into());
-            // cudarc appends the whole list of names it tried; the first clause is the reason.
-            let why: String = why
-                .split(" - ")
-                .next()
-                .unwrap_or("")
-                .chars()
-                .take(160)
-                .collect();
+            let why = crate::collective::nccl::cudarc_panic_reason(p.as_ref());
             info(
                 json!({"skipped": true}),
                 format!(

@@ -42,19 +42,7 @@ impl GpuMemory {
         match std::panic::catch_unwind(AssertUnwindSafe(|| open(sysfs_root, run))) {
             Ok(r) => r,
             Err(p) => {
-                let why = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "unknown".into());
-                // cudarc appends every library name it tried; the first clause is the reason.
-                let why: String = why
-                    .split(" - ")
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(160)
-                    .collect();
+                let why = nccl::cudarc_panic_reason(p.as_ref());
                 Err(CollectiveError::Unavailable(format!(
                     "libcuda could not be used ({why}); install an NVIDIA driver with CUDA 11.7 or newer"
                 )))
