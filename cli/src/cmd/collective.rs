@@ -154,14 +154,6 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             .with_context(|| format!("--addr {a:?}: {ip:?} is not an IP address"))?;
         map.insert(name.to_string(), ip);
     }
-    let resolver = MapResolver {
-        map,
-        fallback: Some(SystemResolver),
-    };
-    let munge = match &args.munge_socket {
-        Some(s) => Munge::with_socket(s),
-        None => Munge::default(),
-    };
     let allowed = if args.allow_uids.is_empty() {
         vec![nix::unistd::getuid().as_raw()]
     } else {
@@ -173,10 +165,19 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             args.budget_ms
         );
     }
-    let mut rz = RendezvousConfig::new(nodes, &resolver, args.job_id, munge, allowed)?;
-    rz.base_port = args.port_base;
-    let mut cfg = CollectiveConfig::new(rz, my_rank, started);
-    cfg.budget = Duration::from_millis(args.budget_ms);
+    let mut cfg = tcp_config(
+        Ring {
+            nodes,
+            my_rank,
+            job_id: args.job_id,
+            addrs: map,
+            munge_socket: args.munge_socket.as_deref(),
+            allowed,
+            port_base: args.port_base,
+        },
+        Duration::from_millis(args.budget_ms),
+        started,
+    )?;
     cfg.rendezvous.timeout =
         Duration::from_millis(args.rendezvous_ms.unwrap_or(args.budget_ms / 2));
     if !(args.slow_factor > 1.0 && args.slow_factor.is_finite()) {
@@ -205,6 +206,47 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Format::Table => print_table(&report),
     }
     Ok(report.verdict.exit_code())
+}
+
+/// Who takes part in a collective and how they meet.
+pub(crate) struct Ring<'a> {
+    /// Participants in rank order.
+    pub nodes: Vec<String>,
+    /// This node's rank.
+    pub my_rank: usize,
+    /// The job id (binds credentials, picks the port).
+    pub job_id: u64,
+    /// Addresses by node name; other names go to the system resolver.
+    pub addrs: BTreeMap<String, IpAddr>,
+    /// munged's socket, or munge's default.
+    pub munge_socket: Option<&'a std::path::Path>,
+    /// UIDs whose credentials are accepted.
+    pub allowed: Vec<u32>,
+    /// The first rendezvous port.
+    pub port_base: u16,
+}
+
+/// The collective's configuration, as `collective` and `step-gate` build it: the budget all in,
+/// half of it for the rendezvous.
+pub(crate) fn tcp_config(
+    ring: Ring<'_>,
+    budget: Duration,
+    started: Instant,
+) -> anyhow::Result<CollectiveConfig> {
+    let resolver = MapResolver {
+        map: ring.addrs,
+        fallback: Some(SystemResolver),
+    };
+    let munge = match ring.munge_socket {
+        Some(s) => Munge::with_socket(s),
+        None => Munge::default(),
+    };
+    let mut rz = RendezvousConfig::new(ring.nodes, &resolver, ring.job_id, munge, ring.allowed)?;
+    rz.base_port = ring.port_base;
+    let mut cfg = CollectiveConfig::new(rz, ring.my_rank, started);
+    cfg.budget = budget;
+    cfg.rendezvous.timeout = budget / 2;
+    Ok(cfg)
 }
 
 #[cfg(feature = "nccl")]

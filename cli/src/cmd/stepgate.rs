@@ -13,10 +13,9 @@ use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fabric_core::collective::{self, CollectiveConfig, Report};
+use fabric_core::collective::{self, Report};
 use fabric_core::hostlist::Hostlist;
 use fabric_core::plugin_args::{PluginArgs, Policy};
-use fabric_core::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver};
 use fabric_core::stepgate::{self, Action, STEP_PORT_BASE, StepEnv, StepResult};
 
 /// Arguments of `step-gate`.
@@ -92,26 +91,19 @@ fn run_collective(
             map.insert(n, ip);
         }
     }
-    let resolver = MapResolver {
-        map,
-        fallback: Some(SystemResolver),
-    };
-    let munge = match &plugin.munge_socket {
-        Some(s) => Munge::with_socket(s),
-        None => Munge::default(),
-    };
-    let me = nix::unistd::getuid().as_raw();
-    let mut rz = RendezvousConfig::new(
-        env.step_nodes.clone(),
-        &resolver,
-        u64::from(env.job_id),
-        munge,
-        vec![me],
+    let cfg = super::collective::tcp_config(
+        super::collective::Ring {
+            nodes: env.step_nodes.clone(),
+            my_rank,
+            job_id: u64::from(env.job_id),
+            addrs: map,
+            munge_socket: plugin.munge_socket.as_deref(),
+            allowed: vec![nix::unistd::getuid().as_raw()],
+            port_base: STEP_PORT_BASE,
+        },
+        budget,
+        started,
     )?;
-    rz.base_port = STEP_PORT_BASE;
-    let mut cfg = CollectiveConfig::new(rz, my_rank, started);
-    cfg.budget = budget;
-    cfg.rendezvous.timeout = budget / 2;
     Ok(collective::run(&cfg))
 }
 
