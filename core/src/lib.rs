@@ -18,6 +18,7 @@
 //! | [`slurm`] | the Slurm CLI adapter (`scontrol`, `sacct`, `sacctmgr`), bounded in time |
 //! | [`rendezvous`] | MUNGE-authenticated rendezvous of a job's nodes at rank 0 |
 //! | [`collective`] | `fabric-check collective`: ring all-reduce, figures, outlier nodes |
+//! | [`stats`] | the project's one percentile (linear interpolation, numpy's default) and median |
 //!
 //! Nothing here uses `unsafe`; the workspace denies it outside the SPANK plugin's FFI module.
 
@@ -34,5 +35,6 @@ pub mod probe;
 pub mod record;
 pub mod rendezvous;
 pub mod slurm;
+pub mod stats;
 pub mod stepgate;
 pub mod tag;

@@ -36,7 +36,6 @@
 
 use std::borrow::Cow;
 use std::io::Read;
-use std::sync::mpsc;
 
 use serde::Deserialize;
 
@@ -393,7 +392,7 @@ pub fn read_all<R: Read>(reader: R, source_name: &str) -> Result<Vec<JobRecord>,
 fn frame<R: Read>(
     reader: &mut R,
     source_name: &str,
-    tx: &mpsc::SyncSender<Batch>,
+    tx: &crossbeam_channel::Sender<Batch>,
     recycler: &Recycler,
 ) -> Result<(), ReportError> {
     let io_err = |source| ReportError::Io {
