@@ -4,9 +4,6 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`plugin_args`] | the `plugstack.conf` arguments of the SPANK plugin, parsed and validated |
-//! | [`fabric_option`] | the `--fabric-check[=quick\|full\|off]` option value |
-//! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
 //! | [`jobstep`] | pure parts of the job prolog/epilog: node results, counter rises, tag merging |
 //! | [`probe`] | node probe: sysfs gather, pure checks, verdicts, outputs |
 //! | [`config`] | the TOML configuration (expectations and thresholds per node pattern) |
@@ -26,13 +23,11 @@ pub mod collective;
 pub mod config;
 pub mod drain;
 pub mod exec;
-pub mod fabric_option;
-pub mod hostlist;
 pub mod jobstep;
-pub mod plugin_args;
 pub mod probe;
 pub mod record;
 pub mod rendezvous;
 pub mod slurm;
 pub mod stepgate;
-pub mod tag;
+
+pub use fabric_proto::{check_id, fabric_option, hostlist, invocation, plugin_args, tag, verdict};
