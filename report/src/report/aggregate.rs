@@ -554,8 +554,7 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
                     n: n95,
                 },
                 checkpoint_share_pct: Sampled {
-                    value: (g.run_ms > 0)
-                        .then(|| g.ckpt_ms as f64 * 100.0 / g.run_ms as f64),
+                    value: (g.run_ms > 0).then(|| g.ckpt_ms as f64 * 100.0 / g.run_ms as f64),
                     n: g.runs,
                 },
                 retries: g.retries,

@@ -77,9 +77,7 @@ impl Columns {
 /// Unix seconds as `YYYY-MM-DDTHH:MM:SS` in UTC, the inverse of [`parse_time`] and the form
 /// sacct's `-S`/`-E` accept (clamped to the years -9999 to 9999).
 pub fn utc_text(secs: i64) -> String {
-    utc_datetime(secs)
-        .strftime("%Y-%m-%dT%H:%M:%S")
-        .to_string()
+    utc_datetime(secs).strftime("%Y-%m-%dT%H:%M:%S").to_string()
 }
 
 /// The UTC calendar date of a day number (days since 1970-01-01) as `YYYY-MM-DD`.
