@@ -23,6 +23,7 @@
 //! [`results`] holds the pure pieces (node results, counter rises, tag merging).
 
 pub mod epilog;
+pub mod gate;
 pub mod health;
 pub mod meet;
 pub mod payload;
