@@ -1,7 +1,7 @@
 //! What the job step asks of Slurm ([`Slurm`]), and the real adapter ([`SlurmCli`]): `scontrol`,
 //! `sinfo`, `sacct`, `sacctmgr`, run by absolute path with separate arguments and a time bound
 //! (calls from a prolog can hang when slurmctld is busy), never past the job step's
-//! [`Deadline`]. The fake for tests is [`crate::testing::FakeSlurm`].
+//! [`Deadline`]. The fake for tests is `testing::FakeSlurm`.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -3,10 +3,10 @@
 //!
 //! | seam | real | fake (tests, feature `test-fakes`) |
 //! |---|---|---|
-//! | [`Slurm`] | [`crate::slurm::SlurmCli`] | [`crate::testing::FakeSlurm`] |
-//! | [`ProbeRunner`] | [`SubprocessRunner`] (`<probe> probe --format json`) | [`crate::testing::FakeRunner`] |
-//! | [`Meet`] (the rendezvous) | [`RendezvousMeet`] (MUNGE, TCP) | [`crate::testing::FakeMeet`] |
-//! | [`Relay`] (lines for the slurmd log) | [`StdoutRelay`] | [`crate::testing::Lines`] |
+//! | [`Slurm`] | [`crate::slurm::SlurmCli`] | `testing::FakeSlurm` |
+//! | [`ProbeRunner`] | [`SubprocessRunner`] (`<probe> probe --format json`) | `testing::FakeRunner` |
+//! | [`Meet`] (the rendezvous) | [`RendezvousMeet`] (MUNGE, TCP) | `testing::FakeMeet` |
+//! | [`Relay`] (lines for the slurmd log) | [`StdoutRelay`] | `testing::Lines` |
 //!
 //! Every phase draws from one [`Deadline`] ([`JobStep::deadline`]) and says how much is left
 //! in its log line; each phase runs in a `tracing` span with the job id and the node.
