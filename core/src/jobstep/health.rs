@@ -122,7 +122,7 @@ pub fn run(
     let report = match runner.probe(&req, setup.deadline.limit(plugin.timeout)) {
         Ok(r) => r,
         Err(e) => {
-            tracing::info!(error = %e, "probe gave no document");
+            tracing::debug!(error = %e, "probe gave no document");
             relay.line(&format!(
                 "{node}: the probe could not run; node state unchanged"
             ));

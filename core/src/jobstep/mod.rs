@@ -51,13 +51,15 @@ pub trait Relay {
     fn line(&self, text: &str);
 }
 
-/// Lines to stdout (what the plugin relays), and each as a `tracing` event.
+/// Lines to stdout, which the plugin relays into the slurmd log (with stderr, where the `tracing`
+/// subscriber writes). Each line is also a `debug` event in the current span (job id, node,
+/// phase), seen with `-v`; at the default level the log holds each line once.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StdoutRelay;
 
 impl Relay for StdoutRelay {
     fn line(&self, text: &str) {
-        tracing::info!(target: "fabric_check::jobstep", "{text}");
+        tracing::debug!("{text}");
         println!("{text}");
     }
 }
@@ -217,7 +219,7 @@ impl JobStep<'_> {
     /// Says `msg` as the end of a phase, with what is left of the deadline.
     pub fn say_phase(&self, phase: &str, msg: &str) {
         let left_ms = self.deadline().left_ms();
-        tracing::info!(phase, left_ms, "{msg}");
+        tracing::debug!(phase, left_ms, "phase done");
         self.seams.relay.line(&format!("{msg}; {left_ms} ms left"));
     }
 
