@@ -621,19 +621,21 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
             parsed
         });
     port.phys_state = r.text("ib.port_state", d, n, &p.join("phys_state"));
-    port.rate = r.required_text("ib.port_rate", d, n, &p.join("rate")).and_then(|s| {
-        let parsed = parse_rate(&s);
-        if parsed.is_none() {
-            r.problem(
-                "ib.port_rate",
-                d,
-                n,
-                &p.join("rate"),
-                format!("not a rate: {s:?}"),
-            );
-        }
-        parsed
-    });
+    port.rate = r
+        .required_text("ib.port_rate", d, n, &p.join("rate"))
+        .and_then(|s| {
+            let parsed = parse_rate(&s);
+            if parsed.is_none() {
+                r.problem(
+                    "ib.port_rate",
+                    d,
+                    n,
+                    &p.join("rate"),
+                    format!("not a rate: {s:?}"),
+                );
+            }
+            parsed
+        });
     port.link_layer = r.required_text("ib.link_layer", d, n, &p.join("link_layer"));
     port.lid = r.text("ib.port_state", d, n, &p.join("lid"));
     port.sm_lid = r.text("ib.port_state", d, n, &p.join("sm_lid"));
@@ -954,7 +956,9 @@ fn gather_tools(
             let stats = read("ethtool-S", "roce.congestion");
             let mut pfc = read("dcb-pfc", "roce.pfc");
             // mlnx_qos output is the other way to save the PFC configuration.
-            if let Ok(qos) = std::fs::read_dir(dir.join("mlnx_qos")).map(|_| read("mlnx_qos", "roce.pfc")) {
+            if let Ok(qos) =
+                std::fs::read_dir(dir.join("mlnx_qos")).map(|_| read("mlnx_qos", "roce.pfc"))
+            {
                 for (nd, res) in qos {
                     if res.is_ok() && pfc.get(&nd).is_some_and(|r| r.is_err()) {
                         pfc.insert(nd, res);
@@ -969,7 +973,10 @@ fn gather_tools(
         ),
         ToolSource::Unavailable(why) => {
             let all = || -> BTreeMap<String, Result<String, String>> {
-                names.iter().map(|n| (n.clone(), Err(why.clone()))).collect()
+                names
+                    .iter()
+                    .map(|n| (n.clone(), Err(why.clone())))
+                    .collect()
             };
             (all(), BTreeMap::new())
         }

@@ -265,7 +265,11 @@ mod tests {
             "rx_priority_3_xoff",
         ] {
             let c = classify(n).unwrap_or_else(|| panic!("{n} not classified"));
-            assert_eq!((c.dir, c.prio, c.kind), (Dir::Rx, Some(3), Kind::Frames), "{n}");
+            assert_eq!(
+                (c.dir, c.prio, c.kind),
+                (Dir::Rx, Some(3), Kind::Frames),
+                "{n}"
+            );
             assert_eq!(c.threshold_key(), "rx_prio_pause", "{n}");
         }
         assert_eq!(
@@ -297,8 +301,8 @@ mod tests {
             parse_pfc_config("pfc-cap 8 macsec-bypass off delay 0 \nprio-pfc 0:off 3:on 5:on\n")
                 .unwrap();
         assert_eq!(on.into_iter().collect::<Vec<_>>(), [3, 5]);
-        let on = parse_pfc_config("    pg-pfc 0:off 1:on 2:off 7:on\n    requests 0:0 1:217\n")
-            .unwrap();
+        let on =
+            parse_pfc_config("    pg-pfc 0:off 1:on 2:off 7:on\n    requests 0:0 1:217\n").unwrap();
         assert_eq!(on.into_iter().collect::<Vec<_>>(), [1, 7]);
         assert_eq!(parse_pfc_config("garbage"), None);
     }

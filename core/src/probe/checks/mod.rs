@@ -259,9 +259,15 @@ pub fn counter_width_bits(name: &str) -> Option<u32> {
         | "port_xmit_constraint_errors"
         | "port_rcv_constraint_errors" => 8,
         "local_link_integrity_errors" | "excessive_buffer_overrun_errors" => 4,
-        "port_xmit_wait" | "port_xmit_data" | "port_rcv_data" | "port_xmit_packets"
-        | "port_rcv_packets" | "unicast_xmit_packets" | "unicast_rcv_packets"
-        | "multicast_xmit_packets" | "multicast_rcv_packets" => 32,
+        "port_xmit_wait"
+        | "port_xmit_data"
+        | "port_rcv_data"
+        | "port_xmit_packets"
+        | "port_rcv_packets"
+        | "unicast_xmit_packets"
+        | "unicast_rcv_packets"
+        | "multicast_xmit_packets"
+        | "multicast_rcv_packets" => 32,
         _ => return None,
     })
 }
