@@ -285,6 +285,10 @@ pub struct Snapshot {
     pub nvidia_proc_version: Option<String>,
     /// Files that exist but could not be used.
     pub problems: Vec<Problem>,
+    /// Why `bus/pci/devices/` could not be listed (GPUs not counted), when it could not.
+    pub gpus_unreadable: Option<String>,
+    /// Why `module/` could not be listed (loaded modules unknown), when it could not.
+    pub modules_unreadable: Option<String>,
 }
 
 /// How one attribute read went.
@@ -1023,11 +1027,9 @@ pub fn gpu_model(device_id: &str) -> Option<&'static str> {
     })
 }
 
-fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Vec<Gpu> {
+fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, String> {
     let bus = sysfs.join("bus").join("pci").join("devices");
-    let Ok(names) = list_dir(&bus) else {
-        return Vec::new();
-    };
+    let names = list_dir(&bus).map_err(|e| format!("cannot list {}: {e}", bus.display()))?;
     let mut gpus = Vec::new();
     for n in names {
         let dir = bus.join(&n);
@@ -1062,7 +1064,7 @@ fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Vec<Gpu> {
             pci_path,
         });
     }
-    gpus
+    Ok(gpus)
 }
 
 fn unix_ms() -> u64 {
@@ -1116,8 +1118,18 @@ pub fn gather(roots: &Roots, ignore: impl Fn(&str) -> bool) -> Snapshot {
         }
     }
     gather_tools(&mut r, &roots.tools, &mut snap.netdevs, &roce);
-    snap.gpus = gather_gpus(&mut r, &roots.sysfs);
-    if let Ok(mods) = list_dir(&roots.sysfs.join("module")) {
+    match gather_gpus(&mut r, &roots.sysfs) {
+        Ok(g) => snap.gpus = g,
+        Err(why) => snap.gpus_unreadable = Some(why),
+    }
+    let module_dir = roots.sysfs.join("module");
+    match list_dir(&module_dir) {
+        Ok(_) => {}
+        Err(e) => {
+            snap.modules_unreadable = Some(format!("cannot list {}: {e}", module_dir.display()))
+        }
+    }
+    if let Ok(mods) = list_dir(&module_dir) {
         for m in mods {
             if let Read1::Text(v) = read_capped(
                 &roots.sysfs.join("module").join(&m).join("version"),
