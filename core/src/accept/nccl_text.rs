@@ -455,6 +455,8 @@ pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
             "the output ends without the `Avg bus bandwidth` footer after this line (truncated or the test crashed); the rows up to here are used".into(),
         );
     }
+    // By line, whole-file remarks (line 0) last: the first is where the input first departs.
+    problems.sort_by_key(|p| if p.line == 0 { u64::MAX } else { p.line });
     run.avg_busbw_from_footer = saw_footer && run.avg_busbw_gbps.is_some();
     if !run.avg_busbw_from_footer {
         run.avg_busbw_gbps = run.avg_busbw_from_rows();
