@@ -21,7 +21,7 @@ use super::{
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "ib.counters";
+pub const ID: &str = fabric_proto::check_id::IB_COUNTERS;
 
 /// One finding per counter of the port that sits at its maximum: `warn` for error and wait
 /// counters (a delta of 0 between two saturated reads hides new errors), `info` for traffic

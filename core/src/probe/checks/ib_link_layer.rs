@@ -13,7 +13,7 @@ use crate::probe::gather::Device;
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "ib.link_layer";
+pub const ID: &str = fabric_proto::check_id::IB_LINK_LAYER;
 
 /// A kind of RDMA device the InfiniBand and RoCE checks were not written for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

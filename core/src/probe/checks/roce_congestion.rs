@@ -16,7 +16,7 @@ use crate::probe::gather::{Device, Port};
 use crate::probe::{Finding, Severity, pause};
 
 /// The check id.
-pub const ID: &str = "roce.congestion";
+pub const ID: &str = fabric_proto::check_id::ROCE_CONGESTION;
 
 /// `info` "not verified" when the port's pause counters could not be read, or when `ethtool -S`
 /// has none of the names in the driver table ([`pause::classify`], docs/checks.md).
