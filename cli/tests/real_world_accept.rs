@@ -8,7 +8,7 @@
 
 mod real_world_support;
 
-use fabric_core::accept::{NcclRun, Problem, read_run};
+use fabric_report::accept::{NcclRun, Problem, read_run};
 use real_world_support::{file, run, text};
 use serde_json::Value;
 
