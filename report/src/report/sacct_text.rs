@@ -86,7 +86,12 @@ impl Columns {
                 "`{shown}` is not a sacct header line (output made with --noheader/-n?): pass --input-columns with the --format list that produced it, or run `sacct -P -o {FIELDS}` without -n"
             ));
         }
-        Self::from_names(line, &delim, "the header", "run `sacct -P -o FIELDS` (with the header, without -n)")
+        Self::from_names(
+            line,
+            &delim,
+            "the header",
+            "run `sacct -P -o FIELDS` (with the header, without -n)",
+        )
     }
 
     fn from_layout(columns: &str, layout: &TextLayout) -> Result<Self, String> {
@@ -380,7 +385,14 @@ where
     I: Fn() -> A + Sync,
     F: Fn(&mut A, JobRecord) + Sync,
 {
-    stream_with(reader, source_name, &TextLayout::default(), threads, init, each)
+    stream_with(
+        reader,
+        source_name,
+        &TextLayout::default(),
+        threads,
+        init,
+        each,
+    )
 }
 
 /// [`stream`] with the columns and delimiter of output that does not say them itself.
