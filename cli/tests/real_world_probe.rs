@@ -516,3 +516,48 @@ fn a_sysfs_tree_that_is_not_this_machine_never_runs_this_machines_ethtool_or_dcb
     assert!(msg(&pause[0]).contains("--tool-output-dir"));
     assert!(doc["counters"]["netdevs"].get("eth0").is_none());
 }
+
+#[test]
+fn an_omni_path_port_with_camelcase_hw_counters_and_device_level_counters_passes() {
+    // netdata#9091: `hfi1_0/ports/1/hw_counters` (`%-20.20s  %s` lines); node_exporter#2023: the
+    // tree also has device-level `hw_counters/`, `gids/0..4` and an entry named `SwLinkUp,32`.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("sys");
+    let dev = root.join("class/infiniband/hfi1_0");
+    let port = dev.join("ports/1");
+    write(&port.join("state"), "4: ACTIVE\n");
+    write(&port.join("phys_state"), "5: LinkUp\n");
+    write(&port.join("rate"), "100 Gb/sec (4X EDR)\n");
+    write(&port.join("link_layer"), "InfiniBand\n");
+    let dump = text("sysfs/issue-excerpts/netdata-pr9091-hfi1-hw_counters-excerpt.txt");
+    let mut n = 0;
+    for l in dump.lines().skip(2) {
+        let mut it = l.split_whitespace();
+        if let (Some(name), Some(v), None) = (it.next(), it.next(), it.next())
+            && v.chars().all(|c| c.is_ascii_digit())
+        {
+            write(&port.join("hw_counters").join(name), &format!("{v}\n"));
+            n += 1;
+        }
+    }
+    assert!(n > 20, "{n} counters in the excerpt");
+    let listing = text("sysfs/issue-excerpts/node_exporter-issue2023-hfi1-tree-listing-excerpt.txt");
+    for l in listing.lines() {
+        if let Some(rel) = l.strip_prefix("/sys/class/infiniband/hfi1_0/")
+            && (rel.starts_with("hw_counters/") || rel.contains("/hw_counters/") || rel.contains("/gids/"))
+            && !port.join(rel.trim_start_matches("ports/1/")).exists()
+        {
+            write(&dev.join(rel), "0\n");
+        }
+    }
+    assert!(port.join("hw_counters/SwLinkUp,32").is_file());
+    let (rc, doc) = probe(&root, &[]);
+    assert_eq!(rc, 0, "{doc:#}");
+    no_fail(&doc);
+    let hw = &doc["counters"]["ports"]["hfi1_0/1"]["hw_counters"];
+    assert_eq!(hw["RcResend"], 2079);
+    assert_eq!(hw["DmaWait"], 50646);
+    // `lifespan` is a setting, not a counter.
+    assert!(hw.get("lifespan").is_none());
+    assert_eq!(with(&doc, "ib.link_layer", "info").len(), 1);
+}

@@ -638,3 +638,37 @@ fn a_header_with_a_custom_delimiter_and_a_trailing_one_reads() {
         (JobState::Timeout, Some(8), 2, 3600)
     );
 }
+
+#[test]
+fn generated_v0_0_44_and_v0_0_38_documents_read_like_the_captured_versions() {
+    // The corpus has no 22.05 (v0.0.38) or 25.x (v0.0.43/44) capture: the fields that changed.
+    let v44 = r#"{"meta":{"plugin":{"type":"","name":"","data_parser":"data_parser/v0.0.44","accounting_storage":""},"slurm":{"version":{"major":"25","micro":"0","minor":"05"},"release":"25.05.0","cluster":"c1"}},
+      "jobs":[{"account":"ml","allocation_nodes":2,"array":{"job_id":0,"limits":{"max":{"running":{"tasks":0}}},"task_id":{"set":false,"infinite":false,"number":0},"task":""},
+        "cluster":"c1","comment":{"administrator":"","job":"","system":""},"exit_code":{"status":["SUCCESS"],"return_code":{"set":true,"infinite":false,"number":0},"signal":{"id":{"set":false,"infinite":false,"number":0},"name":""}},
+        "het":{"job_id":0,"job_offset":{"set":false,"infinite":false,"number":0}},"job_id":901,"name":"train","partition":"ib","qos":"normal",
+        "reservation":{"id":0,"name":"","requested":""},"restart_cnt":1,"segment_size":0,
+        "state":{"current":["TIMEOUT"],"reason":"None"},
+        "steps":[{"step":{"id":"901.batch","name":"batch"},"time":{"start":{"set":true,"infinite":false,"number":100},"end":{"set":true,"infinite":false,"number":3700},"limit":{"set":false,"infinite":true,"number":0}}}],
+        "time":{"elapsed":3600,"eligible":90,"end":3700,"limit":{"set":true,"infinite":false,"number":60},"planned":{"set":true,"infinite":false,"number":10},"start":100,"submission":80},
+        "tres":{"allocated":[{"type":"cpu","name":"","id":1,"count":64},{"type":"gres","name":"gpu","id":1001,"count":16},{"type":"gres","name":"gpu:h100","id":1002,"count":16}],"requested":[]},
+        "user":"ann"}],"warnings":[],"errors":[]}"#;
+    let jobs = sacct_json::read_all(v44.as_bytes(), "v44").unwrap();
+    let j = &jobs[0];
+    assert_eq!(
+        (j.job_id.as_str(), j.state, j.gpus, j.nnodes, j.restarts),
+        ("901", JobState::Timeout, Some(16), 2, 1)
+    );
+    assert_eq!((j.start_s, j.end_s, j.elapsed_s), (100, 3700, 3600));
+    let v38 = r#"{"meta":{"plugin":{"type":"openapi\/dbv0.0.38","name":"Slurm OpenAPI dbv0.0.38"},"Slurm":{"version":{"major":22,"micro":8,"minor":5},"release":"22.05.8"}},"errors":[],
+      "jobs":[{"account":"ml","allocation_nodes":1,"array":{"job_id":0,"task_id":null},"cluster":"c1","comment":{"administrator":null},
+        "exit_code":{"status":"SUCCESS","return_code":0},"het":{"job_id":0,"job_offset":null},"job_id":77,"partition":"ib","qos":"normal",
+        "state":{"current":"NODE_FAIL","reason":"None"},"steps":[{"step":{"id":{"job_id":77,"step_id":"batch"}}}],
+        "time":{"elapsed":60,"eligible":10,"end":130,"start":70,"submission":5},
+        "tres":{"allocated":[{"type":"gres","name":"gpu:a100","id":1002,"count":8}],"requested":[]},"user":"bo"}]}"#;
+    let jobs = sacct_json::read_all(v38.as_bytes(), "v38").unwrap();
+    let j = &jobs[0];
+    assert_eq!(
+        (j.job_id.as_str(), j.state, j.gpus, j.elapsed_s),
+        ("77", JobState::NodeFail, Some(8), 60)
+    );
+}
