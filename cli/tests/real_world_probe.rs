@@ -541,10 +541,13 @@ fn an_omni_path_port_with_camelcase_hw_counters_and_device_level_counters_passes
         }
     }
     assert!(n > 20, "{n} counters in the excerpt");
-    let listing = text("sysfs/issue-excerpts/node_exporter-issue2023-hfi1-tree-listing-excerpt.txt");
+    let listing =
+        text("sysfs/issue-excerpts/node_exporter-issue2023-hfi1-tree-listing-excerpt.txt");
     for l in listing.lines() {
         if let Some(rel) = l.strip_prefix("/sys/class/infiniband/hfi1_0/")
-            && (rel.starts_with("hw_counters/") || rel.contains("/hw_counters/") || rel.contains("/gids/"))
+            && (rel.starts_with("hw_counters/")
+                || rel.contains("/hw_counters/")
+                || rel.contains("/gids/"))
             && !port.join(rel.trim_start_matches("ports/1/")).exists()
         {
             write(&dev.join(rel), "0\n");
@@ -560,4 +563,128 @@ fn an_omni_path_port_with_camelcase_hw_counters_and_device_level_counters_passes
     // `lifespan` is a setting, not a counter.
     assert!(hw.get("lifespan").is_none());
     assert_eq!(with(&doc, "ib.link_layer", "info").len(), 1);
+}
+
+/// A sysfs tree holding what `ibstat` (or `ibstatus`) printed: per CA its type and firmware,
+/// per port the state, physical state, rate and link layer, in the kernel's own spelling.
+fn tree_from_ibstat(dir: &Path, text: &str) -> PathBuf {
+    let root = dir.join("sys");
+    let ib = root.join("class/infiniband");
+    let (mut ca, mut port) = (String::new(), 0u32);
+    let state = |s: &str| match s {
+        "Active" => "4: ACTIVE",
+        "Armed" => "3: ARMED",
+        "Initializing" | "Init" => "2: INIT",
+        _ => "1: DOWN",
+    };
+    let phys = |s: &str| match s {
+        "LinkUp" => "5: LinkUp",
+        "Polling" => "2: Polling",
+        "Disabled" => "3: Disabled",
+        _ => "1: Sleep",
+    };
+    for l in text.lines() {
+        let t = l.trim();
+        if let Some(n) = t
+            .strip_prefix("CA '")
+            .or_else(|| t.strip_prefix("Infiniband device '"))
+        {
+            let (name, rest) = n.split_once('\'').unwrap();
+            ca = name.to_string();
+            port = rest
+                .trim()
+                .strip_prefix("port ")
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0);
+            continue;
+        }
+        let dev = ib.join(&ca);
+        let p = dev.join(format!("ports/{port}"));
+        let Some((k, v)) = t.split_once(':') else {
+            continue;
+        };
+        let v = v.trim();
+        match k {
+            "CA type" => write(&dev.join("hca_type"), &format!("{v}\n")),
+            "Firmware version" => write(&dev.join("fw_ver"), &format!("{v}\n")),
+            "Port 1" | "Port 2" => port = k[5..].parse().unwrap(),
+            "State" => write(&p.join("state"), &format!("{}\n", state(v))),
+            "Physical state" => write(&p.join("phys_state"), &format!("{}\n", phys(v))),
+            "Rate" => write(&p.join("rate"), &format!("{v} Gb/sec\n")),
+            "Link layer" | "link_layer" => write(&p.join("link_layer"), &format!("{v}\n")),
+            // ibstatus: already the sysfs spelling.
+            "state" => write(&p.join("state"), &format!("{v}\n")),
+            "phys state" => write(&p.join("phys_state"), &format!("{v}\n")),
+            "rate" => write(&p.join("rate"), &format!("{v}\n")),
+            _ => {}
+        }
+    }
+    root
+}
+
+#[test]
+fn ports_seen_through_ibstat_give_the_verdict_a_person_reads_off_them() {
+    // (file, ports, ports that fail ib.port_state: down while their peers are active)
+    let cases: &[(&str, usize, &[&str])] = &[
+        ("ibstat.47.0.a100.all.active.0", 9, &[]),
+        ("ibstat.47.0.h100.all.active.0", 12, &[]),
+        ("ibstat.47.0.h100.all.active.2", 9, &[]),
+        (
+            "ibstat.47.0.h100.some.down.0",
+            12,
+            &["mlx5_2", "mlx5_7", "mlx5_8"],
+        ),
+        ("ibstat.47.0.h100.some.down.1", 12, &["mlx5_5", "mlx5_11"]),
+        (
+            "ibstat.47.0.h100.some.down.with.polling.1",
+            12,
+            &["mlx5_5", "mlx5_11"],
+        ),
+        // ibpanic on mlx5_8 after 8 good devices: the 8 that printed are healthy.
+        ("ibstat.39.0.a100.failed.ibpanic.exit-255.0", 8, &[]),
+        ("ibstatus.39.0.a100.all.active.0", 9, &[]),
+    ];
+    for (f, ports, down) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let root = tree_from_ibstat(
+            dir.path(),
+            &text(&format!("sysfs/leptonai-gpud-ibstat/{f}")),
+        );
+        let (rc, doc) = probe(&root, &[]);
+        let n: usize = doc["inventory"]["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["ports"].as_array().unwrap().len())
+            .sum();
+        assert_eq!(n, *ports, "{f}");
+        let mut fails: Vec<String> = findings(&doc)
+            .iter()
+            .filter(|x| x["severity"] == "fail")
+            .map(|x| {
+                assert_eq!(x["check"], "ib.port_state", "{f}: {x}");
+                x["device"].as_str().unwrap().to_string()
+            })
+            .collect();
+        fails.sort();
+        let mut want: Vec<String> = down.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        assert_eq!(fails, want, "{f}");
+        assert_eq!(rc, if down.is_empty() { 0 } else { 2 }, "{f}: {doc:#}");
+    }
+}
+
+#[test]
+fn a_roce_bond_port_at_200g_among_400g_infiniband_ports_is_its_own_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = tree_from_ibstat(
+        dir.path(),
+        &text("sysfs/leptonai-gpud-ibstat/ibstat.47.0.h100.all.active.2"),
+    );
+    let (_, doc) = probe(&root, &[]);
+    assert_eq!(port_of(&doc, "mlx5_bond_0", 1)["rate_gbps"], 200.0);
+    assert_eq!(port_of(&doc, "mlx5_bond_0", 1)["link_layer"], "Ethernet");
+    assert_eq!(port_of(&doc, "mlx5_0", 1)["rate_gbps"], 400.0);
+    assert!(with(&doc, "ib.port_rate", "fail").is_empty(), "{doc:#}");
 }
