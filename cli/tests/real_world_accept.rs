@@ -404,3 +404,16 @@ fn nccl_and_mpi_chatter_between_the_device_lines_and_inside_the_table_is_skipped
     assert!(p.is_empty(), "{p:?}");
     assert_eq!((r.rows.len(), r.devices.len(), r.hosts().len()), (2, 2, 2));
 }
+
+#[test]
+fn a_timestamp_column_before_the_size_is_passed_over() {
+    let t = "#            timestamp        size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n\
+             2025-10-01 12:00:00.123     1048576        262144     float     sum      -1    56.56   18.54   34.76      0    55.90   18.76   35.17      0\n\
+             2025-10-01T12:00:01     2097152        524288     float     sum      -1    80.00   26.21   49.15      0    80.00   26.21   49.15      0\n\
+             # Avg bus bandwidth    : 42.0575\n";
+    let (r, p) = gen_run(t);
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(r.rows.len(), 2);
+    assert_eq!(r.rows[0].size_b, 1_048_576);
+    assert_eq!(r.rows[1].in_place.as_ref().unwrap().busbw_gbps, 49.15);
+}

@@ -9,7 +9,7 @@
 //!   reduce, scatter, gather), and the last column was `error`, a max error printed `%6.0e`
 //!   (`1e-06`, `0e+00`) rather than a count of wrong elements. `-I 1` adds `i_min i_max i_p99
 //!   i_cv%` after each half; `-C 1` prints `cputime` for `time`; a timestamp column, when
-//!   asked for, follows the halves and is ignored. The columns are read by name from the
+//!   asked for, is passed over whether it leads the row or follows the halves. The columns are read by name from the
 //!   header; a table whose header is missing is read by the shape of its rows (with a warning).
 //! * numbers are printed by `getFloatStr`: `%.2f`, falling back to fewer decimals and then to
 //!   scientific notation (`1.2e+03`) when the column is too narrow, or overflowing it
@@ -113,9 +113,12 @@ fn header_layout(tokens: &[&str]) -> Option<Layout> {
         .map(|s| s.trim_start_matches('#'))
         .filter(|s| !s.is_empty())
         .collect();
-    if t.first() != Some(&"size") || t.get(1) != Some(&"count") {
+    // A timestamp column may come first (`timestamp size count ...`).
+    let at = t.iter().position(|c| *c == "size")?;
+    if at > 1 || t.get(at + 1) != Some(&"count") {
         return None;
     }
+    let t = &t[at..];
     let first_time = t
         .iter()
         .position(|c| *c == "time" || *c == "cputime")
@@ -363,7 +366,19 @@ pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
         if version_line(trimmed, &mut run) {
             continue;
         }
-        // A result line starts with the size in bytes and has the data type third.
+        // A result line starts with the size in bytes and has the data type third; a leading
+        // timestamp (one or two tokens) is passed over.
+        let mut tokens = tokens;
+        if let Some(i) = (1..=2).find(|&i| {
+            tokens.len() > i + 3
+                && !tokens[0].chars().all(|c| c.is_ascii_digit())
+                && tokens[0].chars().next().is_some_and(|c| c.is_ascii_digit())
+                && tokens[i].chars().all(|c| c.is_ascii_digit())
+                && tokens[i + 1].chars().all(|c| c.is_ascii_digit())
+                && tokens[i + 2].chars().any(|c| c.is_ascii_alphabetic())
+        }) {
+            tokens.drain(..i);
+        }
         let looks_like_row = tokens.len() >= 4
             && tokens[0].chars().all(|c| c.is_ascii_digit())
             && tokens[1].chars().all(|c| c.is_ascii_digit())
