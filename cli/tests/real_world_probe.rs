@@ -688,3 +688,11 @@ fn a_roce_bond_port_at_200g_among_400g_infiniband_ports_is_its_own_group() {
     assert_eq!(port_of(&doc, "mlx5_0", 1)["rate_gbps"], 400.0);
     assert!(with(&doc, "ib.port_rate", "fail").is_empty(), "{doc:#}");
 }
+
+#[test]
+fn a_missing_corpus_fails_naming_the_variable_that_points_at_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = real_world_support::locate(dir.path()).unwrap_err();
+    assert!(err.contains("FABRIC_REAL_WORLD"), "{err}");
+    assert!(err.contains(&dir.path().display().to_string()), "{err}");
+}

@@ -26,12 +26,19 @@ pub fn corpus() -> PathBuf {
     let dir = std::env::var_os(ENV)
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("../shared/real-world"));
-    assert!(
-        dir.join("MANIFEST.md").is_file(),
-        "the real-world corpus is not at {} (no MANIFEST.md there): set {ENV} to the folder that holds it (CI provides it; these tests never pass without reading it)",
-        dir.display()
-    );
-    dir
+    locate(&dir).unwrap_or_else(|m| panic!("{m}"))
+}
+
+/// `dir` when it holds the corpus, else the message that says how to provide it.
+pub fn locate(dir: &Path) -> Result<PathBuf, String> {
+    if dir.join("MANIFEST.md").is_file() {
+        Ok(dir.to_path_buf())
+    } else {
+        Err(format!(
+            "the real-world corpus is not at {} (no MANIFEST.md there): set {ENV} to the folder that holds it (CI provides it; these tests never pass without reading it)",
+            dir.display()
+        ))
+    }
 }
 
 /// A file of the corpus, which must exist.
