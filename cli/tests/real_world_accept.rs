@@ -417,3 +417,23 @@ fn a_timestamp_column_before_the_size_is_passed_over() {
     assert_eq!(r.rows[0].size_b, 1_048_576);
     assert_eq!(r.rows[1].in_place.as_ref().unwrap().busbw_gbps, 49.15);
 }
+
+#[test]
+fn an_elided_device_list_leaves_the_node_count_open_instead_of_failing_it() {
+    // 128 ranks on 32 hosts, but the doc shows ranks 0, 1, 126 and 127 only (2 hosts).
+    let p = file("nccl/unattributed/oci-gb300-32host-128rank-alltoall-doc-excerpt.txt");
+    let (_, out, _) = run(&[
+        "accept",
+        "-f",
+        "json",
+        "--nodes",
+        "32",
+        "--gpus-per-node",
+        "4",
+        p.to_str().unwrap(),
+    ]);
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(check(&doc, "scale.nodes")["status"], "open");
+    // The ranks are known from the highest rank listed: 128 = 32 × 4.
+    assert_eq!(check(&doc, "scale.gpus")["status"], "pass");
+}

@@ -351,6 +351,17 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
             "no rank lines in the outputs".into(),
             "keep nccl-tests' header in the outputs".into(),
         ),
+        Some(n) if inp.runs.iter().any(|r| !r.device_list_complete()) => check(
+            "scale.nodes".into(),
+            // Too few hosts in an elided or cut device list prove nothing; too many do.
+            if host_counts.iter().any(|h| *h as u32 > n) {
+                "fail"
+            } else {
+                "open"
+            },
+            format!("{host_counts:?} hosts among the ranks listed; a device list is incomplete"),
+            format!("{n} in every run (keep the whole device list in the outputs)"),
+        ),
         Some(n) => check(
             "scale.nodes".into(),
             if host_counts.iter().all(|h| *h as u32 == n) {

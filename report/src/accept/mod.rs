@@ -173,6 +173,13 @@ impl NcclRun {
             .map_or(0, |m| (*m as usize + 1).max(distinct.len()))
     }
 
+    /// Whether every rank up to the highest one is listed (no `...` gap, no cut list).
+    pub fn device_list_complete(&self) -> bool {
+        let distinct: std::collections::BTreeSet<u32> =
+            self.devices.iter().map(|d| d.rank).collect();
+        distinct.len() == self.rank_count()
+    }
+
     /// The mean bus bandwidth over every out-of-place and in-place result of the rows, as
     /// nccl-tests computes its `Avg bus bandwidth` footer (from the printed, rounded values).
     pub fn avg_busbw_from_rows(&self) -> Option<f64> {
