@@ -402,8 +402,14 @@ mod tests {
     fn a_broken_marker_ahead_of_ours_still_reads_our_tag_as_the_writer_does() {
         let tag = fabric_core::tag::JobTag::default();
         let comment = fabric_core::tag::splice("x fabric-check/v1 {broken", &tag);
-        assert!(matches!(tag_state(&comment), TagState::Present(_)), "{comment:?}");
-        assert!(matches!(tag_state("fabric-check/v1 {broken"), TagState::Unreadable(_)));
+        assert!(
+            matches!(tag_state(&comment), TagState::Present(_)),
+            "{comment:?}"
+        );
+        assert!(matches!(
+            tag_state("fabric-check/v1 {broken"),
+            TagState::Unreadable(_)
+        ));
         assert!(matches!(tag_state("JS1:abc"), TagState::Absent));
     }
 
