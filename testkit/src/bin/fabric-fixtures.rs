@@ -1,0 +1,47 @@
+//! `fabric-fixtures`: writes the sysfs fixture scenarios for scripts (`scripts/gen-fixtures`
+//! calls it): one scenario into a directory, every scenario into a folder each, or the names.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use fabric_testkit::sysfs;
+
+/// Writes sysfs fixture trees (RDMA HCAs, NICs and GPUs this machine lacks).
+#[derive(Debug, Parser)]
+#[command(name = "fabric-fixtures")]
+struct Args {
+    /// Print the scenario names, one a line.
+    #[arg(long, conflicts_with_all = ["all", "scenario"])]
+    list: bool,
+    /// Write every scenario into DIR/<scenario>/ (replacing those folders).
+    #[arg(long, value_name = "DIR", conflicts_with = "scenario")]
+    all: Option<PathBuf>,
+    /// The scenario to write.
+    #[arg(requires = "outdir")]
+    scenario: Option<String>,
+    /// Where to write it: absent or an empty directory.
+    outdir: Option<PathBuf>,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    if args.list {
+        for name in sysfs::SCENARIOS {
+            println!("{name}");
+        }
+        return Ok(());
+    }
+    if let Some(dir) = args.all {
+        return sysfs::write_all(&dir)
+            .with_context(|| format!("writing every scenario into {}", dir.display()));
+    }
+    match (args.scenario, args.outdir) {
+        (Some(name), Some(out)) => Ok(sysfs::write(&name, &out)?),
+        _ => {
+            use clap::CommandFactory;
+            Args::command().print_help()?;
+            std::process::exit(2);
+        }
+    }
+}
