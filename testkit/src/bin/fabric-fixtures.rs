@@ -2,9 +2,10 @@
 //! calls it): one scenario into a directory, every scenario into a folder each, or the names.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use fabric_testkit::sysfs;
 
 /// Writes sysfs fixture trees (RDMA HCAs, NICs and GPUs this machine lacks).
@@ -24,24 +25,36 @@ struct Args {
     outdir: Option<PathBuf>,
 }
 
-fn main() -> Result<()> {
-    let args = Args::parse();
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fabric-fixtures: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<ExitCode> {
     if args.list {
         for name in sysfs::SCENARIOS {
             println!("{name}");
         }
-        return Ok(());
+        return Ok(ExitCode::SUCCESS);
     }
     if let Some(dir) = args.all {
-        return sysfs::write_all(&dir)
-            .with_context(|| format!("writing every scenario into {}", dir.display()));
+        sysfs::write_all(&dir)
+            .with_context(|| format!("writing every scenario into {}", dir.display()))?;
+        return Ok(ExitCode::SUCCESS);
     }
     match (args.scenario, args.outdir) {
-        (Some(name), Some(out)) => Ok(sysfs::write(&name, &out)?),
+        (Some(name), Some(out)) => {
+            sysfs::write(&name, &out)?;
+            Ok(ExitCode::SUCCESS)
+        }
         _ => {
-            use clap::CommandFactory;
-            Args::command().print_help()?;
-            std::process::exit(2);
+            Args::command().write_help(&mut std::io::stderr())?;
+            Ok(ExitCode::from(2))
         }
     }
 }
