@@ -1,8 +1,8 @@
 //! Every nccl-tests layout reads to the same figures; broken inputs are named by file and line.
 
-use fabric_core::accept::{NcclRun, read_run};
+use fabric_report::accept::{NcclRun, read_run};
 
-fn read(p: &str) -> (Option<NcclRun>, Vec<fabric_core::accept::Problem>) {
+fn read(p: &str) -> (Option<NcclRun>, Vec<fabric_report::accept::Problem>) {
     let path = format!(
         "{}/../tests/fixtures/nccl-tests/{p}",
         env!("CARGO_MANIFEST_DIR")

@@ -29,7 +29,7 @@ pub fn node_result(report: &Report) -> NodeResult {
         }
     }
     if report.verdict == Verdict::Error {
-        checks.push("probe.error".into());
+        checks.push(crate::check_id::PROBE_ERROR.into());
     }
     NodeResult {
         verdict: report.verdict,
@@ -116,7 +116,7 @@ pub fn prolog_tag(
         for n in prev.missing {
             earlier.entry(n).or_insert(NodeResult {
                 verdict: Verdict::Error,
-                checks: vec!["rendezvous.missing".into()],
+                checks: vec![crate::check_id::RENDEZVOUS_MISSING.into()],
                 probe_ms: None,
                 drained: false,
             });

@@ -4,9 +4,6 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`plugin_args`] | the `plugstack.conf` arguments of the SPANK plugin, parsed and validated |
-//! | [`fabric_option`] | the `--fabric-check[=quick\|full\|off]` option value |
-//! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
 //! | [`jobstep`] | pure parts of the job prolog/epilog: node results, counter rises, tag merging |
 //! | [`probe`] | node probe: sysfs gather, pure checks, verdicts, outputs |
 //! | [`config`] | the TOML configuration (expectations and thresholds per node pattern) |
@@ -16,29 +13,21 @@
 //! | [`exec`] | running programs by absolute path, scrubbed environment, bounded in time |
 //! | [`drain`] | drain/resume etiquette and the mass-drain guard |
 //! | [`slurm`] | the Slurm CLI adapter (`scontrol`, `sacct`, `sacctmgr`), bounded in time |
-//! | [`cost`] | the cost model: cost per accepted run |
-//! | [`report`] | `fabric-check report`: sacct parsing and side-by-side reports |
-//! | [`accept`] | `fabric-check accept`: nccl-tests parsing and the acceptance report |
 //! | [`rendezvous`] | MUNGE-authenticated rendezvous of a job's nodes at rank 0 |
 //! | [`collective`] | `fabric-check collective`: ring all-reduce, figures, outlier nodes |
 //!
 //! Nothing here uses `unsafe`; the workspace denies it outside the SPANK plugin's FFI module.
 
-pub mod accept;
 pub mod bom;
 pub mod collective;
 pub mod config;
-pub mod cost;
 pub mod drain;
 pub mod exec;
-pub mod fabric_option;
-pub mod hostlist;
 pub mod jobstep;
-pub mod plugin_args;
 pub mod probe;
 pub mod record;
 pub mod rendezvous;
-pub mod report;
 pub mod slurm;
 pub mod stepgate;
-pub mod tag;
+
+pub use fabric_proto::{check_id, fabric_option, hostlist, invocation, plugin_args, tag, verdict};

@@ -25,7 +25,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, anyhow};
 use clap::Parser;
-use fabric_core::record::{
+use fabric_proto::record::{
     Body, DEFAULT_SPOOL_ROOT, Meta, RecordWriter, SPOOL_ENV, VERSION, node_records_path,
 };
 

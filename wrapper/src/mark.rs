@@ -14,7 +14,7 @@
 use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 
-use fabric_core::record::Source;
+use fabric_proto::record::Source;
 
 use crate::cli::{MarkArgs, MarkKind};
 use crate::tracker::Event;

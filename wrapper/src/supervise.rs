@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
-use fabric_core::record::{Body, Outcome};
+use fabric_proto::record::{Body, Outcome};
 
 use crate::policy::{Finish, RetryPolicy, Status};
 use crate::runner::Runner;

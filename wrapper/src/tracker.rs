@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use fabric_core::record::{Body, RecordWriter, Source};
+use fabric_proto::record::{Body, RecordWriter, Source};
 
 /// Something the job did, as seen by one of the detectors.
 #[derive(Debug, Clone, PartialEq)]

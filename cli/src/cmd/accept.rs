@@ -7,11 +7,11 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use fabric_core::accept::analyse::{Inputs, analyse};
-use fabric_core::accept::render::render_accept;
-use fabric_core::accept::thresholds::Thresholds;
-use fabric_core::accept::{Problem, bom, read_run};
-use fabric_core::report::render::Format;
+use fabric_report::accept::analyse::{Inputs, analyse};
+use fabric_report::accept::render::render_accept;
+use fabric_report::accept::thresholds::Thresholds;
+use fabric_report::accept::{Problem, bom, read_run};
+use fabric_report::report::render::Format;
 
 /// Arguments of `fabric-check accept`.
 #[derive(Debug, clap::Args)]

@@ -16,9 +16,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use fabric_core::check_id;
 use fabric_core::drain::{self, DrainAction};
 use fabric_core::exec::{ExecError, run_bounded, safe_command};
+use fabric_core::fabric_option::FabricMode;
 use fabric_core::hostlist::Hostlist;
+use fabric_core::invocation::{Invocation, JobStepExit, Script};
 use fabric_core::jobstep;
 use fabric_core::plugin_args::{PluginArgs, Policy, expand_node};
 use fabric_core::probe::{Baseline, Report};
@@ -28,32 +31,19 @@ use fabric_core::slurm::SlurmCli;
 use fabric_core::stepgate;
 use fabric_core::tag::{self, DuringJob, NodeResult, RunSummary, Verdict};
 
-/// Arguments shared by `prolog` and `epilog`.
+/// The words of `prolog` and `epilog`, as the plugin writes them: `--job-id N --node X --nodes L
+/// --option M [--job-uid U] -- PLUGSTACK-WORDS`, parsed by [`Invocation::parse_flags`] (the
+/// contract crate owns both sides of this boundary).
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The job id.
-    #[arg(long)]
-    pub job_id: u32,
-    /// This node's name (SLURMD_NODENAME).
-    #[arg(long)]
-    pub node: String,
-    /// The job's nodes, as a Slurm hostlist (SLURM_JOB_NODELIST).
-    #[arg(long)]
-    pub nodes: String,
-    /// The job's `--fabric-check` value.
-    #[arg(long, default_value = "quick")]
-    pub option: String,
-    /// The job owner's uid: fabric-run records must belong to it.
-    #[arg(long)]
-    pub job_uid: Option<u32>,
-    /// The plugin's plugstack.conf words, after `--`.
-    #[arg(last = true)]
-    pub plugin_args: Vec<String>,
+    /// `--job-id N --node X --nodes HOSTLIST --option quick|full [--job-uid U] -- WORDS...`
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub words: Vec<String>,
 }
 
 /// Everything the job step needs, resolved once.
 struct Step {
-    args: Args,
+    args: Invocation,
     plugin: PluginArgs,
     nodes: Vec<String>,
     state_dir: PathBuf,
@@ -73,7 +63,8 @@ fn now_unix() -> u64 {
 }
 
 impl Step {
-    fn new(args: Args) -> anyhow::Result<Self> {
+    fn new(script: Script, args: Args) -> anyhow::Result<Self> {
+        let args = Invocation::parse_flags(script, args.words)?;
         let (plugin, problems) = PluginArgs::parse(args.plugin_args.iter().map(String::as_str));
         for p in problems {
             say(&format!("plugstack.conf: {p}"));
@@ -379,7 +370,7 @@ impl Step {
 }
 
 /// The collective's data path uses its own ports, away from the verdict rendezvous.
-const COLLECTIVE_PORT_BASE: u16 = 48_000;
+const COLLECTIVE_PORT_BASE: u16 = fabric_core::invocation::ports::COLLECTIVE_BASE;
 
 impl Step {
     /// `--fabric-check=full`: one rank of the cross-node collective, as a bounded grandchild.
@@ -434,7 +425,7 @@ impl Step {
 
 /// `fabric-check prolog`.
 pub fn prolog(args: Args) -> anyhow::Result<i32> {
-    let step = Step::new(args)?;
+    let step = Step::new(Script::Prolog, args)?;
     let snapshot = step.snapshot_path();
     let mut notes = Vec::new();
     let t0 = Instant::now();
@@ -446,9 +437,9 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
         Err(why) => {
             notes.push(format!("{}: {why}", step.args.node));
             let check = if why.contains("timed out") {
-                "probe.timeout"
+                check_id::PROBE_TIMEOUT
             } else {
-                "probe.error"
+                check_id::PROBE_ERROR
             };
             let r = NodeResult {
                 verdict: Verdict::Error,
@@ -479,7 +470,7 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
         result.drained = step.drain_self(check, message);
     }
     let mut collective = None;
-    if step.args.option == "full" && step.nodes.len() > 1 {
+    if step.args.option == FabricMode::Full && step.nodes.len() > 1 {
         match step.collective() {
             Ok(report) => {
                 say(&format!(
@@ -494,14 +485,14 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
                 ));
                 if report.outliers.contains(&step.args.node) {
                     result.verdict = result.verdict.max(Verdict::Fail);
-                    result.checks.push("collective.slow_node".into());
+                    result.checks.push(check_id::COLLECTIVE_SLOW_NODE.into());
                     if step.plugin.policy == Policy::Enforce && !result.drained {
                         let msg = report
                             .messages
                             .first()
                             .cloned()
                             .unwrap_or_else(|| "slowest node of the ring".into());
-                        result.drained = step.drain_self("collective.slow_node", &msg);
+                        result.drained = step.drain_self(check_id::COLLECTIVE_SLOW_NODE, &msg);
                     }
                 }
                 collective = Some(report.summary());
@@ -533,9 +524,9 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
             for m in &missing {
                 all_notes.push(format!("{m}: no verdict reached the first node in time"));
             }
-            let mode = step.args.option.clone();
+            let mode = step.args.option.as_str();
             step.write_tag(|prev| {
-                let mut t = jobstep::prolog_tag(prev, &mode, now_unix(), nodes, missing, all_notes);
+                let mut t = jobstep::prolog_tag(prev, mode, now_unix(), nodes, missing, all_notes);
                 t.collective = got_collective;
                 t
             });
@@ -546,10 +537,14 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
         probe_ms,
         t0.elapsed().as_millis().saturating_sub(probe_ms)
     ));
-    let code = if result.drained { 2 } else { 0 };
+    let exit = if result.drained {
+        JobStepExit::Drained
+    } else {
+        JobStepExit::Proceed
+    };
     // The plugin reads this line when slurmstepd reaped us before it could.
-    say(&format!("fabric-check-exit={code}"));
-    Ok(code)
+    say(&exit.line());
+    Ok(exit.code())
 }
 
 /// This node's `fabric-run` records for the job, summarised, then removed. The spool is
@@ -638,7 +633,7 @@ fn remove_gate_markers(step: &Step, results: &Path) {
 
 /// `fabric-check epilog`.
 pub fn epilog(args: Args) -> anyhow::Result<i32> {
-    let step = Step::new(args)?;
+    let step = Step::new(Script::Epilog, args)?;
     let snapshot = step.snapshot_path();
     let during = match Baseline::load(&snapshot) {
         Ok(base) => match step.probe(Some(&snapshot), None) {
@@ -696,7 +691,7 @@ pub fn epilog(args: Args) -> anyhow::Result<i32> {
         ));
         if step.plugin.policy == Policy::Enforce {
             step.drain_self(
-                "collective.slow_node",
+                check_id::COLLECTIVE_SLOW_NODE,
                 &format!("step {}.{}: {why}", step.args.job_id, r.step),
             );
         }
@@ -728,8 +723,8 @@ pub fn epilog(args: Args) -> anyhow::Result<i32> {
                 "job {}: no counter rose and no fabric-run records; tag unchanged",
                 step.args.job_id
             ));
-            say("fabric-check-exit=0");
-            return Ok(0);
+            say(&JobStepExit::Proceed.line());
+            return Ok(JobStepExit::Proceed.code());
         }
         step.write_tag(|prev| {
             let mut t = prev.unwrap_or_default();
@@ -741,6 +736,6 @@ pub fn epilog(args: Args) -> anyhow::Result<i32> {
             t
         });
     }
-    say("fabric-check-exit=0");
-    Ok(0)
+    say(&JobStepExit::Proceed.line());
+    Ok(JobStepExit::Proceed.code())
 }

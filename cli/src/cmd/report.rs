@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
-use fabric_core::cost::CostFile;
-use fabric_core::report::aggregate::{self, Acc, Options};
-use fabric_core::report::render::{Format, render_report};
-use fabric_core::report::{GroupBy, ReportError, sacct_json, sacct_text};
+use fabric_report::cost::CostFile;
+use fabric_report::report::aggregate::{self, Acc, Options};
+use fabric_report::report::render::{Format, render_report};
+use fabric_report::report::{GroupBy, ReportError, sacct_json, sacct_text};
 
 /// Arguments of `fabric-check report`.
 #[derive(Debug, clap::Args)]
@@ -103,12 +103,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let filter = |j: &fabric_core::report::JobRecord| {
+    let filter = |j: &fabric_report::report::JobRecord| {
         in_list(&args.filters.partition, &j.partition)
             && in_list(&args.filters.account, &j.account)
             && in_list(&args.filters.user, &j.user)
     };
-    let each = |acc: &mut Acc, j: fabric_core::report::JobRecord| {
+    let each = |acc: &mut Acc, j: fabric_report::report::JobRecord| {
         if filter(&j) {
             acc.add(j, &opts);
         }
@@ -175,7 +175,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 fn run_sacct(
     args: &Args,
     threads: usize,
-    each: &(dyn Fn(&mut Acc, fabric_core::report::JobRecord) + Sync),
+    each: &(dyn Fn(&mut Acc, fabric_report::report::JobRecord) + Sync),
 ) -> anyhow::Result<Vec<Acc>> {
     let mut cmd = Command::new(&args.sacct);
     cmd.args(["-X", "-D", "-P", "-o", sacct_text::FIELDS]);

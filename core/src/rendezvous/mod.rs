@@ -47,7 +47,7 @@ use serde_json::{Value, json};
 pub use munge::{Munge, MungeError};
 
 /// The default first port: `base_port + job_id % 1000`.
-pub const DEFAULT_BASE_PORT: u16 = 47_000;
+pub const DEFAULT_BASE_PORT: u16 = fabric_proto::invocation::ports::RENDEZVOUS_BASE;
 /// How many successive ports leader and followers try.
 pub const DEFAULT_PORT_SPAN: u16 = 4;
 /// The most bytes one protocol line may have (a gathered payload included).

@@ -12,7 +12,7 @@ use crate::bom;
 use crate::probe::Finding;
 
 /// The check id.
-pub const ID: &str = "bom.drift";
+pub const ID: &str = fabric_proto::check_id::BOM_DRIFT;
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {

@@ -10,7 +10,7 @@ use super::Ctx;
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "gpu.count";
+pub const ID: &str = fabric_proto::check_id::GPU_COUNT;
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {

@@ -12,7 +12,7 @@ use super::Ctx;
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "gpu.gdr";
+pub const ID: &str = fabric_proto::check_id::GPU_GDR;
 
 /// Whether a kernel release (`6.1.0-18-amd64`) is at least `major.minor`.
 pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {

@@ -12,7 +12,7 @@ use super::Ctx;
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "gpu.nic_affinity";
+pub const ID: &str = fabric_proto::check_id::GPU_NIC_AFFINITY;
 
 /// Whether two PCI paths share a switch: a common ancestor below the root port.
 pub fn same_switch(a: &[String], b: &[String]) -> bool {

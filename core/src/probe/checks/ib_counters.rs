@@ -15,7 +15,7 @@ use super::{CounterSource, Ctx, judge_counters, usable_baseline, where_};
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "ib.counters";
+pub const ID: &str = fabric_proto::check_id::IB_COUNTERS;
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {

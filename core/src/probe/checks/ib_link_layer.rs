@@ -10,7 +10,7 @@ use super::{Ctx, where_};
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "ib.link_layer";
+pub const ID: &str = fabric_proto::check_id::IB_LINK_LAYER;
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {

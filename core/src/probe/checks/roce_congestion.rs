@@ -10,7 +10,7 @@ use super::{CounterSource, Ctx, judge_counters};
 use crate::probe::Finding;
 
 /// The check id.
-pub const ID: &str = "roce.congestion";
+pub const ID: &str = fabric_proto::check_id::ROCE_CONGESTION;
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {

@@ -16,7 +16,7 @@ use crate::probe::gather::Port;
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "roce.ecn";
+pub const ID: &str = fabric_proto::check_id::ROCE_ECN;
 
 type Sets = (BTreeSet<u8>, BTreeSet<u8>);
 

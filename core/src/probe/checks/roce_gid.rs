@@ -10,7 +10,7 @@ use super::{Ctx, where_};
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "roce.gid";
+pub const ID: &str = fabric_proto::check_id::ROCE_GID;
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {

@@ -146,7 +146,7 @@ struct Job {
 }
 
 fn iso(t: i64) -> String {
-    fabric_core::report::sacct_text::utc_text(t)
+    fabric_report::report::sacct_text::utc_text(t)
 }
 
 fn make_job(r: &mut Rng, a: &Args, i: u64, clock: &mut i64) -> Job {

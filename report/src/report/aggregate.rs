@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{GroupBy, JobRecord, JobState, TagState};
 use crate::cost::{self, CostBreakdown, CostFile, UsageFigures};
-use crate::tag::Verdict;
+use fabric_core::tag::Verdict;
 
 /// What to fold and how.
 #[derive(Debug, Clone, Copy)]

@@ -16,7 +16,7 @@ pub const MARKER: &str = "fabric-check/v1 ";
 /// Upper bound of the JSON part of the segment, in bytes.
 pub const MAX_TAG_BYTES: usize = 4096;
 
-pub use crate::probe::Verdict;
+pub use crate::verdict::Verdict;
 
 /// One node's result as recorded in the tag.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,7 +23,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use crate::tag::{MARKER, RunSummary, Verdict};
+use fabric_core::tag::{MARKER, RunSummary, Verdict};
 
 /// Errors reading accounting data.
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +146,7 @@ pub enum TagState {
     Present(Box<TagFacts>),
 }
 
-/// The parts of a [`crate::tag::JobTag`] the report uses, decoded without building the per-node
+/// The parts of a [`fabric_core::tag::JobTag`] the report uses, decoded without building the per-node
 /// map (a tag may list every node of a large job): the verdict, the probe time, the nodes this
 /// job's probe drained with their first failing check, and the run summary. Field names are the
 /// tag's (the contract in `core/src/tag.rs`); a test checks both decoders agree.
@@ -303,7 +303,7 @@ impl std::str::FromStr for GroupBy {
 }
 
 /// Decodes an `AdminComment` into a [`TagState`] (the segment is found like
-/// [`crate::tag::extract`] finds it: the marker, then one JSON object).
+/// [`fabric_core::tag::extract`] finds it: the marker, then one JSON object).
 pub fn tag_state(comment: &str) -> TagState {
     // The marker's searcher is built once (building one per comment cost more than the search).
     static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
@@ -311,7 +311,7 @@ pub fn tag_state(comment: &str) -> TagState {
     let Some(start) = FINDER.find(comment.as_bytes()) else {
         return TagState::Absent;
     };
-    // As crate::tag::segment does from the same (first) occurrence.
+    // As fabric_core::tag::segment does from the same (first) occurrence.
     let rest = &comment[start + MARKER.len()..];
     let json: Cow<'_, str> = if rest.starts_with("{`") {
         Cow::Owned(rest.replace('`', "\""))
@@ -392,7 +392,7 @@ mod tests {
 
     #[test]
     fn the_lean_decoder_agrees_with_the_tag_module() {
-        use crate::tag::{JobTag, NodeResult, extract, splice};
+        use fabric_core::tag::{JobTag, NodeResult, extract, splice};
         let mut t = JobTag {
             nnodes: 3,
             probed_at: Some(1_700_000_000),
