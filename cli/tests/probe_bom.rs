@@ -37,7 +37,7 @@ fn a_pinned_bom_drifts_when_firmware_changes() {
     let tree = tree.path();
     bin()
         .args(["bom", "--node", "n1", "--sysfs-root"])
-        .arg(&tree)
+        .arg(tree)
         .arg("--pin")
         .arg(&pin)
         .assert()
@@ -45,7 +45,7 @@ fn a_pinned_bom_drifts_when_firmware_changes() {
     let probe = || {
         let out = bin()
             .args(["probe", "--node", "n1", "--sysfs-root"])
-            .arg(&tree)
+            .arg(tree)
             .arg("--bom-pin")
             .arg(&pin)
             .output()

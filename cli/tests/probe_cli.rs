@@ -101,7 +101,7 @@ fn the_state_dir_gives_deltas_across_runs_as_on_the_testbed() {
         "--node",
         "n3",
         "--sysfs-root",
-        s(&tree),
+        s(tree),
         "--state-dir",
         s(&state),
     ];
@@ -292,7 +292,7 @@ fn a_looping_counter_directory_is_a_finding_naming_it() {
     let hw = tree.join("class/infiniband/mlx5_2/ports/1/hw_counters");
     std::fs::remove_dir_all(&hw).unwrap();
     std::os::unix::fs::symlink("hw_counters", &hw).unwrap();
-    let (rc, out, _) = probe(&["--node", "n1", "--sysfs-root", s(&tree)]);
+    let (rc, out, _) = probe(&["--node", "n1", "--sysfs-root", s(tree)]);
     assert_eq!(rc, 1);
     let doc = json_doc(&out);
     let f = doc["findings"]

@@ -26,17 +26,20 @@ pub fn strip_prefix(line: &str) -> &str {
             return &t[i + 10..];
         }
         // `[0] ` from -prepend-rank, `[host:12345] ` from some wrappers.
-        if let Some(end) = t.find("] ") {
-            if end > 1 && !t[1..end].contains(' ') {
-                return &t[end + 2..];
-            }
+        if let Some(end) = t.find("] ")
+            && end > 1
+            && !t[1..end].contains(' ')
+        {
+            return &t[end + 2..];
         }
     }
     // `srun -l`: `12: `
-    if let Some(i) = t.find(": ") {
-        if i > 0 && i <= 6 && t[..i].trim_start().chars().all(|c| c.is_ascii_digit()) {
-            return &t[i + 2..];
-        }
+    if let Some(i) = t.find(": ")
+        && i > 0
+        && i <= 6
+        && t[..i].trim_start().chars().all(|c| c.is_ascii_digit())
+    {
+        return &t[i + 2..];
     }
     t
 }

@@ -118,10 +118,10 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
         };
         if let (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(se)) =
             (n(0..4), n(5..7), n(8..10), n(11..13), n(14..16), n(17..19))
+            && (1..=12).contains(&mo)
+            && (1..=31).contains(&d)
         {
-            if (1..=12).contains(&mo) && (1..=31).contains(&d) {
-                return Ok(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se);
-            }
+            return Ok(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se);
         }
         return Err(bad());
     }
