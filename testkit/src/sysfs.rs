@@ -889,15 +889,23 @@ fn fingerprint() -> String {
 /// it: a test that changes a tree takes its own with [`SysfsTree::new`].
 ///
 /// Concurrent callers are safe: each writes into a private temporary folder and renames it
-/// into place; the first rename wins and the others drop theirs.
+/// into place; the first rename wins and the others drop theirs. Trees of earlier
+/// fingerprints are removed when a new fingerprint's folder is made.
 ///
 /// # Panics
 /// When the name is unknown or the tree cannot be written (test support).
 pub fn shared(cache: &Path, name: &str) -> PathBuf {
-    let dir = cache.join("fabric-sysfs").join(fingerprint());
+    let top = cache.join("fabric-sysfs");
+    let dir = top.join(fingerprint());
     let root = dir.join(name);
     if root.is_dir() {
         return root;
+    }
+    if !dir.is_dir() {
+        // The generator changed: trees of earlier fingerprints are stale (best effort).
+        for e in fs::read_dir(&top).into_iter().flatten().flatten() {
+            let _ = fs::remove_dir_all(e.path());
+        }
     }
     fs::create_dir_all(&dir)
         .unwrap_or_else(|e| panic!("cannot make the fixture cache {}: {e}", dir.display()));
@@ -986,6 +994,18 @@ mod tests {
         assert_eq!(a, b);
         assert!(marker.exists(), "the second call rewrote the tree");
         assert!(b.join("class/infiniband/irdma0").exists());
+    }
+
+    #[test]
+    fn trees_of_an_earlier_generator_are_removed() {
+        let cache = tempfile::tempdir().unwrap();
+        let stale = cache
+            .path()
+            .join("fabric-sysfs/0123456789abcdef/irdma-healthy");
+        fs::create_dir_all(&stale).unwrap();
+        let fresh = shared(cache.path(), "irdma-healthy");
+        assert!(fresh.join("class/infiniband/irdma1").exists());
+        assert!(!stale.exists(), "the stale tree is still there");
     }
 
     #[test]
