@@ -15,7 +15,7 @@ struct Args {
     /// Print the scenario names, one a line.
     #[arg(long, conflicts_with_all = ["all", "scenario"])]
     list: bool,
-    /// Write every scenario into DIR/<scenario>/ (replacing those folders).
+    /// Write every scenario into DIR/SCENARIO/ (replacing those folders).
     #[arg(long, value_name = "DIR", conflicts_with = "scenario")]
     all: Option<PathBuf>,
     /// The scenario to write.
