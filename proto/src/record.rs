@@ -2,7 +2,7 @@
 //!
 //! The wrapper writes them with [`RecordWriter`] (one `write(2)` per line on an `O_APPEND`
 //! descriptor, so the ranks of one node can share a file without interleaving), and the root-run
-//! epilog reads them back with [`summarize_records`], which is written for a user-writable spool:
+//! epilog reads them back with `fabric_core::record::summarize_records`, which is written for a user-writable spool:
 //! no symlinks followed, regular files only, bounded bytes, malformed lines skipped and counted.
 //!
 //! Every field, with its unit, is documented in `docs/records.md`.
