@@ -5,6 +5,7 @@
 //! that returns the process exit code; this file only dispatches.
 
 mod cmd;
+mod logging;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -15,6 +16,12 @@ use clap::{CommandFactory, Parser, Subcommand};
     about = "Keep a GPU cluster honest about its RDMA fabric"
 )]
 struct Cli {
+    /// Say more on stderr (debug; twice: trace). `FABRIC_CHECK_LOG` overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Say less on stderr (warnings only; twice: errors only).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    quiet: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,6 +71,7 @@ fn main() {
     } else {
         Cli::parse()
     };
+    logging::init(cli.verbose, cli.quiet);
     let result = match cli.command {
         Command::Probe(a) => cmd::probe::run(a),
         Command::Bom(a) => cmd::bom::run(a),

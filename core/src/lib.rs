@@ -1,44 +1,45 @@
-//! `fabric-core`: everything fabric-check knows, with no process or FFI concerns.
+//! `fabric-core`: the node-side library of fabric-check: probe, configuration, job step, drain
+//! etiquette, rendezvous, collective and the Slurm CLI adapter.
 //!
 //! Crate map:
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`plugin_args`] | the `plugstack.conf` arguments of the SPANK plugin, parsed and validated |
-//! | [`fabric_option`] | the `--fabric-check[=quick\|full\|off]` option value |
-//! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
-//! | [`jobstep`] | pure parts of the job prolog/epilog: node results, counter rises, tag merging |
+//! | [`jobstep`] | the job prolog, epilog and health check as functions of seams (Slurm, probe runner, rendezvous, relay) |
+//! | [`deadline`] | the job step's one absolute deadline, which every phase draws from |
 //! | [`probe`] | node probe: sysfs gather, pure checks, verdicts, outputs |
 //! | [`config`] | the TOML configuration (expectations and thresholds per node pattern) |
 //! | [`bom`] | the node's bill of materials and drift against a pinned one |
-//! | [`record`] | `fabric-run` JSON-lines records |
-//! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment` |
+//! | [`record`] | `fabric-run` records read back from a user-writable spool (types in `fabric-proto`) |
 //! | [`exec`] | running programs by absolute path, scrubbed environment, bounded in time |
 //! | [`drain`] | drain/resume etiquette and the mass-drain guard |
-//! | [`slurm`] | the Slurm CLI adapter (`scontrol`, `sacct`, `sacctmgr`), bounded in time |
-//! | [`cost`] | the cost model: cost per accepted run |
-//! | [`report`] | `fabric-check report`: sacct parsing and side-by-side reports |
-//! | [`accept`] | `fabric-check accept`: nccl-tests parsing and the acceptance report |
+//! | [`slurm`] | the [`slurm::Slurm`] seam and its CLI adapter (`scontrol`, `sinfo`, `sacct`, `sacctmgr`), bounded in time |
 //! | [`rendezvous`] | MUNGE-authenticated rendezvous of a job's nodes at rank 0 |
 //! | [`collective`] | `fabric-check collective`: ring all-reduce, figures, outlier nodes |
+//! | [`stepgate`] | the Slurm 23.11+ step gate prepended to a `--fabric-check=full` step's tasks |
+//! | `testing` | fakes of the job step's seams (tests, and feature `test-fakes`) |
 //!
-//! Nothing here uses `unsafe`; the workspace denies it outside the SPANK plugin's FFI module.
+//! The contract modules ([`tag`], [`plugin_args`], [`invocation`], [`verdict`], [`check_id`],
+//! [`fabric_option`], [`hostlist`], and the record types under [`record`]) live in `fabric-proto`
+//! and are re-exported here under their old paths.
+//!
+//! The workspace denies `unsafe`; the one file here that allows it is
+//! `collective/verbs/ffi.rs`, the libibverbs FFI, compiled only with the `verbs` feature, each
+//! block with a `// SAFETY:` comment.
 
-pub mod accept;
 pub mod bom;
 pub mod collective;
 pub mod config;
-pub mod cost;
+pub mod deadline;
 pub mod drain;
 pub mod exec;
-pub mod fabric_option;
-pub mod hostlist;
 pub mod jobstep;
-pub mod plugin_args;
 pub mod probe;
 pub mod record;
 pub mod rendezvous;
-pub mod report;
 pub mod slurm;
 pub mod stepgate;
-pub mod tag;
+#[cfg(any(test, feature = "test-fakes"))]
+pub mod testing;
+
+pub use fabric_proto::{check_id, fabric_option, hostlist, invocation, plugin_args, tag, verdict};

@@ -1,7 +1,8 @@
 //! What each SPANK callback does, written against [`Host`] so it can be tested without Slurm.
 
-use fabric_core::fabric_option::FabricMode;
-use fabric_core::plugin_args::{ArgProblem, JobMode, PluginArgs};
+use fabric_proto::fabric_option::FabricMode;
+use fabric_proto::invocation::{Invocation, JobStepExit};
+use fabric_proto::plugin_args::{ArgProblem, JobMode, PluginArgs};
 
 use crate::spawn::{self, Outcome};
 
@@ -207,23 +208,8 @@ pub fn wants_check(mode: JobMode, asked: Option<FabricMode>) -> bool {
     }
 }
 
-/// Which job script is running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Script {
-    /// `slurm_spank_job_prolog`.
-    Prolog,
-    /// `slurm_spank_job_epilog`.
-    Epilog,
-}
-
-impl Script {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Prolog => "prolog",
-            Self::Epilog => "epilog",
-        }
-    }
-}
+/// Which job script is running (`slurm_spank_job_prolog` or `slurm_spank_job_epilog`).
+pub use fabric_proto::invocation::Script;
 
 /// `slurm_spank_job_prolog` and `slurm_spank_job_epilog`: read the request, log it, and when the
 /// job is checked run `fabric-check prolog|epilog` as a child with the plugin's hard timeout.
@@ -242,7 +228,7 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
     let job = req.job_id.map_or_else(|| "?".to_owned(), |j| j.to_string());
     let node = req.node.clone().unwrap_or_else(|| "?".to_owned());
     let checked = wants_check(args.mode, req.mode);
-    let tag = format!("fabric-check: {} job={job} node={node}", script.name());
+    let tag = format!("fabric-check: {} job={job} node={node}", script.as_str());
     if script == Script::Prolog {
         host.info(&format!(
             "{tag} option={} action={}",
@@ -260,22 +246,16 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
     let nodes = std::env::var("SLURM_JOB_NODELIST")
         .or_else(|_| std::env::var("SLURM_NODELIST"))
         .unwrap_or_else(|_| node_name.clone());
-    let mut child_args = vec![
-        script.name().to_owned(),
-        "--job-id".to_owned(),
-        job_id.to_string(),
-        "--node".to_owned(),
-        node_name,
-        "--nodes".to_owned(),
+    let child_args = Invocation {
+        script,
+        job_id,
+        node: node_name,
         nodes,
-        "--option".to_owned(),
-        req.mode.unwrap_or(FabricMode::Quick).as_str().to_owned(),
-    ];
-    if let Some(uid) = host.job_uid() {
-        child_args.extend(["--job-uid".to_owned(), uid.to_string()]);
+        option: req.mode.unwrap_or(FabricMode::Quick),
+        job_uid: host.job_uid(),
+        plugin_args: hooks::take_hook_args(words),
     }
-    child_args.push("--".to_owned());
-    child_args.extend(hooks::take_hook_args(words));
+    .to_argv();
     // SLURM_CONF is slurmd's own setting, not the job's; nothing else is passed on.
     let pass: Vec<(&str, String)> = std::env::var("SLURM_CONF")
         .ok()
@@ -286,19 +266,24 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
     for line in ran
         .output
         .lines()
-        .filter(|l| !l.starts_with(spawn::EXIT_MARKER) && !l.trim().is_empty())
+        .filter(|l| !JobStepExit::is_line(l) && !l.trim().is_empty())
     {
         host.info(&format!("{tag}: {line}"));
     }
     let ms = ran.elapsed.as_millis();
     match ran.outcome {
-        Outcome::Exited(0) => {
+        Outcome::Exited(c) if JobStepExit::from_code(c) == Some(JobStepExit::Proceed) => {
             host.info(&format!("{tag}: done in {ms} ms"));
             Ok(())
         }
-        Outcome::Exited(2) if script == Script::Prolog => Err(format!(
-            "{tag}: this node failed its fabric check and is drained; Slurm requeues the job ({ms} ms)"
-        )),
+        Outcome::Exited(c)
+            if script == Script::Prolog
+                && JobStepExit::from_code(c) == Some(JobStepExit::Drained) =>
+        {
+            Err(format!(
+                "{tag}: this node failed its fabric check and is drained; Slurm requeues the job ({ms} ms)"
+            ))
+        }
         Outcome::TimedOut => {
             host.error(&format!(
                 "{tag}: {} timed out after {} s and was killed; the job proceeds unchecked",
@@ -311,7 +296,7 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
             host.error(&format!(
                 "{tag}: {} {} failed ({other:?}); probe error, the job proceeds unchecked",
                 args.probe.display(),
-                script.name()
+                script.as_str()
             ));
             Ok(())
         }

@@ -4,7 +4,7 @@
 //!
 //! slurmstepd may reap children itself (`wait3`); if our `waitpid` loses that race the exit
 //! status is unknown, so the child also prints its decision as its last line
-//! (`fabric-check-exit=N`), which is used instead.
+//! ([`JobStepExit::line`]), which is used instead.
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -17,12 +17,10 @@ use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-/// The only `PATH` the child sees.
-const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+use fabric_proto::invocation::{JobStepExit, SAFE_PATH};
+
 /// Most output kept from the child.
 const MAX_OUTPUT: usize = 64 * 1024;
-/// The marker of the child's decision line.
-pub const EXIT_MARKER: &str = "fabric-check-exit=";
 
 /// How the child ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,12 +132,8 @@ pub fn run(program: &Path, args: &[String], pass_env: &[(&str, String)], limit: 
     drain(&mut reader, &mut buf);
     let output = String::from_utf8_lossy(&buf).into_owned();
     let outcome = match outcome {
-        Outcome::Exited(-1) => output
-            .lines()
-            .rev()
-            .find_map(|l| l.strip_prefix(EXIT_MARKER))
-            .and_then(|c| c.trim().parse().ok())
-            .map_or(Outcome::Exited(255), Outcome::Exited),
+        Outcome::Exited(-1) => JobStepExit::from_output(&output)
+            .map_or(Outcome::Exited(255), |e| Outcome::Exited(e.code())),
         o => o,
     };
     Ran {

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use fabric_core::record::Outcome;
+use fabric_proto::record::Outcome;
 use nix::sys::signal::Signal;
 
 /// How one attempt ended.

@@ -12,7 +12,7 @@ use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use fabric_core::record::Source;
+use fabric_proto::record::Source;
 use regex::bytes::{Regex, RegexBuilder};
 
 use crate::tracker::{Event, Tracker};

@@ -7,11 +7,11 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use fabric_core::accept::analyse::{Inputs, analyse};
-use fabric_core::accept::render::render_accept;
-use fabric_core::accept::thresholds::Thresholds;
-use fabric_core::accept::{Problem, bom, read_run};
-use fabric_core::report::render::Format;
+use fabric_report::accept::analyse::{Inputs, analyse};
+use fabric_report::accept::render::render_accept;
+use fabric_report::accept::thresholds::Thresholds;
+use fabric_report::accept::{Problem, bom, read_run};
+use fabric_report::report::render::Format;
 
 /// Arguments of `fabric-check accept`.
 #[derive(Debug, clap::Args)]
@@ -46,11 +46,11 @@ fn read_text(p: &PathBuf, problems: &mut Vec<Problem>) -> Option<String> {
     match std::fs::read(p) {
         Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
         Err(e) => {
-            problems.push(Problem {
-                file: p.display().to_string(),
-                line: 0,
-                message: format!("cannot read: {e}"),
-            });
+            problems.push(Problem::fail(
+                &p.display().to_string(),
+                0,
+                format!("cannot read: {e}"),
+            ));
             None
         }
     }
@@ -105,6 +105,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         3
     } else if report.verdict == "pass" {
         0
+    } else if report.verdict == "warn" {
+        1
     } else {
         2
     })

@@ -126,7 +126,7 @@ fn verbs_loopback(sysfs_root: &Path, gpu: Option<usize>) -> Finding {
 }
 
 #[cfg(feature = "verbs")]
-const VERBS_ID: &str = "verbs.loopback";
+const VERBS_ID: &str = fabric_core::check_id::VERBS_LOOPBACK;
 
 /// The finding of a loopback that ran: each port's host figures, its GPU figures next to them,
 /// and the GPU run's note. A skipped GPU run stays `info`; a failed one is a `warn` (the host
@@ -173,7 +173,7 @@ fn loopback_finding(r: &fabric_core::collective::verbs::LoopbackReport) -> Findi
 #[cfg(not(feature = "verbs"))]
 fn verbs_loopback(_sysfs_root: &Path, _gpu: Option<usize>) -> Finding {
     info(
-        "verbs.loopback",
+        fabric_core::check_id::VERBS_LOOPBACK,
         "verbs.loopback skipped: this fabric-check was built without the `verbs` cargo feature"
             .into(),
     )

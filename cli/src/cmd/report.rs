@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
-use fabric_core::cost::CostFile;
-use fabric_core::report::aggregate::{self, Acc, Options};
-use fabric_core::report::render::{Format, render_report};
-use fabric_core::report::{GroupBy, ReportError, sacct_json, sacct_text};
+use fabric_report::cost::CostFile;
+use fabric_report::report::aggregate::{self, Acc, Options};
+use fabric_report::report::render::{Format, render_report};
+use fabric_report::report::{GroupBy, ReportError, sacct_json, sacct_text};
 
 /// Arguments of `fabric-check report`.
 #[derive(Debug, clap::Args)]
@@ -22,6 +22,14 @@ pub struct Args {
     /// Form of --input: `json` (sacct --json), `text` (sacct -P) or `auto` (by the first byte).
     #[arg(long, default_value = "auto", value_parser = ["auto", "json", "text"])]
     input_format: String,
+    /// For `sacct -P` text saved with --noheader (-n): the --format list it was made with
+    /// (`State,JobID,Start,End,...`), since the input cannot name its columns itself.
+    #[arg(long, value_name = "FORMAT")]
+    input_columns: Option<String>,
+    /// For `sacct -P` text: the --delimiter it was made with (default `|`; read from the header
+    /// when there is one).
+    #[arg(long, value_name = "DELIM")]
+    input_delimiter: Option<String>,
     /// Cost file (TOML, see etc/cost.toml); without it only the usage figures are shown.
     #[arg(long)]
     cost: Option<PathBuf>,
@@ -103,12 +111,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let filter = |j: &fabric_core::report::JobRecord| {
+    let filter = |j: &fabric_report::report::JobRecord| {
         in_list(&args.filters.partition, &j.partition)
             && in_list(&args.filters.account, &j.account)
             && in_list(&args.filters.user, &j.user)
     };
-    let each = |acc: &mut Acc, j: fabric_core::report::JobRecord| {
+    let each = |acc: &mut Acc, j: fabric_report::report::JobRecord| {
         if filter(&j) {
             acc.add(j, &opts);
         }
@@ -143,9 +151,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             let result = if json {
                 sacct_json::stream(reader, &name, threads, Acc::default, each)
             } else {
-                sacct_text::stream(
+                sacct_text::stream_with(
                     BufReader::with_capacity(1 << 20, reader),
                     &name,
+                    &sacct_text::TextLayout {
+                        columns: args.input_columns.clone(),
+                        delimiter: args.input_delimiter.clone(),
+                    },
                     threads,
                     Acc::default,
                     each,
@@ -175,7 +187,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 fn run_sacct(
     args: &Args,
     threads: usize,
-    each: &(dyn Fn(&mut Acc, fabric_core::report::JobRecord) + Sync),
+    each: &(dyn Fn(&mut Acc, fabric_report::report::JobRecord) + Sync),
 ) -> anyhow::Result<Vec<Acc>> {
     let mut cmd = Command::new(&args.sacct);
     cmd.args(["-X", "-D", "-P", "-o", sacct_text::FIELDS]);

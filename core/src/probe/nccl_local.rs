@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "nccl.local";
+pub const ID: &str = fabric_proto::check_id::NCCL_LOCAL;
 
 fn info(observed: Value, message: String) -> Finding {
     Finding::new(

@@ -12,7 +12,7 @@ use super::Ctx;
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "gpu.gdr";
+pub const ID: &str = fabric_proto::check_id::GPU_GDR;
 
 /// Whether a kernel release (`6.1.0-18-amd64`) is at least `major.minor`.
 pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
@@ -29,6 +29,19 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
     let s = ctx.snap;
     if s.gpus.is_empty() || s.devices.is_empty() {
         return Vec::new();
+    }
+    if let Some(why) = &s.modules_unreadable {
+        return vec![Finding::new(
+            ID,
+            Severity::Info,
+            None,
+            None,
+            json!({"modules": null}),
+            json!("nvidia_peermem loaded, or dma-buf"),
+            format!(
+                "not verified: {why}, so the loaded modules (nvidia, nvidia_peermem) are unknown"
+            ),
+        )];
     }
     let peermem = ["nvidia_peermem", "nv_peer_mem"]
         .into_iter()
@@ -103,6 +116,15 @@ mod tests {
             Some("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15".into());
         let f = run(&s, check);
         assert_eq!(brief(&f), [(Severity::Info, None, None)]);
+    }
+
+    #[test]
+    fn unlistable_modules_are_not_verified_never_warned() {
+        let mut s = node(&[]);
+        s.modules_unreadable = Some("cannot list /x/module: denied".into());
+        let f = run(&s, check);
+        assert_eq!(brief(&f), [(Severity::Info, None, None)]);
+        assert!(f[0].message.starts_with("not verified"));
     }
 
     #[test]

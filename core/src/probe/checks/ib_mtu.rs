@@ -12,7 +12,7 @@ use crate::probe::gather::{Device, Port};
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "ib.mtu";
+pub const ID: &str = fabric_proto::check_id::IB_MTU;
 
 fn mtu(ctx: &Ctx<'_>, p: &Port) -> Option<u32> {
     if p.link_layer.as_deref() != Some("InfiniBand") {

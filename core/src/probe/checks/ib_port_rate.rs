@@ -11,7 +11,7 @@ use super::{Ctx, parity_deviations, where_};
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "ib.port_rate";
+pub const ID: &str = fabric_proto::check_id::IB_PORT_RATE;
 
 fn mbps(g: f64) -> u64 {
     (g * 1000.0).round() as u64

@@ -11,7 +11,7 @@ use super::{Ctx, groups, where_};
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "ib.port_state";
+pub const ID: &str = fabric_proto::check_id::IB_PORT_STATE;
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {

@@ -15,7 +15,7 @@ use crate::probe::gather::Port;
 use crate::probe::{Finding, Severity};
 
 /// The check id.
-pub const ID: &str = "roce.pfc";
+pub const ID: &str = fabric_proto::check_id::ROCE_PFC;
 
 fn pfc(ctx: &Ctx<'_>, p: &Port) -> Option<BTreeSet<u8>> {
     if !p.is_ethernet() {

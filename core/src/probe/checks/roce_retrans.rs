@@ -10,7 +10,7 @@ use super::{CounterSource, Ctx, judge_counters};
 use crate::probe::Finding;
 
 /// The check id.
-pub const ID: &str = "roce.retrans";
+pub const ID: &str = fabric_proto::check_id::ROCE_RETRANS;
 
 /// Whether a hw_counter belongs to this check (the rest of `hw_counters/` is congestion).
 pub fn is_retrans(name: &str) -> bool {

@@ -1,0 +1,225 @@
+//! Pure pieces of the job prolog and epilog: a node's result from its probe document, counter
+//! rises over the job window, and how a new attempt's results merge into an existing tag.
+
+use std::collections::BTreeMap;
+
+use crate::probe::{CounterSnapshot, Report, Severity};
+use crate::tag::{DuringJob, JobTag, NodeResult, Verdict};
+
+/// Counters that rise with any traffic and say nothing about health.
+fn is_traffic(name: &str) -> bool {
+    name.contains("_data")
+        || name.contains("_packets")
+        || name.contains("_pkts")
+        || name.ends_with("_bytes")
+}
+
+/// A node's tag entry from its probe document: the verdict and the ids of the checks that
+/// earned it (fail checks for `fail`, warn checks for `warn`).
+pub fn node_result(report: &Report) -> NodeResult {
+    let wanted = match report.verdict {
+        Verdict::Fail => Some(Severity::Fail),
+        Verdict::Warn => Some(Severity::Warn),
+        _ => None,
+    };
+    let mut checks: Vec<String> = Vec::new();
+    for f in &report.findings {
+        if Some(f.severity) == wanted && !checks.contains(&f.check) {
+            checks.push(f.check.clone());
+        }
+    }
+    if report.verdict == Verdict::Error {
+        checks.push(crate::check_id::PROBE_ERROR.into());
+    }
+    NodeResult {
+        verdict: report.verdict,
+        checks,
+        probe_ms: Some(report.duration_ms.round() as u64),
+        drained: false,
+    }
+}
+
+/// The first finding of the worst severity, as `(check, message)` for a drain reason.
+pub fn worst_finding(report: &Report) -> Option<(String, String)> {
+    report
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Fail)
+        .map(|f| (f.check.clone(), f.message.clone()))
+        .next()
+}
+
+/// Health counters that rose between two snapshots, keyed `<device>/<port>/<counter>` (and
+/// `<netdev>/<statistic>` for ethtool statistics). A counter that went down (reset, wrap) is
+/// not a rise.
+pub fn rises(before: &CounterSnapshot, after: &CounterSnapshot) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for (port, now) in &after.ports {
+        let Some(then) = before.ports.get(port) else {
+            continue;
+        };
+        for (set_now, set_then) in [
+            (&now.counters, &then.counters),
+            (&now.hw_counters, &then.hw_counters),
+        ] {
+            for (name, v) in set_now {
+                if is_traffic(name) {
+                    continue;
+                }
+                if let Some(old) = set_then.get(name).filter(|old| v > *old) {
+                    out.insert(format!("{port}/{name}"), v - old);
+                }
+            }
+        }
+    }
+    for (dev, now) in &after.netdevs {
+        let Some(then) = before.netdevs.get(dev) else {
+            continue;
+        };
+        for (name, v) in &now.ethtool {
+            if let Some(old) = then.ethtool.get(name).filter(|old| v > *old) {
+                out.insert(format!("{dev}/{name}"), v - old);
+            }
+        }
+    }
+    out
+}
+
+/// The epilog's entry for one node.
+pub fn during_job(node: &str, baseline: &CounterSnapshot, report: &Report) -> DuringJob {
+    DuringJob {
+        node: node.to_owned(),
+        rises: rises(baseline, &report.counters),
+        verdict: report.verdict,
+    }
+}
+
+/// Builds the tag of a new prolog attempt on top of whatever the job's comment already holds:
+/// earlier attempts' non-passing nodes move to `earlier`, so a requeued job still names the node
+/// that failed it.
+pub fn prolog_tag(
+    previous: Option<JobTag>,
+    mode: &str,
+    probed_at: u64,
+    nodes: BTreeMap<String, NodeResult>,
+    missing: Vec<String>,
+    notes: Vec<String>,
+) -> JobTag {
+    let mut earlier = BTreeMap::new();
+    if let Some(prev) = previous {
+        earlier = prev.earlier;
+        for (n, r) in prev.nodes {
+            if r.verdict != Verdict::Pass {
+                earlier.insert(n, r);
+            }
+        }
+        for n in prev.missing {
+            earlier.entry(n).or_insert(NodeResult {
+                verdict: Verdict::Error,
+                checks: vec![crate::check_id::RENDEZVOUS_MISSING.into()],
+                probe_ms: None,
+                drained: false,
+            });
+        }
+    }
+    let mut tag = JobTag {
+        mode: Some(mode.to_owned()),
+        probed_at: Some(probed_at),
+        nnodes: (nodes.len() + missing.len()) as u32,
+        nodes,
+        missing,
+        earlier,
+        notes: notes
+            .into_iter()
+            .map(|n| n.chars().take(200).collect())
+            .collect(),
+        ..JobTag::default()
+    };
+    tag.recount();
+    tag
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::PortCounters;
+
+    fn snap(link_downed: u64, data: u64, cnp: u64) -> CounterSnapshot {
+        let mut s = CounterSnapshot::default();
+        s.ports.insert(
+            "mlx5_0/1".into(),
+            PortCounters {
+                counters: [
+                    ("link_downed".to_owned(), link_downed),
+                    ("port_xmit_data".to_owned(), data),
+                ]
+                .into(),
+                hw_counters: [("np_cnp_sent".to_owned(), cnp)].into(),
+            },
+        );
+        s
+    }
+
+    #[test]
+    fn rises_name_health_counters_and_ignore_traffic() {
+        let r = rises(&snap(0, 100, 5), &snap(1, 9_000, 12));
+        assert_eq!(
+            r,
+            [
+                ("mlx5_0/1/link_downed".to_owned(), 1),
+                ("mlx5_0/1/np_cnp_sent".to_owned(), 7)
+            ]
+            .into()
+        );
+    }
+
+    #[test]
+    fn a_counter_that_went_down_is_not_a_rise() {
+        assert!(rises(&snap(5, 0, 0), &snap(0, 0, 0)).is_empty());
+    }
+
+    fn result(v: Verdict) -> NodeResult {
+        NodeResult {
+            verdict: v,
+            checks: vec![],
+            probe_ms: Some(2),
+            drained: false,
+        }
+    }
+
+    #[test]
+    fn a_requeued_job_keeps_the_node_that_failed_its_first_attempt() {
+        let mut first_nodes = BTreeMap::new();
+        first_nodes.insert("n1".to_owned(), result(Verdict::Pass));
+        let mut bad = result(Verdict::Fail);
+        bad.checks = vec!["ib.port_state".into()];
+        bad.drained = true;
+        first_nodes.insert("n3".to_owned(), bad.clone());
+        let first = prolog_tag(None, "quick", 1, first_nodes, vec![], vec![]);
+        assert_eq!(first.verdict, Some(Verdict::Fail));
+
+        let mut second_nodes = BTreeMap::new();
+        second_nodes.insert("n1".to_owned(), result(Verdict::Pass));
+        second_nodes.insert("n2".to_owned(), result(Verdict::Pass));
+        let second = prolog_tag(Some(first), "quick", 2, second_nodes, vec![], vec![]);
+        assert_eq!(second.verdict, Some(Verdict::Pass));
+        assert_eq!(second.earlier.get("n3"), Some(&bad));
+        assert_eq!(second.nnodes, 2);
+    }
+
+    #[test]
+    fn missing_nodes_make_the_verdict_an_error() {
+        let mut nodes = BTreeMap::new();
+        nodes.insert("n1".to_owned(), result(Verdict::Pass));
+        let t = prolog_tag(
+            None,
+            "quick",
+            1,
+            nodes,
+            vec!["n2".into()],
+            vec!["n2: no answer".into()],
+        );
+        assert_eq!(t.verdict, Some(Verdict::Error));
+        assert_eq!(t.nnodes, 2);
+    }
+}

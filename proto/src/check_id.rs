@@ -1,0 +1,122 @@
+//! Every check id, in one place: the probe's checks, and what the job step itself concludes.
+//!
+//! Ids are stable and dotted (`<area>.<what>`), and used the same way in the configuration, the
+//! probe's JSON, drain reasons, the job tag and `docs/checks.md`. Code on either side of a process
+//! boundary names them through these constants, never as literals.
+
+/// Port state is not ACTIVE/LinkUp, or differs from its group.
+pub const IB_PORT_STATE: &str = "ib.port_state";
+/// Port rate below the expected or the group's majority.
+pub const IB_PORT_RATE: &str = "ib.port_rate";
+/// Link layer (InfiniBand or Ethernet) not the expected one.
+pub const IB_LINK_LAYER: &str = "ib.link_layer";
+/// Fewer (or more) RDMA ports than expected.
+pub const IB_PORT_COUNT: &str = "ib.port_count";
+/// InfiniBand MTU differs from the expected or the group's majority.
+pub const IB_MTU: &str = "ib.mtu";
+/// Error counters rose (deltas only, never since-boot totals).
+pub const IB_COUNTERS: &str = "ib.counters";
+/// A RoCE v2 GID bound to the port's netdev.
+pub const ROCE_GID: &str = "roce.gid";
+/// The netdev MTU of a RoCE port.
+pub const ROCE_MTU: &str = "roce.mtu";
+/// ECN enabled on the RoCE priorities.
+pub const ROCE_ECN: &str = "roce.ecn";
+/// PFC on the RoCE priority.
+pub const ROCE_PFC: &str = "roce.pfc";
+/// ECN marks, CNPs and pause frames.
+pub const ROCE_CONGESTION: &str = "roce.congestion";
+/// Retransmission and sequence-error counters.
+pub const ROCE_RETRANS: &str = "roce.retrans";
+/// The node's bill of materials drifted from the pinned one.
+pub const BOM_DRIFT: &str = "bom.drift";
+/// GPU count differs from the expected.
+pub const GPU_COUNT: &str = "gpu.count";
+/// GPU ↔ NIC PCIe affinity.
+pub const GPU_NIC_AFFINITY: &str = "gpu.nic_affinity";
+/// GPUDirect RDMA availability.
+pub const GPU_GDR: &str = "gpu.gdr";
+/// The node-local NCCL all-reduce (`probe --nccl-local`).
+pub const NCCL_LOCAL: &str = "nccl.local";
+/// The verbs loopback (`probe --verbs`).
+pub const VERBS_LOOPBACK: &str = "verbs.loopback";
+
+/// The probe child could not run, crashed or printed no document (not a node failure).
+pub const PROBE_ERROR: &str = "probe.error";
+/// The probe child ran past its share of the deadline and was killed (not a node failure).
+pub const PROBE_TIMEOUT: &str = "probe.timeout";
+/// The job's collective found this node slow on both ring links.
+pub const COLLECTIVE_SLOW_NODE: &str = "collective.slow_node";
+/// A node of the job never joined the rendezvous.
+pub const RENDEZVOUS_MISSING: &str = "rendezvous.missing";
+
+/// The ids of the probe's checks, in the order `docs/checks.md` lists them.
+pub const PROBE_CHECKS: &[&str] = &[
+    IB_PORT_STATE,
+    IB_PORT_RATE,
+    IB_LINK_LAYER,
+    IB_PORT_COUNT,
+    IB_MTU,
+    IB_COUNTERS,
+    ROCE_GID,
+    ROCE_MTU,
+    ROCE_ECN,
+    ROCE_PFC,
+    ROCE_CONGESTION,
+    ROCE_RETRANS,
+    BOM_DRIFT,
+    GPU_COUNT,
+    GPU_NIC_AFFINITY,
+    GPU_GDR,
+    NCCL_LOCAL,
+    VERBS_LOOPBACK,
+];
+
+/// The ids the job step itself writes into a node's result.
+pub const JOB_STEP_CHECKS: &[&str] = &[
+    PROBE_ERROR,
+    PROBE_TIMEOUT,
+    COLLECTIVE_SLOW_NODE,
+    RENDEZVOUS_MISSING,
+];
+
+/// Whether `id` is one this version knows.
+pub fn is_known(id: &str) -> bool {
+    PROBE_CHECKS.contains(&id) || JOB_STEP_CHECKS.contains(&id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_id_is_dotted_lowercase_and_listed_once() {
+        let mut all: Vec<&str> = PROBE_CHECKS
+            .iter()
+            .chain(JOB_STEP_CHECKS)
+            .copied()
+            .collect();
+        for id in &all {
+            let (area, what) = id.split_once('.').expect("dotted");
+            assert!(
+                !area.is_empty() && !what.is_empty() && !what.contains('.'),
+                "{id}"
+            );
+            assert!(
+                id.chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '.' || c == '_'),
+                "{id}"
+            );
+        }
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "an id is listed twice");
+    }
+
+    #[test]
+    fn an_unknown_id_is_not_known() {
+        assert!(is_known(COLLECTIVE_SLOW_NODE));
+        assert!(!is_known("ib.port_stat"));
+    }
+}

@@ -1,0 +1,333 @@
+//! The job-step invocation: how the SPANK plugin runs `fabric-check prolog|epilog`, and how the
+//! child answers.
+//!
+//! The plugin builds an [`Invocation`] and spawns `<probe> <argv>` with [`Invocation::to_argv`];
+//! the child parses the same words back with [`Invocation::parse`]. The child's answer is its
+//! exit status, one of [`JobStepExit`], repeated as its decision line ([`JobStepExit::line`]):
+//! slurmstepd may reap the child before the plugin can (`wait3`), and the plugin then reads the
+//! line instead of the lost status. Both sides use these types, never literals.
+
+use std::fmt;
+
+use crate::fabric_option::{FabricMode, InvalidFabricMode};
+
+/// The only `PATH` a child of the plugin or of the job step sees.
+pub const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The marker of the child's decision line (`fabric-check-exit=N`).
+pub const EXIT_MARKER: &str = "fabric-check-exit=";
+
+/// TCP port bases of the job step's cross-node phases; each adds `job_id % span` so that
+/// concurrent jobs sharing a node do not collide (see `docs/architecture.md`).
+pub mod ports {
+    /// The prolog's verdict rendezvous.
+    pub const RENDEZVOUS_BASE: u16 = 47_000;
+    /// The prolog's collective (`--fabric-check=full`, Slurm before 23.11).
+    pub const COLLECTIVE_BASE: u16 = 48_000;
+    /// The step gate's rendezvous and collective (Slurm 23.11+).
+    pub const STEP_GATE_BASE: u16 = 49_000;
+}
+
+/// Which job script the child runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Script {
+    /// Before the job: probe, policy, rendezvous, tag.
+    Prolog,
+    /// After the job: counter rises, records, run summary.
+    Epilog,
+}
+
+impl Script {
+    /// The subcommand name: `prolog` or `epilog`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Script::Prolog => "prolog",
+            Script::Epilog => "epilog",
+        }
+    }
+}
+
+impl fmt::Display for Script {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the job step's child answers the plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobStepExit {
+    /// The job may run on this node (also: the check could not look, which is not a failure).
+    Proceed,
+    /// This node failed its check and drained itself: the plugin fails the prolog, and Slurm
+    /// requeues the job elsewhere.
+    Drained,
+}
+
+impl JobStepExit {
+    /// The process exit code.
+    pub fn code(self) -> i32 {
+        match self {
+            JobStepExit::Proceed => 0,
+            JobStepExit::Drained => 2,
+        }
+    }
+
+    /// The answer an exit code means, if it is one of ours.
+    pub fn from_code(code: i32) -> Option<Self> {
+        match code {
+            0 => Some(JobStepExit::Proceed),
+            2 => Some(JobStepExit::Drained),
+            _ => None,
+        }
+    }
+
+    /// The decision line the child prints: `fabric-check-exit=N`.
+    pub fn line(self) -> String {
+        format!("{EXIT_MARKER}{}", self.code())
+    }
+
+    /// The last decision line in `output`, if any.
+    pub fn from_output(output: &str) -> Option<Self> {
+        output
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix(EXIT_MARKER))
+            .and_then(|c| c.trim().parse().ok())
+            .and_then(Self::from_code)
+    }
+
+    /// Whether `line` is a decision line (the plugin keeps those out of the slurmd log).
+    pub fn is_line(line: &str) -> bool {
+        line.starts_with(EXIT_MARKER)
+    }
+}
+
+/// `fabric-check prolog|epilog --job-id N --node X --nodes L --option M [--job-uid U] -- WORDS`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// Prolog or epilog.
+    pub script: Script,
+    /// The job id.
+    pub job_id: u32,
+    /// This node's name (`SLURMD_NODENAME`).
+    pub node: String,
+    /// The job's nodes, as a Slurm hostlist (`SLURM_JOB_NODELIST`).
+    pub nodes: String,
+    /// The job's `--fabric-check` value.
+    pub option: FabricMode,
+    /// The job owner's uid: `fabric-run` records must belong to it.
+    pub job_uid: Option<u32>,
+    /// The plugin's `plugstack.conf` words, after `--`.
+    pub plugin_args: Vec<String>,
+}
+
+/// Words that are not a job-step invocation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvocationError {
+    /// The first word is not `prolog` or `epilog`.
+    #[error("expected `prolog` or `epilog`, got {0:?}: this command is run by the SPANK plugin")]
+    Script(String),
+    /// A flag this version does not know.
+    #[error(
+        "unknown flag {0:?}: the plugin and fabric-check are of different versions; install both from one build"
+    )]
+    UnknownFlag(String),
+    /// A flag without its value.
+    #[error("{0} needs a value")]
+    MissingValue(&'static str),
+    /// A value that does not parse.
+    #[error("{flag} {value:?} is not a number")]
+    NotANumber {
+        /// The flag.
+        flag: &'static str,
+        /// What came.
+        value: String,
+    },
+    /// A bad `--option`.
+    #[error(transparent)]
+    Option(#[from] InvalidFabricMode),
+    /// A required flag is absent.
+    #[error("{0} is required")]
+    Required(&'static str),
+}
+
+impl Invocation {
+    /// The words after the program name.
+    pub fn to_argv(&self) -> Vec<String> {
+        let mut argv = vec![
+            self.script.as_str().to_owned(),
+            "--job-id".to_owned(),
+            self.job_id.to_string(),
+            "--node".to_owned(),
+            self.node.clone(),
+            "--nodes".to_owned(),
+            self.nodes.clone(),
+            "--option".to_owned(),
+            self.option.as_str().to_owned(),
+        ];
+        if let Some(uid) = self.job_uid {
+            argv.extend(["--job-uid".to_owned(), uid.to_string()]);
+        }
+        argv.push("--".to_owned());
+        argv.extend(self.plugin_args.iter().cloned());
+        argv
+    }
+
+    /// Parses the words after the program name (the inverse of [`Invocation::to_argv`]).
+    pub fn parse<I, S>(argv: I) -> Result<Self, InvocationError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut words = argv.into_iter().map(Into::into);
+        let script = match words.next().as_deref() {
+            Some("prolog") => Script::Prolog,
+            Some("epilog") => Script::Epilog,
+            other => return Err(InvocationError::Script(other.unwrap_or("").to_owned())),
+        };
+        Self::parse_flags(script, words)
+    }
+
+    /// Parses the flags of `script` (the subcommand word already taken).
+    pub fn parse_flags<I, S>(script: Script, words: I) -> Result<Self, InvocationError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut words = words.into_iter().map(Into::into);
+        let (mut job_id, mut node, mut nodes) = (None, None, None);
+        let (mut option, mut job_uid) = (FabricMode::Quick, None);
+        let mut plugin_args = Vec::new();
+        let number = |flag: &'static str, v: String| {
+            v.parse::<u32>()
+                .map_err(|_| InvocationError::NotANumber { flag, value: v })
+        };
+        while let Some(w) = words.next() {
+            let flag: &'static str = match w.as_str() {
+                "--" => {
+                    plugin_args.extend(words.by_ref());
+                    break;
+                }
+                "--job-id" => "--job-id",
+                "--node" => "--node",
+                "--nodes" => "--nodes",
+                "--option" => "--option",
+                "--job-uid" => "--job-uid",
+                _ => return Err(InvocationError::UnknownFlag(w)),
+            };
+            let v = words.next().ok_or(InvocationError::MissingValue(flag))?;
+            match flag {
+                "--job-id" => job_id = Some(number(flag, v)?),
+                "--node" => node = Some(v),
+                "--nodes" => nodes = Some(v),
+                "--option" => option = v.parse()?,
+                _ => job_uid = Some(number(flag, v)?),
+            }
+        }
+        Ok(Self {
+            script,
+            job_id: job_id.ok_or(InvocationError::Required("--job-id"))?,
+            node: node.ok_or(InvocationError::Required("--node"))?,
+            nodes: nodes.ok_or(InvocationError::Required("--nodes"))?,
+            option,
+            job_uid,
+            plugin_args,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Invocation {
+        Invocation {
+            script: Script::Prolog,
+            job_id: 42,
+            node: "n1".into(),
+            nodes: "n[1-4]".into(),
+            option: FabricMode::Full,
+            job_uid: Some(1000),
+            plugin_args: vec!["policy=enforce".into(), "--odd".into()],
+        }
+    }
+
+    #[test]
+    fn an_invocation_survives_its_own_argv() {
+        let inv = sample();
+        assert_eq!(Invocation::parse(inv.to_argv()).unwrap(), inv);
+        let epilog = Invocation {
+            script: Script::Epilog,
+            job_uid: None,
+            plugin_args: vec![],
+            ..inv
+        };
+        assert_eq!(Invocation::parse(epilog.to_argv()).unwrap(), epilog);
+    }
+
+    #[test]
+    fn words_after_the_separator_are_plugin_words_even_if_they_look_like_flags() {
+        let inv = Invocation::parse([
+            "epilog", "--job-id", "7", "--node", "a", "--nodes", "a", "--", "--job-id", "9",
+        ])
+        .unwrap();
+        assert_eq!(inv.job_id, 7);
+        assert_eq!(inv.plugin_args, ["--job-id", "9"]);
+        assert_eq!(
+            inv.option,
+            FabricMode::Quick,
+            "the option defaults to quick"
+        );
+    }
+
+    #[test]
+    fn a_bad_invocation_is_named() {
+        let err = |w: &[&str]| Invocation::parse(w.iter().copied()).unwrap_err();
+        assert_eq!(err(&["probe"]), InvocationError::Script("probe".into()));
+        assert_eq!(
+            err(&["prolog", "--node", "a", "--nodes", "a"]),
+            InvocationError::Required("--job-id")
+        );
+        assert_eq!(
+            err(&["prolog", "--job-id"]),
+            InvocationError::MissingValue("--job-id")
+        );
+        assert!(matches!(
+            err(&["prolog", "--job-id", "x"]),
+            InvocationError::NotANumber { .. }
+        ));
+        assert!(matches!(
+            err(&["prolog", "--option", "fast"]),
+            InvocationError::Option(_)
+        ));
+        assert_eq!(
+            err(&["prolog", "--verbose"]),
+            InvocationError::UnknownFlag("--verbose".into())
+        );
+    }
+
+    #[test]
+    fn the_decision_line_is_read_back_from_the_last_one_printed() {
+        let out = format!(
+            "probe: pass\n{}\nnoise\n{}\n",
+            JobStepExit::Proceed.line(),
+            JobStepExit::Drained.line()
+        );
+        assert_eq!(JobStepExit::from_output(&out), Some(JobStepExit::Drained));
+        assert_eq!(
+            JobStepExit::from_output("fabric-check-exit=7\n"),
+            None,
+            "not one of ours"
+        );
+        assert_eq!(JobStepExit::from_output("no line"), None);
+        assert!(JobStepExit::is_line(&JobStepExit::Drained.line()));
+    }
+
+    #[test]
+    fn exit_codes_round_trip() {
+        for e in [JobStepExit::Proceed, JobStepExit::Drained] {
+            assert_eq!(JobStepExit::from_code(e.code()), Some(e));
+        }
+        assert_eq!(JobStepExit::from_code(1), None);
+    }
+}

@@ -1,0 +1,27 @@
+//! `fabric-proto`: the contracts of fabric-check, i.e. everything that crosses a process boundary.
+//!
+//! The SPANK plugin (loaded into slurmd, slurmstepd, srun, sbatch) and the `fabric-run` wrapper
+//! depend on this crate alone; `fabric-core` builds the job step, probe and collective on it. It
+//! needs only serde, serde_json and thiserror, and has no `unsafe`.
+//!
+//! Crate map:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`verdict`] | [`verdict::Verdict`], [`verdict::Severity`], [`verdict::Finding`] |
+//! | [`check_id`] | every check id: the probe's and the job step's own (`probe.error`, ...) |
+//! | [`fabric_option`] | the `--fabric-check[=quick\|full\|off]` option value |
+//! | [`plugin_args`] | the `plugstack.conf` arguments: job mode, policy, limits, paths |
+//! | [`invocation`] | how the plugin runs the job step, its exit codes and decision line, `PATH` |
+//! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment`, and the run summary |
+//! | [`record`] | `fabric-run` JSON-lines records and their writer |
+//! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
+
+pub mod check_id;
+pub mod fabric_option;
+pub mod hostlist;
+pub mod invocation;
+pub mod plugin_args;
+pub mod record;
+pub mod tag;
+pub mod verdict;

@@ -1,0 +1,88 @@
+//! The plugin and the wrapper link the contract crate alone: slurmd, slurmstepd and srun load the
+//! plugin, and every job step runs the wrapper, so neither may pull in the heavy library.
+
+use std::process::Command;
+
+/// The packages `package` links (normal and build dependencies, any feature), one name a line.
+fn linked_packages(package: &str) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["tree", "--locked", "-p", package, "-e", "normal,build"])
+        .args(["--prefix", "none", "--format", "{p}", "--all-features"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+const HEAVY: &[&str] = &[
+    "fabric-core",
+    "fabric-report",
+    "plotters",
+    "rust_decimal",
+    "cudarc",
+    "rdma-sys",
+];
+
+#[test]
+fn the_spank_plugin_links_the_contract_crate_and_nothing_heavy() {
+    let linked = linked_packages("fabric-spank");
+    assert!(linked.iter().any(|p| p == "fabric-proto"), "{linked:?}");
+    for heavy in HEAVY {
+        assert!(
+            !linked.iter().any(|p| p == heavy),
+            "fabric-spank links {heavy}: {linked:?}"
+        );
+    }
+}
+
+#[test]
+fn the_wrapper_links_the_contract_crate_and_nothing_heavy() {
+    let linked = linked_packages("fabric-run");
+    assert!(linked.iter().any(|p| p == "fabric-proto"), "{linked:?}");
+    for heavy in HEAVY {
+        assert!(
+            !linked.iter().any(|p| p == heavy),
+            "fabric-run links {heavy}: {linked:?}"
+        );
+    }
+}
+
+#[test]
+fn the_contract_crate_needs_only_serde_and_thiserror() {
+    let direct = {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args([
+                "tree",
+                "--locked",
+                "-p",
+                "fabric-proto",
+                "-e",
+                "normal",
+                "--depth",
+                "1",
+            ])
+            .args(["--prefix", "none", "--format", "{p}"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("run cargo tree");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    let mut names = direct.clone();
+    names.sort();
+    assert_eq!(names, ["serde", "serde_json", "thiserror"], "{direct:?}");
+}

@@ -1,0 +1,267 @@
+//! `fabric-check accept`: nccl-tests results and pinned BOMs in, an acceptance report out.
+//!
+//! * [`nccl_text`] reads nccl-tests' stdout tables in every layout its versions printed (with or
+//!   without the `root` column, `error` or `#wrong`, per-iteration columns, `#`-less headers, MPI
+//!   launcher prefixes); [`nccl_json`] reads the `-J` JSON file (with per-iteration statistics
+//!   when `-I 1` was used). Both yield [`NcclRun`]s; broken input becomes a [`Problem`] with file
+//!   and line, never a panic.
+//! * [`analyse`] compares runs per message size (mean, spread, coefficient of variation,
+//!   outlier runs and ranks), checks the node and GPU count, the BOMs' consistency and the
+//!   [`thresholds::Thresholds`], and answers the purchase questions ([`questions`]) from evidence.
+//! * [`render`] produces the same formats as the cost report.
+
+pub mod analyse;
+pub mod bom;
+pub mod nccl_json;
+pub mod nccl_text;
+pub mod questions;
+pub mod render;
+pub mod thresholds;
+
+use serde::Serialize;
+
+/// A defect in an input: where, and what.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Problem {
+    /// The file.
+    pub file: String,
+    /// 1-based line (0 when the whole file is concerned).
+    pub line: u64,
+    /// What is wrong and what to do.
+    pub message: String,
+    /// `warn`: the input is used as far as it goes (a truncated run, an elided table, an
+    /// inferred header); `fail`: the input could not be used.
+    pub severity: &'static str,
+}
+
+impl Problem {
+    /// A problem that makes the input unusable.
+    pub fn fail(file: &str, line: u64, message: String) -> Self {
+        Self {
+            file: file.to_string(),
+            line,
+            message,
+            severity: "fail",
+        }
+    }
+
+    /// Whether the input is still used.
+    pub fn is_warning(&self) -> bool {
+        self.severity == "warn"
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.line > 0 {
+            write!(f, "{}:{}: {}", self.file, self.line, self.message)
+        } else {
+            write!(f, "{}: {}", self.file, self.message)
+        }
+    }
+}
+
+/// Per-iteration statistics (nccl-tests `-I 1`), microseconds and percent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct IterStats {
+    /// Fastest iteration.
+    pub min_us: Option<f64>,
+    /// Slowest iteration.
+    pub max_us: Option<f64>,
+    /// 95th percentile (JSON only).
+    pub p95_us: Option<f64>,
+    /// 99th percentile.
+    pub p99_us: Option<f64>,
+    /// Coefficient of variation across iterations.
+    pub cv_pct: Option<f64>,
+}
+
+/// One measurement (out-of-place or in-place) at one size.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Measure {
+    /// Average time per operation, microseconds.
+    pub time_us: f64,
+    /// Algorithm bandwidth, GB/s.
+    pub algbw_gbps: f64,
+    /// Bus bandwidth, GB/s.
+    pub busbw_gbps: f64,
+    /// Wrong elements; None when not checked (`N/A`) or when the column is the old `error`.
+    pub wrong: Option<f64>,
+    /// The old `error` column: the largest deviation from the expected result (`1e-06`), not
+    /// a count; its verdict is the footer's `Out of bounds values`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_error: Option<f64>,
+    /// Per-iteration statistics when present.
+    pub iter: Option<IterStats>,
+    /// Per-process mean of the per-iteration max times (JSON with several processes).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_process_mean_us: Vec<f64>,
+}
+
+/// One line of results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SizeRow {
+    /// Message size, bytes.
+    pub size_b: u64,
+    /// Element count.
+    pub count: u64,
+    /// Data type (`float`...).
+    pub dtype: String,
+    /// Reduction (`sum`, `none`...).
+    pub redop: String,
+    /// Root rank (-1 when not rooted; None in versions without the column).
+    pub root: Option<i64>,
+    /// Out-of-place result (absent in trace replay).
+    pub out_of_place: Option<Measure>,
+    /// In-place result.
+    pub in_place: Option<Measure>,
+    /// Line in the source file.
+    #[serde(skip)]
+    pub line: u64,
+}
+
+/// A rank's device as listed in the header.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Device {
+    /// Rank.
+    pub rank: u32,
+    /// Host name.
+    pub host: String,
+    /// CUDA device index.
+    pub device: u32,
+    /// Device name (`NVIDIA H100 80GB HBM3`).
+    pub name: String,
+}
+
+/// One nccl-tests run (one file).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct NcclRun {
+    /// The file.
+    pub file: String,
+    /// `text` or `json`.
+    pub form: &'static str,
+    /// The test binary (`all_reduce_perf`) when the output names it.
+    pub test: Option<String>,
+    /// nccl-tests version line or NCCL version, when printed.
+    pub version: Option<String>,
+    /// Ranks listed.
+    pub devices: Vec<Device>,
+    /// Result rows.
+    pub rows: Vec<SizeRow>,
+    /// `Out of bounds values` count from the footer.
+    pub out_of_bounds: Option<u64>,
+    /// The average bus bandwidth, GB/s: the footer's `Avg bus bandwidth` when the output has
+    /// one, else the mean over the rows read ([`NcclRun::avg_busbw_from_rows`]).
+    pub avg_busbw_gbps: Option<f64>,
+    /// Whether `avg_busbw_gbps` is the footer's.
+    pub avg_busbw_from_footer: bool,
+}
+
+impl NcclRun {
+    /// Distinct hosts among the ranks.
+    pub fn hosts(&self) -> std::collections::BTreeSet<&str> {
+        self.devices.iter().map(|d| d.host.as_str()).collect()
+    }
+
+    /// Ranks in the run: the highest rank listed plus one (a device list elided with `...`
+    /// lists fewer), 0 when none is listed.
+    pub fn rank_count(&self) -> usize {
+        let distinct: std::collections::BTreeSet<u32> =
+            self.devices.iter().map(|d| d.rank).collect();
+        distinct
+            .last()
+            .map_or(0, |m| (*m as usize + 1).max(distinct.len()))
+    }
+
+    /// Whether every rank up to the highest one is listed (no `...` gap, no cut list).
+    pub fn device_list_complete(&self) -> bool {
+        let distinct: std::collections::BTreeSet<u32> =
+            self.devices.iter().map(|d| d.rank).collect();
+        distinct.len() == self.rank_count()
+    }
+
+    /// The mean bus bandwidth over every out-of-place and in-place result of the rows, as
+    /// nccl-tests computes its `Avg bus bandwidth` footer (from the printed, rounded values).
+    pub fn avg_busbw_from_rows(&self) -> Option<f64> {
+        let v: Vec<f64> = self
+            .rows
+            .iter()
+            .flat_map(|r| [r.out_of_place.as_ref(), r.in_place.as_ref()])
+            .flatten()
+            .map(|m| m.busbw_gbps)
+            .filter(|b| b.is_finite())
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+
+    /// The collective: the binary named by the output (`all_reduce_perf` → `all_reduce`), else
+    /// what the rows show — `redop`, `root` and busbw/algbw (2(n−1)/n for all_reduce, (n−1)/n for
+    /// all_gather, reduce_scatter and alltoall, 1 for broadcast, reduce and sendrecv); in-place
+    /// alltoall is not validated (`N/A`). `None` when it cannot be told.
+    pub fn collective(&self) -> Option<String> {
+        if let Some(t) = &self.test {
+            return Some(t.trim_end_matches("_perf").to_string());
+        }
+        let r = self
+            .rows
+            .iter()
+            .filter(|r| r.out_of_place.as_ref().is_some_and(|m| m.algbw_gbps >= 1.0))
+            .max_by_key(|r| r.size_b)
+            .or_else(|| self.rows.iter().max_by_key(|r| r.size_b))?;
+        let m = r.out_of_place.as_ref()?;
+        let f = m.busbw_gbps / m.algbw_gbps;
+        let n = self.rank_count() as f64;
+        let near = |want: f64| (f - want).abs() < 0.02 * want.max(0.05);
+        let rooted = r.root.is_some_and(|x| x >= 0);
+        let reducing = r.redop != "none";
+        let ip_unchecked =
+            r.in_place.as_ref().is_some_and(|m| m.wrong.is_none()) && m.wrong.is_some();
+        Some(
+            match () {
+                _ if rooted && reducing => "reduce",
+                _ if rooted => "broadcast, scatter or gather",
+                _ if reducing && n > 1.0 && near(2.0 * (n - 1.0) / n) => "all_reduce",
+                _ if reducing && n > 1.0 && near((n - 1.0) / n) => "reduce_scatter",
+                _ if reducing && n == 0.0 && f > 1.0 => "all_reduce",
+                _ if !reducing && ip_unchecked => "alltoall",
+                _ if !reducing && near(1.0) => "sendrecv",
+                _ if !reducing => "all_gather or alltoall",
+                _ if r.root.is_none() => "all_reduce or reduce_scatter",
+                _ => return None,
+            }
+            .to_string(),
+        )
+    }
+}
+
+/// Reads one file of either form (JSON when its first non-blank byte is `{`).
+pub fn read_run(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
+    if text.trim_start().starts_with('{') {
+        nccl_json::parse(file, text)
+    } else {
+        nccl_text::parse(file, text)
+    }
+}
+
+/// Parses a size like `8G`, `256M`, `4K` or `1048576` (powers of 1024, as nccl-tests' `-b/-e`).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last()? {
+        'K' | 'k' => (&s[..s.len() - 1], 1u64 << 10),
+        'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
+        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
+        'T' | 't' => (&s[..s.len() - 1], 1 << 40),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+/// Writes bytes the way nccl-tests' `-b/-e` accept them (`8G`, `512M`, `4K`, `12`).
+pub fn fmt_size(b: u64) -> String {
+    for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
+        if b >= 1 << shift && b % (1 << shift) == 0 {
+            return format!("{}{unit}", b >> shift);
+        }
+    }
+    b.to_string()
+}

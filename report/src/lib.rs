@@ -1,0 +1,17 @@
+//! `fabric-report`: what platform leads and buyers read, kept apart from the node-side library.
+//!
+//! Crate map:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`cost`] | the cost model: cost per accepted run, from a TOML cost file |
+//! | [`report`] | `fabric-check report`: sacct parsing (JSON and `-P`) and side-by-side reports |
+//! | [`accept`] | `fabric-check accept`: nccl-tests parsing and the acceptance report |
+//!
+//! It depends on `fabric-core` only for the job tag and the bill of materials; neither the SPANK
+//! plugin nor the wrapper links it, so plotters and rust_decimal stay out of the `.so`.
+//! No `unsafe` here.
+
+pub mod accept;
+pub mod cost;
+pub mod report;

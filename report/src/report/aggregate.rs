@@ -1,0 +1,791 @@
+//! Folding job records into per-group figures, then into the report (definitions in
+//! `docs/cost-model.md`).
+//!
+//! Every job record lands in exactly one class, so no GPU-second is counted twice:
+//!
+//! | class | which records | counted as |
+//! |---|---|---|
+//! | live | RUNNING, PENDING, SUSPENDED | skipped (not finished) |
+//! | requeued attempt | REQUEUED, PREEMPTED | waste |
+//! | failed | FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, or COMPLETED with a run summary that is not accepted | waste |
+//! | cancelled | CANCELLED | neither useful nor waste (a person chose to stop it) |
+//! | finished | COMPLETED otherwise | useful, minus the retry share below |
+//!
+//! Retry waste inside a finished job: `fabric-run` relaunched the command `retries` times; the
+//! summary has the total wall time only, so the attempts are taken as equally long and
+//! `retries / (retries + 1)` of the job's GPU time is waste (an estimate, labelled as such).
+
+use std::collections::BTreeMap;
+
+use rust_decimal::Decimal;
+use rust_decimal::prelude::FromPrimitive;
+use serde::Serialize;
+
+use super::{GroupBy, JobRecord, JobState, TagState};
+use crate::cost::{self, CostBreakdown, CostFile, UsageFigures};
+use fabric_core::tag::Verdict;
+
+/// What to fold and how.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// The grouping field.
+    pub group_by: GroupBy,
+    /// The window `[start, end)` in Unix seconds; jobs are clipped to it. None: the span of the
+    /// data (earliest start to latest end).
+    pub window: Option<(i64, i64)>,
+}
+
+/// GPU time, with the part from jobs whose TRES carry no GPU kept as node time until the cost
+/// file says how many GPUs a node has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct GpuTime {
+    /// GPU-seconds of jobs with `gres/gpu` in their TRES.
+    pub gpu_s: u64,
+    /// Node-seconds of jobs without.
+    pub nogpu_node_s: u64,
+}
+
+impl GpuTime {
+    fn add(&mut self, gpus: Option<u32>, nnodes: u32, secs: u64) {
+        match gpus {
+            Some(g) => self.gpu_s += u64::from(g) * secs,
+            None => self.nogpu_node_s += u64::from(nnodes) * secs,
+        }
+    }
+    fn merge(&mut self, o: &Self) {
+        self.gpu_s += o.gpu_s;
+        self.nogpu_node_s += o.nogpu_node_s;
+    }
+    /// GPU-seconds, counting `gpus_per_node` for jobs without GPU TRES (0 when unknown).
+    pub fn resolve(&self, gpus_per_node: Option<u32>) -> u64 {
+        self.gpu_s + self.nogpu_node_s * u64::from(gpus_per_node.unwrap_or(0))
+    }
+}
+
+/// A sum of `f64`s kept exactly (a fixed-point integer wide enough for every finite `f64`) and
+/// rounded once when read, so it is the same whatever order the terms came in: the report does
+/// not depend on how jobs were split among threads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExactSum {
+    /// Bit `32 * i + k` of the sum, scaled by 2^1074, is bit `k` of `limbs[i]`; a limb may run
+    /// past 32 bits (or below 0) between normalisations.
+    limbs: [i64; EXACT_LIMBS],
+    /// Terms added since the last normalisation.
+    pending: u32,
+    /// Sum of the non-finite terms (the exact part ignores them).
+    nonfinite: f64,
+}
+
+/// 2098 bits cover `f64`'s range (2^-1074 to 2^1024), with room for 2^64 carries.
+const EXACT_LIMBS: usize = 68;
+
+impl Default for ExactSum {
+    fn default() -> Self {
+        Self {
+            limbs: [0; EXACT_LIMBS],
+            pending: 0,
+            nonfinite: 0.0,
+        }
+    }
+}
+
+impl ExactSum {
+    /// Adds a term.
+    pub fn add(&mut self, v: f64) {
+        if !v.is_finite() {
+            self.nonfinite += v;
+            return;
+        }
+        if v == 0.0 {
+            return;
+        }
+        let bits = v.to_bits();
+        let exp = ((bits >> 52) & 0x7ff) as i64;
+        let frac = bits & ((1u64 << 52) - 1);
+        // v = mant * 2^(shift - 1074)
+        let (mant, shift) = if exp == 0 {
+            (frac, 0)
+        } else {
+            (frac | (1u64 << 52), (exp - 1) as usize)
+        };
+        let wide = u128::from(mant) << (shift % 32);
+        let at = shift / 32;
+        let sign = if v < 0.0 { -1 } else { 1 };
+        for k in 0..3 {
+            let part = ((wide >> (32 * k)) & 0xffff_ffff) as i64;
+            self.limbs[at + k] += sign * part;
+        }
+        self.pending += 1;
+        if self.pending >= 1 << 30 {
+            self.normalise();
+        }
+    }
+
+    /// Adds another sum.
+    pub fn merge(&mut self, o: &Self) {
+        let mut o = o.clone();
+        o.normalise();
+        self.normalise();
+        for (a, b) in self.limbs.iter_mut().zip(o.limbs) {
+            *a += b;
+        }
+        self.nonfinite += o.nonfinite;
+        self.normalise();
+    }
+
+    /// Carries so that every limb but the last is in `0..2^32`.
+    fn normalise(&mut self) {
+        let mut carry = 0i64;
+        for l in self.limbs.iter_mut() {
+            let v = *l + carry;
+            *l = v & 0xffff_ffff;
+            carry = v >> 32;
+        }
+        self.limbs[EXACT_LIMBS - 1] += carry << 32;
+        self.pending = 0;
+    }
+
+    /// The sum, rounded to the nearest `f64` (ties to even).
+    pub fn value(&self) -> f64 {
+        let mut n = self.clone();
+        n.normalise();
+        if n.nonfinite != 0.0 {
+            return n.nonfinite;
+        }
+        let negative = n.limbs[EXACT_LIMBS - 1] < 0;
+        if negative {
+            // Two's complement across the limbs.
+            let mut carry = 1i64;
+            for l in n.limbs.iter_mut() {
+                let v = (!*l & 0xffff_ffff) + carry;
+                *l = v & 0xffff_ffff;
+                carry = v >> 32;
+            }
+        }
+        let Some(top) = n.limbs.iter().rposition(|l| *l != 0) else {
+            return 0.0;
+        };
+        // The top three limbs (at least 65 significant bits), the rest folded into a sticky bit
+        // far below the rounding point, so one conversion rounds correctly.
+        let low = top.saturating_sub(2);
+        let mut wide: u128 = 0;
+        for k in (low..=top).rev() {
+            wide = (wide << 32) | n.limbs[k] as u128;
+        }
+        if n.limbs[..low].iter().any(|l| *l != 0) {
+            wide |= 1;
+        }
+        let e = 32 * low as i32 - 1074;
+        // Exact scalings; only a subnormal result could be rounded twice.
+        let magnitude = if e >= -1022 {
+            wide as f64 * pow2(e)
+        } else {
+            wide as f64 * pow2(e + 512) * pow2(-512)
+        };
+        if negative { -magnitude } else { magnitude }
+    }
+}
+
+/// 2^e for a normal exponent (-1022..=1023).
+fn pow2(e: i32) -> f64 {
+    f64::from_bits(((e + 1023) as u64) << 52)
+}
+
+/// Running totals for one group; merge two with [`GroupAcc::merge`].
+#[derive(Debug, Clone, Default)]
+pub struct GroupAcc {
+    /// Records seen (finished or not).
+    pub records: u64,
+    /// Records skipped because the job has not ended.
+    pub live: u64,
+    /// Finished records with a run summary (the acceptance-rate denominator).
+    pub runs: u64,
+    /// Accepted and on time.
+    pub accepted: u64,
+    /// Accepted but late.
+    pub late: u64,
+    /// Accepted outputs summed over accepted runs; None when no run counted outputs.
+    pub outputs: Option<u64>,
+    /// GPU time allocated (clipped to the window).
+    pub allocated: GpuTime,
+    /// GPU time of failed jobs.
+    pub failed: GpuTime,
+    /// GPU time of requeued or preempted attempts.
+    pub requeued: GpuTime,
+    /// Estimated GPU time of wrapper retries inside finished jobs.
+    pub retry: GpuTime,
+    /// GPU time of cancelled jobs.
+    pub cancelled: GpuTime,
+    /// Node-seconds allocated.
+    pub node_s: u64,
+    /// Sum of queue waits (start − eligible), seconds, over started jobs.
+    pub wait_s: u64,
+    /// Started jobs with a known eligible time.
+    pub wait_n: u64,
+    /// Node drains recorded in tags.
+    pub drains: u64,
+    /// Drains by first failing check.
+    pub drain_reasons: BTreeMap<String, u64>,
+    /// Drains by day (days since 1970-01-01).
+    pub drains_by_day: BTreeMap<i64, u64>,
+    /// Per-run median step times, seconds.
+    pub step_p50_s: Vec<f32>,
+    /// Per-run p95 step times, seconds.
+    pub step_p95_s: Vec<f32>,
+    /// Checkpoint write seconds over runs with a summary.
+    pub ckpt_s: ExactSum,
+    /// Wall seconds of those runs.
+    pub run_s: ExactSum,
+    /// Wrapper retries.
+    pub retries: u64,
+    /// Requeues (tag or `restart_cnt`, whichever is larger per job).
+    pub requeues: u64,
+    /// Jobs whose probe verdict was fail or error.
+    pub verdicts: BTreeMap<Verdict, u64>,
+    /// Records per state.
+    pub states: BTreeMap<JobState, u64>,
+    /// Records without a tag.
+    pub tag_absent: u64,
+    /// Records whose tag could not be decoded.
+    pub tag_unreadable: u64,
+    /// Earliest start seen.
+    pub first_start_s: i64,
+    /// Latest end seen.
+    pub last_end_s: i64,
+}
+
+impl GroupAcc {
+    /// Adds one record.
+    pub fn add(&mut self, job: &JobRecord, window: Option<(i64, i64)>) {
+        self.records += 1;
+        *self.states.entry(job.state).or_insert(0) += 1;
+        if job.state.is_live() {
+            self.live += 1;
+            return;
+        }
+        let secs = match window {
+            None => job.elapsed_s,
+            Some((w0, w1)) if job.start_s > 0 => {
+                let end = if job.end_s > 0 {
+                    job.end_s
+                } else {
+                    job.start_s + job.elapsed_s as i64
+                };
+                let overlap = (end.min(w1) - job.start_s.max(w0)).max(0) as u64;
+                overlap.min(job.elapsed_s.max(overlap))
+            }
+            Some(_) => 0,
+        };
+        if job.start_s > 0 {
+            if self.first_start_s == 0 || job.start_s < self.first_start_s {
+                self.first_start_s = job.start_s;
+            }
+            if job.eligible_s > 0 && job.start_s >= job.eligible_s {
+                self.wait_s += (job.start_s - job.eligible_s) as u64;
+                self.wait_n += 1;
+            }
+        }
+        self.last_end_s = self.last_end_s.max(job.end_s);
+        self.allocated.add(job.gpus, job.nnodes, secs);
+        self.node_s += u64::from(job.nnodes) * secs;
+
+        let tag = match &job.tag {
+            TagState::Present(t) => Some(t.as_ref()),
+            TagState::Absent => {
+                self.tag_absent += 1;
+                None
+            }
+            TagState::Unreadable(_) => {
+                self.tag_unreadable += 1;
+                None
+            }
+        };
+        let run = tag.and_then(|t| t.run.as_ref());
+        let mut requeues = u64::from(job.restarts);
+        if let Some(t) = tag {
+            if let Some(v) = t.verdict {
+                *self.verdicts.entry(v).or_insert(0) += 1;
+            }
+            let day = t
+                .probed_at
+                .map_or(job.start_s, |p| p as i64)
+                .div_euclid(86_400);
+            for (_, reason) in &t.drained {
+                self.drains += 1;
+                *self.drain_reasons.entry(reason.clone()).or_insert(0) += 1;
+                *self.drains_by_day.entry(day).or_insert(0) += 1;
+            }
+        }
+        match job.state {
+            JobState::Requeued | JobState::Preempted => {
+                self.requeued.add(job.gpus, job.nnodes, secs);
+                return;
+            }
+            JobState::Cancelled => {
+                self.cancelled.add(job.gpus, job.nnodes, secs);
+            }
+            s if s.is_failure() => self.failed.add(job.gpus, job.nnodes, secs),
+            _ => {}
+        }
+        if let Some(run) = run {
+            self.runs += 1;
+            requeues = requeues.max(run.requeues);
+            self.retries += run.retries;
+            if let Some(p) = run.step_p50_s {
+                self.step_p50_s.push(p as f32);
+            }
+            if let Some(p) = run.step_p95_s {
+                self.step_p95_s.push(p as f32);
+            }
+            self.ckpt_s.add(run.ckpt_total_s);
+            self.run_s.add(run.duration_s);
+            if job.state == JobState::Completed {
+                if run.accepted && run.on_time {
+                    self.accepted += 1;
+                    if let Some(o) = run.outputs {
+                        self.outputs = Some(self.outputs.unwrap_or(0) + o);
+                    }
+                } else if run.accepted {
+                    self.late += 1;
+                } else {
+                    self.failed.add(job.gpus, job.nnodes, secs);
+                }
+                if run.accepted && run.retries > 0 {
+                    let waste = secs * run.retries / (run.retries + 1);
+                    self.retry.add(job.gpus, job.nnodes, waste);
+                }
+            }
+        }
+        self.requeues += requeues;
+    }
+
+    /// Adds another accumulator's totals.
+    pub fn merge(&mut self, o: GroupAcc) {
+        self.records += o.records;
+        self.live += o.live;
+        self.runs += o.runs;
+        self.accepted += o.accepted;
+        self.late += o.late;
+        self.outputs = match (self.outputs, o.outputs) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        self.allocated.merge(&o.allocated);
+        self.failed.merge(&o.failed);
+        self.requeued.merge(&o.requeued);
+        self.retry.merge(&o.retry);
+        self.cancelled.merge(&o.cancelled);
+        self.node_s += o.node_s;
+        self.wait_s += o.wait_s;
+        self.wait_n += o.wait_n;
+        self.drains += o.drains;
+        for (k, v) in o.drain_reasons {
+            *self.drain_reasons.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in o.drains_by_day {
+            *self.drains_by_day.entry(k).or_insert(0) += v;
+        }
+        self.step_p50_s.extend(o.step_p50_s);
+        self.step_p95_s.extend(o.step_p95_s);
+        self.ckpt_s.merge(&o.ckpt_s);
+        self.run_s.merge(&o.run_s);
+        self.retries += o.retries;
+        self.requeues += o.requeues;
+        for (k, v) in o.verdicts {
+            *self.verdicts.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in o.states {
+            *self.states.entry(k).or_insert(0) += v;
+        }
+        self.tag_absent += o.tag_absent;
+        self.tag_unreadable += o.tag_unreadable;
+        if o.first_start_s > 0 && (self.first_start_s == 0 || o.first_start_s < self.first_start_s)
+        {
+            self.first_start_s = o.first_start_s;
+        }
+        self.last_end_s = self.last_end_s.max(o.last_end_s);
+    }
+}
+
+/// Accumulators for every group.
+#[derive(Debug, Clone, Default)]
+pub struct Acc {
+    /// By group value.
+    pub groups: BTreeMap<String, GroupAcc>,
+}
+
+impl Acc {
+    /// Adds one record under its group.
+    pub fn add(&mut self, job: JobRecord, opts: &Options) {
+        let key = job.field(opts.group_by);
+        match self.groups.get_mut(key) {
+            Some(g) => g.add(&job, opts.window),
+            None => {
+                let mut g = GroupAcc::default();
+                g.add(&job, opts.window);
+                self.groups.insert(key.to_string(), g);
+            }
+        }
+    }
+
+    /// Merges per-thread accumulators.
+    pub fn merge_all(accs: Vec<Acc>) -> Acc {
+        let mut out = Acc::default();
+        for a in accs {
+            for (k, g) in a.groups {
+                out.groups.entry(k).or_default().merge(g);
+            }
+        }
+        out
+    }
+}
+
+/// The report's window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Window {
+    /// Start, Unix seconds.
+    pub start_s: i64,
+    /// End, Unix seconds.
+    pub end_s: i64,
+    /// Length, hours.
+    pub hours: Decimal,
+    /// `given` (from --start/--end) or `data` (span of the jobs).
+    pub source: &'static str,
+}
+
+/// A value with the sample it was computed from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Sampled {
+    /// The value (None when the sample is empty).
+    pub value: Option<f64>,
+    /// Sample size.
+    pub n: u64,
+}
+
+/// One group's figures (one column of the side-by-side table).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupReport {
+    /// The group value (partition name...).
+    pub name: String,
+    /// The cost entry used, if any.
+    pub cost_entry: Option<String>,
+    /// Job records read.
+    pub records: u64,
+    /// Records skipped as not finished.
+    pub live: u64,
+    /// Runs judged (finished, with a run summary).
+    pub runs: u64,
+    /// Accepted runs (accepted and on time).
+    pub accepted_runs: u64,
+    /// Accepted but late.
+    pub late_runs: u64,
+    /// Accepted outputs, when counted.
+    pub accepted_outputs: Option<u64>,
+    /// `accepted_runs / runs`, percent.
+    pub acceptance_rate_pct: Sampled,
+    /// GPU-hours allocated in the window.
+    pub allocated_gpu_h: Decimal,
+    /// GPU-hours of failed jobs.
+    pub failed_gpu_h: Decimal,
+    /// GPU-hours of requeued or preempted attempts.
+    pub requeued_gpu_h: Decimal,
+    /// Estimated GPU-hours of wrapper retries.
+    pub retry_gpu_h: Decimal,
+    /// Failed + requeued + retry.
+    pub waste_gpu_h: Decimal,
+    /// Waste as a percentage of allocated GPU-hours.
+    pub waste_pct: Option<Decimal>,
+    /// GPU-hours of cancelled jobs.
+    pub cancelled_gpu_h: Decimal,
+    /// Allocated − waste.
+    pub useful_gpu_h: Decimal,
+    /// Installed GPU-hours (needs a cost entry).
+    pub capacity_gpu_h: Option<Decimal>,
+    /// Capacity − allocated (needs a cost entry).
+    pub idle_gpu_h: Option<Decimal>,
+    /// Useful / capacity, percent (needs a cost entry).
+    pub useful_utilisation_pct: Option<Decimal>,
+    /// Mean queue wait, hours.
+    pub mean_queue_wait_h: Sampled,
+    /// Node-hours allocated.
+    pub node_h: Decimal,
+    /// Node drains recorded in tags.
+    pub drains: u64,
+    /// Drains per 1000 allocated node-hours.
+    pub drains_per_1000_node_h: Option<Decimal>,
+    /// Drain reasons, most frequent first.
+    pub top_drain_reasons: Vec<(String, u64)>,
+    /// Drains per day (`YYYY-MM-DD`).
+    pub drains_by_day: Vec<(String, u64)>,
+    /// Median over runs of each run's median step time, seconds.
+    pub step_p50_s: Sampled,
+    /// Median over runs of each run's p95 step time, seconds.
+    pub step_p95_s: Sampled,
+    /// Checkpoint seconds / run wall seconds, percent.
+    pub checkpoint_share_pct: Sampled,
+    /// Wrapper retries.
+    pub retries: u64,
+    /// Slurm requeues.
+    pub requeues: u64,
+    /// Probe verdicts of tagged jobs.
+    pub verdicts: BTreeMap<Verdict, u64>,
+    /// Records per state.
+    pub states: BTreeMap<JobState, u64>,
+    /// Records without a tag.
+    pub untagged: u64,
+    /// Records with an unreadable tag.
+    pub unreadable_tags: u64,
+    /// True when GPU counts came from the cost file's `gpus_per_node`.
+    pub gpus_from_cost_file: bool,
+    /// The cost breakdown (needs a cost entry).
+    pub cost: Option<CostBreakdown>,
+    /// Per-run step p50 samples (for the distribution chart).
+    #[serde(skip)]
+    pub step_samples_s: Vec<f32>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// Schema id of the JSON form.
+    pub schema: &'static str,
+    /// The grouping field.
+    pub group_by: GroupBy,
+    /// The window.
+    pub window: Window,
+    /// Currency of the cost figures.
+    pub currency: String,
+    /// One entry per group value, by name.
+    pub groups: Vec<GroupReport>,
+}
+
+fn h(s: u64) -> Decimal {
+    cost::gpu_s_to_h(s)
+}
+
+fn median(v: &mut [f32]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f32::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        f64::from(v[n / 2])
+    } else {
+        (f64::from(v[n / 2 - 1]) + f64::from(v[n / 2])) / 2.0
+    })
+}
+
+fn pct(num: Decimal, den: Decimal) -> Option<Decimal> {
+    (!den.is_zero()).then(|| num * Decimal::from(100) / den)
+}
+
+/// Day number to `YYYY-MM-DD` (inverse of days_from_civil).
+pub fn civil_from_days(z: i64) -> String {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    format!("{:04}-{:02}-{:02}", if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Turns accumulators into the report, pricing each group with its cost entry.
+pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
+    let (start_s, end_s, source) = match opts.window {
+        Some((a, b)) => (a, b, "given"),
+        None => {
+            let a = acc
+                .groups
+                .values()
+                .map(|g| g.first_start_s)
+                .filter(|s| *s > 0)
+                .min()
+                .unwrap_or(0);
+            let b = acc.groups.values().map(|g| g.last_end_s).max().unwrap_or(0);
+            (a, b.max(a), "data")
+        }
+    };
+    let window_h = Decimal::from(end_s - start_s) / Decimal::from(3600);
+    let currency = costs.map_or_else(|| "USD".to_string(), |c| c.currency.clone());
+    let groups = acc
+        .groups
+        .into_iter()
+        .map(|(name, mut g)| {
+            let entry = costs.and_then(|c| c.entry_for(&name));
+            let gpn = entry.and_then(|(_, e)| e.gpus_per_node);
+            let allocated_s = g.allocated.resolve(gpn);
+            let waste_s = g.failed.resolve(gpn) + g.requeued.resolve(gpn) + g.retry.resolve(gpn);
+            let allocated_gpu_h = h(allocated_s);
+            let waste_gpu_h = h(waste_s);
+            let node_h = Decimal::from(g.node_s) / Decimal::from(3600);
+            let cost = entry.map(|(_, e)| {
+                cost::compute(
+                    &currency,
+                    e,
+                    window_h,
+                    &UsageFigures {
+                        allocated_gpu_s: allocated_s,
+                        waste_gpu_s: waste_s,
+                        drains: g.drains,
+                        accepted_runs: g.accepted,
+                        accepted_outputs: g.outputs,
+                    },
+                )
+            });
+            let mut reasons: Vec<(String, u64)> = g.drain_reasons.into_iter().collect();
+            reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let n50 = g.step_p50_s.len() as u64;
+            // Sorted by the median: the samples come out in the same order whatever threads
+            // read them.
+            let p50 = median(&mut g.step_p50_s);
+            let step_samples_s = g.step_p50_s.clone();
+            let n95 = g.step_p95_s.len() as u64;
+            GroupReport {
+                cost_entry: entry.map(|(n, _)| n.to_string()),
+                records: g.records,
+                live: g.live,
+                runs: g.runs,
+                accepted_runs: g.accepted,
+                late_runs: g.late,
+                accepted_outputs: g.outputs,
+                acceptance_rate_pct: Sampled {
+                    value: (g.runs > 0).then(|| g.accepted as f64 * 100.0 / g.runs as f64),
+                    n: g.runs,
+                },
+                allocated_gpu_h,
+                failed_gpu_h: h(g.failed.resolve(gpn)),
+                requeued_gpu_h: h(g.requeued.resolve(gpn)),
+                retry_gpu_h: h(g.retry.resolve(gpn)),
+                waste_gpu_h,
+                waste_pct: pct(waste_gpu_h, allocated_gpu_h),
+                cancelled_gpu_h: h(g.cancelled.resolve(gpn)),
+                useful_gpu_h: (allocated_gpu_h - waste_gpu_h).max(Decimal::ZERO),
+                capacity_gpu_h: cost.as_ref().map(|c| c.capacity_gpu_h),
+                idle_gpu_h: cost.as_ref().map(|c| c.idle_gpu_h),
+                useful_utilisation_pct: cost
+                    .as_ref()
+                    .and_then(|c| pct(c.useful_gpu_h, c.capacity_gpu_h)),
+                mean_queue_wait_h: Sampled {
+                    value: (g.wait_n > 0).then(|| g.wait_s as f64 / g.wait_n as f64 / 3600.0),
+                    n: g.wait_n,
+                },
+                node_h,
+                drains: g.drains,
+                drains_per_1000_node_h: (!node_h.is_zero())
+                    .then(|| Decimal::from(g.drains) * Decimal::from(1000) / node_h),
+                top_drain_reasons: reasons,
+                drains_by_day: g
+                    .drains_by_day
+                    .into_iter()
+                    .map(|(d, n)| (civil_from_days(d), n))
+                    .collect(),
+                step_p50_s: Sampled { value: p50, n: n50 },
+                step_p95_s: Sampled {
+                    value: median(&mut g.step_p95_s),
+                    n: n95,
+                },
+                checkpoint_share_pct: Sampled {
+                    value: {
+                        let (ckpt_s, run_s) = (g.ckpt_s.value(), g.run_s.value());
+                        (run_s > 0.0).then(|| ckpt_s * 100.0 / run_s)
+                    },
+                    n: g.runs,
+                },
+                retries: g.retries,
+                requeues: g.requeues,
+                verdicts: g.verdicts,
+                states: g.states,
+                untagged: g.tag_absent,
+                unreadable_tags: g.tag_unreadable,
+                gpus_from_cost_file: g.allocated.nogpu_node_s > 0 && gpn.is_some(),
+                cost,
+                step_samples_s,
+                name,
+            }
+        })
+        .collect();
+    Report {
+        schema: "fabric-check/report/v1",
+        group_by: opts.group_by,
+        window: Window {
+            start_s,
+            end_s,
+            hours: window_h,
+            source,
+        },
+        currency,
+        groups,
+    }
+}
+
+/// Converts a float to a Decimal for display arithmetic (None for non-finite).
+pub fn dec(v: f64) -> Option<Decimal> {
+    Decimal::from_f64(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exact_sum_is_the_same_in_any_order_and_rounds_once() {
+        let terms: Vec<f64> = (0..2000)
+            .map(|i| {
+                f64::from(i) * 0.1 + 1e-3 / f64::from(i + 1) - if i % 7 == 0 { 55.5 } else { 0.0 }
+            })
+            .chain([1e300, -1e300, 5e-324, 3.0e-310, 0.1, 0.2])
+            .collect();
+        let mut forward = ExactSum::default();
+        terms.iter().for_each(|t| forward.add(*t));
+        let mut parts = [
+            ExactSum::default(),
+            ExactSum::default(),
+            ExactSum::default(),
+        ];
+        for (i, t) in terms.iter().rev().enumerate() {
+            parts[i % 3].add(*t);
+        }
+        let mut merged = ExactSum::default();
+        parts.iter().for_each(|p| merged.merge(p));
+        assert_eq!(forward.value().to_bits(), merged.value().to_bits());
+        // A running sum loses the 1.0 (1e16 + 1 rounds back to 1e16); the exact one keeps it.
+        let mut s = ExactSum::default();
+        for v in [1e16, 1.0, -1e16] {
+            s.add(v);
+        }
+        assert_eq!(s.value(), 1.0);
+        let mut s = ExactSum::default();
+        s.add(0.1);
+        s.add(0.2);
+        assert_eq!(s.value(), 0.1 + 0.2);
+        let mut s = ExactSum::default();
+        for v in [1.5, 2.25, -0.75, 1e-3] {
+            s.add(v);
+        }
+        assert_eq!(s.value(), 1.5 + 2.25 - 0.75 + 1e-3);
+        let mut s = ExactSum::default();
+        s.add(-2.5);
+        s.add(1.0);
+        assert_eq!(s.value(), -1.5);
+        assert_eq!(ExactSum::default().value(), 0.0);
+        let mut s = ExactSum::default();
+        s.add(f64::MAX);
+        s.add(f64::MAX);
+        assert_eq!(s.value(), f64::INFINITY);
+    }
+
+    #[test]
+    fn day_numbers_round_trip_to_dates() {
+        assert_eq!(civil_from_days(0), "1970-01-01");
+        assert_eq!(civil_from_days(19_844), "2024-05-01");
+        assert_eq!(
+            super::super::sacct_text::days_from_civil(2024, 5, 1),
+            19_844
+        );
+    }
+}

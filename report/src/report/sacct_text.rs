@@ -1,0 +1,605 @@
+//! Reader of `sacct -P` (parsable) text: a header line of field names, then one `|`-separated line
+//! per job or step.
+//!
+//! The columns are found by name in the header, so any order works; [`FIELDS`] is what
+//! `fabric-check report` asks for when it runs sacct itself. Output made with `--noheader` is
+//! read when the caller names its columns ([`TextLayout::columns`], the `--format` list that
+//! produced it); without them such input is refused with the command to rerun. Layouts seen on
+//! real clusters and read: any delimiter (`--delimiter=☃`; found from the header, or given),
+//! `--parsable` (a trailing delimiter on every line) as well as `--parsable2`, `#` comment and
+//! blank lines (skipped), `None`/`Unknown` times, `CANCELLED by <uid>`, `Elapsed` as
+//! `[D-]HH:MM:SS`, typed GPU TRES (`gres/gpu:a100=8` beside `gres/gpu=8`, counted once).
+//! Steps (`123.batch`, `123.extern`, `123.0`, `123.interactive`) are
+//! skipped. `AdminComment` may itself contain `|` (other tools write free text there), so when it
+//! is the last column every extra field is joined back into it. Times are read as `sacct` prints
+//! them: Unix seconds (when `SLURM_TIME_FORMAT=%s`, which the command sets) or
+//! `YYYY-MM-DDTHH:MM:SS` (taken as UTC: only differences are used); `Unknown`/`None` are unset.
+
+use std::io::BufRead;
+use std::sync::mpsc;
+
+use super::pool::{BATCH_BYTES, Batch, Recycler, read_full, run};
+use super::{JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
+
+/// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
+pub const FIELDS: &str = "JobID,Partition,Account,User,Cluster,QOS,State,Submit,Eligible,Start,End,ElapsedRaw,NNodes,AllocTRES,AdminComment";
+
+/// How a `sacct -P` text is laid out when it cannot say so itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TextLayout {
+    /// The `--format` list the output was made with, for output without a header line
+    /// (`sacct -n`/`--noheader`): `State,JobID,ReqCPUS,...`.
+    pub columns: Option<String>,
+    /// sacct's `--delimiter` (default `|`; found from the header when there is one).
+    pub delimiter: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Columns {
+    /// The field separator.
+    delim: String,
+    n: usize,
+    job_id: usize,
+    partition: Option<usize>,
+    account: Option<usize>,
+    user: Option<usize>,
+    cluster: Option<usize>,
+    qos: Option<usize>,
+    state: usize,
+    submit: Option<usize>,
+    eligible: Option<usize>,
+    start: Option<usize>,
+    end: Option<usize>,
+    elapsed_raw: Option<usize>,
+    elapsed: Option<usize>,
+    nnodes: Option<usize>,
+    alloc_tres: Option<usize>,
+    admin_comment: Option<usize>,
+}
+
+/// The delimiter of a header line: the first character that cannot be part of a field name.
+fn header_delimiter(line: &str) -> Option<char> {
+    line.trim()
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || c.is_whitespace()))
+}
+
+/// Whether a line is a header: it names the `State` or `JobID` column.
+fn looks_like_header(line: &str, delim: &str) -> bool {
+    line.split(delim).any(|f| {
+        let f = f.trim();
+        f.eq_ignore_ascii_case("state")
+            || f.eq_ignore_ascii_case("jobid")
+            || f.eq_ignore_ascii_case("jobidraw")
+    })
+}
+
+impl Columns {
+    fn from_header_with(line: &str, layout: &TextLayout) -> Result<Self, String> {
+        let delim = match &layout.delimiter {
+            Some(d) => d.clone(),
+            None => header_delimiter(line).unwrap_or('|').to_string(),
+        };
+        if !looks_like_header(line, &delim) {
+            let shown: String = line.chars().take(60).collect();
+            return Err(format!(
+                "`{shown}` is not a sacct header line (output made with --noheader/-n?): pass --input-columns with the --format list that produced it, or run `sacct -P -o {FIELDS}` without -n"
+            ));
+        }
+        Self::from_names(
+            line,
+            &delim,
+            "the header",
+            "run `sacct -P -o FIELDS` (with the header, without -n)",
+        )
+    }
+
+    fn from_layout(columns: &str, layout: &TextLayout) -> Result<Self, String> {
+        let delim = layout.delimiter.clone().unwrap_or_else(|| "|".to_string());
+        let names = columns.replace(',', &delim);
+        Self::from_names(
+            &names,
+            &delim,
+            "--input-columns",
+            "add it to sacct's --format and to --input-columns, or run `sacct -P -o FIELDS` (with the header, without -n)",
+        )
+    }
+
+    fn from_names(line: &str, delim: &str, origin: &str, fix: &str) -> Result<Self, String> {
+        let mut names: Vec<String> = line
+            .split(delim)
+            .map(|s| s.trim().to_ascii_lowercase())
+            .collect();
+        // `--parsable` ends the header with the delimiter too.
+        if names.len() > 1 && names.last().is_some_and(String::is_empty) {
+            names.pop();
+        }
+        let fix = fix.replace("FIELDS", FIELDS);
+        let find = |n: &str| names.iter().position(|x| x == n);
+        let need = |n: &str, what: &str| {
+            find(&n.to_ascii_lowercase())
+                .ok_or_else(|| format!("{origin} has no {what} column; {fix}"))
+        };
+        Ok(Self {
+            delim: delim.to_string(),
+            n: names.len(),
+            job_id: need("JobID", "`JobID` (or `JobIDRaw`)")
+                .or_else(|e| find("jobidraw").ok_or(e))?,
+            partition: find("partition"),
+            account: find("account"),
+            user: find("user"),
+            cluster: find("cluster"),
+            qos: find("qos"),
+            state: need("State", "`State`")?,
+            submit: find("submit"),
+            eligible: find("eligible"),
+            start: find("start"),
+            end: find("end"),
+            elapsed_raw: find("elapsedraw"),
+            elapsed: find("elapsed"),
+            nnodes: find("nnodes").or_else(|| find("allocnodes")),
+            alloc_tres: find("alloctres"),
+            admin_comment: find("admincomment"),
+        })
+    }
+}
+
+/// Unix seconds as `YYYY-MM-DDTHH:MM:SS` in UTC (civil-from-days), the inverse of
+/// [`parse_time`] and the form sacct's `-S`/`-E` accept.
+pub fn utc_text(secs: i64) -> String {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (h, mi, se) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{se:02}")
+}
+
+/// Unix seconds from `1700000000` or `2024-05-01T10:00:00`; 0 for `Unknown`, `None`, empty.
+pub fn parse_time(s: &str) -> Result<i64, String> {
+    let s = s.trim();
+    if s.is_empty() || s == "Unknown" || s == "None" {
+        return Ok(0);
+    }
+    if let Ok(n) = s.parse::<i64>() {
+        return Ok(n);
+    }
+    let bad = || format!("`{s}` is not a time (want Unix seconds or YYYY-MM-DDTHH:MM:SS)");
+    // The usual 19-byte form, read in place.
+    let b = s.as_bytes();
+    if b.len() == 19
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b[10] == b'T'
+        && b[13] == b':'
+        && b[16] == b':'
+    {
+        let n = |r: std::ops::Range<usize>| -> Option<i64> {
+            b[r].iter().try_fold(0i64, |acc, c| {
+                c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
+            })
+        };
+        if let (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(se)) =
+            (n(0..4), n(5..7), n(8..10), n(11..13), n(14..16), n(17..19))
+        {
+            if (1..=12).contains(&mo) && (1..=31).contains(&d) {
+                return Ok(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se);
+            }
+        }
+        return Err(bad());
+    }
+    let (date, time) = s.split_once('T').ok_or_else(bad)?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let t: Vec<i64> = time
+        .split(':')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    if d.len() != 3 || t.len() != 3 || !(1..=12).contains(&d[1]) || !(1..=31).contains(&d[2]) {
+        return Err(bad());
+    }
+    Ok(days_from_civil(d[0], d[1], d[2]) * 86_400 + t[0] * 3600 + t[1] * 60 + t[2])
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `[D-]HH:MM:SS`, `MM:SS` or `MM:SS.mmm` to seconds.
+fn parse_elapsed(s: &str) -> Option<u64> {
+    let (days, rest) = match s.split_once('-') {
+        Some((d, r)) => (d.parse::<u64>().ok()?, r),
+        None => (0, s),
+    };
+    let parts: Vec<f64> = rest
+        .split(':')
+        .map(|p| p.parse::<f64>().ok())
+        .collect::<Option<_>>()?;
+    let secs = match parts.as_slice() {
+        [h, m, s] => h * 3600.0 + m * 60.0 + s,
+        [m, s] => m * 60.0 + s,
+        [s] => *s,
+        _ => return None,
+    };
+    Some(days * 86_400 + secs as u64)
+}
+
+/// Fields a line is split into without allocating (more columns take a `Vec`).
+const MAX_FIELDS: usize = 48;
+
+fn parse_line(cols: &Columns, line: &str) -> Result<Option<JobRecord>, String> {
+    if line.starts_with('#') || line.trim().is_empty() {
+        // Comments someone added to a saved output; sacct never starts a line with `#`.
+        return Ok(None);
+    }
+    // `--parsable` ends every line with the delimiter: one empty field too many.
+    let delim = cols.delim.as_str();
+    let line = match line.strip_suffix(delim) {
+        Some(l) if line.matches(delim).count() == cols.n => l,
+        _ => line,
+    };
+    if delim != "|" {
+        let f: Vec<&str> = line.split(delim).collect();
+        if f.len() != cols.n {
+            return Err(field_count_error(f.len(), cols.n));
+        }
+        return parse_fields(cols, &f);
+    }
+    if cols.n > MAX_FIELDS {
+        let f = split_fields_vec(cols, line)?;
+        return parse_fields(cols, &f);
+    }
+    let mut f: [&str; MAX_FIELDS] = [""; MAX_FIELDS];
+    let mut count = 0;
+    let mut at = 0;
+    // Where the last column starts if extra bars are joined back into it.
+    let mut last_start = 0;
+    for i in memchr::memchr_iter(b'|', line.as_bytes()) {
+        if count < MAX_FIELDS {
+            f[count] = &line[at..i];
+        }
+        count += 1;
+        at = i + 1;
+        if count == cols.n - 1 {
+            last_start = at;
+        }
+    }
+    if count < MAX_FIELDS {
+        f[count] = &line[at..];
+    }
+    count += 1;
+    if count != cols.n {
+        match cols.admin_comment {
+            Some(c) if c == cols.n - 1 && count > cols.n => f[cols.n - 1] = &line[last_start..],
+            _ => return Err(field_count_error(count, cols.n)),
+        }
+    }
+    parse_fields(cols, &f[..cols.n])
+}
+
+fn field_count_error(got: usize, want: usize) -> String {
+    format!(
+        "{got} fields where the header has {want}; was the output cut or mixed with other text?"
+    )
+}
+
+/// The fields of a line with more columns than [`MAX_FIELDS`].
+fn split_fields_vec<'a>(cols: &Columns, line: &'a str) -> Result<Vec<&'a str>, String> {
+    let mut f: Vec<&str> = Vec::with_capacity(cols.n + 1);
+    let mut at = 0;
+    for i in memchr::memchr_iter(b'|', line.as_bytes()) {
+        f.push(&line[at..i]);
+        at = i + 1;
+    }
+    f.push(&line[at..]);
+    if f.len() != cols.n {
+        match cols.admin_comment {
+            Some(c) if c == cols.n - 1 && f.len() > cols.n => {
+                let joined_start = line
+                    .match_indices('|')
+                    .nth(cols.n - 2)
+                    .map_or(0, |(i, _)| i + 1);
+                f.truncate(cols.n - 1);
+                f.push(&line[joined_start..]);
+            }
+            _ => return Err(field_count_error(f.len(), cols.n)),
+        }
+    }
+    Ok(f)
+}
+
+fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String> {
+    let job_id = f[cols.job_id];
+    if job_id.as_bytes().contains(&b'.') {
+        return Ok(None);
+    }
+    let get = |c: Option<usize>| c.map_or("", |i| f[i]);
+    let time =
+        |c: Option<usize>, name: &str| parse_time(get(c)).map_err(|e| format!("{name}: {e}"));
+    let elapsed_s = match (cols.elapsed_raw, cols.elapsed) {
+        (Some(i), _) => f[i]
+            .parse::<u64>()
+            .map_err(|_| format!("ElapsedRaw `{}` is not a number of seconds", f[i]))?,
+        (None, Some(i)) => {
+            parse_elapsed(f[i]).ok_or_else(|| format!("Elapsed `{}` is not [D-]HH:MM:SS", f[i]))?
+        }
+        (None, None) => 0,
+    };
+    let nnodes = match cols.nnodes {
+        Some(i) if !f[i].is_empty() => f[i]
+            .parse::<u32>()
+            .map_err(|_| format!("NNodes `{}` is not a count", f[i]))?,
+        _ => 0,
+    };
+    let comment = get(cols.admin_comment);
+    Ok(Some(JobRecord {
+        job_id: job_id.to_string(),
+        partition: get(cols.partition).to_string(),
+        account: get(cols.account).to_string(),
+        user: get(cols.user).to_string(),
+        cluster: get(cols.cluster).to_string(),
+        qos: get(cols.qos).to_string(),
+        state: JobState::parse(f[cols.state]),
+        submit_s: time(cols.submit, "Submit")?,
+        eligible_s: time(cols.eligible, "Eligible")?,
+        start_s: time(cols.start, "Start")?,
+        end_s: time(cols.end, "End")?,
+        elapsed_s,
+        nnodes,
+        gpus: gpus_from_tres(get(cols.alloc_tres)),
+        restarts: 0,
+        tag: if comment.is_empty() {
+            super::TagState::Absent
+        } else {
+            tag_state(comment)
+        },
+    }))
+}
+
+/// Streams `sacct -P` text like [`super::sacct_json::stream`]; errors name the 1-based line.
+pub fn stream<R, A, I, F>(
+    reader: R,
+    source_name: &str,
+    threads: usize,
+    init: I,
+    each: F,
+) -> Result<Vec<A>, ReportError>
+where
+    R: BufRead,
+    A: Send,
+    I: Fn() -> A + Sync,
+    F: Fn(&mut A, JobRecord) + Sync,
+{
+    stream_with(
+        reader,
+        source_name,
+        &TextLayout::default(),
+        threads,
+        init,
+        each,
+    )
+}
+
+/// [`stream`] with the columns and delimiter of output that does not say them itself.
+pub fn stream_with<R, A, I, F>(
+    mut reader: R,
+    source_name: &str,
+    layout: &TextLayout,
+    threads: usize,
+    init: I,
+    each: F,
+) -> Result<Vec<A>, ReportError>
+where
+    R: BufRead,
+    A: Send,
+    I: Fn() -> A + Sync,
+    F: Fn(&mut A, JobRecord) + Sync,
+{
+    let text_err = |line: u64, message: String| ReportError::Text {
+        source_name: source_name.to_string(),
+        line,
+        message,
+    };
+    let mut header = String::new();
+    let mut line_no = 0u64;
+    let given = match &layout.columns {
+        Some(c) => Some(Columns::from_layout(c, layout).map_err(|m| text_err(0, m))?),
+        None => None,
+    };
+    while given.is_none() {
+        header.clear();
+        let n = reader
+            .read_line(&mut header)
+            .map_err(|source| ReportError::Io {
+                source_name: source_name.to_string(),
+                source,
+            })?;
+        line_no += 1;
+        if n == 0 {
+            return Err(text_err(
+                line_no,
+                "the input is empty; did sacct print anything?".into(),
+            ));
+        }
+        if !header.trim().is_empty() && !header.starts_with('#') {
+            break;
+        }
+    }
+    let cols = match given {
+        Some(c) => c,
+        None => Columns::from_header_with(header.trim_end_matches(['\n', '\r']), layout)
+            .map_err(|m| text_err(line_no, m))?,
+    };
+    let first_data_line = line_no + 1;
+    run(
+        threads,
+        init,
+        each,
+        |bytes: &[u8], _index: u64| {
+            let line =
+                std::str::from_utf8(bytes).map_err(|_| "the line is not UTF-8 text".to_string())?;
+            parse_line(&cols, line)
+        },
+        |tx: &mpsc::SyncSender<Batch>, recycler: &Recycler| {
+            // Whole chunks cut at their last newline are handed over; only the cut line is copied.
+            // `store[..filled]` holds the input not yet handed over.
+            let mut store = recycler.get(BATCH_BYTES);
+            let mut filled = 0usize;
+            let mut no = first_data_line;
+            loop {
+                if store.len() < filled + BATCH_BYTES {
+                    store.resize(filled + BATCH_BYTES, 0);
+                }
+                let n = read_full(&mut reader, &mut store[filled..filled + BATCH_BYTES]).map_err(
+                    |source| ReportError::Io {
+                        source_name: source_name.to_string(),
+                        source,
+                    },
+                )?;
+                filled += n;
+                let buf = &store[..filled];
+                let end = if n == 0 {
+                    buf.len()
+                } else {
+                    match memchr::memrchr(b'\n', buf) {
+                        Some(i) => i + 1,
+                        None => continue,
+                    }
+                };
+                let mut items = recycler.items();
+                let mut start = 0;
+                while start < end {
+                    let stop = memchr::memchr(b'\n', &buf[start..end]).map_or(end, |i| start + i);
+                    let mut body_end = stop;
+                    while body_end > start && matches!(buf[body_end - 1], b'\r') {
+                        body_end -= 1;
+                    }
+                    if body_end > start {
+                        items.push((start, body_end, no, no));
+                    }
+                    no += 1;
+                    start = stop + 1;
+                }
+                let carry = buf.len() - end;
+                let mut next = recycler.get(carry + BATCH_BYTES);
+                next[..carry].copy_from_slice(&buf[end..]);
+                filled = carry;
+                let chunk = std::mem::replace(&mut store, next);
+                if !items.is_empty() && tx.send(Batch { data: chunk, items }).is_err() {
+                    return Ok(());
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            Ok(())
+        },
+        text_err,
+    )
+}
+
+/// Reads everything into [`JobRecord`]s (tests and small inputs).
+pub fn read_all<R: BufRead>(reader: R, source_name: &str) -> Result<Vec<JobRecord>, ReportError> {
+    read_all_with(reader, source_name, &TextLayout::default())
+}
+
+/// [`read_all`] with the columns and delimiter of output that does not say them itself.
+pub fn read_all_with<R: BufRead>(
+    reader: R,
+    source_name: &str,
+    layout: &TextLayout,
+) -> Result<Vec<JobRecord>, ReportError> {
+    let mut v = stream_with(
+        reader,
+        source_name,
+        layout,
+        1,
+        Vec::new,
+        |v: &mut Vec<JobRecord>, j| v.push(j),
+    )?;
+    Ok(v.pop().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::TagState;
+
+    const HEADER: &str = "JobID|Partition|Account|User|Cluster|QOS|State|Submit|Eligible|Start|End|ElapsedRaw|NNodes|AllocTRES|AdminComment\n";
+
+    #[test]
+    fn steps_are_skipped_and_a_comment_with_bars_is_kept_whole() {
+        let text = format!(
+            "{HEADER}12|ib|ml|ann|c1|normal|COMPLETED|2024-05-01T10:00:00|2024-05-01T10:00:00|2024-05-01T10:01:00|2024-05-01T11:01:00|3600|2|billing=16,cpu=16,gres/gpu=16,node=2|JS1:a|b fabric-check/v1 {{\"nnodes\":2}}\n12.batch|||||||||||||||\n"
+        );
+        let jobs = read_all(text.as_bytes(), "t.txt").unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].gpus, Some(16));
+        assert_eq!(jobs[0].start_s - jobs[0].submit_s, 60);
+        assert!(matches!(&jobs[0].tag, TagState::Present(t) if t.nnodes == 2));
+    }
+
+    #[test]
+    fn a_header_wider_than_the_split_array_reads_the_same() {
+        let extra = 40;
+        let pad = |s: &str| format!("{}{s}", "x|".repeat(extra));
+        let header = pad(HEADER);
+        let line = "12|ib|ml|ann|c1|normal|COMPLETED|100|100|160|3760|3600|2|gres/gpu=16|JS1:a|b fabric-check/v1 {\"nnodes\":2}\n";
+        let narrow = read_all(format!("{HEADER}{line}").as_bytes(), "t.txt").unwrap();
+        let wide = read_all(format!("{header}{}", pad(line)).as_bytes(), "t.txt").unwrap();
+        assert_eq!(narrow, wide);
+        assert!(matches!(&wide[0].tag, TagState::Present(t) if t.nnodes == 2));
+        let err = read_all(format!("{header}12|ib\n").as_bytes(), "t.txt")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "t.txt:2: 2 fields where the header has 55; was the output cut or mixed with other text?"
+        );
+    }
+
+    #[test]
+    fn a_short_line_is_reported_with_its_line_number() {
+        let text = format!("{HEADER}12|ib|ml\n");
+        let err = read_all(text.as_bytes(), "t.txt").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "t.txt:2: 3 fields where the header has 15; was the output cut or mixed with other text?"
+        );
+    }
+
+    #[test]
+    fn a_header_without_state_says_how_to_run_sacct() {
+        let err = read_all(&b"JobID|Partition\n"[..], "t.txt")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t.txt:1: the header has no `State` column; run `sacct -P -o JobID"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn times_read_as_epoch_or_iso() {
+        assert_eq!(parse_time("1700000000").unwrap(), 1_700_000_000);
+        assert_eq!(parse_time("1970-01-02T00:00:01").unwrap(), 86_401);
+        assert_eq!(parse_time("Unknown").unwrap(), 0);
+        assert!(parse_time("yesterday").is_err());
+        assert_eq!(parse_elapsed("1-02:00:05"), Some(93_605));
+    }
+}
