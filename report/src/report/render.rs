@@ -362,14 +362,7 @@ td.better{{background:#e3f5e1;font-weight:bold}}p.note{{color:#555;font-size:90%
 
 /// `YYYY-MM-DDTHH:MM:SSZ` of Unix seconds.
 fn iso(t: i64) -> String {
-    let s = t.rem_euclid(86_400);
-    format!(
-        "{}T{:02}:{:02}:{:02}Z",
-        super::aggregate::civil_from_days(t.div_euclid(86_400)),
-        s / 3600,
-        s % 3600 / 60,
-        s % 60
-    )
+    format!("{}Z", super::sacct_text::utc_text(t))
 }
 
 fn money(d: Decimal, cur: &str) -> String {
@@ -898,7 +891,7 @@ fn drains_chart(r: &Report, svg: &mut String) -> ChartResult {
         .disable_x_mesh()
         // One tick per day (at most 10): fractional ticks would repeat a date.
         .x_labels(((d1 - d0 + 2) as usize).min(10))
-        .x_label_formatter(&|d| super::aggregate::civil_from_days(d.floor() as i64))
+        .x_label_formatter(&|d| super::sacct_text::utc_date(d.floor() as i64))
         .x_desc("day (UTC)")
         .y_desc("nodes drained")
         .draw()?;
