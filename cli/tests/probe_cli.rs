@@ -213,7 +213,11 @@ fn prometheus_output_goes_atomically_to_a_file() {
         text.contains("fabric_check_verdict{node=\"n1\"} 2"),
         "{text}"
     );
-    assert!(text.contains("fabric_check_port_active{node=\"n1\",device=\"mlx5_3\",port=\"1\",link_layer=\"InfiniBand\"} 0"));
+    assert!(
+        text.contains("fabric_check_port_active{node=\"n1\",device=\"mlx5_3\",port=\"1\"} 0"),
+        "{text}"
+    );
+    assert!(text.contains("fabric_check_port_info{node=\"n1\",device=\"mlx5_3\",port=\"1\",link_layer=\"InfiniBand\""), "{text}");
     assert!(text.contains(
         "fabric_check_findings{node=\"n1\",check=\"ib.port_state\",severity=\"fail\"} 1"
     ));
