@@ -201,6 +201,7 @@ mod tests {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
+            .truncate(true)
             .mode(0o755)
             .open(&path)
             .unwrap();
