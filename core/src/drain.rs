@@ -8,9 +8,16 @@
 //! - a mass-drain guard refuses to drain beyond a limit of nodes currently drained by
 //!   fabric-check, so a bad config or a probe bug cannot empty a partition;
 //! - a dry-run mode says what would happen.
+//!
+//! [`drain_node`] is the one place that decides, executes and settles a drain; the prolog, the
+//! epilog and `health` all call it.
 
+use std::time::Duration;
+
+use crate::deadline::Deadline;
+use crate::jobstep::Relay;
 use crate::plugin_args::DrainLimit;
-use crate::slurm::NodeInfo;
+use crate::slurm::{NodeInfo, Slurm};
 
 /// Every reason fabric-check writes starts with this.
 pub const PREFIX: &str = "fabric-check:";
@@ -130,6 +137,165 @@ pub fn keeps_its_drain(me: &str, all: &[NodeInfo], limit: DrainLimit) -> bool {
     ours.iter()
         .position(|n| n.name == me)
         .is_some_and(|i| i < max)
+}
+
+/// A node's wish to drain itself.
+#[derive(Debug, Clone, Copy)]
+pub struct DrainRequest<'a> {
+    /// The node.
+    pub node: &'a str,
+    /// The check id the reason names.
+    pub check: &'a str,
+    /// The short message of the reason.
+    pub message: &'a str,
+    /// The mass-drain guard's limit.
+    pub limit: DrainLimit,
+    /// Say what would happen, change nothing.
+    pub dry_run: bool,
+}
+
+/// What came of a [`DrainRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainOutcome {
+    /// Drained now, and the settle re-check kept it.
+    Drained,
+    /// Drained by us already (an earlier check): left with its first reason.
+    AlreadyOurs,
+    /// Drained for another reason: left alone.
+    Foreign,
+    /// The mass-drain guard refused.
+    Guarded,
+    /// Dry run: nothing changed.
+    DryRun,
+    /// Drained, then undone because concurrent drains went past the guard's limit.
+    Undone,
+    /// Node states could not be read or the drain did not happen: nothing changed.
+    Failed,
+}
+
+impl DrainOutcome {
+    /// Whether the node is out of service by fabric-check's hand after this.
+    pub fn out_of_service(&self) -> bool {
+        matches!(self, DrainOutcome::Drained | DrainOutcome::AlreadyOurs)
+    }
+}
+
+/// Decides, executes and settles one node's drain, with every Slurm call bounded by `deadline`;
+/// says what it did through `relay`.
+///
+/// - Node states are read first: no states, no drain.
+/// - [`decide`] applies the etiquette and the guard.
+/// - When the `scontrol` call fails, node states are read again: a drain that slurmctld applied
+///   though the client gave up (timed out) counts as done and is settled like any other.
+/// - The settle step waits [`RACE_SETTLE`] (never past the deadline), reads node states again,
+///   and undoes our own drain when concurrent drains overran the guard ([`keeps_its_drain`]).
+///   When that re-check cannot be read, the drain is kept.
+pub fn drain_node(
+    slurm: &dyn Slurm,
+    req: &DrainRequest<'_>,
+    deadline: &Deadline,
+    relay: &dyn Relay,
+) -> DrainOutcome {
+    let node = req.node;
+    let reason = reason(req.check, req.message);
+    let all = match slurm.nodes() {
+        Ok(a) => a,
+        Err(e) => {
+            relay.line(&format!("cannot read node states, not draining: {e}"));
+            return DrainOutcome::Failed;
+        }
+    };
+    let Some(me) = all.iter().find(|n| n.name == node) else {
+        relay.line(&format!("node {node} is unknown to sinfo, not draining"));
+        return DrainOutcome::Failed;
+    };
+    match decide(me, &all, req.limit, req.dry_run, &reason) {
+        DrainAction::Drain(r) => match slurm.drain(node, &r) {
+            Ok(()) => {
+                relay.line(&format!(
+                    "drained {node}: {r}; {} ms left",
+                    deadline.left_ms()
+                ));
+                settle(slurm, node, req.limit, deadline, relay)
+            }
+            Err(e) => {
+                let applied = slurm.nodes().ok().is_some_and(|all| {
+                    all.iter()
+                        .any(|n| n.name == node && n.is_drained() && is_ours(&n.reason))
+                });
+                if applied {
+                    relay.line(&format!(
+                        "drained {node}: {r} (the scontrol call failed, {e}, but slurmctld applied it); {} ms left",
+                        deadline.left_ms()
+                    ));
+                    settle(slurm, node, req.limit, deadline, relay)
+                } else {
+                    relay.line(&format!("drain of {node} failed: {e}"));
+                    DrainOutcome::Failed
+                }
+            }
+        },
+        DrainAction::AlreadyOurs(r) => {
+            relay.line(&format!("{node} is already drained by fabric-check: {r}"));
+            DrainOutcome::AlreadyOurs
+        }
+        DrainAction::KeepForeign(r) => {
+            relay.line(&format!(
+                "{node} is drained for another reason, left as is: {r}"
+            ));
+            DrainOutcome::Foreign
+        }
+        DrainAction::Guarded {
+            drained_by_us,
+            limit,
+        } => {
+            relay.line(&format!(
+                "MASS-DRAIN GUARD: {drained_by_us} node(s) already drained by fabric-check, limit {limit}: \
+                 NOT draining {node} ({reason}); check the fabric and the configuration"
+            ));
+            DrainOutcome::Guarded
+        }
+        DrainAction::DryRun(r) => {
+            relay.line(&format!("dry run: would drain {node}: {r}"));
+            DrainOutcome::DryRun
+        }
+    }
+}
+
+/// Checks run concurrently on many nodes (a job's prologs, slurmctld's health fan-out): wait,
+/// look again, and undo our own drain when the mass-drain guard's limit was overrun by the race
+/// (see [`keeps_its_drain`]).
+fn settle(
+    slurm: &dyn Slurm,
+    node: &str,
+    limit: DrainLimit,
+    deadline: &Deadline,
+    relay: &dyn Relay,
+) -> DrainOutcome {
+    // Leave the re-check a little of what is left.
+    let wait = deadline.limit_leaving(RACE_SETTLE, Duration::from_millis(100), Duration::ZERO);
+    std::thread::sleep(wait);
+    let all = match slurm.nodes() {
+        Ok(all) => all,
+        Err(e) => {
+            relay.line(&format!(
+                "cannot re-check node states after draining {node} ({e}); the drain stays"
+            ));
+            return DrainOutcome::Drained;
+        }
+    };
+    if keeps_its_drain(node, &all, limit) {
+        return DrainOutcome::Drained;
+    }
+    let max = limit_nodes(limit, all.len());
+    relay.line(&format!(
+        "MASS-DRAIN GUARD: concurrent drains went past the limit of {max}; resuming {node} and NOT draining it; check the fabric and the configuration"
+    ));
+    if let Err(e) = slurm.resume(node) {
+        relay.line(&format!("could not undo the drain of {node}: {e}"));
+        return DrainOutcome::Drained;
+    }
+    DrainOutcome::Undone
 }
 
 /// What `resume` may do with a node.

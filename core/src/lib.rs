@@ -5,17 +5,19 @@
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`jobstep`] | pure parts of the job prolog/epilog: node results, counter rises, tag merging |
+//! | [`jobstep`] | the job prolog, epilog and health check as functions of seams (Slurm, probe runner, rendezvous, relay) |
+//! | [`deadline`] | the job step's one absolute deadline, which every phase draws from |
 //! | [`probe`] | node probe: sysfs gather, pure checks, verdicts, outputs |
 //! | [`config`] | the TOML configuration (expectations and thresholds per node pattern) |
 //! | [`bom`] | the node's bill of materials and drift against a pinned one |
 //! | [`record`] | `fabric-run` records read back from a user-writable spool (types in `fabric-proto`) |
 //! | [`exec`] | running programs by absolute path, scrubbed environment, bounded in time |
 //! | [`drain`] | drain/resume etiquette and the mass-drain guard |
-//! | [`slurm`] | the Slurm CLI adapter (`scontrol`, `sacct`, `sacctmgr`), bounded in time |
+//! | [`slurm`] | the [`slurm::Slurm`] seam and its CLI adapter (`scontrol`, `sinfo`, `sacct`, `sacctmgr`), bounded in time |
 //! | [`rendezvous`] | MUNGE-authenticated rendezvous of a job's nodes at rank 0 |
 //! | [`collective`] | `fabric-check collective`: ring all-reduce, figures, outlier nodes |
 //! | [`stepgate`] | the Slurm 23.11+ step gate prepended to a `--fabric-check=full` step's tasks |
+//! | `testing` | fakes of the job step's seams (tests, and feature `test-fakes`) |
 //!
 //! The contract modules ([`tag`], [`plugin_args`], [`invocation`], [`verdict`], [`check_id`],
 //! [`fabric_option`], [`hostlist`], and the record types under [`record`]) live in `fabric-proto`
@@ -28,6 +30,7 @@
 pub mod bom;
 pub mod collective;
 pub mod config;
+pub mod deadline;
 pub mod drain;
 pub mod exec;
 pub mod jobstep;
@@ -36,5 +39,7 @@ pub mod record;
 pub mod rendezvous;
 pub mod slurm;
 pub mod stepgate;
+#[cfg(any(test, feature = "test-fakes"))]
+pub mod testing;
 
 pub use fabric_proto::{check_id, fabric_option, hostlist, invocation, plugin_args, tag, verdict};

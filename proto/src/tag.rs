@@ -233,39 +233,51 @@ impl JobTag {
     }
 }
 
-/// The text after our marker, from the start of the JSON object to the end of the comment, and
-/// the marker's byte offset.
+/// Finds our segment in a comment: the byte range of marker + JSON, and the decoded tag.
 ///
-/// `sacctmgr modify job ... set AdminComment=` stores every `"` as a backtick; our JSON never
-/// contains backticks itself, so they are read back as quotes (same length, same offsets).
-pub fn segment(comment: &str) -> Option<(usize, std::borrow::Cow<'_, str>)> {
-    let start = comment.find(MARKER)?;
-    let rest = &comment[start + MARKER.len()..];
-    Some(if rest.starts_with("{`") {
-        (start, std::borrow::Cow::Owned(rest.replace('`', "\"")))
-    } else {
-        (start, std::borrow::Cow::Borrowed(rest))
-    })
+/// The first occurrence of the marker that decodes wins; when none decodes, the first one is
+/// reported unreadable. So a comment where another tool (or a user's text copied into a field)
+/// left a bare or broken marker ahead of ours still yields our tag, and a splice replaces ours.
+fn locate(comment: &str) -> Option<(std::ops::Range<usize>, Result<JobTag, TagDecodeError>)> {
+    let mut first_unreadable = None;
+    for (start, _) in comment.match_indices(MARKER) {
+        let found = locate_at(comment, start);
+        if found.1.is_ok() {
+            return Some(found);
+        }
+        first_unreadable.get_or_insert(found);
+    }
+    first_unreadable
 }
 
-/// Finds our segment in a comment: the byte range of marker + JSON, and the decoded tag.
-fn locate(comment: &str) -> Option<(std::ops::Range<usize>, Result<JobTag, TagDecodeError>)> {
-    let (start, rest) = segment(comment)?;
+/// The segment whose marker starts at byte `start`.
+fn locate_at(
+    comment: &str,
+    start: usize,
+) -> (std::ops::Range<usize>, Result<JobTag, TagDecodeError>) {
     let json_start = start + MARKER.len();
+    let rest = &comment[json_start..];
+    // `sacctmgr modify job ... set AdminComment=` stores every `"` as a backtick; our JSON never
+    // contains backticks itself, so they are read back as quotes (same length, same offsets).
+    let rest = if rest.starts_with("{`") {
+        std::borrow::Cow::Owned(rest.replace('`', "\""))
+    } else {
+        std::borrow::Cow::Borrowed(rest)
+    };
     let mut stream = serde_json::Deserializer::from_str(&rest).into_iter::<JobTag>();
     match stream.next() {
-        Some(Ok(tag)) => Some((start..json_start + stream.byte_offset(), Ok(tag))),
+        Some(Ok(tag)) => (start..json_start + stream.byte_offset(), Ok(tag)),
         Some(Err(e)) => {
             // Unreadable segment: it runs to the next space-separated segment or the end.
             let end = comment[json_start..]
                 .find(' ')
                 .map_or(comment.len(), |i| json_start + i);
-            Some((start..end, Err(e.into())))
+            (start..end, Err(e.into()))
         }
-        None => Some((
+        None => (
             start..comment.len(),
             Err(TagDecodeError(serde::de::Error::custom("empty"))),
-        )),
+        ),
     }
 }
 
@@ -294,6 +306,24 @@ pub fn splice(comment: &str, tag: &JobTag) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bare_marker_ahead_of_ours_does_not_hide_our_tag() {
+        let tag = JobTag::default();
+        for comment in [
+            "fabric-check/v1",
+            "x fabric-check/v1 {broken",
+            "fabric-check/v1 fabric-check/v1",
+        ] {
+            let spliced = splice(comment, &tag);
+            let back = extract(&spliced)
+                .expect("a segment")
+                .expect("our segment decodes");
+            assert_eq!(back.verdict, tag.verdict, "{spliced:?}");
+            let again = splice(&spliced, &tag);
+            assert_eq!(again, spliced, "a second splice replaces ours in place");
+        }
+    }
 
     fn node(v: Verdict) -> NodeResult {
         NodeResult {

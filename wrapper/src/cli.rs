@@ -21,6 +21,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     subcommand_negates_reqs = true
 )]
 pub struct Cli {
+    /// Say more about what fabric-run does (on stderr; twice: trace).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Say less: no retry notices (twice: no warnings either). The command's own output is
+    /// never touched.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub quiet: u8,
     /// `mark`: send a marker to the enclosing fabric-run from inside the job.
     #[command(subcommand)]
     pub command: Option<Sub>,

@@ -113,9 +113,15 @@ fn open_records(args: &RunArgs, meta: &Meta) -> Sink {
         None => Ok(None),
     });
     match opened {
-        Ok(w) => Sink::new(w),
+        Ok(w) => {
+            match &w {
+                Some(w) => tracing::debug!("fabric-run: records go to {}", w.path().display()),
+                None => tracing::debug!("fabric-run: not under Slurm and no --record: no records"),
+            }
+            Sink::new(w)
+        }
         Err(e) => {
-            eprintln!("fabric-run: warning: {e:#}; the job runs unrecorded");
+            tracing::warn!("fabric-run: warning: {e:#}; the job runs unrecorded");
             Sink::new(None)
         }
     }
@@ -198,14 +204,16 @@ fn run(args: RunArgs) -> u8 {
     let marks = match mark::MarkSocket::bind() {
         Ok(m) => Some(m),
         Err(e) => {
-            eprintln!("fabric-run: warning: no marker socket ({e}); `fabric-run mark` is ignored");
+            tracing::warn!(
+                "fabric-run: warning: no marker socket ({e}); `fabric-run mark` is ignored"
+            );
             None
         }
     };
     let dirwatch = args.checkpoint_dir.as_deref().and_then(|d| {
         dirwatch::DirWatch::new(d, args.checkpoint_quiet)
             .map_err(|e| {
-                eprintln!(
+                tracing::warn!(
                     "fabric-run: warning: cannot watch {} ({e}); checkpoints there go unseen",
                     d.display()
                 );
@@ -222,7 +230,7 @@ fn run(args: RunArgs) -> u8 {
         Ok(r) => Box::new(r),
         Err(e) => {
             // Without signal handlers we cannot supervise; run the command plainly instead.
-            eprintln!("fabric-run: warning: cannot supervise ({e}); running the command bare");
+            tracing::warn!("fabric-run: warning: cannot supervise ({e}); running the command bare");
             return bare(&args.cmd);
         }
     };
@@ -243,8 +251,30 @@ fn bare(cmd: &[std::ffi::OsString]) -> u8 {
     }
 }
 
+/// fabric-run's own messages: `tracing` events on stderr, bare lines (they already say
+/// `fabric-run: ...`), so they read as before between the command's output. Info by default
+/// (retry notices), `-q` warnings only, `-qq` errors only, `-v` debug.
+fn init_logging(verbose: u8, quiet: u8) {
+    let level = match i16::from(verbose) - i16::from(quiet) {
+        i16::MIN..=-2 => tracing::Level::ERROR,
+        -1 => tracing::Level::WARN,
+        0 => tracing::Level::INFO,
+        1 => tracing::Level::DEBUG,
+        _ => tracing::Level::TRACE,
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_ansi(false)
+        .with_target(false)
+        .with_level(false)
+        .try_init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging(cli.verbose, cli.quiet);
     match cli.command {
         Some(Sub::Mark(m)) => ExitCode::from(mark::send(&m) as u8),
         None => ExitCode::from(run(cli.run)),

@@ -122,7 +122,7 @@ pub fn send(args: &MarkArgs) -> i32 {
     let msg = encode(args.kind, args.n);
     let sent = UnixDatagram::unbound().and_then(|s| s.send_to(msg.as_bytes(), &path));
     if let Err(e) = sent {
-        eprintln!(
+        tracing::warn!(
             "fabric-run mark: warning: cannot reach fabric-run at {}: {e}; marker `{msg}` dropped",
             PathBuf::from(path).display()
         );

@@ -41,7 +41,7 @@ pub fn run_all(runner: &mut dyn Runner, plan: &Plan, tracker: &Arc<Mutex<Tracker
         let r = runner.run(attempt);
         lock().flush_outputs();
         if let Status::NotStarted { message, .. } = &r.status {
-            eprintln!("{message}");
+            tracing::warn!("{message}");
         }
         let past_deadline = plan.deadline.is_some_and(|d| r.end > d);
         let (retry, reason) = plan.retry.decide(
@@ -64,7 +64,7 @@ pub fn run_all(runner: &mut dyn Runner, plan: &Plan, tracker: &Arc<Mutex<Tracker
             break r;
         }
         let wait = plan.retry.backoff_for(attempt);
-        eprintln!(
+        tracing::info!(
             "fabric-run: attempt {attempt} failed ({}); relaunching in {}",
             reason.unwrap_or_default(),
             humantime::format_duration(wait)

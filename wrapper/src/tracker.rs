@@ -76,7 +76,7 @@ impl Sink {
 
     fn fail(&mut self, e: &std::io::Error) {
         let p = self.path.as_ref().map(|p| p.display().to_string());
-        eprintln!(
+        tracing::warn!(
             "fabric-run: warning: cannot write records to {}: {e}; the job continues unrecorded",
             p.unwrap_or_default()
         );

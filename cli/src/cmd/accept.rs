@@ -46,11 +46,11 @@ fn read_text(p: &PathBuf, problems: &mut Vec<Problem>) -> Option<String> {
     match std::fs::read(p) {
         Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
         Err(e) => {
-            problems.push(Problem {
-                file: p.display().to_string(),
-                line: 0,
-                message: format!("cannot read: {e}"),
-            });
+            problems.push(Problem::fail(
+                &p.display().to_string(),
+                0,
+                format!("cannot read: {e}"),
+            ));
             None
         }
     }
@@ -105,6 +105,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         3
     } else if report.verdict == "pass" {
         0
+    } else if report.verdict == "warn" {
+        1
     } else {
         2
     })

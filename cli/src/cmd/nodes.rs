@@ -6,16 +6,14 @@
 //! with the plugin's own settings from `plugstack.conf`, drains on `fail`, and resumes a node we
 //! drained after N consecutive clean probes.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use fabric_core::drain::{self, DrainAction, ResumeAction};
-use fabric_core::exec::{run_bounded, safe_command};
-use fabric_core::jobstep;
-use fabric_core::plugin_args::{PluginArgs, expand_node, plugstack_lines};
-use fabric_core::probe::Report;
+use fabric_core::jobstep::health::HealthSetup;
+use fabric_core::jobstep::{self, StdoutRelay, SubprocessRunner};
+use fabric_core::plugin_args::{PluginArgs, plugstack_lines};
 use fabric_core::slurm::SlurmCli;
-use fabric_core::tag::Verdict;
 
 /// Arguments of `fabric-check drain`.
 #[derive(Debug, clap::Args)]
@@ -144,10 +142,6 @@ fn short_hostname() -> String {
         .unwrap_or_default()
 }
 
-fn streak_file(state_dir: &Path) -> PathBuf {
-    state_dir.join("health-clean-streak")
-}
-
 /// `fabric-check health`.
 pub fn health(args: HealthArgs) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(&args.plugstack)
@@ -165,77 +159,13 @@ pub fn health(args: HealthArgs) -> anyhow::Result<i32> {
         .node
         .or_else(|| std::env::var("SLURMD_NODENAME").ok())
         .unwrap_or_else(short_hostname);
-    let state_dir =
-        expand_node(&plugin.state_dir, &node).context("node name unusable in a path")?;
-    std::fs::create_dir_all(&state_dir)?;
-    let mut cmd = safe_command(&plugin.probe);
-    cmd.args(["probe", "--format", "json", "--node", &node, "--state-dir"])
-        .arg(&state_dir);
-    if let Some(root) = plugin
-        .sysfs_root
-        .as_deref()
-        .and_then(|r| expand_node(r, &node))
-    {
-        cmd.arg("--sysfs-root").arg(root);
-    }
-    if let Some(conf) = expand_node(&plugin.config, &node).filter(|c| c.is_file()) {
-        cmd.arg("--config").arg(conf);
-    }
-    let report: Option<Report> = run_bounded(cmd, None, plugin.timeout)
-        .ok()
-        .and_then(|d| serde_json::from_slice(&d.stdout).ok());
-    let Some(report) = report else {
-        println!("{node}: the probe could not run; node state unchanged");
-        return Ok(3);
+    let setup = HealthSetup::new(node, plugin, args.clean_probes)?;
+    let slurm = SlurmCli {
+        deadline: Some(setup.deadline),
+        ..SlurmCli::default()
     };
-    let slurm = SlurmCli::default();
-    let all = slurm.nodes()?;
-    let me = all
-        .iter()
-        .find(|n| n.name == node)
-        .with_context(|| format!("sinfo does not know {node}"))?;
-    let streak_path = streak_file(&state_dir);
-    match report.verdict {
-        Verdict::Fail => {
-            let _ = std::fs::write(&streak_path, "0");
-            let (check, message) =
-                jobstep::worst_finding(&report).unwrap_or(("probe".into(), "fail".into()));
-            let reason = drain::reason(&check, &message);
-            match drain::decide(me, &all, plugin.max_drain, plugin.dry_run, &reason) {
-                DrainAction::Drain(r) => {
-                    slurm.drain(&node, &r)?;
-                    println!("drained {node}: {r}");
-                }
-                other => println!("{node}: fail, not drained: {other:?}"),
-            }
-        }
-        Verdict::Pass | Verdict::Warn => {
-            let streak: u32 = std::fs::read_to_string(&streak_path)
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0)
-                + 1;
-            std::fs::write(&streak_path, streak.to_string())?;
-            if drain::decide_resume(me) == ResumeAction::Resume {
-                if streak >= args.clean_probes {
-                    if plugin.dry_run {
-                        println!("dry run: would resume {node} after {streak} clean probes");
-                    } else {
-                        slurm.resume(&node)?;
-                        println!(
-                            "resumed {node} after {streak} clean probes (was: {})",
-                            me.reason
-                        );
-                    }
-                } else {
-                    println!(
-                        "{node}: clean probe {streak} of {} before resuming",
-                        args.clean_probes
-                    );
-                }
-            }
-        }
-        Verdict::Error => println!("{node}: probe error; node state unchanged"),
-    }
-    Ok(report.verdict.exit_code())
+    let runner = SubprocessRunner {
+        program: setup.plugin.probe.clone(),
+    };
+    Ok(jobstep::health::run(&setup, &slurm, &runner, &StdoutRelay)?)
 }

@@ -22,6 +22,14 @@ pub struct Args {
     /// Form of --input: `json` (sacct --json), `text` (sacct -P) or `auto` (by the first byte).
     #[arg(long, default_value = "auto", value_parser = ["auto", "json", "text"])]
     input_format: String,
+    /// For `sacct -P` text saved with --noheader (-n): the --format list it was made with
+    /// (`State,JobID,Start,End,...`), since the input cannot name its columns itself.
+    #[arg(long, value_name = "FORMAT")]
+    input_columns: Option<String>,
+    /// For `sacct -P` text: the --delimiter it was made with (default `|`; read from the header
+    /// when there is one).
+    #[arg(long, value_name = "DELIM")]
+    input_delimiter: Option<String>,
     /// Cost file (TOML, see etc/cost.toml); without it only the usage figures are shown.
     #[arg(long)]
     cost: Option<PathBuf>,
@@ -143,9 +151,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             let result = if json {
                 sacct_json::stream(reader, &name, threads, Acc::default, each)
             } else {
-                sacct_text::stream(
+                sacct_text::stream_with(
                     BufReader::with_capacity(1 << 20, reader),
                     &name,
+                    &sacct_text::TextLayout {
+                        columns: args.input_columns.clone(),
+                        delimiter: args.input_delimiter.clone(),
+                    },
                     threads,
                     Acc::default,
                     each,

@@ -6,6 +6,9 @@
 //! every task execs its own command line, unless this node was named slow under
 //! `policy=enforce`: its tasks then stop before the user's program starts, with a message that
 //! names the node, and the epilog drains it. A check that cannot run never stops a task.
+//!
+//! The gate itself is `fabric_core::jobstep::gate`; this file reads the environment, wires the
+//! TCP collective and the task's stderr to it, and execs the command.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -14,9 +17,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use fabric_core::collective::{self, Report};
-use fabric_core::hostlist::Hostlist;
-use fabric_core::plugin_args::{PluginArgs, Policy};
-use fabric_core::stepgate::{self, Action, STEP_PORT_BASE, StepEnv, StepResult};
+use fabric_core::jobstep::Relay;
+use fabric_core::jobstep::gate::{self, GateOutcome, StepCollective};
+use fabric_core::plugin_args::PluginArgs;
+use fabric_core::stepgate::{self, STEP_PORT_BASE, StepEnv};
 
 /// Arguments of `step-gate`.
 #[derive(Debug, clap::Args)]
@@ -32,36 +36,28 @@ pub struct Args {
     pub command: Vec<String>,
 }
 
-fn note(msg: &str) {
-    eprintln!("fabric-check: {msg}");
+/// The task's stderr, each line marked as ours.
+struct Note;
+
+impl Relay for Note {
+    fn line(&self, text: &str) {
+        eprintln!("fabric-check: {text}");
+    }
 }
 
-fn env_u32(name: &str) -> anyhow::Result<u32> {
-    let v = std::env::var(name).with_context(|| format!("{name} is not set"))?;
-    v.parse()
-        .with_context(|| format!("{name}={v:?} is not a number"))
-}
+/// The step's ring over TCP, as the job's user.
+struct TcpRing;
 
-fn env_nodes(names: &[&str]) -> anyhow::Result<Vec<String>> {
-    let (name, v) = names
-        .iter()
-        .find_map(|n| std::env::var(n).ok().map(|v| (*n, v)))
-        .with_context(|| format!("none of {} is set", names.join(", ")))?;
-    Hostlist::parse(&v)
-        .and_then(|h| h.expand())
-        .map_err(|e| anyhow::anyhow!("{name}={v:?}: {e}"))
-}
-
-/// The step as Slurm describes it to the task.
-fn step_env() -> anyhow::Result<StepEnv> {
-    Ok(StepEnv {
-        job_id: env_u32("SLURM_JOB_ID")?,
-        step_id: env_u32("SLURM_STEP_ID")?,
-        node: std::env::var("SLURMD_NODENAME").context("SLURMD_NODENAME is not set")?,
-        step_nodes: env_nodes(&["SLURM_STEP_NODELIST", "SLURM_NODELIST"])?,
-        job_nodes: env_nodes(&["SLURM_JOB_NODELIST", "SLURM_NODELIST"])?,
-        local_id: env_u32("SLURM_LOCALID")?,
-    })
+impl StepCollective for TcpRing {
+    fn run(
+        &self,
+        plugin: &PluginArgs,
+        env: &StepEnv,
+        budget: Duration,
+        started: Instant,
+    ) -> Result<Report, String> {
+        run_collective(plugin, env, budget, started).map_err(|e| format!("{e:#}"))
+    }
 }
 
 /// Runs this node's rank of the collective among the step's nodes.
@@ -107,98 +103,6 @@ fn run_collective(
     Ok(collective::run(&cfg))
 }
 
-/// Local task 0: check, record, and tell the node's other tasks. Returns whether this node is
-/// named slow.
-fn check(plugin: &PluginArgs, env: &StepEnv, budget: Duration) -> bool {
-    let started = Instant::now();
-    let job = env.job_id.to_string();
-    let (slow, line) = match run_collective(plugin, env, budget, started) {
-        Ok(report) => {
-            let slow = report.outliers.contains(&env.node);
-            let summary = report.summary();
-            let first = env.step_nodes.first() == Some(&env.node);
-            if first || slow {
-                note(&format!(
-                    "step {}.{} collective among {} nodes: {}{}{} ({} ms)",
-                    env.job_id,
-                    env.step_id,
-                    env.step_nodes.len(),
-                    report.verdict.as_str(),
-                    summary
-                        .busbw_gb_s
-                        .map_or(String::new(), |b| format!(", busbw {b:.3} GB/s")),
-                    if report.outliers.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", slow: {}", report.outliers.join(","))
-                    },
-                    report.duration_ms
-                ));
-            }
-            if let Some(e) = &report.error {
-                note(&format!("the step's collective could not run: {e}"));
-            }
-            let result = StepResult {
-                step: env.step_id,
-                node: env.node.clone(),
-                collective: summary,
-                slow_here: slow,
-                message: report.messages.first().cloned(),
-            };
-            (slow, Some(result.to_line()))
-        }
-        Err(e) => {
-            note(&format!(
-                "the step's collective could not run on {}: {e:#}; the task runs unchecked",
-                env.node
-            ));
-            (false, None)
-        }
-    };
-    let uid = nix::unistd::getuid().as_raw();
-    if let Some(line) = line
-        && let Some(path) = stepgate::results_path(&plugin.spool_dir, &job, &env.node)
-        && let Err(e) = fabric_core::record::append_in_spool(&path, line.as_bytes(), uid)
-    {
-        note(&format!(
-            "cannot leave the step's result in {}: {e}; the epilog will not see it",
-            path.display()
-        ));
-    }
-    if let Some(done) = stepgate::done_path(&plugin.spool_dir, &job, &env.node, env.step_id) {
-        let word: &[u8] = if slow { b"slow" } else { b"ok" };
-        if let Err(e) = fabric_core::record::append_in_spool(&done, word, uid) {
-            note(&format!(
-                "cannot tell this node's other tasks ({}: {e}); they wait out the budget",
-                done.display()
-            ));
-        }
-    }
-    slow
-}
-
-/// The node's other tasks: wait for local task 0's word, bounded by the budget and a margin.
-fn wait_for_check(plugin: &PluginArgs, env: &StepEnv, budget: Duration) -> bool {
-    let Some(done) = stepgate::done_path(
-        &plugin.spool_dir,
-        &env.job_id.to_string(),
-        &env.node,
-        env.step_id,
-    ) else {
-        return false;
-    };
-    let deadline = Instant::now() + budget + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        if let Ok(text) = std::fs::read_to_string(&done)
-            && !text.is_empty()
-        {
-            return text.starts_with("slow");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
-
 fn exec(command: &[String]) -> anyhow::Result<i32> {
     let err = std::process::Command::new(&command[0])
         .args(&command[1..])
@@ -208,7 +112,7 @@ fn exec(command: &[String]) -> anyhow::Result<i32> {
     } else {
         126
     };
-    note(&format!("cannot run {:?}: {err}", command[0]));
+    Note.line(&format!("cannot run {:?}: {err}", command[0]));
     Ok(code)
 }
 
@@ -217,13 +121,13 @@ fn exec(command: &[String]) -> anyhow::Result<i32> {
 pub fn run(args: Args) -> anyhow::Result<i32> {
     let (plugin, problems) = PluginArgs::parse(args.plugin_args.iter().map(String::as_str));
     for p in problems {
-        note(&format!("plugstack.conf: {p}"));
+        Note.line(&format!("plugstack.conf: {p}"));
     }
-    let env = match step_env() {
+    let env = match gate::step_env(|k| std::env::var(k).ok()) {
         Ok(e) => e,
         Err(e) => {
-            note(&format!(
-                "step-gate is not inside a Slurm step ({e:#}); running the command unchecked"
+            Note.line(&format!(
+                "step-gate is not inside a Slurm step ({e}); running the command unchecked"
             ));
             return exec(&args.command);
         }
@@ -235,29 +139,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         );
     }
     let budget = Duration::from_millis(args.budget_ms);
-    let slow = match stepgate::decide(&env) {
-        Action::Skip(_) => false,
-        Action::Run => check(&plugin, &env, budget),
-        Action::Wait => wait_for_check(&plugin, &env, budget),
-    };
-    if slow {
-        if plugin.policy == Policy::Enforce {
-            note(&format!(
-                "{} is the slow node of step {}.{}'s ring: its tasks stop before your program starts \
-                 (policy=enforce); the node is drained when the job ends. Resubmit excluding it: --exclude={}",
-                env.node, env.job_id, env.step_id, env.node
-            ));
-            return Ok(1);
-        }
-        if env.local_id == 0 {
-            note(&format!(
-                "{} is the slow node of step {}.{}'s ring; running anyway (policy={})",
-                env.node,
-                env.job_id,
-                env.step_id,
-                plugin.policy.as_str()
-            ));
-        }
+    let uid = nix::unistd::getuid().as_raw();
+    match gate::run(&plugin, &env, budget, &TcpRing, uid, &Note) {
+        GateOutcome::Stop => Ok(1),
+        GateOutcome::Run => exec(&args.command),
     }
-    exec(&args.command)
 }

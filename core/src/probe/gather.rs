@@ -54,8 +54,11 @@ impl Roots {
         }
     }
 
-    /// Roots for a sysfs tree: saved tool outputs are taken from `<sysfs>/.fabric-check/` when
-    /// that directory exists (fixtures), otherwise the tools are run.
+    /// Roots for a sysfs tree: saved tool outputs are taken from `tool_dir`, else from
+    /// `<sysfs>/.fabric-check/` when that directory exists (fixtures). The tools themselves are
+    /// run only when the tree is this machine's own `/sys`: a copied tree's interface names are
+    /// not this machine's, so running `ethtool -S eth0` here would judge the wrong NIC (or
+    /// nothing); PFC data is then "not verified".
     pub fn for_sysfs(sysfs: PathBuf, proc: PathBuf, tool_dir: Option<PathBuf>) -> Self {
         let tools = match tool_dir {
             Some(d) => ToolSource::Files(d),
@@ -63,12 +66,25 @@ impl Roots {
                 let saved = sysfs.join(".fabric-check");
                 if saved.is_dir() {
                     ToolSource::Files(saved)
-                } else {
+                } else if is_this_machines_sysfs(&sysfs) {
                     ToolSource::Run
+                } else {
+                    ToolSource::Unavailable(format!(
+                        "--sysfs-root {} is not this machine's /sys, so this machine's ethtool and dcb are not run against its interface names; save their outputs as DIR/ethtool-S/IFACE and DIR/dcb-pfc/IFACE and pass --tool-output-dir DIR",
+                        sysfs.display()
+                    ))
                 }
             }
         };
         Self { sysfs, proc, tools }
+    }
+}
+
+/// Whether `path` is this machine's `/sys` (itself, or a link to it).
+pub fn is_this_machines_sysfs(path: &Path) -> bool {
+    match (std::fs::canonicalize(path), std::fs::canonicalize("/sys")) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -77,8 +93,10 @@ impl Roots {
 pub enum ToolSource {
     /// Run `/usr/sbin/ethtool` (or `/sbin/ethtool`) and `/usr/sbin/dcb` (or `/sbin/dcb`).
     Run,
-    /// Read `<dir>/ethtool-S/<if>` and `<dir>/dcb-pfc/<if>`.
+    /// Read `<dir>/ethtool-S/<if>` and `<dir>/dcb-pfc/<if>` (or `<dir>/mlnx_qos/<if>`).
     Files(PathBuf),
+    /// Neither: the sysfs tree is not this machine's and no saved outputs were given (why).
+    Unavailable(String),
 }
 
 /// A file that exists but could not be used.
@@ -94,6 +112,9 @@ pub struct Problem {
     pub path: PathBuf,
     /// What is wrong.
     pub message: String,
+    /// Whether the probe merely could not look (open/read/list failed): reported as `info`
+    /// "not verified", never as a fault. `false`: the content is malformed (`warn`).
+    pub unreadable: bool,
 }
 
 /// `state`: `4: ACTIVE`.
@@ -153,6 +174,13 @@ pub struct Port {
     pub counters: Option<BTreeMap<String, u64>>,
     /// `counters/*` that read `N/A (no PMA)`.
     pub no_pma: Vec<String>,
+    /// `counters/*` whose value was taken from a 64-bit `counters_ext/` file (mlx4:
+    /// `port_xmit_data_64` for `port_xmit_data`, `port_unicast_xmit_packets` for
+    /// `unicast_xmit_packets`): these never saturate.
+    pub counters_64: BTreeSet<String>,
+    /// Whether `gid_attrs/types/` could be listed (Ethernet ports): without it the GID table
+    /// is not verified, which says nothing about the port.
+    pub gid_table_read: bool,
     /// `hw_counters/*` that read as numbers; `None` when the directory is missing.
     pub hw_counters: Option<BTreeMap<String, u64>>,
     /// Populated GID entries (Ethernet ports only).
@@ -186,6 +214,8 @@ pub struct Device {
     pub fw_ver: Option<String>,
     /// `node_guid`.
     pub node_guid: Option<String>,
+    /// `node_type` (`1: CA`, `4: RNIC` for iWARP).
+    pub node_type: Option<String>,
     /// The PCI driver (`mlx5_core`, `ice`).
     pub driver: Option<String>,
     /// The PCI function (`0000:12:00.0`).
@@ -255,6 +285,10 @@ pub struct Snapshot {
     pub nvidia_proc_version: Option<String>,
     /// Files that exist but could not be used.
     pub problems: Vec<Problem>,
+    /// Why `bus/pci/devices/` could not be listed (GPUs not counted), when it could not.
+    pub gpus_unreadable: Option<String>,
+    /// Why `module/` could not be listed (loaded modules unknown), when it could not.
+    pub modules_unreadable: Option<String>,
 }
 
 /// How one attribute read went.
@@ -262,6 +296,10 @@ pub struct Snapshot {
 enum Read1 {
     Missing,
     Text(String),
+    /// The file is there but could not be opened or read (permissions, EINVAL, EIO): the
+    /// probe could not look, which says nothing about the port.
+    Unreadable(String),
+    /// The file was read but is not what the attribute holds (too long, not UTF-8).
     Bad(String),
 }
 
@@ -274,7 +312,7 @@ fn read_capped(path: &Path, cap: usize) -> Read1 {
     {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Read1::Missing,
-        Err(e) => return Read1::Bad(format!("cannot open: {e}")),
+        Err(e) => return Read1::Unreadable(format!("cannot open: {e}")),
     };
     let buf = if cap <= MAX_ATTR_BYTES {
         // One read: sysfs hands an attribute over whole (at most a page) and a regular file's
@@ -283,12 +321,12 @@ fn read_capped(path: &Path, cap: usize) -> Read1 {
         let want = cap + 1;
         match file.read(&mut page[..want]) {
             Ok(n) => page[..n].to_vec(),
-            Err(e) => return Read1::Bad(format!("cannot read: {e}")),
+            Err(e) => return Read1::Unreadable(format!("cannot read: {e}")),
         }
     } else {
         let mut v = Vec::new();
         if let Err(e) = file.take(cap as u64 + 1).read_to_end(&mut v) {
-            return Read1::Bad(format!("cannot read: {e}"));
+            return Read1::Unreadable(format!("cannot read: {e}"));
         }
         v
     };
@@ -336,13 +374,62 @@ impl Reader<'_> {
         path: &Path,
         message: String,
     ) {
+        self.push(check, dev, port, path, message, false);
+    }
+
+    /// Records a file or directory that could not be opened, read or listed.
+    fn unreadable(
+        &mut self,
+        check: &'static str,
+        dev: Option<&str>,
+        port: Option<u32>,
+        path: &Path,
+        message: String,
+    ) {
+        self.push(check, dev, port, path, message, true);
+    }
+
+    fn push(
+        &mut self,
+        check: &'static str,
+        dev: Option<&str>,
+        port: Option<u32>,
+        path: &Path,
+        message: String,
+        unreadable: bool,
+    ) {
         self.problems.push(Problem {
             check,
             device: dev.map(str::to_string),
             port,
             path: path.to_path_buf(),
             message,
+            unreadable,
         });
+    }
+
+    /// A text attribute every port has (`state`, `rate`, `link_layer`): a missing one is
+    /// recorded as "could not look" too.
+    fn required_text(
+        &mut self,
+        check: &'static str,
+        dev: Option<&str>,
+        port: Option<u32>,
+        path: &Path,
+    ) -> Option<String> {
+        if let Read1::Missing = read_capped(path, MAX_ATTR_BYTES)
+            && std::fs::symlink_metadata(path).is_err()
+        {
+            self.unreadable(
+                check,
+                dev,
+                port,
+                path,
+                "no such file (the driver does not expose it)".to_string(),
+            );
+            return None;
+        }
+        self.text(check, dev, port, path)
     }
 
     /// A text attribute; `None` when missing or bad (bad ones are recorded).
@@ -356,6 +443,10 @@ impl Reader<'_> {
         match read_capped(path, MAX_ATTR_BYTES) {
             Read1::Missing => None,
             Read1::Text(s) => Some(s),
+            Read1::Unreadable(m) => {
+                self.unreadable(check, dev, port, path, m);
+                None
+            }
             Read1::Bad(m) => {
                 self.problem(check, dev, port, path, m);
                 None
@@ -450,7 +541,7 @@ fn read_counters(
         Ok(n) => n,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => {
-            r.problem(
+            r.unreadable(
                 check,
                 Some(dev),
                 Some(port),
@@ -470,6 +561,7 @@ fn read_counters(
         let path = dir.join(&name);
         match read_capped(&path, MAX_ATTR_BYTES) {
             Read1::Missing => {}
+            Read1::Unreadable(m) => r.unreadable(check, Some(dev), Some(port), &path, m),
             Read1::Bad(m) => r.problem(check, Some(dev), Some(port), &path, m),
             Read1::Text(t) => match parse_counter(&t) {
                 Ok(Some(v)) => {
@@ -484,6 +576,20 @@ fn read_counters(
         *v = na;
     }
     Some(out)
+}
+
+/// The `counters/` name a `counters_ext/` file is the 64-bit copy of: `port_xmit_data_64` →
+/// `port_xmit_data`, `port_unicast_rcv_packets` → `unicast_rcv_packets`.
+pub fn counters_ext_legacy_name(name: &str) -> String {
+    if let Some(base) = name.strip_suffix("_64") {
+        return base.to_string();
+    }
+    for cast in ["port_unicast_", "port_multicast_"] {
+        if let Some(rest) = name.strip_prefix(cast) {
+            return format!("{}{rest}", &cast["port_".len()..]);
+        }
+    }
+    name.to_string()
 }
 
 /// Which check a hw_counter belongs to, for naming read problems.
@@ -504,7 +610,7 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
     let d = Some(dev);
     let n = Some(num);
     port.state = r
-        .text("ib.port_state", d, n, &p.join("state"))
+        .required_text("ib.port_state", d, n, &p.join("state"))
         .and_then(|s| {
             let parsed = parse_state(&s);
             if parsed.is_none() {
@@ -519,20 +625,22 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
             parsed
         });
     port.phys_state = r.text("ib.port_state", d, n, &p.join("phys_state"));
-    port.rate = r.text("ib.port_rate", d, n, &p.join("rate")).and_then(|s| {
-        let parsed = parse_rate(&s);
-        if parsed.is_none() {
-            r.problem(
-                "ib.port_rate",
-                d,
-                n,
-                &p.join("rate"),
-                format!("not a rate: {s:?}"),
-            );
-        }
-        parsed
-    });
-    port.link_layer = r.text("ib.link_layer", d, n, &p.join("link_layer"));
+    port.rate = r
+        .required_text("ib.port_rate", d, n, &p.join("rate"))
+        .and_then(|s| {
+            let parsed = parse_rate(&s);
+            if parsed.is_none() {
+                r.problem(
+                    "ib.port_rate",
+                    d,
+                    n,
+                    &p.join("rate"),
+                    format!("not a rate: {s:?}"),
+                );
+            }
+            parsed
+        });
+    port.link_layer = r.required_text("ib.link_layer", d, n, &p.join("link_layer"));
     port.lid = r.text("ib.port_state", d, n, &p.join("lid"));
     port.sm_lid = r.text("ib.port_state", d, n, &p.join("sm_lid"));
     let mut no_pma = Vec::new();
@@ -545,6 +653,14 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
         Some(&mut no_pma),
     );
     port.no_pma = no_pma;
+    if let Some(counters) = port.counters.as_mut() {
+        let ext = read_counters(r, &p.join("counters_ext"), "ib.counters", dev, num, None);
+        for (name, v) in ext.unwrap_or_default() {
+            let legacy = counters_ext_legacy_name(&name);
+            counters.insert(legacy.clone(), v);
+            port.counters_64.insert(legacy);
+        }
+    }
     // hw_counters problems are attributed by name after the fact.
     let before = r.problems.len();
     port.hw_counters = read_counters(r, &p.join("hw_counters"), "roce.retrans", dev, num, None);
@@ -556,6 +672,7 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
     if port.is_ethernet() {
         let types = p.join("gid_attrs").join("types");
         if let Ok(idx) = list_dir(&types) {
+            port.gid_table_read = true;
             for i in idx {
                 let Ok(index) = i.parse::<u32>() else {
                     continue;
@@ -600,7 +717,7 @@ fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) -> Option<Dev
     let dev_dir = class_dir.join(name);
     let d = Some(name);
     if let Err(e) = std::fs::metadata(&dev_dir) {
-        r.problem(
+        r.unreadable(
             "ib.port_count",
             d,
             None,
@@ -617,6 +734,7 @@ fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) -> Option<Dev
     dev.hca_type = r.text("bom.drift", d, None, &dev_dir.join("hca_type"));
     dev.board_id = r.text("bom.drift", d, None, &dev_dir.join("board_id"));
     dev.node_guid = r.text("bom.drift", d, None, &dev_dir.join("node_guid"));
+    dev.node_type = r.text("ib.link_layer", d, None, &dev_dir.join("node_type"));
     if let Some(resolved) = resolve_link(&dev_dir) {
         dev.pci_path = pci_chain(&resolved);
         dev.pci = dev.pci_path.last().cloned();
@@ -646,7 +764,7 @@ fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) -> Option<Dev
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => r.problem(
+        Err(e) => r.unreadable(
             "ib.port_count",
             d,
             None,
@@ -713,41 +831,11 @@ fn gather_netdev(r: &mut Reader<'_>, sysfs: &Path, name: &str, dev: &str, port: 
     nd
 }
 
-/// Keeps the pause-related statistics of `ethtool -S` output.
-pub fn parse_ethtool_stats(text: &str) -> BTreeMap<String, u64> {
-    text.lines()
-        .filter_map(|l| l.split_once(':'))
-        .filter_map(|(k, v)| {
-            let k = k.trim();
-            (k.contains("pause")).then_some(())?;
-            Some((k.to_string(), v.trim().parse::<u64>().ok()?))
-        })
-        .collect()
-}
+pub use super::pause::{parse_ethtool_stats, parse_pfc_config};
 
-/// Priorities with PFC on, from `dcb pfc show dev <if>` (`prio-pfc 0:off ... 3:on ...`).
+/// Priorities with PFC on, from `dcb pfc show` or `mlnx_qos` text (see [`parse_pfc_config`]).
 pub fn parse_dcb_pfc(text: &str) -> Option<BTreeSet<u8>> {
-    let mut seen = false;
-    let mut on = BTreeSet::new();
-    let mut in_prio = false;
-    for tok in text.split_whitespace() {
-        if tok == "prio-pfc" {
-            seen = true;
-            in_prio = true;
-            continue;
-        }
-        if in_prio {
-            match tok.split_once(':') {
-                Some((q, v)) if q.parse::<u8>().is_ok() => {
-                    if v == "on" {
-                        on.insert(q.parse::<u8>().ok()?);
-                    }
-                }
-                _ => in_prio = false,
-            }
-        }
-    }
-    seen.then_some(on)
+    parse_pfc_config(text)
 }
 
 fn find_tool(name: &str) -> Option<PathBuf> {
@@ -859,6 +947,7 @@ fn gather_tools(
                         let res = match read_capped(&path, MAX_TOOL_BYTES) {
                             Read1::Text(t) => Ok(t),
                             Read1::Missing => Err(format!("no saved output at {}", path.display())),
+                            Read1::Unreadable(m) => Err(format!("{}: {m}", path.display())),
                             Read1::Bad(m) => {
                                 r.problem(check, Some(dev), Some(*port), &path, m.clone());
                                 Err(m)
@@ -868,15 +957,33 @@ fn gather_tools(
                     })
                     .collect()
             };
-            (
-                read("ethtool-S", "roce.congestion"),
-                read("dcb-pfc", "roce.pfc"),
-            )
+            let stats = read("ethtool-S", "roce.congestion");
+            let mut pfc = read("dcb-pfc", "roce.pfc");
+            // mlnx_qos output is the other way to save the PFC configuration.
+            if let Ok(qos) =
+                std::fs::read_dir(dir.join("mlnx_qos")).map(|_| read("mlnx_qos", "roce.pfc"))
+            {
+                for (nd, res) in qos {
+                    if res.is_ok() && pfc.get(&nd).is_some_and(|r| r.is_err()) {
+                        pfc.insert(nd, res);
+                    }
+                }
+            }
+            (stats, pfc)
         }
         ToolSource::Run => (
             run_tool_each("ethtool", &["-S"], &names),
             run_tool_each("dcb", &["pfc", "show", "dev"], &names),
         ),
+        ToolSource::Unavailable(why) => {
+            let all = || -> BTreeMap<String, Result<String, String>> {
+                names
+                    .iter()
+                    .map(|n| (n.clone(), Err(why.clone())))
+                    .collect()
+            };
+            (all(), BTreeMap::new())
+        }
     };
     for (name, nd) in netdevs.iter_mut() {
         let mut notes = Vec::new();
@@ -889,7 +996,9 @@ fn gather_tools(
             Some(Ok(t)) => {
                 nd.pfc = parse_dcb_pfc(t);
                 if nd.pfc.is_none() {
-                    notes.push("dcb pfc output has no prio-pfc line".to_string());
+                    notes.push(
+                        "the PFC output has neither a dcb prio-pfc/pg-pfc line nor an mlnx_qos PFC configuration block (a layout the probe does not know)".to_string(),
+                    );
                 }
             }
             Some(Err(m)) => notes.push(m.clone()),
@@ -918,11 +1027,9 @@ pub fn gpu_model(device_id: &str) -> Option<&'static str> {
     })
 }
 
-fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Vec<Gpu> {
+fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, String> {
     let bus = sysfs.join("bus").join("pci").join("devices");
-    let Ok(names) = list_dir(&bus) else {
-        return Vec::new();
-    };
+    let names = list_dir(&bus).map_err(|e| format!("cannot list {}: {e}", bus.display()))?;
     let mut gpus = Vec::new();
     for n in names {
         let dir = bus.join(&n);
@@ -957,7 +1064,7 @@ fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Vec<Gpu> {
             pci_path,
         });
     }
-    gpus
+    Ok(gpus)
 }
 
 fn unix_ms() -> u64 {
@@ -987,7 +1094,7 @@ pub fn gather(roots: &Roots, ignore: impl Fn(&str) -> bool) -> Snapshot {
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => r.problem(
+        Err(e) => r.unreadable(
             "ib.port_count",
             None,
             None,
@@ -1011,8 +1118,18 @@ pub fn gather(roots: &Roots, ignore: impl Fn(&str) -> bool) -> Snapshot {
         }
     }
     gather_tools(&mut r, &roots.tools, &mut snap.netdevs, &roce);
-    snap.gpus = gather_gpus(&mut r, &roots.sysfs);
-    if let Ok(mods) = list_dir(&roots.sysfs.join("module")) {
+    match gather_gpus(&mut r, &roots.sysfs) {
+        Ok(g) => snap.gpus = g,
+        Err(why) => snap.gpus_unreadable = Some(why),
+    }
+    let module_dir = roots.sysfs.join("module");
+    match list_dir(&module_dir) {
+        Ok(_) => {}
+        Err(e) => {
+            snap.modules_unreadable = Some(format!("cannot list {}: {e}", module_dir.display()))
+        }
+    }
+    if let Ok(mods) = list_dir(&module_dir) {
         for m in mods {
             if let Read1::Text(v) = read_capped(
                 &roots.sysfs.join("module").join(&m).join("version"),
@@ -1086,21 +1203,24 @@ mod tests {
     }
 
     #[test]
-    fn oversized_and_looping_files_are_bad_not_fatal() {
+    fn oversized_files_are_bad_and_loops_and_directories_unreadable_never_fatal() {
         let dir = tempfile::tempdir().unwrap();
         let big = dir.path().join("big");
         std::fs::write(&big, "9".repeat(MAX_ATTR_BYTES + 1)).unwrap();
         assert!(matches!(read_capped(&big, MAX_ATTR_BYTES), Read1::Bad(m) if m.contains("longer")));
         let lp = dir.path().join("loop");
         std::os::unix::fs::symlink("loop", &lp).unwrap();
-        assert!(matches!(read_capped(&lp, MAX_ATTR_BYTES), Read1::Bad(_)));
+        assert!(matches!(
+            read_capped(&lp, MAX_ATTR_BYTES),
+            Read1::Unreadable(_)
+        ));
         assert!(matches!(
             read_capped(&dir.path().join("nope"), MAX_ATTR_BYTES),
             Read1::Missing
         ));
         assert!(matches!(
             read_capped(dir.path(), MAX_ATTR_BYTES),
-            Read1::Bad(_)
+            Read1::Unreadable(_)
         ));
     }
 

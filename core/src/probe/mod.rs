@@ -15,6 +15,7 @@ pub mod checks;
 pub mod gather;
 pub mod nccl_local;
 pub mod output;
+pub mod pause;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -10,7 +10,7 @@ mod summary;
 pub use fabric_proto::record::*;
 pub use summary::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, ReadLimits, RecordError, Records, merge_nodes,
-    read_records, read_user_file, summarize, summarize_records,
+    parse_records, read_records, read_user_file, summarize, summarize_records,
 };
 
 #[cfg(test)]

@@ -264,6 +264,14 @@ pub fn read_records(path: &Path, limits: &ReadLimits) -> Result<Records, RecordE
     Ok(out)
 }
 
+/// Decodes records from bytes already read (what [`read_records`] does after its safe open):
+/// lines over the bound, not UTF-8, not JSON or of another version are skipped and counted.
+pub fn parse_records(buf: &[u8], limits: &ReadLimits) -> Records {
+    let mut out = Records::default();
+    parse_into(buf, limits, &mut out);
+    out
+}
+
 fn parse_into(buf: &[u8], limits: &ReadLimits, out: &mut Records) {
     for line in buf.split(|&b| b == b'\n') {
         if line.iter().all(u8::is_ascii_whitespace) {

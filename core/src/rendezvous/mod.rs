@@ -34,6 +34,7 @@
 //! except the short-lived reader inside [`munge::Munge`].
 
 pub mod munge;
+pub mod typed;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -189,6 +190,9 @@ pub struct RendezvousConfig {
     pub allowed_uids: Vec<u32>,
     /// What followers receive.
     pub share: Share,
+    /// No wait runs past this instant (the job step's deadline), whatever `timeout` and the
+    /// follower's grace say.
+    pub hard_deadline: Option<Instant>,
 }
 
 impl RendezvousConfig {
@@ -239,6 +243,7 @@ impl RendezvousConfig {
             munge,
             allowed_uids,
             share: Share::Ack,
+            hard_deadline: None,
         })
     }
 
@@ -259,6 +264,12 @@ impl RendezvousConfig {
 
     fn grace(&self) -> Duration {
         (self.timeout / 2).max(Duration::from_secs(1))
+    }
+
+    /// `start + d`, never past [`RendezvousConfig::hard_deadline`].
+    fn bounded(&self, start: Instant, d: Duration) -> Instant {
+        let t = start + d;
+        self.hard_deadline.map_or(t, |h| t.min(h))
     }
 }
 
@@ -410,7 +421,7 @@ struct Joined {
 
 fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousError> {
     let start = Instant::now();
-    let deadline = start + cfg.timeout;
+    let deadline = cfg.bounded(start, cfg.timeout);
     let unspecified = match cfg.addrs[0] {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
@@ -596,7 +607,7 @@ fn follow(
     payload: &Value,
 ) -> Result<Gathered, RendezvousError> {
     let start = Instant::now();
-    let deadline = start + cfg.timeout;
+    let deadline = cfg.bounded(start, cfg.timeout);
     let leader = cfg.addrs[0];
     let ports = cfg.ports();
     let nonce = random_hex()?;
@@ -640,7 +651,7 @@ fn follow(
                 serde_json::to_vec(&claim).map_err(|e| RendezvousError::Io(e.to_string()))?;
             let credential = cfg.munge.encode(&bytes)?;
             write_msg(&mut writer, &Msg::Join { credential })?;
-            let answer_by = Instant::now() + cfg.timeout + cfg.grace();
+            let answer_by = cfg.bounded(Instant::now(), cfg.timeout + cfg.grace());
             return match read_msg(&mut reader, answer_by, "the leader's answer")? {
                 Msg::Reject { reason } => Err(RendezvousError::Rejected(reason)),
                 Msg::Done { credential } => {

@@ -48,16 +48,21 @@ pub struct RunInfo {
     pub form: &'static str,
     /// Test binary.
     pub test: Option<String>,
+    /// The collective: named by the output, else told from the rows (see
+    /// [`NcclRun::collective`]).
+    pub collective: Option<String>,
     /// Version line.
     pub version: Option<String>,
-    /// Ranks listed.
+    /// Ranks: the highest rank listed plus one.
     pub ranks: usize,
     /// Distinct hosts.
     pub hosts: usize,
     /// Result rows.
     pub rows: usize,
-    /// Footer's average busbw, GB/s.
+    /// Average busbw, GB/s: the footer's, else the mean over the rows read.
     pub avg_busbw_gbps: Option<f64>,
+    /// `footer` or `rows`.
+    pub avg_busbw_from: &'static str,
 }
 
 /// Figures for one (size, type, op, root) across runs.
@@ -121,7 +126,7 @@ pub struct OutlierRank {
 pub struct Check {
     /// Stable id.
     pub id: String,
-    /// `pass`, `fail` or `open` (not decidable from the inputs).
+    /// `pass`, `warn` (usable with a caveat), `fail` or `open` (not decidable from the inputs).
     pub status: &'static str,
     /// What was seen.
     pub observed: String,
@@ -134,7 +139,8 @@ pub struct Check {
 pub struct AcceptReport {
     /// Schema id.
     pub schema: &'static str,
-    /// `pass` when every check passed and every input read cleanly; else `fail`.
+    /// `fail` when a check failed, `warn` when one warned (a truncated but usable input),
+    /// else `pass`.
     pub verdict: &'static str,
     /// Runs read.
     pub runs: Vec<RunInfo>,
@@ -312,14 +318,23 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
         "inputs.readable".into(),
         if inp.problems.is_empty() {
             "pass"
+        } else if inp.problems.iter().all(Problem::is_warning) {
+            "warn"
         } else {
             "fail"
         },
-        format!(
-            "{} problem(s) in {} run file(s)",
-            inp.problems.len(),
-            inp.runs.len()
-        ),
+        match inp.problems.iter().find(|p| p.is_warning()) {
+            Some(first) if inp.problems.iter().all(Problem::is_warning) => format!(
+                "{} problem(s) in {} run file(s), all usable as far as they go; first: {first}",
+                inp.problems.len(),
+                inp.runs.len()
+            ),
+            _ => format!(
+                "{} problem(s) in {} run file(s)",
+                inp.problems.len(),
+                inp.runs.len()
+            ),
+        },
         "every input complete and well-formed".into(),
     );
     let host_counts: Vec<usize> = inp.runs.iter().map(|r| r.hosts().len()).collect();
@@ -336,6 +351,17 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
             "no rank lines in the outputs".into(),
             "keep nccl-tests' header in the outputs".into(),
         ),
+        Some(n) if inp.runs.iter().any(|r| !r.device_list_complete()) => check(
+            "scale.nodes".into(),
+            // Too few hosts in an elided or cut device list prove nothing; too many do.
+            if host_counts.iter().any(|h| *h as u32 > n) {
+                "fail"
+            } else {
+                "open"
+            },
+            format!("{host_counts:?} hosts among the ranks listed; a device list is incomplete"),
+            format!("{n} in every run (keep the whole device list in the outputs)"),
+        ),
         Some(n) => check(
             "scale.nodes".into(),
             if host_counts.iter().all(|h| *h as u32 == n) {
@@ -347,7 +373,7 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
             format!("{n} in every run"),
         ),
     }
-    let rank_counts: Vec<usize> = inp.runs.iter().map(|r| r.devices.len()).collect();
+    let rank_counts: Vec<usize> = inp.runs.iter().map(NcclRun::rank_count).collect();
     match (inp.expect_nodes, inp.expect_gpus_per_node) {
         (Some(n), Some(g)) if rank_counts.iter().any(|c| *c > 0) => check(
             "scale.gpus".into(),
@@ -368,7 +394,8 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
     }
     let wrong_total: f64 = sizes.iter().filter_map(|s| s.wrong).sum();
     let oob: u64 = inp.runs.iter().filter_map(|r| r.out_of_bounds).sum();
-    let checked = sizes.iter().any(|s| s.wrong.is_some());
+    let checked = sizes.iter().any(|s| s.wrong.is_some())
+        || inp.runs.iter().any(|r| r.out_of_bounds.is_some());
     if t.zero_wrong {
         check(
             "correctness.wrong".into(),
@@ -542,6 +569,8 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
     }
     let verdict = if checks.iter().any(|c| c.status == "fail") {
         "fail"
+    } else if checks.iter().any(|c| c.status == "warn") {
+        "warn"
     } else {
         "pass"
     };
@@ -556,7 +585,13 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
                 form: r.form,
                 test: r.test.clone(),
                 version: r.version.clone(),
-                ranks: r.devices.len(),
+                ranks: r.rank_count(),
+                collective: r.collective(),
+                avg_busbw_from: if r.avg_busbw_from_footer {
+                    "footer"
+                } else {
+                    "rows"
+                },
                 hosts: r.hosts().len(),
                 rows: r.rows.len(),
                 avg_busbw_gbps: r.avg_busbw_gbps,

@@ -104,17 +104,19 @@ fn flatten(prefix: &str, v: &Value, out: &mut BTreeMap<String, String>) {
 
 /// Reads one pinned BOM file's text.
 pub fn read(file: &str, text: &str) -> Result<NodeBom, Problem> {
-    let v: Value = serde_json::from_str(text).map_err(|e| Problem {
-        file: file.to_string(),
-        line: e.line() as u64,
-        message: format!("the BOM is not valid JSON ({e}); pin it again with `fabric-check bom`"),
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        Problem::fail(
+            file,
+            e.line() as u64,
+            format!("the BOM is not valid JSON ({e}); pin it again with `fabric-check bom`"),
+        )
     })?;
     if !v.is_object() {
-        return Err(Problem {
-            file: file.into(),
-            line: 1,
-            message: "the BOM is not a JSON object".into(),
-        });
+        return Err(Problem::fail(
+            file,
+            1,
+            "the BOM is not a JSON object".into(),
+        ));
     }
     let node = ["node", "hostname", "host"]
         .iter()

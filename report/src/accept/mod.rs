@@ -29,6 +29,26 @@ pub struct Problem {
     pub line: u64,
     /// What is wrong and what to do.
     pub message: String,
+    /// `warn`: the input is used as far as it goes (a truncated run, an elided table, an
+    /// inferred header); `fail`: the input could not be used.
+    pub severity: &'static str,
+}
+
+impl Problem {
+    /// A problem that makes the input unusable.
+    pub fn fail(file: &str, line: u64, message: String) -> Self {
+        Self {
+            file: file.to_string(),
+            line,
+            message,
+            severity: "fail",
+        }
+    }
+
+    /// Whether the input is still used.
+    pub fn is_warning(&self) -> bool {
+        self.severity == "warn"
+    }
 }
 
 impl std::fmt::Display for Problem {
@@ -65,8 +85,12 @@ pub struct Measure {
     pub algbw_gbps: f64,
     /// Bus bandwidth, GB/s.
     pub busbw_gbps: f64,
-    /// Wrong elements (or the max error in old versions); None when not checked (`N/A`).
+    /// Wrong elements; None when not checked (`N/A`) or when the column is the old `error`.
     pub wrong: Option<f64>,
+    /// The old `error` column: the largest deviation from the expected result (`1e-06`), not
+    /// a count; its verdict is the footer's `Out of bounds values`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_error: Option<f64>,
     /// Per-iteration statistics when present.
     pub iter: Option<IterStats>,
     /// Per-process mean of the per-iteration max times (JSON with several processes).
@@ -126,14 +150,87 @@ pub struct NcclRun {
     pub rows: Vec<SizeRow>,
     /// `Out of bounds values` count from the footer.
     pub out_of_bounds: Option<u64>,
-    /// `Avg bus bandwidth` from the footer, GB/s.
+    /// The average bus bandwidth, GB/s: the footer's `Avg bus bandwidth` when the output has
+    /// one, else the mean over the rows read ([`NcclRun::avg_busbw_from_rows`]).
     pub avg_busbw_gbps: Option<f64>,
+    /// Whether `avg_busbw_gbps` is the footer's.
+    pub avg_busbw_from_footer: bool,
 }
 
 impl NcclRun {
     /// Distinct hosts among the ranks.
     pub fn hosts(&self) -> std::collections::BTreeSet<&str> {
         self.devices.iter().map(|d| d.host.as_str()).collect()
+    }
+
+    /// Ranks in the run: the highest rank listed plus one (a device list elided with `...`
+    /// lists fewer), 0 when none is listed.
+    pub fn rank_count(&self) -> usize {
+        let distinct: std::collections::BTreeSet<u32> =
+            self.devices.iter().map(|d| d.rank).collect();
+        distinct
+            .last()
+            .map_or(0, |m| (*m as usize + 1).max(distinct.len()))
+    }
+
+    /// Whether every rank up to the highest one is listed (no `...` gap, no cut list).
+    pub fn device_list_complete(&self) -> bool {
+        let distinct: std::collections::BTreeSet<u32> =
+            self.devices.iter().map(|d| d.rank).collect();
+        distinct.len() == self.rank_count()
+    }
+
+    /// The mean bus bandwidth over every out-of-place and in-place result of the rows, as
+    /// nccl-tests computes its `Avg bus bandwidth` footer (from the printed, rounded values).
+    pub fn avg_busbw_from_rows(&self) -> Option<f64> {
+        let v: Vec<f64> = self
+            .rows
+            .iter()
+            .flat_map(|r| [r.out_of_place.as_ref(), r.in_place.as_ref()])
+            .flatten()
+            .map(|m| m.busbw_gbps)
+            .filter(|b| b.is_finite())
+            .collect();
+        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+    }
+
+    /// The collective: the binary named by the output (`all_reduce_perf` → `all_reduce`), else
+    /// what the rows show — `redop`, `root` and busbw/algbw (2(n−1)/n for all_reduce, (n−1)/n for
+    /// all_gather, reduce_scatter and alltoall, 1 for broadcast, reduce and sendrecv); in-place
+    /// alltoall is not validated (`N/A`). `None` when it cannot be told.
+    pub fn collective(&self) -> Option<String> {
+        if let Some(t) = &self.test {
+            return Some(t.trim_end_matches("_perf").to_string());
+        }
+        let r = self
+            .rows
+            .iter()
+            .filter(|r| r.out_of_place.as_ref().is_some_and(|m| m.algbw_gbps >= 1.0))
+            .max_by_key(|r| r.size_b)
+            .or_else(|| self.rows.iter().max_by_key(|r| r.size_b))?;
+        let m = r.out_of_place.as_ref()?;
+        let f = m.busbw_gbps / m.algbw_gbps;
+        let n = self.rank_count() as f64;
+        let near = |want: f64| (f - want).abs() < 0.02 * want.max(0.05);
+        let rooted = r.root.is_some_and(|x| x >= 0);
+        let reducing = r.redop != "none";
+        let ip_unchecked =
+            r.in_place.as_ref().is_some_and(|m| m.wrong.is_none()) && m.wrong.is_some();
+        Some(
+            match () {
+                _ if rooted && reducing => "reduce",
+                _ if rooted => "broadcast, scatter or gather",
+                _ if reducing && n > 1.0 && near(2.0 * (n - 1.0) / n) => "all_reduce",
+                _ if reducing && n > 1.0 && near((n - 1.0) / n) => "reduce_scatter",
+                _ if reducing && n == 0.0 && f > 1.0 => "all_reduce",
+                _ if !reducing && ip_unchecked => "alltoall",
+                _ if !reducing && near(1.0) => "sendrecv",
+                _ if !reducing => "all_gather or alltoall",
+                _ if r.root.is_none() => "all_reduce or reduce_scatter",
+                _ => return None,
+            }
+            .to_string(),
+        )
     }
 }
 

@@ -50,6 +50,7 @@ fn measure(v: &Value, per_iter: &Value) -> Option<Measure> {
         algbw_gbps: f(&v["alg_bw"])?,
         busbw_gbps: f(&v["bus_bw"])?,
         wrong: f(&v["nwrong"]),
+        max_error: None,
         iter,
         per_process_mean_us,
     })
@@ -57,11 +58,7 @@ fn measure(v: &Value, per_iter: &Value) -> Option<Measure> {
 
 /// Parses one JSON file.
 pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
-    let problem = |line: u64, message: String| Problem {
-        file: file.to_string(),
-        line,
-        message,
-    };
+    let problem = |line: u64, message: String| Problem::fail(file, line, message);
     let doc: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
@@ -137,6 +134,7 @@ pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
     }
     run.out_of_bounds = doc["out_of_bounds"]["count"].as_u64();
     run.avg_busbw_gbps = f(&doc["average_bus_bandwidth"]["bandwidth"]);
+    run.avg_busbw_from_footer = run.avg_busbw_gbps.is_some();
     if run.rows.is_empty() {
         problems.push(problem(
             0,

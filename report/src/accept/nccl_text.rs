@@ -1,20 +1,34 @@
-//! nccl-tests' text output.
+//! nccl-tests' text output, of every binary and version.
 //!
-//! Layout facts (from nccl-tests `src/common.cu` and `src/util.cu`, versions 2.0 to 2.19):
+//! Layout facts (from nccl-tests `src/common.cu` and `src/util.cu`, versions 2.0 to 2.19, and
+//! outputs captured on real clusters):
 //!
-//! * a header of two lines names the columns: `size count type redop root time algbw busbw #wrong
-//!   time algbw busbw #wrong` today; versions before 2.10 had no `root` column and called the last
-//!   column `error` (a max error printed with `%6.0e`, e.g. `0e+00`); `-I 1` adds `i_min i_max
-//!   i_p99 i_cv%` after each half; `-C 1` prints `cputime` for `time`; `-T 1` appends a timestamp.
-//!   The header starts with `#`, but launchers and log collectors sometimes drop it.
+//! * a header names the columns: `size count type redop root time algbw busbw #wrong time algbw
+//!   busbw #wrong` since 2.13 (one header shared by every test); before that each test printed
+//!   its own, with `redop` only for reducing tests and `root` only for rooted ones (broadcast,
+//!   reduce, scatter, gather), and the last column was `error`, a max error printed `%6.0e`
+//!   (`1e-06`, `0e+00`) rather than a count of wrong elements. `-I 1` adds `i_min i_max i_p99
+//!   i_cv%` after each half; `-C 1` prints `cputime` for `time`; a timestamp column, when
+//!   asked for, is passed over whether it leads the row or follows the halves. The columns are read by name from the
+//!   header; a table whose header is missing is read by the shape of its rows (with a warning).
 //! * numbers are printed by `getFloatStr`: `%.2f`, falling back to fewer decimals and then to
-//!   scientific notation (`1.2e+03`) when the column is too narrow; `#wrong` is `%6g` or `N/A`.
+//!   scientific notation (`1.2e+03`) when the column is too narrow, or overflowing it
+//!   (`43046.10`); `#wrong` is `%6g` (a count, or `1.23457e+06`) or `N/A` (validation off, or
+//!   in-place alltoall).
 //! * trace replay leaves the out-of-place half blank.
 //! * rank lines: `#  Rank  0 Group  0 Pid  1234 on host device  0 [0x07] NVIDIA ...` (`Group`
-//!   appeared in 2.11; the bus id became `[0000:07:00]` in later versions).
-//! * footer: `# Out of bounds values : 0 OK` and `# Avg bus bandwidth    : 12.34`.
+//!   appeared in 2.11; the bus id became `[0000:07:00]` later; 3- and 4-digit ranks widen the
+//!   field). A list elided with `...` leaves gaps; a build without MPI run under mpirun lists
+//!   `Rank 0` once per process, on different hosts.
+//! * footer: `# Out of bounds values : 0 OK` and `# Avg bus bandwidth    : 12.34` (the mean
+//!   busbw over every row's out-of-place and in-place halves). A run that fails prints
+//!   `host: Test NCCL failure common.cu:1204 '...'` and no footer; a truncated or elided
+//!   output simply stops or has `...` rows. What is there is used: the run is kept and the
+//!   problem is a warning naming the line where it stops.
 //! * MPI launchers prefix lines: Open MPI `--tag-output` writes `[1,0]<stdout>:`, `srun -l`
-//!   writes `0: `, `mpirun -prepend-rank` writes `[0] `. The prefix is removed before parsing.
+//!   writes `0: `, `mpirun -prepend-rank` writes `[0] `, and per-write tagging inserts `[0]`
+//!   in the middle of a line before each column group. Prefixes and rank tags are removed;
+//!   NCCL `INFO`/`WARN` lines, Open MPI banners and doc comments anywhere are skipped.
 
 use super::{Device, IterStats, Measure, NcclRun, Problem, SizeRow};
 
@@ -26,26 +40,62 @@ pub fn strip_prefix(line: &str) -> &str {
             return &t[i + 10..];
         }
         // `[0] ` from -prepend-rank, `[host:12345] ` from some wrappers.
-        if let Some(end) = t.find("] ") {
-            if end > 1 && !t[1..end].contains(' ') {
-                return &t[end + 2..];
-            }
+        if let Some(end) = t.find("] ")
+            && end > 1
+            && !t[1..end].contains(' ')
+        {
+            return &t[end + 2..];
         }
     }
     // `srun -l`: `12: `
-    if let Some(i) = t.find(": ") {
-        if i > 0 && i <= 6 && t[..i].trim_start().chars().all(|c| c.is_ascii_digit()) {
-            return &t[i + 2..];
-        }
+    if let Some(i) = t.find(": ")
+        && i > 0
+        && i <= 6
+        && t[..i].trim_start().chars().all(|c| c.is_ascii_digit())
+        && !t[..i].trim_start().is_empty()
+    {
+        return &t[i + 2..];
     }
     t
 }
 
+/// Replaces rank tags (`[0]`, `[1,0]`) anywhere in a line by a space: per-write tagging puts
+/// them in the middle of a result line (`-1[0]    1626.5`). PCI ids (`[0x3d]`,
+/// `[0000:04:00]`) are not rank tags and stay.
+pub fn strip_rank_tags(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.contains('[') {
+        return line.into();
+    }
+    let b = line.as_bytes();
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'[' {
+            let mut j = i + 1;
+            while j < b.len() && (b[j].is_ascii_digit() || b[j] == b',') {
+                j += 1;
+            }
+            if j > i + 1 && j < b.len() && b[j] == b']' && b[i + 1].is_ascii_digit() {
+                out.push(' ');
+                i = j + 1;
+                continue;
+            }
+        }
+        let ch = line[i..].chars().next().unwrap_or(' ');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out.into()
+}
+
 #[derive(Debug, Clone, Default)]
 struct Layout {
+    has_redop: bool,
     has_root: bool,
     /// Columns per half: time algbw busbw wrong [i_min i_max i_p99 i_cv%].
     per_iter: bool,
+    /// The last column of a half is `error` (a max error), not `#wrong` (a count).
+    error_is_max: bool,
 }
 
 impl Layout {
@@ -53,7 +103,7 @@ impl Layout {
         if self.per_iter { 8 } else { 4 }
     }
     fn pre(&self) -> usize {
-        if self.has_root { 5 } else { 4 }
+        3 + usize::from(self.has_redop) + usize::from(self.has_root)
     }
 }
 
@@ -63,12 +113,43 @@ fn header_layout(tokens: &[&str]) -> Option<Layout> {
         .map(|s| s.trim_start_matches('#'))
         .filter(|s| !s.is_empty())
         .collect();
-    if t.first() != Some(&"size") || t.get(1) != Some(&"count") {
+    // A timestamp column may come first (`timestamp size count ...`).
+    let at = t.iter().position(|c| *c == "size")?;
+    if at > 1 || t.get(at + 1) != Some(&"count") {
+        return None;
+    }
+    let t = &t[at..];
+    let first_time = t
+        .iter()
+        .position(|c| *c == "time" || *c == "cputime")
+        .unwrap_or(t.len());
+    let pre = &t[..first_time];
+    Some(Layout {
+        has_redop: pre.contains(&"redop"),
+        has_root: pre.contains(&"root"),
+        per_iter: t.contains(&"i_min"),
+        error_is_max: t.contains(&"error") && !t.contains(&"wrong"),
+    })
+}
+
+/// The layout a header-less result line implies: `size count type [redop] [root]` then
+/// halves of 4 (or 8 with per-iteration columns).
+fn infer_layout(tokens: &[&str]) -> Option<Layout> {
+    if tokens.len() < 7 || tokens[2].parse::<f64>().is_ok() {
+        return None;
+    }
+    let has_redop = tokens[3].parse::<f64>().is_err() && tokens[3] != "N/A";
+    let rest = tokens.len() - 3 - usize::from(has_redop);
+    let has_root = rest % 4 == 1;
+    let body = rest - usize::from(has_root);
+    if body % 4 != 0 {
         return None;
     }
     Some(Layout {
-        has_root: t.contains(&"root"),
-        per_iter: t.contains(&"i_min"),
+        has_redop,
+        has_root,
+        per_iter: body == 16,
+        error_is_max: false,
     })
 }
 
@@ -81,15 +162,20 @@ fn num(s: &str) -> Option<f64> {
     }
 }
 
-fn measure(t: &[&str], per_iter: bool) -> Result<Measure, String> {
+fn measure(t: &[&str], layout: &Layout) -> Result<Measure, String> {
     let f = |i: usize, name: &str| -> Result<f64, String> {
         num(t[i]).ok_or_else(|| format!("{name} `{}` is not a number", t[i]))
     };
-    let wrong = match t[3] {
+    let last = match t[3] {
         "N/A" => None,
         s => Some(num(s).ok_or_else(|| format!("#wrong `{s}` is not a number or N/A"))?),
     };
-    let iter = if per_iter {
+    let (wrong, max_error) = if layout.error_is_max {
+        (None, last)
+    } else {
+        (last, None)
+    };
+    let iter = if layout.per_iter {
         Some(IterStats {
             min_us: Some(f(4, "i_min")?),
             max_us: Some(f(5, "i_max")?),
@@ -105,6 +191,7 @@ fn measure(t: &[&str], per_iter: bool) -> Result<Measure, String> {
         algbw_gbps: f(1, "algbw")?,
         busbw_gbps: f(2, "busbw")?,
         wrong,
+        max_error,
         iter,
         per_process_mean_us: Vec::new(),
     })
@@ -113,8 +200,6 @@ fn measure(t: &[&str], per_iter: bool) -> Result<Measure, String> {
 fn parse_row(tokens: &[&str], layout: &Layout) -> Result<SizeRow, String> {
     let pre = layout.pre();
     let half = layout.half();
-    // A timestamp (`-T 1`) may follow: ignore anything after the two halves.
-    let body = &tokens[pre.min(tokens.len())..];
     if tokens.len() < pre + half {
         return Err(format!(
             "{} fields where a result line has at least {}; is the line cut?",
@@ -122,35 +207,43 @@ fn parse_row(tokens: &[&str], layout: &Layout) -> Result<SizeRow, String> {
             pre + half
         ));
     }
+    // A timestamp may follow: anything after the two halves is ignored.
+    let body = &tokens[pre..];
     let size_b = tokens[0]
         .parse::<u64>()
         .map_err(|_| format!("size `{}` is not a byte count", tokens[0]))?;
     let count = tokens[1]
         .parse::<u64>()
         .map_err(|_| format!("count `{}` is not an element count", tokens[1]))?;
+    let redop = if layout.has_redop {
+        tokens[3].to_string()
+    } else {
+        "none".to_string()
+    };
     let root = if layout.has_root {
+        let i = pre - 1;
         Some(
-            tokens[4]
+            tokens[i]
                 .parse::<i64>()
-                .map_err(|_| format!("root `{}` is not a rank", tokens[4]))?,
+                .map_err(|_| format!("root `{}` is not a rank", tokens[i]))?,
         )
     } else {
         None
     };
     let (oop, ip) = if body.len() >= 2 * half && num(body[half]).is_some() {
         (
-            Some(measure(&body[..half], layout.per_iter)?),
-            Some(measure(&body[half..2 * half], layout.per_iter)?),
+            Some(measure(&body[..half], layout)?),
+            Some(measure(&body[half..2 * half], layout)?),
         )
     } else {
         // Trace replay: only the in-place half is printed.
-        (None, Some(measure(&body[..half], layout.per_iter)?))
+        (None, Some(measure(&body[..half], layout)?))
     };
     Ok(SizeRow {
         size_b,
         count,
         dtype: tokens[2].to_string(),
-        redop: tokens[3].to_string(),
+        redop,
         root,
         out_of_place: oop,
         in_place: ip,
@@ -175,6 +268,14 @@ fn parse_device(rest: &str) -> Option<Device> {
     })
 }
 
+/// Whether a line is a failure nccl-tests prints before it exits: `host: Test NCCL failure
+/// common.cu:1204 '...'`, ` .. host pid N: Test failure common.cu:915`, `Test CUDA failure`.
+fn is_failure(line: &str) -> bool {
+    line.contains("Test NCCL failure")
+        || line.contains("Test CUDA failure")
+        || line.contains(": Test failure ")
+}
+
 /// Parses one file's text.
 pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
     let mut run = NcclRun {
@@ -186,18 +287,32 @@ pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
     let mut layout: Option<Layout> = None;
     let mut last_row_line = 0u64;
     let mut saw_footer = false;
-    let mut problem = |line: u64, message: String| {
+    let mut elided: Option<u64> = None;
+    let mut failure: Option<(u64, String)> = None;
+    let mut problem = |line: u64, severity: &'static str, message: String| {
         problems.push(Problem {
             file: file.to_string(),
             line,
             message,
+            severity,
         })
     };
     for (i, raw) in text.lines().enumerate() {
         let no = i as u64 + 1;
-        let line = strip_prefix(raw.trim_end_matches('\r'));
+        let unprefixed = strip_prefix(raw.trim_end_matches('\r'));
+        let line = strip_rank_tags(unprefixed);
         let trimmed = line.trim();
         if trimmed.is_empty() {
+            continue;
+        }
+        if is_failure(trimmed) {
+            if failure.is_none() {
+                failure = Some((no, trimmed.chars().take(160).collect()));
+            }
+            continue;
+        }
+        if trimmed == "..." || trimmed == "…" {
+            elided.get_or_insert(no);
             continue;
         }
         let comment = trimmed.strip_prefix('#').map(str::trim);
@@ -216,6 +331,7 @@ pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
                     Some(d) => run.devices.push(d),
                     None => problem(
                         no,
+                        "warn",
                         "a rank line without `Rank N ... on HOST device N`; is the header cut?"
                             .into(),
                     ),
@@ -233,52 +349,179 @@ pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
                     .split_whitespace()
                     .next()
                     .and_then(num);
+            } else if c == "..." {
+                elided.get_or_insert(no);
+            } else if layout.is_some() && !saw_footer && table_note(c) {
+                // `# Truncated  smaller message sizes`: a person's note that rows were left out.
+                problem(
+                    no,
+                    "warn",
+                    format!(
+                        "a note inside the table (`# {c}`): rows were left out, so the footer's average covers sizes not shown"
+                    ),
+                );
             }
             continue;
         }
-        // A result line starts with the size in bytes.
-        if tokens
-            .first()
-            .is_some_and(|t| t.chars().all(|c| c.is_ascii_digit()))
-            && tokens.len() >= 3
-        {
-            let Some(l) = &layout else {
-                problem(
-                    no,
-                    "a result line before any column header; is the start of the output missing?"
-                        .into(),
-                );
-                continue;
-            };
+        if version_line(trimmed, &mut run) {
+            continue;
+        }
+        // A result line starts with the size in bytes and has the data type third; a leading
+        // timestamp (one or two tokens) is passed over.
+        let mut tokens = tokens;
+        if let Some(i) = (1..=2).find(|&i| {
+            tokens.len() > i + 3
+                && !tokens[0].chars().all(|c| c.is_ascii_digit())
+                && tokens[0].chars().next().is_some_and(|c| c.is_ascii_digit())
+                && tokens[i].chars().all(|c| c.is_ascii_digit())
+                && tokens[i + 1].chars().all(|c| c.is_ascii_digit())
+                && tokens[i + 2].chars().any(|c| c.is_ascii_alphabetic())
+        }) {
+            tokens.drain(..i);
+        }
+        let looks_like_row = tokens.len() >= 4
+            && tokens[0].chars().all(|c| c.is_ascii_digit())
+            && tokens[1].chars().all(|c| c.is_ascii_digit())
+            && tokens[2].chars().any(|c| c.is_ascii_alphabetic());
+        if looks_like_row {
+            if layout.is_none() {
+                match infer_layout(&tokens) {
+                    Some(l) => {
+                        problem(
+                            no,
+                            "warn",
+                            "a result line before any column header (an excerpt?); the columns were inferred from the row's shape".into(),
+                        );
+                        layout = Some(l);
+                    }
+                    None => {
+                        problem(
+                            no,
+                            "fail",
+                            "a result line before any column header; is the start of the output missing?"
+                                .into(),
+                        );
+                        continue;
+                    }
+                }
+            }
+            let Some(l) = &layout else { continue };
             match parse_row(&tokens, l) {
                 Ok(mut r) => {
                     r.line = no;
                     last_row_line = no;
                     run.rows.push(r);
                 }
-                Err(e) => problem(no, e),
+                Err(e) => problem(no, "warn", e),
             }
         }
-        // Anything else (NCCL INFO lines, warnings) is not ours to judge.
+        // Anything else (NCCL INFO lines, MPI banners, prompts) is not ours to judge.
     }
+    duplicate_ranks(&run, &mut problem);
     if run.rows.is_empty() {
-        problem(
-            0,
-            if layout.is_some() {
-                "the column header is there but no result line follows; did the test crash?".into()
-            } else {
-                "no nccl-tests result table found; is this nccl-tests output?".into()
-            },
-        );
+        let hosts = run.hosts().len();
+        let what = if let Some((_, f)) = &failure {
+            format!("the test failed before any result line: {f}")
+        } else if layout.is_some() {
+            "the column header is there but no result line follows; did the test crash?".into()
+        } else if !run.devices.is_empty() {
+            format!(
+                "only the header ({} ranks on {hosts} host(s)) and no result table; is the output cut?",
+                run.devices.len()
+            )
+        } else {
+            "no nccl-tests result table found; is this nccl-tests output?".into()
+        };
+        problem(0, "fail", what);
         return (None, problems);
     }
-    if !saw_footer {
+    if let Some(at) = elided {
         problem(
-            last_row_line,
-            "the output ends without the `Avg bus bandwidth` footer after this line (truncated or the test crashed); re-run it".into(),
+            at,
+            "warn",
+            "`...` here: lines were left out of this output, so sizes or ranks are missing; the figures use what is there".into(),
         );
     }
+    let listed = run.devices.len();
+    if let Some(max) = run.devices.iter().map(|d| d.rank).max()
+        && (max as usize + 1) > listed
+    {
+        problem(
+            0,
+            "warn",
+            format!(
+                "the device list names {listed} rank(s) but goes up to rank {max}: it is incomplete, so hosts are counted from the ranks listed"
+            ),
+        );
+    }
+    if let Some((at, f)) = failure {
+        problem(
+            at,
+            "warn",
+            format!(
+                "the run failed here after {} result line(s) (last at line {last_row_line}): {f}; the sizes before it are used",
+                run.rows.len()
+            ),
+        );
+    } else if !saw_footer {
+        problem(
+            last_row_line,
+            "warn",
+            "the output ends without the `Avg bus bandwidth` footer after this line (truncated or the test crashed); the rows up to here are used".into(),
+        );
+    }
+    // By line, whole-file remarks (line 0) last: the first is where the input first departs.
+    problems.sort_by_key(|p| if p.line == 0 { u64::MAX } else { p.line });
+    run.avg_busbw_from_footer = saw_footer && run.avg_busbw_gbps.is_some();
+    if !run.avg_busbw_from_footer {
+        run.avg_busbw_gbps = run.avg_busbw_from_rows();
+    }
     (Some(run), problems)
+}
+
+/// Whether a `#` line inside the table is a note someone added rather than nccl-tests' own
+/// (units row, the out-of-place/in-place banner, `Reducing maxBytes`, blank `#`).
+fn table_note(c: &str) -> bool {
+    let own = c.is_empty()
+        || c.starts_with("(B)")
+        || c.contains("out-of-place")
+        || c.starts_with("Reducing maxBytes")
+        || c.starts_with("Collective test")
+        || c.starts_with("nThread")
+        || c.starts_with("Using devices");
+    !own
+}
+
+/// `NCCL version 2.28.7+cuda13.0` between the header and the table.
+fn version_line(line: &str, run: &mut NcclRun) -> bool {
+    if let Some(v) = line.strip_prefix("NCCL version ") {
+        if run.version.is_none() {
+            run.version = Some(format!("NCCL {}", v.trim()));
+        }
+        return true;
+    }
+    false
+}
+
+/// A rank listed twice on different hosts: a build without MPI started by mpirun runs one
+/// independent single-rank test per process.
+fn duplicate_ranks(run: &NcclRun, problem: &mut impl FnMut(u64, &'static str, String)) {
+    let mut seen: std::collections::BTreeMap<u32, &str> = std::collections::BTreeMap::new();
+    for d in &run.devices {
+        if let Some(h) = seen.insert(d.rank, &d.host)
+            && h != d.host
+        {
+            problem(
+                0,
+                "warn",
+                format!(
+                    "rank {} is listed on {h} and on {}: nccl-tests built without MPI (MPI=1) and started by mpirun runs independent single-process tests, not one job",
+                    d.rank, d.host
+                ),
+            );
+            return;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -297,10 +540,22 @@ mod tests {
     }
 
     #[test]
+    fn rank_tags_in_the_middle_of_a_line_are_removed_but_pci_ids_stay() {
+        assert_eq!(
+            strip_rank_tags("[0]  1048576  262144  float  sum  -1[0]  1626.5  0.64").as_ref(),
+            "   1048576  262144  float  sum  -1   1626.5  0.64"
+        );
+        assert_eq!(
+            strip_rank_tags("device  0 [0x3d] GPU [0000:04:00]").as_ref(),
+            "device  0 [0x3d] GPU [0000:04:00]"
+        );
+    }
+
+    #[test]
     fn a_row_in_scientific_notation_parses() {
         let l = Layout {
-            has_root: false,
-            per_iter: false,
+            has_redop: true,
+            ..Layout::default()
         };
         let t: Vec<&str> =
             "8589934592 2147483648 float sum 1.2e+05 71.40 133.88 0e+00 1.2e+05 71.45 133.97 0e+00"
@@ -310,5 +565,42 @@ mod tests {
         assert_eq!(r.out_of_place.unwrap().time_us, 1.2e5);
         assert_eq!(r.in_place.unwrap().wrong, Some(0.0));
         assert_eq!(r.root, None);
+    }
+
+    #[test]
+    fn old_per_test_headers_have_redop_only_when_reducing_and_root_only_when_rooted() {
+        let h = |s: &str| header_layout(&s.split_whitespace().collect::<Vec<_>>()).unwrap();
+        let ag = h("#  size  count  type  time  algbw  busbw  error  time  algbw  busbw  error");
+        assert_eq!(
+            (ag.has_redop, ag.has_root, ag.error_is_max),
+            (false, false, true)
+        );
+        let bc = h("# size count type root time algbw busbw error time algbw busbw error");
+        assert_eq!((bc.has_redop, bc.has_root), (false, true));
+        let red = h("# size count type redop root time algbw busbw #wrong time algbw busbw #wrong");
+        assert_eq!(
+            (red.has_redop, red.has_root, red.error_is_max),
+            (true, true, false)
+        );
+        let t: Vec<&str> = "1024 256 float 0 12.5 0.08 0.08 0e+00 12.1 0.08 0.08 0e+00"
+            .split_whitespace()
+            .collect();
+        let r = parse_row(&t, &bc).unwrap();
+        assert_eq!((r.root, r.redop.as_str()), (Some(0), "none"));
+        assert_eq!(r.in_place.unwrap().max_error, Some(0.0));
+    }
+
+    #[test]
+    fn a_header_less_row_implies_its_layout() {
+        let t: Vec<&str> = "1048576 262144 float sum -1 1626.5 0.64 1.24 0 2302.3 0.46 0.87 0"
+            .split_whitespace()
+            .collect();
+        let l = infer_layout(&t).unwrap();
+        assert_eq!((l.has_redop, l.has_root, l.per_iter), (true, true, false));
+        let t: Vec<&str> = "1024 256 float 12.5 0.08 0.08 0e+00 12.1 0.08 0.08 0e+00"
+            .split_whitespace()
+            .collect();
+        let l = infer_layout(&t).unwrap();
+        assert_eq!((l.has_redop, l.has_root), (false, false));
     }
 }

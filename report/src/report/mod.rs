@@ -302,32 +302,40 @@ impl std::str::FromStr for GroupBy {
     }
 }
 
-/// Decodes an `AdminComment` into a [`TagState`] (the segment is found like
-/// [`fabric_core::tag::extract`] finds it: the marker, then one JSON object).
+/// Decodes an `AdminComment` into a [`TagState`] (the segment is found as
+/// [`fabric_core::tag::extract`] finds it: the first occurrence of the marker followed by a
+/// decodable JSON object wins; when none decodes, the first is reported unreadable).
 pub fn tag_state(comment: &str) -> TagState {
     // The marker's searcher is built once (building one per comment cost more than the search).
     static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new(MARKER.as_bytes()));
-    let Some(start) = FINDER.find(comment.as_bytes()) else {
-        return TagState::Absent;
-    };
-    // As fabric_core::tag::segment does from the same (first) occurrence.
-    let rest = &comment[start + MARKER.len()..];
-    let json: Cow<'_, str> = if rest.starts_with("{`") {
-        Cow::Owned(rest.replace('`', "\""))
-    } else {
-        Cow::Borrowed(rest)
-    };
-    let mut de = serde_json::Deserializer::from_str(&json);
-    match LeanTag::deserialize(&mut de) {
-        Ok(t) => TagState::Present(Box::new(TagFacts {
-            verdict: t.verdict,
-            probed_at: t.probed_at,
-            nnodes: t.nnodes,
-            drained: t.nodes.0,
-            run: t.run,
-        })),
-        Err(e) => TagState::Unreadable(format!(
+    let mut first_error = None;
+    for start in FINDER.find_iter(comment.as_bytes()) {
+        let rest = &comment[start + MARKER.len()..];
+        let json: Cow<'_, str> = if rest.starts_with("{`") {
+            Cow::Owned(rest.replace('`', "\""))
+        } else {
+            Cow::Borrowed(rest)
+        };
+        let mut de = serde_json::Deserializer::from_str(&json);
+        match LeanTag::deserialize(&mut de) {
+            Ok(t) => {
+                return TagState::Present(Box::new(TagFacts {
+                    verdict: t.verdict,
+                    probed_at: t.probed_at,
+                    nnodes: t.nnodes,
+                    drained: t.nodes.0,
+                    run: t.run,
+                }));
+            }
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        None => TagState::Absent,
+        Some(e) => TagState::Unreadable(format!(
             "the fabric-check/v1 segment of the comment is not valid JSON: {e}"
         )),
     }
@@ -389,6 +397,21 @@ pub fn line_of_offset(path: &std::path::Path, offset: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_broken_marker_ahead_of_ours_still_reads_our_tag_as_the_writer_does() {
+        let tag = fabric_core::tag::JobTag::default();
+        let comment = fabric_core::tag::splice("x fabric-check/v1 {broken", &tag);
+        assert!(
+            matches!(tag_state(&comment), TagState::Present(_)),
+            "{comment:?}"
+        );
+        assert!(matches!(
+            tag_state("fabric-check/v1 {broken"),
+            TagState::Unreadable(_)
+        ));
+        assert!(matches!(tag_state("JS1:abc"), TagState::Absent));
+    }
 
     #[test]
     fn the_lean_decoder_agrees_with_the_tag_module() {

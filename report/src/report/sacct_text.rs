@@ -2,7 +2,14 @@
 //! per job or step.
 //!
 //! The columns are found by name in the header, so any order works; [`FIELDS`] is what
-//! `fabric-check report` asks for when it runs sacct itself. Steps (`123.batch`, `123.0`) are
+//! `fabric-check report` asks for when it runs sacct itself. Output made with `--noheader` is
+//! read when the caller names its columns ([`TextLayout::columns`], the `--format` list that
+//! produced it); without them such input is refused with the command to rerun. Layouts seen on
+//! real clusters and read: any delimiter (`--delimiter=☃`; found from the header, or given),
+//! `--parsable` (a trailing delimiter on every line) as well as `--parsable2`, `#` comment and
+//! blank lines (skipped), `None`/`Unknown` times, `CANCELLED by <uid>`, `Elapsed` as
+//! `[D-]HH:MM:SS`, typed GPU TRES (`gres/gpu:a100=8` beside `gres/gpu=8`, counted once).
+//! Steps (`123.batch`, `123.extern`, `123.0`, `123.interactive`) are
 //! skipped. `AdminComment` may itself contain `|` (other tools write free text there), so when it
 //! is the last column every extra field is joined back into it. Times are read as `sacct` prints
 //! them: Unix seconds (when `SLURM_TIME_FORMAT=%s`, which the command sets) or
@@ -17,8 +24,20 @@ use super::{JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
 /// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
 pub const FIELDS: &str = "JobID,Partition,Account,User,Cluster,QOS,State,Submit,Eligible,Start,End,ElapsedRaw,NNodes,AllocTRES,AdminComment";
 
+/// How a `sacct -P` text is laid out when it cannot say so itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TextLayout {
+    /// The `--format` list the output was made with, for output without a header line
+    /// (`sacct -n`/`--noheader`): `State,JobID,ReqCPUS,...`.
+    pub columns: Option<String>,
+    /// sacct's `--delimiter` (default `|`; found from the header when there is one).
+    pub delimiter: Option<String>,
+}
+
 #[derive(Debug, Clone, Default)]
 struct Columns {
+    /// The field separator.
+    delim: String,
     n: usize,
     job_id: usize,
     partition: Option<usize>,
@@ -38,30 +57,80 @@ struct Columns {
     admin_comment: Option<usize>,
 }
 
+/// The delimiter of a header line: the first character that cannot be part of a field name.
+fn header_delimiter(line: &str) -> Option<char> {
+    line.trim()
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || c.is_whitespace()))
+}
+
+/// Whether a line is a header: it names the `State` or `JobID` column.
+fn looks_like_header(line: &str, delim: &str) -> bool {
+    line.split(delim).any(|f| {
+        let f = f.trim();
+        f.eq_ignore_ascii_case("state")
+            || f.eq_ignore_ascii_case("jobid")
+            || f.eq_ignore_ascii_case("jobidraw")
+    })
+}
+
 impl Columns {
-    fn from_header(line: &str) -> Result<Self, String> {
-        let names: Vec<String> = line
-            .split('|')
+    fn from_header_with(line: &str, layout: &TextLayout) -> Result<Self, String> {
+        let delim = match &layout.delimiter {
+            Some(d) => d.clone(),
+            None => header_delimiter(line).unwrap_or('|').to_string(),
+        };
+        if !looks_like_header(line, &delim) {
+            let shown: String = line.chars().take(60).collect();
+            return Err(format!(
+                "`{shown}` is not a sacct header line (output made with --noheader/-n?): pass --input-columns with the --format list that produced it, or run `sacct -P -o {FIELDS}` without -n"
+            ));
+        }
+        Self::from_names(
+            line,
+            &delim,
+            "the header",
+            "run `sacct -P -o FIELDS` (with the header, without -n)",
+        )
+    }
+
+    fn from_layout(columns: &str, layout: &TextLayout) -> Result<Self, String> {
+        let delim = layout.delimiter.clone().unwrap_or_else(|| "|".to_string());
+        let names = columns.replace(',', &delim);
+        Self::from_names(
+            &names,
+            &delim,
+            "--input-columns",
+            "add it to sacct's --format and to --input-columns, or run `sacct -P -o FIELDS` (with the header, without -n)",
+        )
+    }
+
+    fn from_names(line: &str, delim: &str, origin: &str, fix: &str) -> Result<Self, String> {
+        let mut names: Vec<String> = line
+            .split(delim)
             .map(|s| s.trim().to_ascii_lowercase())
             .collect();
+        // `--parsable` ends the header with the delimiter too.
+        if names.len() > 1 && names.last().is_some_and(String::is_empty) {
+            names.pop();
+        }
+        let fix = fix.replace("FIELDS", FIELDS);
         let find = |n: &str| names.iter().position(|x| x == n);
-        let need = |n: &str| {
-            find(&n.to_ascii_lowercase()).ok_or_else(|| {
-                format!(
-                    "the header has no `{n}` column; run `sacct -P -o {FIELDS}` (with the header, \
-                     without -n)"
-                )
-            })
+        let need = |n: &str, what: &str| {
+            find(&n.to_ascii_lowercase())
+                .ok_or_else(|| format!("{origin} has no {what} column; {fix}"))
         };
         Ok(Self {
+            delim: delim.to_string(),
             n: names.len(),
-            job_id: need("JobID").or_else(|_| need("JobIDRaw"))?,
+            job_id: need("JobID", "`JobID` (or `JobIDRaw`)")
+                .or_else(|e| find("jobidraw").ok_or(e))?,
             partition: find("partition"),
             account: find("account"),
             user: find("user"),
             cluster: find("cluster"),
             qos: find("qos"),
-            state: need("State")?,
+            state: need("State", "`State`")?,
             submit: find("submit"),
             eligible: find("eligible"),
             start: find("start"),
@@ -174,6 +243,23 @@ fn parse_elapsed(s: &str) -> Option<u64> {
 const MAX_FIELDS: usize = 48;
 
 fn parse_line(cols: &Columns, line: &str) -> Result<Option<JobRecord>, String> {
+    if line.starts_with('#') || line.trim().is_empty() {
+        // Comments someone added to a saved output; sacct never starts a line with `#`.
+        return Ok(None);
+    }
+    // `--parsable` ends every line with the delimiter: one empty field too many.
+    let delim = cols.delim.as_str();
+    let line = match line.strip_suffix(delim) {
+        Some(l) if line.matches(delim).count() == cols.n => l,
+        _ => line,
+    };
+    if delim != "|" {
+        let f: Vec<&str> = line.split(delim).collect();
+        if f.len() != cols.n {
+            return Err(field_count_error(f.len(), cols.n));
+        }
+        return parse_fields(cols, &f);
+    }
     if cols.n > MAX_FIELDS {
         let f = split_fields_vec(cols, line)?;
         return parse_fields(cols, &f);
@@ -287,8 +373,33 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
 
 /// Streams `sacct -P` text like [`super::sacct_json::stream`]; errors name the 1-based line.
 pub fn stream<R, A, I, F>(
+    reader: R,
+    source_name: &str,
+    threads: usize,
+    init: I,
+    each: F,
+) -> Result<Vec<A>, ReportError>
+where
+    R: BufRead,
+    A: Send,
+    I: Fn() -> A + Sync,
+    F: Fn(&mut A, JobRecord) + Sync,
+{
+    stream_with(
+        reader,
+        source_name,
+        &TextLayout::default(),
+        threads,
+        init,
+        each,
+    )
+}
+
+/// [`stream`] with the columns and delimiter of output that does not say them itself.
+pub fn stream_with<R, A, I, F>(
     mut reader: R,
     source_name: &str,
+    layout: &TextLayout,
     threads: usize,
     init: I,
     each: F,
@@ -306,7 +417,11 @@ where
     };
     let mut header = String::new();
     let mut line_no = 0u64;
-    loop {
+    let given = match &layout.columns {
+        Some(c) => Some(Columns::from_layout(c, layout).map_err(|m| text_err(0, m))?),
+        None => None,
+    };
+    while given.is_none() {
         header.clear();
         let n = reader
             .read_line(&mut header)
@@ -321,12 +436,15 @@ where
                 "the input is empty; did sacct print anything?".into(),
             ));
         }
-        if !header.trim().is_empty() {
+        if !header.trim().is_empty() && !header.starts_with('#') {
             break;
         }
     }
-    let cols = Columns::from_header(header.trim_end_matches(['\n', '\r']))
-        .map_err(|m| text_err(line_no, m))?;
+    let cols = match given {
+        Some(c) => c,
+        None => Columns::from_header_with(header.trim_end_matches(['\n', '\r']), layout)
+            .map_err(|m| text_err(line_no, m))?,
+    };
     let first_data_line = line_no + 1;
     run(
         threads,
@@ -397,9 +515,19 @@ where
 
 /// Reads everything into [`JobRecord`]s (tests and small inputs).
 pub fn read_all<R: BufRead>(reader: R, source_name: &str) -> Result<Vec<JobRecord>, ReportError> {
-    let mut v = stream(
+    read_all_with(reader, source_name, &TextLayout::default())
+}
+
+/// [`read_all`] with the columns and delimiter of output that does not say them itself.
+pub fn read_all_with<R: BufRead>(
+    reader: R,
+    source_name: &str,
+    layout: &TextLayout,
+) -> Result<Vec<JobRecord>, ReportError> {
+    let mut v = stream_with(
         reader,
         source_name,
+        layout,
         1,
         Vec::new,
         |v: &mut Vec<JobRecord>, j| v.push(j),

@@ -4,6 +4,8 @@
 //! (`--bom-pin FILE`, or `[bom] pin` / `bom_pin` in the config) and names each change: the
 //! acceptance guide says to re-test when firmware, driver, kernel, NIC or GPU model, link rate
 //! or MTU changes. Each change is a `warn` by default (`[bom] drift_severity = "fail"` drains).
+//! A pinned item missing now because its device's files could not be read is `info` "not
+//! verified", not drift.
 
 use serde_json::json;
 
@@ -23,6 +25,27 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
         .into_iter()
         .map(|c| {
             let (device, port) = bom::key_subject(&c.key);
+            let unread = c.now.is_none()
+                && ctx
+                    .snap
+                    .problems
+                    .iter()
+                    .any(|p| p.unreadable && p.device.is_some() && p.device == device);
+            if unread {
+                return Finding::new(
+                    ID,
+                    crate::probe::Severity::Info,
+                    device.as_deref(),
+                    port,
+                    json!(c.now),
+                    json!(c.pinned),
+                    format!(
+                        "not verified: {} could not be read this run (see the finding naming the file); pinned {}",
+                        c.key,
+                        c.pinned.as_deref().unwrap_or("nothing")
+                    ),
+                );
+            }
             Finding::new(
                 ID,
                 ctx.expect.drift_severity,

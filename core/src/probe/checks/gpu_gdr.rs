@@ -30,6 +30,19 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
     if s.gpus.is_empty() || s.devices.is_empty() {
         return Vec::new();
     }
+    if let Some(why) = &s.modules_unreadable {
+        return vec![Finding::new(
+            ID,
+            Severity::Info,
+            None,
+            None,
+            json!({"modules": null}),
+            json!("nvidia_peermem loaded, or dma-buf"),
+            format!(
+                "not verified: {why}, so the loaded modules (nvidia, nvidia_peermem) are unknown"
+            ),
+        )];
+    }
     let peermem = ["nvidia_peermem", "nv_peer_mem"]
         .into_iter()
         .find(|m| s.modules.contains(*m));
@@ -103,6 +116,15 @@ mod tests {
             Some("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15".into());
         let f = run(&s, check);
         assert_eq!(brief(&f), [(Severity::Info, None, None)]);
+    }
+
+    #[test]
+    fn unlistable_modules_are_not_verified_never_warned() {
+        let mut s = node(&[]);
+        s.modules_unreadable = Some("cannot list /x/module: denied".into());
+        let f = run(&s, check);
+        assert_eq!(brief(&f), [(Severity::Info, None, None)]);
+        assert!(f[0].message.starts_with("not verified"));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! `numa_node`: a GPU sharing a PCIe switch with an RDMA NIC can use GPUDirect RDMA at full
 //! speed (NCCL's PIX/PXB paths); one that only shares a NUMA node crosses the CPU's root complex
 //! (PHB/NODE: said as `info`); one with neither crosses the inter-socket link (SYS), which
-//! halves bandwidth: `warn`. `device` is the GPU's PCI address.
+//! halves bandwidth: `warn`. A GPU whose NUMA node is unknown (unreadable, or `-1` on a machine
+//! without NUMA information) is `info` "not verified". `device` is the GPU's PCI address.
 
 use serde_json::json;
 
@@ -44,7 +45,18 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
             .map(|n| n.name.as_str())
             .collect();
         let model = g.model.unwrap_or("GPU");
-        let (sev, msg) = if near.is_empty() {
+        let numa_unknown = matches!(g.numa_node, None | Some(-1));
+        let (sev, msg) = if near.is_empty() && numa_unknown {
+            (
+                Severity::Info,
+                format!(
+                    "{model} {}: not verified: no RDMA NIC under its PCIe switch and its NUMA node is unknown (numa_node {}), so whether its traffic crosses sockets cannot be told",
+                    g.pci,
+                    g.numa_node
+                        .map_or("unreadable".to_string(), |n| n.to_string())
+                ),
+            )
+        } else if near.is_empty() {
             (
                 Severity::Warn,
                 format!(
@@ -121,6 +133,19 @@ mod tests {
             brief(&f),
             [(Severity::Info, Some("0000:23:00.0".into()), None)]
         );
+    }
+
+    #[test]
+    fn a_gpu_whose_numa_node_is_unknown_is_not_verified_never_warned() {
+        let f = run(
+            &node("0000:80:02.0/0000:a0:00.0/0000:a1:01.0/0000:a3:00.0", -1),
+            check,
+        );
+        assert_eq!(
+            brief(&f),
+            [(Severity::Info, Some("0000:a3:00.0".into()), None)]
+        );
+        assert!(f[0].message.contains("not verified"), "{}", f[0].message);
     }
 
     #[test]

@@ -5,17 +5,59 @@
 //! `excessive_buffer_overrun_errors`, `port_xmit_discards`, ...). Since-boot totals say nothing
 //! about now, so without a baseline (`--baseline`, `--state-dir`) nothing is judged and that is
 //! said once. Defaults: any `link_downed` increase fails, `symbol_error` above 120/h fails,
-//! other error counters warn above small rates (`config::default_thresholds`). Saturated legacy
-//! counters, counters going backwards (reset), `N/A (no PMA)` and a missing `counters/`
-//! directory (irdma) are said as `info`, never errors.
+//! other error counters warn above small rates (`config::default_thresholds`). A counter stuck
+//! at the maximum of its width (`link_downed` 255, `port_xmit_discards` 65535, `port_xmit_wait`
+//! 4294967295) no longer counts: `warn`, with the width and how to reset it, with or without a
+//! baseline, and its delta is never computed; 64-bit `counters_ext/*_64` copies (mlx4) are
+//! preferred where the kernel has them. Counters going backwards (reset), `N/A (no PMA)` and a
+//! missing `counters/` directory (irdma) are said as `info`, never errors.
 
 use serde_json::{Value, json};
 
-use super::{CounterSource, Ctx, judge_counters, usable_baseline, where_};
+use super::{
+    CounterSource, Ctx, counter_width_bits, is_saturated, is_traffic_counter, judge_counters,
+    usable_baseline, where_,
+};
 use crate::probe::{Finding, Severity};
 
 /// The check id.
 pub const ID: &str = fabric_proto::check_id::IB_COUNTERS;
+
+/// One finding per counter of the port that sits at its maximum: `warn` for error and wait
+/// counters (a delta of 0 between two saturated reads hides new errors), `info` for traffic
+/// counters. Counters read from a 64-bit `counters_ext/` copy never saturate.
+fn saturated(d: &crate::probe::gather::Device, p: &crate::probe::gather::Port) -> Vec<Finding> {
+    let Some(counters) = &p.counters else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (name, &v) in counters {
+        if !is_saturated(p, name, v) {
+            continue;
+        }
+        let bits = counter_width_bits(name).unwrap_or(64);
+        let traffic = is_traffic_counter(name);
+        let ext = if bits == 32 {
+            " (the kernel exposes no 64-bit counters_ext copy for it here)"
+        } else {
+            ""
+        };
+        out.push(Finding::new(
+            ID,
+            if traffic { Severity::Info } else { Severity::Warn },
+            Some(&d.name),
+            Some(p.num),
+            json!({"counter": name, "value": v, "width_bits": bits}),
+            json!({"below": v}),
+            format!(
+                "{}: {name} is saturated at {v}, the maximum of its {bits}-bit counter{ext}; it no longer counts, so a delta of 0 hides new {}; reset the port counters (perfquery -R -a, or perfquery -x -R on HCAs with extended counters) to judge it again",
+                where_(d, p),
+                if traffic { "traffic" } else { "events" }
+            ),
+        ));
+    }
+    out
+}
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
@@ -60,6 +102,7 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
                             format!("{}: {} read N/A (no PMA) and are skipped", where_(d, p), p.no_pma.join(", ")),
                         ));
                     }
+                    out.extend(saturated(d, p));
                     out.extend(judge_counters(ctx, ID, d, p, CounterSource::Counters, |_| true));
                 }
             }
@@ -158,14 +201,41 @@ mod tests {
     }
 
     #[test]
-    fn a_saturated_counter_is_said() {
+    fn a_saturated_counter_warns_with_its_width_and_how_to_reset_it_and_no_delta() {
         let b = baseline_of(&node(65535, 1), 1000);
         let f = run_with(&node(65535, 1), &Default::default(), Some(&b), check);
         assert_eq!(
             brief(&f),
-            [(Severity::Info, Some("mlx5_1".into()), Some(1))]
+            [(Severity::Warn, Some("mlx5_1".into()), Some(1))]
         );
-        assert!(f[0].message.contains("saturated"));
+        assert!(f[0].message.contains("symbol_error is saturated at 65535"));
+        assert!(f[0].message.contains("16-bit"));
+        assert!(f[0].message.contains("perfquery"));
+        assert_eq!(f[0].observed["width_bits"], 16);
+    }
+
+    #[test]
+    fn a_saturated_counter_warns_also_without_a_baseline() {
+        let f = run(&node(40, 255), check);
+        let w: Vec<_> = f.iter().filter(|f| f.severity == Severity::Warn).collect();
+        assert_eq!(w.len(), 1, "{f:?}");
+        assert!(w[0].message.contains("link_downed is saturated at 255"));
+        assert!(w[0].message.contains("8-bit"));
+    }
+
+    #[test]
+    fn a_64_bit_counters_ext_copy_never_counts_as_saturated() {
+        let mut s = node(40, 1);
+        s.devices[1].ports[0]
+            .counters
+            .as_mut()
+            .unwrap()
+            .insert("port_xmit_data".into(), u32::MAX as u64);
+        s.devices[1].ports[0]
+            .counters_64
+            .insert("port_xmit_data".into());
+        let f = run(&s, check);
+        assert!(f.iter().all(|f| !f.message.contains("saturated")), "{f:?}");
     }
 
     #[test]

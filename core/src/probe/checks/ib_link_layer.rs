@@ -2,19 +2,91 @@
 //!
 //! Reads `ports/<n>/link_layer` (`InfiniBand` or `Ethernet`). Peer groups already separate link
 //! layers, so zero-config cannot tell a VPI card flipped to Ethernet from a storage port; this
-//! check needs `link_layer` in a `[[node.ports]]` rule.
+//! check needs `link_layer` in a `[[node.ports]]` rule. Devices of a kind the checks were not
+//! written for (Omni-Path `hfi1`, iWARP `i40iw` whose `link_layer` reads `InfiniBand`) are said
+//! once each as `info` "not verified", never judged as faulty InfiniBand.
 
 use serde_json::json;
 
 use super::{Ctx, where_};
+use crate::probe::gather::Device;
 use crate::probe::{Finding, Severity};
 
 /// The check id.
 pub const ID: &str = fabric_proto::check_id::IB_LINK_LAYER;
 
+/// A kind of RDMA device the InfiniBand and RoCE checks were not written for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OtherKind {
+    /// Intel/Cornelis Omni-Path (`hfi1`) or TrueScale (`qib`).
+    OmniPath,
+    /// An iWARP RNIC (`i40iw`, `iw_cxgb4`; `node_type` `4: RNIC`).
+    Iwarp,
+}
+
+/// The kind of a device, when it is one the checks do not know.
+pub fn other_kind(d: &Device) -> Option<OtherKind> {
+    let n = d.name.as_str();
+    if n.starts_with("hfi1") || n.starts_with("qib") {
+        return Some(OtherKind::OmniPath);
+    }
+    let rnic = d
+        .node_type
+        .as_deref()
+        .is_some_and(|t| t.trim_start().starts_with("4:") || t.contains("RNIC"));
+    if rnic || n.starts_with("i40iw") || n.starts_with("iw_cxgb") || n.starts_with("cxgb") {
+        return Some(OtherKind::Iwarp);
+    }
+    None
+}
+
+/// The `info` "not verified" for a device the checks do not know.
+fn other_kind_finding(d: &Device, kind: OtherKind) -> Finding {
+    let ll: Vec<String> = d
+        .ports
+        .iter()
+        .map(|p| {
+            format!(
+                "port {} {}",
+                p.num,
+                p.link_layer.as_deref().unwrap_or("unknown")
+            )
+        })
+        .collect();
+    let what = match kind {
+        OtherKind::OmniPath => format!(
+            "{} is an Omni-Path HFI (hfi1/qib, not an InfiniBand HCA although its link_layer reads InfiniBand): port state, rate and PMA counters are read, but IPoIB MTU, GID, ECN and PFC checks do not apply and are not verified",
+            d.name
+        ),
+        OtherKind::Iwarp => format!(
+            "{} is an iWARP RNIC ({}): its link_layer reads {} though it runs over Ethernet TCP; port state and rate are read, the InfiniBand counter, RoCE GID, ECN and PFC checks are not verified for it",
+            d.name,
+            d.driver.as_deref().unwrap_or("driver unknown"),
+            d.ports
+                .first()
+                .and_then(|p| p.link_layer.as_deref())
+                .unwrap_or("unknown")
+        ),
+    };
+    Finding::new(
+        ID,
+        Severity::Info,
+        Some(&d.name),
+        None,
+        json!({"kind": format!("{kind:?}"), "link_layers": ll}),
+        json!("an InfiniBand HCA or a RoCE NIC"),
+        what,
+    )
+}
+
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
-    let mut out = Vec::new();
+    let mut out: Vec<Finding> = ctx
+        .snap
+        .devices
+        .iter()
+        .filter_map(|d| other_kind(d).map(|k| other_kind_finding(d, k)))
+        .collect();
     for d in &ctx.snap.devices {
         let Some(want) = ctx.expect.expect(&d.name, |p| p.link_layer.clone()) else {
             continue;

@@ -3,7 +3,8 @@
 //! Counts the ports under `class/infiniband/<dev>/ports/` of the devices a `[[node.ports]]`
 //! rule names (and of its `link_layer`, when given) against the rule's `count`. A missing HCA
 //! (fallen off the bus, driver not bound) shows here. Devices whose class entry cannot be
-//! resolved (a symlink loop) are reported by the gather step under this id.
+//! resolved (a symlink loop) are reported by the gather step under this id as `info`; when such
+//! an entry may be one of the missing ports, the count is "not verified" instead of failed.
 
 use serde_json::json;
 
@@ -46,6 +47,31 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
                     .map(move |p| format!("{}/{}", d.name, p.num))
             })
             .collect();
+        let unread: Vec<String> = ctx
+            .snap
+            .problems
+            .iter()
+            .filter(|p| p.unreadable && p.check == ID)
+            .filter(|p| p.device.as_ref().is_none_or(|d| rule.devices.matches(d)))
+            .map(|p| p.path.display().to_string())
+            .collect();
+        if (ports.len() as u32) < want && !unread.is_empty() {
+            out.push(Finding::new(
+                ID,
+                Severity::Info,
+                None,
+                None,
+                json!({"count": ports.len(), "ports": ports, "unreadable": unread}),
+                json!({"count": want, "devices": rule.devices.as_str()}),
+                format!(
+                    "not verified: {} port(s) counted on devices {}, the configuration expects {want}, but {} could not be read",
+                    ports.len(),
+                    rule.devices,
+                    unread.join(", ")
+                ),
+            ));
+            continue;
+        }
         if ports.len() as u32 != want {
             let ll = rule
                 .expect

@@ -76,6 +76,23 @@ pub const ALL: &[Check] = &[
 pub fn run_all(ctx: &Ctx<'_>) -> Vec<Finding> {
     let mut out: Vec<Finding> = ALL.iter().flat_map(|(_, f)| f(ctx)).collect();
     for p in &ctx.snap.problems {
+        if p.unreadable {
+            // Could not look: no evidence about the port either way.
+            out.push(Finding::new(
+                p.check,
+                Severity::Info,
+                p.device.as_deref(),
+                p.port,
+                json!({"path": p.path.display().to_string(), "error": p.message}),
+                Value::Null,
+                format!(
+                    "not verified: cannot read {}: {}",
+                    p.path.display(),
+                    p.message
+                ),
+            ));
+            continue;
+        }
         out.push(Finding::new(
             p.check,
             Severity::Warn,
@@ -215,39 +232,61 @@ pub enum CounterSource {
     Ethtool,
 }
 
-/// The threshold key of a counter: ethtool per-priority names lose their priority.
+/// The threshold key of a counter: every driver's pause counter names map to one key and
+/// per-priority names lose their priority (`rx_prio3_pause`, `rx_pfc_ena_frames_pri3` and
+/// `port.rx_priority_3_xoff_rx` are all `rx_prio_pause`; see [`crate::probe::pause`]).
 pub fn threshold_key(name: &str) -> String {
-    if let Some(rest) = name
-        .strip_prefix("rx_prio")
-        .map(|r| ("rx", r))
-        .or_else(|| name.strip_prefix("tx_prio").map(|r| ("tx", r)))
-    {
-        let (dir, r) = rest;
-        let tail = r.trim_start_matches(|c: char| c.is_ascii_digit());
-        if tail.len() < r.len() {
-            return format!("{dir}_prio{tail}");
-        }
+    match crate::probe::pause::classify(name) {
+        Some(c) => c.threshold_key(),
+        None => name.to_string(),
     }
-    name.to_string()
 }
 
-/// The largest value of the IBA PortCounters fields that saturate (legacy widths, IBA 1.x
-/// §16.1.3.5); a counter at its maximum no longer counts.
-pub fn saturation_max(name: &str) -> Option<u64> {
+/// The width in bits of an IBA PortCounters field as the legacy `counters/` files expose it
+/// (IBA 1.x §16.1.3.5, PortCounters): such a counter stops at its maximum instead of wrapping.
+/// The traffic counters are 32-bit in the legacy attribute (64-bit where the kernel reads
+/// PortCountersExtended, or in mlx4's `counters_ext/*_64`, which the gather step prefers).
+pub fn counter_width_bits(name: &str) -> Option<u32> {
     Some(match name {
         "symbol_error"
         | "port_rcv_errors"
         | "port_rcv_remote_physical_errors"
         | "port_rcv_switch_relay_errors"
         | "port_xmit_discards"
-        | "VL15_dropped" => 0xffff,
+        | "VL15_dropped" => 16,
         "link_error_recovery"
         | "link_downed"
         | "port_xmit_constraint_errors"
-        | "port_rcv_constraint_errors" => 0xff,
-        "local_link_integrity_errors" | "excessive_buffer_overrun_errors" => 0xf,
+        | "port_rcv_constraint_errors" => 8,
+        "local_link_integrity_errors" | "excessive_buffer_overrun_errors" => 4,
+        "port_xmit_wait"
+        | "port_xmit_data"
+        | "port_rcv_data"
+        | "port_xmit_packets"
+        | "port_rcv_packets"
+        | "unicast_xmit_packets"
+        | "unicast_rcv_packets"
+        | "multicast_xmit_packets"
+        | "multicast_rcv_packets" => 32,
         _ => return None,
     })
+}
+
+/// Whether a counter counts traffic (data, packets) rather than errors or waiting.
+pub fn is_traffic_counter(name: &str) -> bool {
+    name.ends_with("_data") || name.ends_with("_packets")
+}
+
+/// The largest value of a `counters/` field that saturates; at it, the counter no longer counts.
+pub fn saturation_max(name: &str) -> Option<u64> {
+    counter_width_bits(name).map(|w| (1u64 << w) - 1)
+}
+
+/// Whether `counters/<name>` sits exactly at the maximum of its legacy width on this port. A
+/// value above it shows the kernel exposes a wider counter (PortCountersExtended), and a
+/// 64-bit `counters_ext` copy, when the gather step used one, never saturates.
+pub fn is_saturated(port: &Port, name: &str, value: u64) -> bool {
+    !port.counters_64.contains(name) && saturation_max(name) == Some(value)
 }
 
 /// The baseline if it is usable for this node, else the reason it is not.
@@ -342,18 +381,9 @@ pub fn judge_counters(
             continue;
         }
         let delta = v - b;
-        let saturated =
-            source == CounterSource::Counters && saturation_max(name).is_some_and(|max| v >= max);
+        let saturated = source == CounterSource::Counters && is_saturated(port, name, v);
         if saturated && delta == 0 {
-            out.push(Finding::new(
-                id,
-                Severity::Info,
-                Some(&dev.name),
-                Some(port.num),
-                json!({"counter": name, "now": v}),
-                Value::Null,
-                format!("{label}: {name} is saturated at {v} and no longer counts; clear the port counters (perfquery -x -R) to judge it again"),
-            ));
+            // Said once per port by `ib.counters` (warn, with the width and how to reset).
             continue;
         }
         if let Some(sev) = t.judge(delta, elapsed_s) {

@@ -4,13 +4,56 @@
 //! and the pause statistics of `ethtool -S <if>` (`rx_prio<N>_pause`, `tx_prio<N>_pause`,
 //! `*_pause_duration` in µs, `tx_pause_storm_{warning,error}_events`). Some marking and pausing
 //! is a healthy lossless fabric at work; storms are not. Warn above default hourly rates;
-//! any pause-storm error event (the NIC's own storm guard tripped) fails.
+//! any pause-storm error event (the NIC's own storm guard tripped) fails. Pause counter names of
+//! mlx5 (old and new kernels), mlx4, bnxt_en, i40e and ice share threshold keys
+//! ([`crate::probe::pause`]); a driver whose names are not in the table, or a port whose
+//! `ethtool -S` could not be read, is `info` "not verified".
 
-use super::{CounterSource, Ctx, judge_counters};
-use crate::probe::Finding;
+use serde_json::json;
+
+use super::{CounterSource, Ctx, judge_counters, where_};
+use crate::probe::gather::{Device, Port};
+use crate::probe::{Finding, Severity, pause};
 
 /// The check id.
 pub const ID: &str = fabric_proto::check_id::ROCE_CONGESTION;
+
+/// `info` "not verified" when the port's pause counters could not be read, or when `ethtool -S`
+/// has none of the names in the driver table ([`pause::classify`], docs/checks.md).
+fn unverified(ctx: &Ctx<'_>, d: &Device, p: &Port) -> Option<Finding> {
+    let nd = ctx.snap.netdevs.get(p.netdev.as_ref()?)?;
+    let driver = d.driver.as_deref().unwrap_or("unknown");
+    let msg = match &nd.ethtool {
+        None => format!(
+            "{}: not verified: pause counters not read ({})",
+            where_(d, p),
+            nd.tool_note.as_deref().unwrap_or("no ethtool -S output")
+        ),
+        Some(stats) if !stats.keys().any(|k| pause::classify(k).is_some()) => format!(
+            "{}: not verified: ethtool -S of {} has no pause counter the probe knows (driver {driver}; the table of names per driver is in docs/checks.md){}",
+            where_(d, p),
+            nd.name,
+            if stats.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; kept for the record: {}",
+                    stats.keys().cloned().collect::<Vec<_>>().join(", ")
+                )
+            }
+        ),
+        Some(_) => return None,
+    };
+    Some(Finding::new(
+        ID,
+        Severity::Info,
+        Some(&d.name),
+        Some(p.num),
+        json!({"netdev": nd.name, "driver": driver}),
+        json!("pause counters of a driver in the table"),
+        msg,
+    ))
+}
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
@@ -26,6 +69,7 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
                 |n| !super::roce_retrans::is_retrans(n),
             ));
             if p.is_ethernet() {
+                out.extend(unverified(ctx, d, p));
                 out.extend(judge_counters(
                     ctx,
                     ID,

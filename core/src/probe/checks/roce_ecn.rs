@@ -57,11 +57,18 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
                     Some(p.num),
                     Value::Null,
                     json!(want),
-                    format!(
-                        "{}: ECN enables are not exposed in sysfs (driver {}); ECN is not verified",
-                        where_(d, p),
-                        d.driver.as_deref().unwrap_or("unknown")
-                    ),
+                    if p.netdev.is_none() {
+                        format!(
+                            "{}: no netdev found, so its ECN enables cannot be read; ECN is not verified",
+                            where_(d, p)
+                        )
+                    } else {
+                        format!(
+                            "{}: ECN enables are not exposed in sysfs (driver {}); ECN is not verified",
+                            where_(d, p),
+                            d.driver.as_deref().unwrap_or("unknown")
+                        )
+                    },
                 )),
                 Some((np, rp)) => {
                     let Some(want) = &want else { continue };

@@ -39,7 +39,26 @@ fn finding(d: &Device, p: &Port, v: u32, want: u32, why: String) -> Finding {
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
-    configured_or_parity(ctx, |e| e.mtu, |p| mtu(ctx, p), finding)
+    let mut out = configured_or_parity(ctx, |e| e.mtu, |p| mtu(ctx, p), finding);
+    for d in &ctx.snap.devices {
+        for p in d.ports.iter().filter(|p| p.is_ethernet()) {
+            if p.netdev.is_none() {
+                out.push(Finding::new(
+                    ID,
+                    Severity::Info,
+                    Some(&d.name),
+                    Some(p.num),
+                    json!({"netdev": null}),
+                    json!("the port's netdev"),
+                    format!(
+                        "{}: not verified: no netdev found (no gid_attrs/ndevs entry and no device/net link), so its MTU, ECN and PFC are not checked",
+                        where_(d, p)
+                    ),
+                ));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,0 +1,439 @@
+//! `fabric-check accept` on nccl-tests outputs captured on real clusters (the corpus, see
+//! `real_world_support`), and generated outputs for the layouts the corpus lacks.
+//!
+//! Per file, what a person reading it concludes, written by hand: the collective, the ranks
+//! and hosts, the number of sizes, the footer's average, and whether the run is complete.
+//! A truncated run is still read (`inputs.readable` warns with the line where it stops); only
+//! an input without result rows is unusable.
+
+mod real_world_support;
+
+use fabric_report::accept::{NcclRun, Problem, read_run};
+use real_world_support::{file, run, text};
+use serde_json::Value;
+
+/// `fabric-check accept -f json FILE`: (exit code, report).
+fn accept(rel: &str) -> (i32, Value) {
+    let p = file(rel);
+    let (rc, out, err) = run(&["accept", "-f", "json", p.to_str().unwrap()]);
+    let doc = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("{rel}: accept stdout is not JSON ({e}): {out}\n{err}"));
+    (rc, doc)
+}
+
+fn check<'a>(doc: &'a Value, id: &str) -> &'a Value {
+    doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap()
+}
+
+/// What a person reads off one file.
+struct Want {
+    file: &'static str,
+    collective: &'static str,
+    ranks: u64,
+    hosts: u64,
+    sizes: u64,
+    /// The footer's `Avg bus bandwidth`, when the file has one.
+    footer: Option<f64>,
+    /// The line of the first warning (`inputs.readable` warns), or None for a clean file.
+    warn_at: Option<u64>,
+}
+
+const USABLE: &[Want] = &[
+    Want {
+        file: "nccl/awsome-distributed-training/aws-batch-mpirun-tag-output.txt",
+        collective: "all_reduce",
+        ranks: 0,
+        hosts: 0,
+        sizes: 32,
+        footer: Some(156.742),
+        warn_at: None,
+    },
+    Want {
+        file: "nccl/awsome-distributed-training/p4de-2node-allreduce-srun-label.txt",
+        collective: "all_reduce",
+        ranks: 0,
+        hosts: 0,
+        sizes: 29,
+        footer: None,
+        warn_at: Some(31),
+    },
+    Want {
+        file: "nccl/awsome-distributed-training/p5-2node-allreduce-srun-label.txt",
+        collective: "all_reduce",
+        ranks: 0,
+        hosts: 0,
+        sizes: 32,
+        footer: None,
+        warn_at: Some(34),
+    },
+    Want {
+        file: "nccl/awsome-distributed-training/p5en-elided.txt",
+        collective: "all_reduce",
+        ranks: 0,
+        hosts: 0,
+        sizes: 3,
+        footer: Some(84.0569),
+        warn_at: Some(5),
+    },
+    Want {
+        file: "nccl/dstack/lambda-2.17.6-allreduce-doc-excerpt.txt",
+        collective: "all_reduce",
+        ranks: 0,
+        hosts: 0,
+        sizes: 29,
+        footer: Some(137.179),
+        warn_at: None,
+    },
+    Want {
+        file: "nccl/issues/nccl-issue-1453-rank-prefix-midline-excerpt.txt",
+        collective: "all_reduce",
+        ranks: 0,
+        hosts: 0,
+        sizes: 10,
+        footer: None,
+        warn_at: Some(1),
+    },
+    Want {
+        file: "nccl/issues/nccl-tests-issue-176-error-column-excerpt.txt",
+        collective: "all_reduce",
+        ranks: 0,
+        hosts: 0,
+        sizes: 6,
+        footer: None,
+        warn_at: Some(9),
+    },
+    Want {
+        file: "nccl/issues/nccl-tests-issue-287-rtx5090-alltoall.txt",
+        collective: "alltoall",
+        ranks: 1,
+        hosts: 1,
+        sizes: 1,
+        footer: Some(0.0),
+        warn_at: None,
+    },
+    Want {
+        file: "nccl/issues/nccl-tests-issue-322-128node-1024rank-h100-failure.txt",
+        collective: "all_reduce",
+        ranks: 100,
+        hosts: 13,
+        sizes: 5,
+        footer: None,
+        warn_at: Some(118),
+    },
+    Want {
+        file: "nccl/issues/npkit-issue-19-2080ti-old-format-excerpt.txt",
+        collective: "all_reduce or reduce_scatter",
+        ranks: 4,
+        hosts: 1,
+        sizes: 3,
+        footer: None,
+        warn_at: Some(14),
+    },
+    Want {
+        file: "nccl/unattributed/oci-gb300-1node-4gpu-alltoall-doc-excerpt.txt",
+        collective: "alltoall",
+        ranks: 4,
+        hosts: 1,
+        sizes: 2,
+        footer: Some(381.478),
+        warn_at: Some(14),
+    },
+    Want {
+        file: "nccl/unattributed/oci-gb300-32host-128rank-alltoall-doc-excerpt.txt",
+        collective: "alltoall",
+        ranks: 128,
+        hosts: 2,
+        sizes: 2,
+        footer: Some(28.0844),
+        warn_at: Some(7),
+    },
+];
+
+#[test]
+fn every_usable_corpus_run_reads_its_collective_ranks_hosts_sizes_and_average() {
+    for w in USABLE {
+        let (rc, doc) = accept(w.file);
+        let r = &doc["runs"][0];
+        assert_eq!(r["collective"], w.collective, "{}", w.file);
+        assert_eq!(r["ranks"], w.ranks, "{}", w.file);
+        assert_eq!(r["hosts"], w.hosts, "{}", w.file);
+        assert_eq!(r["rows"], w.sizes, "{}", w.file);
+        assert_eq!(doc["sizes"].as_array().unwrap().len() as u64, w.sizes);
+        match w.footer {
+            Some(f) => {
+                assert_eq!(r["avg_busbw_gbps"], f, "{}", w.file);
+                assert_eq!(r["avg_busbw_from"], "footer", "{}", w.file);
+            }
+            None => assert_eq!(r["avg_busbw_from"], "rows", "{}", w.file),
+        }
+        let readable = check(&doc, "inputs.readable");
+        let problems = doc["problems"].as_array().unwrap();
+        match w.warn_at {
+            None => {
+                assert_eq!(readable["status"], "pass", "{}: {problems:#?}", w.file);
+                assert_eq!(rc, 0, "{}", w.file);
+            }
+            Some(line) => {
+                assert_eq!(readable["status"], "warn", "{}: {problems:#?}", w.file);
+                assert_eq!(problems[0]["line"], line, "{}: {problems:#?}", w.file);
+                assert!(problems.iter().all(|p| p["severity"] == "warn"));
+                assert_eq!(doc["verdict"], "warn", "{}", w.file);
+                assert_eq!(rc, 1, "{}", w.file);
+            }
+        }
+    }
+}
+
+fn read(rel: &str) -> (Option<NcclRun>, Vec<Problem>) {
+    read_run(rel, &text(rel))
+}
+
+#[test]
+fn the_average_busbw_we_compute_equals_the_footer_of_every_complete_corpus_table() {
+    for rel in [
+        "nccl/awsome-distributed-training/aws-batch-mpirun-tag-output.txt",
+        "nccl/dstack/lambda-2.17.6-allreduce-doc-excerpt.txt",
+        "nccl/issues/nccl-tests-issue-287-rtx5090-alltoall.txt",
+    ] {
+        let (run, _) = read(rel);
+        let run = run.unwrap();
+        let ours = run.avg_busbw_from_rows().unwrap();
+        let footer = run.avg_busbw_gbps.unwrap();
+        // The rows are printed with 2 decimals, the footer with 6 significant digits.
+        assert!(
+            (ours - footer).abs() < 0.006,
+            "{rel}: {ours} from the rows, {footer} in the footer"
+        );
+    }
+}
+
+#[test]
+fn the_old_error_column_is_a_max_error_not_wrong_elements() {
+    let (run, _) = read("nccl/issues/nccl-tests-issue-176-error-column-excerpt.txt");
+    let m = run.unwrap().rows[0].out_of_place.clone().unwrap();
+    assert_eq!((m.wrong, m.max_error), (None, Some(1e-6)));
+    let (run, _) = read("nccl/issues/npkit-issue-19-2080ti-old-format-excerpt.txt");
+    let run = run.unwrap();
+    assert_eq!(
+        run.rows[0].out_of_place.as_ref().unwrap().max_error,
+        Some(1e-7)
+    );
+    assert_eq!(run.rows[0].in_place.as_ref().unwrap().max_error, Some(0.0));
+    assert_eq!(run.devices[0].name, "NVIDIA GeForce RTX 2080 Ti");
+    let (_, doc) = accept("nccl/issues/nccl-tests-issue-176-error-column-excerpt.txt");
+    assert_ne!(check(&doc, "correctness.wrong")["status"], "fail");
+}
+
+#[test]
+fn in_place_alltoall_wrong_na_and_an_overflowing_algbw_read_as_printed() {
+    let (run, problems) = read("nccl/issues/nccl-tests-issue-287-rtx5090-alltoall.txt");
+    assert!(problems.is_empty(), "{problems:?}");
+    let r = &run.unwrap().rows[0];
+    let ip = r.in_place.as_ref().unwrap();
+    assert_eq!((ip.algbw_gbps, ip.wrong), (43046.10, None));
+    assert_eq!(r.out_of_place.as_ref().unwrap().wrong, Some(0.0));
+    assert_eq!((r.redop.as_str(), r.root), ("none", Some(-1)));
+}
+
+#[test]
+fn rank_tags_in_the_middle_of_rows_do_not_stop_the_parser() {
+    let (run, _) = read("nccl/issues/nccl-issue-1453-rank-prefix-midline-excerpt.txt");
+    let run = run.unwrap();
+    let r = &run.rows[0];
+    assert_eq!(r.size_b, 1_048_576);
+    assert_eq!(r.out_of_place.as_ref().unwrap().time_us, 1626.5);
+    assert_eq!(r.in_place.as_ref().unwrap().busbw_gbps, 0.87);
+    assert_eq!(run.rows[9].out_of_place.as_ref().unwrap().time_us, 193909.0);
+}
+
+#[test]
+fn a_failed_128_node_run_keeps_its_five_sizes_and_names_the_failure_line() {
+    let (run, problems) =
+        read("nccl/issues/nccl-tests-issue-322-128node-1024rank-h100-failure.txt");
+    let run = run.unwrap();
+    assert_eq!(run.rows.last().unwrap().size_b, 17_179_869_184);
+    assert_eq!(
+        run.rows
+            .last()
+            .unwrap()
+            .in_place
+            .as_ref()
+            .unwrap()
+            .busbw_gbps,
+        367.44
+    );
+    assert_eq!(run.devices.last().unwrap().rank, 99);
+    assert_eq!(run.devices[0].host, "HCA-32");
+    let p = &problems[0];
+    assert_eq!(p.line, 118);
+    assert!(
+        p.message.contains("Test NCCL failure common.cu:1204"),
+        "{p}"
+    );
+    assert!(p.message.contains("after 5 result line(s)"));
+}
+
+#[test]
+fn inputs_without_a_result_row_are_unusable_and_say_why() {
+    let (rc, doc) = accept("nccl/issues/nccl-tests-issue-107-nonmpi-build-duplicated-excerpt.txt");
+    assert_eq!(rc, 3);
+    assert_eq!(check(&doc, "inputs.readable")["status"], "fail");
+    let msgs: Vec<&str> = doc["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["message"].as_str().unwrap())
+        .collect();
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("rank 0 is listed on ip-172-31-20-228 and on ip-172-31-22-230")),
+        "{msgs:?}"
+    );
+    let (rc, doc) = accept("nccl/issues/nccl-tests-issue-294-h100-2node-devices-excerpt.txt");
+    assert_eq!(rc, 3);
+    let m = doc["problems"][0]["message"].as_str().unwrap();
+    assert!(m.contains("12 ranks on 2 host(s)"), "{m}");
+}
+
+#[test]
+fn azure_style_pci_domains_and_right_aligned_hostnames_read() {
+    let (_, problems) = read("nccl/issues/nccl-tests-issue-294-h100-2node-devices-excerpt.txt");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    // Through the library: the devices are there even though the table is not.
+    let t = text("nccl/issues/nccl-tests-issue-294-h100-2node-devices-excerpt.txt");
+    let with_table = format!(
+        "{t}#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n   134217728      33554432     float     sum      -1   1000.0  134.22  246.07      0   1000.0  134.22  246.07      0\n"
+    );
+    let (run, _) = read_run("generated", &with_table);
+    let run = run.unwrap();
+    assert_eq!(run.devices.len(), 12);
+    assert_eq!(run.devices[4].host, "h100-2");
+    assert_eq!(run.devices[11].host, "h100-4");
+    assert_eq!(run.devices[11].device, 3);
+    assert_eq!(run.devices[11].name, "NVIDIA H100 80GB HBM3");
+}
+
+// ---- generated: layouts the corpus lacks -------------------------------------------------
+
+fn gen_run(text: &str) -> (NcclRun, Vec<Problem>) {
+    let (run, problems) = read_run("generated", text);
+    (run.unwrap_or_else(|| panic!("{problems:?}")), problems)
+}
+
+#[test]
+fn old_per_test_headers_of_rooted_and_gathering_tests_read() {
+    // Pre-2.13 broadcast: `root` but no `redop`; all_gather: neither.
+    let bc = "#       size         count      type    root     time   algbw   busbw  error     time   algbw   busbw  error\n\
+              #        (B)    (elements)                       (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n\
+              \x20   33554432       8388608     float       0    402.1   83.45   83.45  0e+00    401.7   83.53   83.53  0e+00\n\
+              # Out of bounds values : 0 OK\n# Avg bus bandwidth    : 83.49\n";
+    let (r, p) = gen_run(bc);
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(
+        (r.rows[0].root, r.rows[0].redop.as_str()),
+        (Some(0), "none")
+    );
+    assert_eq!(
+        r.collective().as_deref(),
+        Some("broadcast, scatter or gather")
+    );
+    let ag = "#       size         count      type     time   algbw   busbw  error     time   algbw   busbw  error\n\
+              \x20   33554432       1048576     float    301.2  111.40   97.48  0e+00    299.9  111.89   97.90  0e+00\n\
+              # Avg bus bandwidth    : 97.69\n";
+    let (r, p) = gen_run(ag);
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(r.rows[0].out_of_place.as_ref().unwrap().busbw_gbps, 97.48);
+    assert_eq!(r.collective().as_deref(), Some("all_gather or alltoall"));
+}
+
+#[test]
+fn scientific_notation_wrong_counts_as_g_and_per_iteration_columns_with_a_timestamp_read() {
+    let t = "#  Rank 1023 Group  0 Pid  9999 on node-0127 device  7 [0000:c2:00] NVIDIA H100 80GB HBM3\n\
+             #                                                              out-of-place (+ per-iteration)\n\
+             #       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99   i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99   i_cv%  timestamp\n\
+             \x20 8589934592    2147483648     float     sum      -1  1.2e+05   71.40  133.88 1.23457e+06  1.1e+05  1.3e+05  1.3e+05    2.10  1.2e+05   71.45  133.97       0  1.1e+05  1.3e+05  1.3e+05    1.90  2025-10-01T12:00:00\n\
+             # Out of bounds values : 1 FAILED\n# Avg bus bandwidth    : 133.925\n";
+    let (r, p) = gen_run(t);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].message.contains("goes up to rank 1023"), "{p:?}");
+    let oop = r.rows[0].out_of_place.as_ref().unwrap();
+    assert_eq!((oop.time_us, oop.wrong), (1.2e5, Some(1_234_570.0)));
+    assert_eq!(oop.iter.unwrap().cv_pct, Some(2.10));
+    assert_eq!(r.rank_count(), 1024);
+    assert_eq!(r.devices[0].host, "node-0127");
+    let ours = r.avg_busbw_from_rows().unwrap();
+    assert!((ours - 133.925).abs() < 0.006, "{ours}");
+}
+
+#[test]
+fn sendrecv_and_reduce_scatter_are_told_from_their_bandwidth_ratio() {
+    let row = |redop: &str, algbw: f64, busbw: f64| {
+        format!(
+            "#  Rank  0 Group  0 Pid 1 on h1 device  0 [0x07] GPU\n#  Rank  1 Group  0 Pid 2 on h1 device  1 [0x08] GPU\n#  Rank  2 Group  0 Pid 3 on h2 device  0 [0x07] GPU\n#  Rank  3 Group  0 Pid 4 on h2 device  1 [0x08] GPU\n\
+             # size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n\
+             1073741824 268435456 float {redop} -1 5000.0 {algbw} {busbw} 0 5000.0 {algbw} {busbw} 0\n# Avg bus bandwidth : {busbw}\n"
+        )
+    };
+    let (r, _) = gen_run(&row("sum", 200.0, 150.0));
+    assert_eq!(r.collective().as_deref(), Some("reduce_scatter"));
+    let (r, _) = gen_run(&row("sum", 200.0, 300.0));
+    assert_eq!(r.collective().as_deref(), Some("all_reduce"));
+    let (r, _) = gen_run(&row("none", 200.0, 200.0));
+    assert_eq!(r.collective().as_deref(), Some("sendrecv"));
+    assert_eq!(r.hosts().len(), 2);
+}
+
+#[test]
+fn nccl_and_mpi_chatter_between_the_device_lines_and_inside_the_table_is_skipped() {
+    let t = "[1,0]<stdout>:# Using devices\n\
+             [1,0]<stdout>:#  Rank  0 Group  0 Pid 1 on h1 device  0 [0x07] GPU\n\
+             [h1:12345] 3 more processes have sent help message help-mpi-btl-openib.txt / no device params found\n\
+             [1,1]<stdout>:#  Rank  1 Group  0 Pid 2 on h2 device  0 [0x07] GPU\n\
+             h1:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n\
+             [1,0]<stdout>:#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n\
+             [1,0]<stdout>:        1024           256     float     sum      -1    20.00    0.05    0.05      0    20.00    0.05    0.05      0\n\
+             h1:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE\n\
+             [1,0]<stdout>:        2048           512     float     sum      -1    20.00    0.10    0.10      0    20.00    0.10    0.10      0\n\
+             [1,0]<stdout>:# Out of bounds values : 0 OK\n[1,0]<stdout>:# Avg bus bandwidth    : 0.075\n";
+    let (r, p) = gen_run(t);
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!((r.rows.len(), r.devices.len(), r.hosts().len()), (2, 2, 2));
+}
+
+#[test]
+fn a_timestamp_column_before_the_size_is_passed_over() {
+    let t = "#            timestamp        size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n\
+             2025-10-01 12:00:00.123     1048576        262144     float     sum      -1    56.56   18.54   34.76      0    55.90   18.76   35.17      0\n\
+             2025-10-01T12:00:01     2097152        524288     float     sum      -1    80.00   26.21   49.15      0    80.00   26.21   49.15      0\n\
+             # Avg bus bandwidth    : 42.0575\n";
+    let (r, p) = gen_run(t);
+    assert!(p.is_empty(), "{p:?}");
+    assert_eq!(r.rows.len(), 2);
+    assert_eq!(r.rows[0].size_b, 1_048_576);
+    assert_eq!(r.rows[1].in_place.as_ref().unwrap().busbw_gbps, 49.15);
+}
+
+#[test]
+fn an_elided_device_list_leaves_the_node_count_open_instead_of_failing_it() {
+    // 128 ranks on 32 hosts, but the doc shows ranks 0, 1, 126 and 127 only (2 hosts).
+    let p = file("nccl/unattributed/oci-gb300-32host-128rank-alltoall-doc-excerpt.txt");
+    let (_, out, _) = run(&[
+        "accept",
+        "-f",
+        "json",
+        "--nodes",
+        "32",
+        "--gpus-per-node",
+        "4",
+        p.to_str().unwrap(),
+    ]);
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(check(&doc, "scale.nodes")["status"], "open");
+    // The ranks are known from the highest rank listed: 128 = 32 × 4.
+    assert_eq!(check(&doc, "scale.gpus")["status"], "pass");
+}

@@ -1,0 +1,222 @@
+//! The job epilog: probe against the prolog's snapshot, counter rises over the job window, drains
+//! on a fatal rise or a step named slow, and the leader's merge of every node's rises, run
+//! summary and step results into the tag.
+
+use std::path::Path;
+
+use super::JobStep;
+use super::meet::meet;
+use super::payload::EpilogPayload;
+use super::prolog::{probe_limit, probe_request};
+use super::tag_write::write_tag;
+use crate::check_id;
+use crate::invocation::JobStepExit;
+use crate::plugin_args::Policy;
+use crate::probe::Baseline;
+use crate::record::{self, ReadLimits, RecordError};
+use crate::stepgate;
+use crate::tag::{CollectiveSummary, DuringJob, RunSummary, Verdict};
+
+/// `fabric-check epilog`: always lets the job end normally.
+pub fn run(step: &JobStep<'_>) -> JobStepExit {
+    let setup = step.setup;
+    let _span =
+        tracing::info_span!("epilog", job = setup.inv.job_id, node = %setup.inv.node).entered();
+    let plugin = &setup.plugin;
+    let node = step.node();
+    let job = step.job_id();
+    let snapshot = step.snapshot_path();
+    let during = match Baseline::load(&snapshot) {
+        Ok(base) => {
+            let ran = {
+                let _p = tracing::info_span!("probe").entered();
+                step.seams.runner.probe(
+                    &probe_request(step, Some(&snapshot), None),
+                    probe_limit(step),
+                )
+            };
+            match ran {
+                Ok(report) => {
+                    let d = super::during_job(node, &base.counters, &report);
+                    step.say_phase(
+                        "probe",
+                        &format!("epilog probe verdict {} on {node}", report.verdict.as_str()),
+                    );
+                    if report.verdict == Verdict::Fail
+                        && plugin.policy == Policy::Enforce
+                        && let Some((check, message)) = super::worst_finding(&report)
+                    {
+                        step.drain_self(&check, &format!("during job {job}: {message}"));
+                    }
+                    Some(d)
+                }
+                Err(why) => {
+                    step.say(&format!("epilog probe on {node}: {why}"));
+                    None
+                }
+            }
+        }
+        Err(e) => {
+            step.say(&format!(
+                "no prolog snapshot for job {job} ({e}); no job-window counters"
+            ));
+            None
+        }
+    };
+    let _ = std::fs::remove_file(&snapshot);
+    if let Some(d) = &during
+        && !d.rises.is_empty()
+    {
+        let list: Vec<String> = d.rises.iter().map(|(k, v)| format!("{k}+{v}")).collect();
+        step.say(&format!(
+            "counters rose during job {job} on {node}: {}",
+            list.join(" ")
+        ));
+    }
+    if plugin.policy == Policy::Observe {
+        return JobStepExit::Proceed;
+    }
+    let run = read_run_summary(step);
+    let step_results = read_step_results(step);
+    for r in step_results.iter().filter(|r| r.slow_here) {
+        let why = r
+            .message
+            .clone()
+            .unwrap_or_else(|| "slowest node of the ring".into());
+        step.say(&format!(
+            "step {job}.{}: {node} was named slow: {why}",
+            r.step
+        ));
+        if plugin.policy == Policy::Enforce {
+            step.drain_self(
+                check_id::COLLECTIVE_SLOW_NODE,
+                &format!("step {job}.{}: {why}", r.step),
+            );
+        }
+    }
+    let steps: Vec<CollectiveSummary> = step_results.into_iter().map(|r| r.collective).collect();
+    let payload = EpilogPayload { during, run, steps };
+    if let Some(met) = meet(step, payload) {
+        let runs: Vec<RunSummary> = met
+            .payloads
+            .values()
+            .filter_map(|p| p.run.clone())
+            .collect();
+        let run = record::merge_nodes(&runs);
+        let steps: Vec<CollectiveSummary> = met
+            .payloads
+            .values()
+            .flat_map(|p| p.steps.iter().cloned())
+            .collect();
+        let mut rows: Vec<DuringJob> = met
+            .payloads
+            .into_values()
+            .filter_map(|p| p.during)
+            .filter(|d| !d.rises.is_empty() || d.verdict != Verdict::Pass)
+            .collect();
+        rows.sort_by(|a, b| a.node.cmp(&b.node));
+        if rows.is_empty() && run.is_none() && steps.is_empty() {
+            step.say(&format!(
+                "job {job}: no counter rose and no fabric-run records; tag unchanged"
+            ));
+        } else {
+            write_tag(step, |prev| {
+                let mut t = prev.unwrap_or_default();
+                t.during = rows;
+                if run.is_some() {
+                    t.run = run;
+                }
+                t.collective = stepgate::worst(t.collective.take(), &steps);
+                t
+            });
+        }
+    }
+    step.say(&JobStepExit::Proceed.line());
+    JobStepExit::Proceed
+}
+
+/// This node's `fabric-run` records for the job, summarised, then removed. The spool is
+/// user-writable and we are root: the reader refuses links and foreign owners and bounds sizes.
+fn read_run_summary(step: &JobStep<'_>) -> Option<RunSummary> {
+    let setup = step.setup;
+    let job = setup.inv.job_id.to_string();
+    let path = record::node_records_path(&setup.plugin.spool_dir, &job, step.node())?;
+    let limits = ReadLimits {
+        owner_uid: setup.inv.job_uid,
+        ..ReadLimits::default()
+    };
+    let summary = match record::summarize_records(&path, &limits) {
+        Ok(s) => s,
+        Err(RecordError::Missing(_)) => return None,
+        Err(e) => {
+            step.say(&format!("fabric-run records of job {job} skipped: {e}"));
+            return None;
+        }
+    };
+    if summary.malformed_lines > 0 {
+        step.say(&format!(
+            "fabric-run records of job {job}: {} malformed line(s) skipped",
+            summary.malformed_lines
+        ));
+    }
+    let _ = std::fs::remove_file(&path);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::remove_dir(dir);
+    }
+    Some(summary)
+}
+
+/// This node's step gate results for the job (Slurm 23.11+, `--fabric-check=full` steps), read
+/// with the records' rules (the file is the user's), then removed with the gate's markers.
+fn read_step_results(step: &JobStep<'_>) -> Vec<stepgate::StepResult> {
+    let setup = step.setup;
+    let job = setup.inv.job_id.to_string();
+    let Some(path) = stepgate::results_path(&setup.plugin.spool_dir, &job, step.node()) else {
+        return Vec::new();
+    };
+    let limits = ReadLimits {
+        owner_uid: setup.inv.job_uid,
+        max_bytes: 256 * 1024,
+        ..ReadLimits::default()
+    };
+    let bytes = match record::read_user_file(&path, &limits) {
+        Ok(b) => b,
+        Err(RecordError::Missing(_)) => {
+            remove_gate_markers(step.node(), &path);
+            return Vec::new();
+        }
+        Err(e) => {
+            step.say(&format!("step results of job {job} skipped: {e}"));
+            return Vec::new();
+        }
+    };
+    let (results, bad) = stepgate::parse_results(&String::from_utf8_lossy(&bytes));
+    if bad > 0 {
+        step.say(&format!(
+            "step results of job {job}: {bad} malformed line(s) skipped"
+        ));
+    }
+    let _ = std::fs::remove_file(&path);
+    remove_gate_markers(step.node(), &path);
+    results
+        .into_iter()
+        .filter(|r| r.node == step.node())
+        .collect()
+}
+
+/// Removes this node's step gate markers (`<node>.step-<id>.done`) next to `results`, also
+/// those of steps whose check left no result.
+fn remove_gate_markers(node: &str, results: &Path) {
+    let Some(dir) = results.parent() else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!("{node}.step-");
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with(&prefix) && name.ends_with(".done") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}

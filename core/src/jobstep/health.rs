@@ -1,0 +1,183 @@
+//! `fabric-check health` (Slurm's `HealthCheckProgram`): probe the idle node, drain on `fail`
+//! through the one drain path ([`crate::drain::drain_node`], settle step included), and resume a
+//! node we drained after a streak of clean probes.
+//!
+//! The streak is a counter file in the node's state folder: a `fail` resets it, each `pass` or
+//! `warn` adds one, an `error` (the probe could not look) leaves it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::Relay;
+use super::runner::{Against, ProbeRequest, ProbeRunner};
+use crate::deadline::Deadline;
+use crate::drain::{self, DrainRequest, ResumeAction};
+use crate::plugin_args::{PluginArgs, expand_node};
+use crate::slurm::{Slurm, SlurmError};
+use crate::tag::Verdict;
+
+/// The exit code when the probe could not run.
+pub const EXIT_COULD_NOT_RUN: i32 = 3;
+
+/// What Slurm calls may take after the probe, all together.
+pub const SLURM_BUDGET: Duration = Duration::from_secs(20);
+
+/// A health run's settings.
+#[derive(Debug, Clone)]
+pub struct HealthSetup {
+    /// This node.
+    pub node: String,
+    /// The plugin's settings (from `plugstack.conf`).
+    pub plugin: PluginArgs,
+    /// This node's state folder (created by [`HealthSetup::new`]).
+    pub state_dir: PathBuf,
+    /// Consecutive clean probes before our drain is resumed.
+    pub clean_probes: u32,
+    /// The run's one deadline: `timeout=` for the probe plus [`SLURM_BUDGET`].
+    pub deadline: Deadline,
+}
+
+/// Why a health run could not decide.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    /// The node name cannot be put into a path.
+    #[error("node name {0:?} cannot be used in a path")]
+    NodeName(String),
+    /// A file of the state folder.
+    #[error("{path}: {source}; check state_dir= in plugstack.conf")]
+    State {
+        /// The file or folder.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Node states could not be read.
+    #[error(transparent)]
+    Slurm(#[from] SlurmError),
+    /// sinfo does not list this node.
+    #[error("sinfo does not know {0}; pass --node with the node's Slurm name")]
+    UnknownNode(String),
+}
+
+impl HealthSetup {
+    /// Resolves the state folder (created) and starts the deadline.
+    pub fn new(node: String, plugin: PluginArgs, clean_probes: u32) -> Result<Self, HealthError> {
+        let state_dir = expand_node(&plugin.state_dir, &node)
+            .ok_or_else(|| HealthError::NodeName(node.clone()))?;
+        std::fs::create_dir_all(&state_dir).map_err(|source| HealthError::State {
+            path: state_dir.clone(),
+            source,
+        })?;
+        let deadline = Deadline::after(plugin.timeout + SLURM_BUDGET);
+        Ok(Self {
+            node,
+            plugin,
+            state_dir,
+            clean_probes,
+            deadline,
+        })
+    }
+
+    /// The clean-probe streak file.
+    pub fn streak_path(&self) -> PathBuf {
+        self.state_dir.join("health-clean-streak")
+    }
+}
+
+fn read_streak(path: &Path) -> u32 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn write_streak(path: &Path, n: u32) -> Result<(), HealthError> {
+    std::fs::write(path, n.to_string()).map_err(|source| HealthError::State {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// One health run; returns the exit code (the probe's verdict code, or
+/// [`EXIT_COULD_NOT_RUN`]).
+pub fn run(
+    setup: &HealthSetup,
+    slurm: &dyn Slurm,
+    runner: &dyn ProbeRunner,
+    relay: &dyn Relay,
+) -> Result<i32, HealthError> {
+    let node = setup.node.as_str();
+    let _span = tracing::info_span!("health", node).entered();
+    let plugin = &setup.plugin;
+    let req = ProbeRequest {
+        node: node.to_owned(),
+        sysfs_root: plugin
+            .sysfs_root
+            .as_deref()
+            .and_then(|r| expand_node(r, node)),
+        config: expand_node(&plugin.config, node).filter(|c| c.is_file()),
+        against: Against::StateDir(setup.state_dir.clone()),
+        save: None,
+    };
+    let report = match runner.probe(&req, setup.deadline.limit(plugin.timeout)) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(error = %e, "probe gave no document");
+            relay.line(&format!(
+                "{node}: the probe could not run; node state unchanged"
+            ));
+            return Ok(EXIT_COULD_NOT_RUN);
+        }
+    };
+    let all = slurm.nodes()?;
+    let me = all
+        .iter()
+        .find(|n| n.name == node)
+        .ok_or_else(|| HealthError::UnknownNode(node.to_owned()))?;
+    let streak_path = setup.streak_path();
+    match report.verdict {
+        Verdict::Fail => {
+            write_streak(&streak_path, 0)?;
+            let (check, message) =
+                super::worst_finding(&report).unwrap_or(("probe".into(), "fail".into()));
+            drain::drain_node(
+                slurm,
+                &DrainRequest {
+                    node,
+                    check: &check,
+                    message: &message,
+                    limit: plugin.max_drain,
+                    dry_run: plugin.dry_run,
+                },
+                &setup.deadline,
+                relay,
+            );
+        }
+        Verdict::Pass | Verdict::Warn => {
+            let streak = read_streak(&streak_path).saturating_add(1);
+            write_streak(&streak_path, streak)?;
+            if drain::decide_resume(me) == ResumeAction::Resume {
+                if streak >= setup.clean_probes {
+                    if plugin.dry_run {
+                        relay.line(&format!(
+                            "dry run: would resume {node} after {streak} clean probes"
+                        ));
+                    } else {
+                        slurm.resume(node)?;
+                        relay.line(&format!(
+                            "resumed {node} after {streak} clean probes (was: {})",
+                            me.reason
+                        ));
+                    }
+                } else {
+                    relay.line(&format!(
+                        "{node}: clean probe {streak} of {} before resuming",
+                        setup.clean_probes
+                    ));
+                }
+            }
+        }
+        Verdict::Error => relay.line(&format!("{node}: probe error; node state unchanged")),
+    }
+    Ok(report.verdict.exit_code())
+}

@@ -1,0 +1,260 @@
+//! The job step: what the SPANK plugin's child (`fabric-check prolog|epilog`, as root) and
+//! Slurm's `HealthCheckProgram` (`fabric-check health`) do, as functions of four seams:
+//!
+//! | seam | real | fake (tests, feature `test-fakes`) |
+//! |---|---|---|
+//! | [`Slurm`] | [`crate::slurm::SlurmCli`] | `testing::FakeSlurm` |
+//! | [`ProbeRunner`] | [`SubprocessRunner`] (`<probe> probe --format json`) | `testing::FakeRunner` |
+//! | [`Meet`] (the rendezvous) | [`RendezvousMeet`] (MUNGE, TCP) | `testing::FakeMeet` |
+//! | [`Relay`] (lines for the slurmd log) | [`StdoutRelay`] | `testing::Lines` |
+//!
+//! Every phase draws from one [`Deadline`] ([`JobStep::deadline`]) and says how much is left
+//! in its log line; each phase runs in a `tracing` span with the job id and the node.
+//!
+//! - [`prolog::run`]: probe, policy (drain through [`crate::drain::drain_node`]), the collective
+//!   for `--fabric-check=full`, the rendezvous at the first node, which splices every node's
+//!   verdict into the job's `AdminComment`.
+//! - [`epilog::run`]: probe against the prolog's snapshot, counter rises over the job window,
+//!   drains on a fatal rise or a step named slow, and the first node merges every node's rises,
+//!   run summary and step results into the tag.
+//! - [`health::run`]: probe an idle node, drain on `fail`, resume our drain after a streak of
+//!   clean probes.
+//!
+//! [`results`] holds the pure pieces (node results, counter rises, tag merging).
+
+pub mod epilog;
+pub mod gate;
+pub mod health;
+pub mod meet;
+pub mod payload;
+pub mod prolog;
+pub mod results;
+pub mod runner;
+pub mod tag_write;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use meet::{Meet, MeetRequest, RendezvousMeet};
+pub use results::*;
+pub use runner::{ProbeRunError, ProbeRunner, SubprocessRunner};
+
+pub use crate::deadline::Deadline;
+use crate::hostlist::Hostlist;
+use crate::invocation::{Invocation, Script};
+use crate::plugin_args::{PluginArgs, expand_node};
+pub use crate::slurm::Slurm;
+
+/// Where the job step's lines go: the plugin copies the child's stdout into the slurmd log.
+pub trait Relay {
+    /// One line.
+    fn line(&self, text: &str);
+}
+
+/// Lines to stdout, which the plugin relays into the slurmd log (with stderr, where the `tracing`
+/// subscriber writes). Each line is also a `debug` event in the current span (job id, node,
+/// phase), seen with `-v`; at the default level the log holds each line once.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StdoutRelay;
+
+impl Relay for StdoutRelay {
+    fn line(&self, text: &str) {
+        tracing::debug!("{text}");
+        println!("{text}");
+    }
+}
+
+/// Why a job step cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum JobStepError {
+    /// The job's node list does not parse.
+    #[error("bad node list {list:?}: {reason}")]
+    NodeList {
+        /// The list as given.
+        list: String,
+        /// Why.
+        reason: String,
+    },
+    /// This node is not one of the job's.
+    #[error("node {node} is not in the job's node list {list}")]
+    NotInJob {
+        /// This node.
+        node: String,
+        /// The list.
+        list: String,
+    },
+    /// The node name cannot be put into a path.
+    #[error("node name {0:?} cannot be used in a path")]
+    NodeName(String),
+    /// The state folder cannot be created.
+    #[error("cannot create the state folder {path}: {source}; check state_dir= in plugstack.conf")]
+    StateDir {
+        /// The folder.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Everything a job step knows about itself, resolved once, before any seam is used.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The invocation the plugin wrote.
+    pub inv: Invocation,
+    /// The plugin's `plugstack.conf` words.
+    pub plugin: PluginArgs,
+    /// The job's nodes, expanded, in rank order.
+    pub nodes: Vec<String>,
+    /// This node's state folder (the prolog's snapshot lives there).
+    pub state_dir: PathBuf,
+    /// The one deadline of the whole step.
+    pub deadline: Deadline,
+}
+
+impl Setup {
+    /// Resolves an invocation that started at `started`: plugin arguments (problems go to
+    /// `relay`), the node list, the state folder (created), and the deadline (`timeout=` less a
+    /// margin).
+    pub fn resolve(
+        inv: Invocation,
+        started: Instant,
+        relay: &dyn Relay,
+    ) -> Result<Self, JobStepError> {
+        let (plugin, problems) = PluginArgs::parse(inv.plugin_args.iter().map(String::as_str));
+        for p in problems {
+            relay.line(&format!("plugstack.conf: {p}"));
+        }
+        let nodes = Hostlist::parse(&inv.nodes)
+            .and_then(|h| h.expand())
+            .map_err(|e| JobStepError::NodeList {
+                list: inv.nodes.clone(),
+                reason: e.to_string(),
+            })?;
+        if !nodes.contains(&inv.node) {
+            return Err(JobStepError::NotInJob {
+                node: inv.node.clone(),
+                list: inv.nodes.clone(),
+            });
+        }
+        let state_dir = expand_node(&plugin.state_dir, &inv.node)
+            .ok_or_else(|| JobStepError::NodeName(inv.node.clone()))?;
+        std::fs::create_dir_all(&state_dir).map_err(|source| JobStepError::StateDir {
+            path: state_dir.clone(),
+            source,
+        })?;
+        let deadline = Deadline::for_job_step(started, plugin.timeout);
+        Ok(Self {
+            inv,
+            plugin,
+            nodes,
+            state_dir,
+            deadline,
+        })
+    }
+
+    /// The bound of one Slurm call: a quarter of `timeout=` (at least 2 s), never past the
+    /// deadline (the adapter clamps it).
+    pub fn slurm_call_limit(&self) -> Duration {
+        self.plugin
+            .timeout
+            .mul_f64(0.25)
+            .max(Duration::from_secs(2))
+    }
+
+    /// Which script this is.
+    pub fn script(&self) -> Script {
+        self.inv.script
+    }
+}
+
+/// The seams a job step runs on.
+#[derive(Clone, Copy)]
+pub struct Seams<'a> {
+    /// Slurm.
+    pub slurm: &'a dyn Slurm,
+    /// The probe and the collective, as bounded grandchildren.
+    pub runner: &'a dyn ProbeRunner,
+    /// The rendezvous of the job's nodes.
+    pub meet: &'a dyn Meet,
+    /// Lines for the slurmd log.
+    pub relay: &'a dyn Relay,
+}
+
+impl std::fmt::Debug for Seams<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Seams")
+    }
+}
+
+/// A job step: its setup and its seams.
+#[derive(Debug, Clone, Copy)]
+pub struct JobStep<'a> {
+    /// What it knows.
+    pub setup: &'a Setup,
+    /// What it uses.
+    pub seams: Seams<'a>,
+}
+
+impl JobStep<'_> {
+    /// The deadline.
+    pub fn deadline(&self) -> &Deadline {
+        &self.setup.deadline
+    }
+
+    /// This node.
+    pub fn node(&self) -> &str {
+        &self.setup.inv.node
+    }
+
+    /// The job id.
+    pub fn job_id(&self) -> u32 {
+        self.setup.inv.job_id
+    }
+
+    /// Says `msg` to the slurmd log.
+    pub fn say(&self, msg: &str) {
+        self.seams.relay.line(msg);
+    }
+
+    /// Says `msg` as the end of a phase, with what is left of the deadline.
+    pub fn say_phase(&self, phase: &str, msg: &str) {
+        let left_ms = self.deadline().left_ms();
+        tracing::debug!(phase, left_ms, "phase done");
+        self.seams.relay.line(&format!("{msg}; {left_ms} ms left"));
+    }
+
+    /// The prolog's snapshot of this node's counters for this job.
+    pub fn snapshot_path(&self) -> PathBuf {
+        self.setup
+            .state_dir
+            .join(format!("job-{}.json", self.job_id()))
+    }
+
+    /// Drains this node per policy and etiquette (see [`crate::drain::drain_node`]).
+    pub fn drain_self(&self, check: &str, message: &str) -> crate::drain::DrainOutcome {
+        let _span = tracing::info_span!("drain", check).entered();
+        crate::drain::drain_node(
+            self.seams.slurm,
+            &crate::drain::DrainRequest {
+                node: self.node(),
+                check,
+                message,
+                limit: self.setup.plugin.max_drain,
+                dry_run: self.setup.plugin.dry_run,
+            },
+            self.deadline(),
+            self.seams.relay,
+        )
+    }
+}
+
+/// Seconds since the epoch (0 when the clock is before it).
+pub fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,58 @@
+//! What each node sends the first node over the rendezvous (the wire shape of earlier releases:
+//! JSON objects with these field names, so nodes of the previous and the next build still meet).
+
+use serde::{Deserialize, Serialize};
+
+use crate::tag::{CollectiveSummary, DuringJob, NodeResult, RunSummary};
+
+/// The prolog's payload: the node's verdict, its notes and (`full`) the collective's summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrologPayload {
+    /// The node's result for the tag.
+    pub result: NodeResult,
+    /// Why the node could not look, if so.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// The collective's summary (every rank holds the same).
+    #[serde(default)]
+    pub collective: Option<CollectiveSummary>,
+}
+
+/// The epilog's payload: counter rises, the `fabric-run` summary and the step gate's results.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct EpilogPayload {
+    /// Counter rises over the job window (none without a prolog snapshot).
+    #[serde(default)]
+    pub during: Option<DuringJob>,
+    /// This node's `fabric-run` records, summarised.
+    #[serde(default)]
+    pub run: Option<RunSummary>,
+    /// This node's step gate results.
+    #[serde(default)]
+    pub steps: Vec<CollectiveSummary>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tag::Verdict;
+    use serde_json::json;
+
+    #[test]
+    fn the_payloads_keep_the_wire_shape_of_the_untyped_release() {
+        let old = json!({
+            "result": {"verdict": "fail", "checks": ["ib.mtu"], "probe_ms": 3, "drained": true},
+            "notes": ["n1: x"],
+            "collective": null
+        });
+        let p: PrologPayload = serde_json::from_value(old).unwrap();
+        assert_eq!(p.result.verdict, Verdict::Fail);
+        assert!(p.result.drained);
+        assert_eq!(p.notes, vec!["n1: x".to_owned()]);
+        let old = json!({"during": null, "run": null, "steps": []});
+        let e: EpilogPayload = serde_json::from_value(old).unwrap();
+        assert_eq!(e, EpilogPayload::default());
+        let back = serde_json::to_value(&e).unwrap();
+        assert_eq!(back, json!({"during": null, "run": null, "steps": []}));
+    }
+}

@@ -1,0 +1,241 @@
+//! The job prolog: probe, policy, the collective (`--fabric-check=full`), the rendezvous, and the
+//! leader's tag.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::meet::meet;
+use super::payload::PrologPayload;
+use super::runner::{Against, CollectiveRequest, ProbeRequest};
+use super::tag_write::write_tag;
+use super::{JobStep, now_unix};
+use crate::check_id;
+use crate::fabric_option::FabricMode;
+use crate::invocation::{JobStepExit, ports};
+use crate::plugin_args::{Policy, expand_node};
+use crate::tag::{NodeResult, Verdict};
+
+/// The collective's own budget (all in), and what its process may take beyond it.
+pub const COLLECTIVE_BUDGET: Duration = Duration::from_millis(3000);
+const COLLECTIVE_SLACK: Duration = Duration::from_millis(2000);
+
+/// The probe's request for this node (`save` the snapshot, or compare with a `baseline`).
+pub fn probe_request(
+    step: &JobStep<'_>,
+    baseline: Option<&std::path::Path>,
+    save: Option<&std::path::Path>,
+) -> ProbeRequest {
+    let plugin = &step.setup.plugin;
+    let node = step.node();
+    ProbeRequest {
+        node: node.to_owned(),
+        sysfs_root: plugin
+            .sysfs_root
+            .as_deref()
+            .and_then(|r| expand_node(r, node)),
+        config: expand_node(&plugin.config, node).filter(|c| c.is_file()),
+        against: match baseline {
+            Some(b) => Against::Baseline(b.to_owned()),
+            None => Against::StateDir(step.setup.state_dir.clone()),
+        },
+        save: save.map(ToOwned::to_owned),
+    }
+}
+
+/// The probe's limit: two fifths of `timeout=`, never past the deadline.
+pub fn probe_limit(step: &JobStep<'_>) -> Duration {
+    step.deadline()
+        .limit(step.setup.plugin.timeout.mul_f64(0.4))
+}
+
+/// Whether `verdict` drains under the plugin's policy.
+pub fn wants_drain(step: &JobStep<'_>, verdict: Verdict) -> bool {
+    let plugin = &step.setup.plugin;
+    match verdict {
+        Verdict::Fail => plugin.policy == Policy::Enforce,
+        Verdict::Error => plugin.drain_on_error && plugin.policy == Policy::Enforce,
+        _ => false,
+    }
+}
+
+fn collective_request(step: &JobStep<'_>) -> Result<CollectiveRequest, String> {
+    let plugin = &step.setup.plugin;
+    let mut addrs = Vec::new();
+    if let Some(hosts) = &plugin.collective_hosts {
+        let text = std::fs::read_to_string(hosts)
+            .map_err(|e| format!("cannot read {}: {e}", hosts.display()))?;
+        addrs = crate::stepgate::parse_hosts_file(&text);
+    }
+    Ok(CollectiveRequest {
+        nodes: step.setup.inv.nodes.clone(),
+        node: step.node().to_owned(),
+        job_id: step.job_id(),
+        port_base: ports::COLLECTIVE_BASE,
+        budget_ms: COLLECTIVE_BUDGET.as_millis() as u64,
+        munge_socket: plugin.munge_socket.clone(),
+        netns: plugin
+            .collective_netns
+            .as_ref()
+            .map(|ns| ns.replace("%n", step.node())),
+        addrs,
+    })
+}
+
+/// `fabric-check prolog`: returns the answer for the plugin (also printed as the decision line).
+pub fn run(step: &JobStep<'_>) -> JobStepExit {
+    let setup = step.setup;
+    let _span =
+        tracing::info_span!("prolog", job = setup.inv.job_id, node = %setup.inv.node).entered();
+    let plugin = &setup.plugin;
+    let node = step.node();
+    let mut notes = Vec::new();
+    let t0 = Instant::now();
+
+    // Probe.
+    let snapshot = step.snapshot_path();
+    let ran = {
+        let _p = tracing::info_span!("probe").entered();
+        step.seams.runner.probe(
+            &probe_request(step, None, Some(&snapshot)),
+            probe_limit(step),
+        )
+    };
+    let (mut result, failing) = match ran {
+        Ok(report) => (super::node_result(&report), super::worst_finding(&report)),
+        Err(why) => {
+            let check = why.check_id();
+            notes.push(format!("{node}: {why}"));
+            let r = NodeResult {
+                verdict: Verdict::Error,
+                checks: vec![check.into()],
+                probe_ms: None,
+                drained: false,
+            };
+            (r, Some((check.to_owned(), why.to_string())))
+        }
+    };
+    let probe_ms = t0.elapsed().as_millis();
+    step.say_phase(
+        "probe",
+        &format!(
+            "probe verdict {} on {node} ({})",
+            result.verdict.as_str(),
+            if result.checks.is_empty() {
+                "no findings".to_owned()
+            } else {
+                result.checks.join(",")
+            }
+        ),
+    );
+
+    // Policy.
+    if wants_drain(step, result.verdict)
+        && let Some((check, message)) = &failing
+    {
+        result.drained = step.drain_self(check, message).out_of_service();
+    }
+
+    // The collective.
+    let mut collective = None;
+    if setup.inv.option == FabricMode::Full && setup.nodes.len() > 1 {
+        let _c = tracing::info_span!("collective").entered();
+        let ran = collective_request(step).and_then(|req| {
+            let limit = step.deadline().limit(COLLECTIVE_BUDGET + COLLECTIVE_SLACK);
+            step.seams
+                .runner
+                .collective(&req, limit)
+                .map_err(|e| e.to_string())
+        });
+        match ran {
+            Ok(report) => {
+                step.say_phase(
+                    "collective",
+                    &format!(
+                        "collective verdict {} among {} nodes{}",
+                        report.verdict.as_str(),
+                        report.nodes.len(),
+                        if report.outliers.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", slow: {}", report.outliers.join(","))
+                        }
+                    ),
+                );
+                if report.outliers.iter().any(|o| o == node) {
+                    result.verdict = result.verdict.max(Verdict::Fail);
+                    result.checks.push(check_id::COLLECTIVE_SLOW_NODE.into());
+                    if plugin.policy == Policy::Enforce && !result.drained {
+                        let msg = report
+                            .messages
+                            .first()
+                            .cloned()
+                            .unwrap_or_else(|| "slowest node of the ring".into());
+                        result.drained = step
+                            .drain_self(check_id::COLLECTIVE_SLOW_NODE, &msg)
+                            .out_of_service();
+                    }
+                }
+                collective = Some(report.summary());
+            }
+            Err(why) => {
+                step.say(&why);
+                notes.push(format!("{node}: {why}"));
+            }
+        }
+    }
+
+    // Rendezvous and tag.
+    if plugin.policy != Policy::Observe {
+        let payload = PrologPayload {
+            result: result.clone(),
+            notes,
+            collective,
+        };
+        if let Some(met) = meet(step, payload) {
+            lead_tag(step, met);
+        }
+    }
+    step.say(&format!(
+        "timing: probe {} ms, policy+rendezvous+tag {} ms; {} ms left",
+        probe_ms,
+        t0.elapsed().as_millis().saturating_sub(probe_ms),
+        step.deadline().left_ms()
+    ));
+    let exit = if result.drained {
+        JobStepExit::Drained
+    } else {
+        JobStepExit::Proceed
+    };
+    // The plugin reads this line when slurmstepd reaped us before it could.
+    step.say(&exit.line());
+    exit
+}
+
+/// The leader's tag from every node's payload.
+fn lead_tag(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<PrologPayload>) {
+    let mut nodes = BTreeMap::new();
+    let mut all_notes = Vec::new();
+    // Every rank holds the same collective report: take the first one present.
+    let got_collective = met.payloads.values().find_map(|p| p.collective.clone());
+    for (n, p) in met.payloads {
+        nodes.insert(n, p.result);
+        all_notes.extend(p.notes);
+    }
+    let mut missing = met.missing;
+    for m in &missing {
+        all_notes.push(format!("{m}: no verdict reached the first node in time"));
+    }
+    for u in met.undecodable {
+        all_notes.push(format!(
+            "{}: its verdict reached the first node but could not be read",
+            u.node
+        ));
+        missing.push(u.node);
+    }
+    let mode = step.setup.inv.option.as_str();
+    write_tag(step, |prev| {
+        let mut t = super::prolog_tag(prev, mode, now_unix(), nodes, missing, all_notes);
+        t.collective = got_collective;
+        t
+    });
+}

@@ -1,0 +1,758 @@
+//! The job step on the fakes: no Slurm, no probe binary, no network.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::invocation::{JobStepExit, Script};
+use crate::jobstep::payload::PrologPayload;
+use crate::jobstep::{ProbeRunError, epilog, health, prolog};
+use crate::probe::Report;
+use crate::tag::{self, JobTag, NodeResult, Verdict};
+use crate::testing::{
+    Call, FakeMeet, FakeRunner, FakeSlurm, Lines, NodesAnswer, drained_by_us, report, seams, setup,
+    step,
+};
+
+const FOUR: &[&str] = &["n1", "n2", "n3", "n4"];
+
+fn tag_of(slurm: &FakeSlurm) -> JobTag {
+    tag::extract(&slurm.current_comment())
+        .expect("a fabric-check tag in AdminComment")
+        .expect("a readable tag")
+}
+
+fn drains(slurm: &FakeSlurm) -> usize {
+    slurm
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Drain { .. }))
+        .count()
+}
+
+/// Runs the prolog of a one-node job on n1 (of a four-node cluster) with these plugin words.
+fn prolog_on_n1(
+    slurm: &FakeSlurm,
+    runner: &FakeRunner,
+    words: &[&str],
+) -> (JobStepExit, Lines, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path(), Script::Prolog, "n1", "n1", words);
+    let meet = FakeMeet::default();
+    let lines = Lines::default();
+    let t0 = Instant::now();
+    let exit = prolog::run(&step(&s, seams(slurm, runner, &meet, &lines)));
+    (exit, lines, t0.elapsed())
+}
+
+fn answering(r: Report) -> FakeRunner {
+    FakeRunner::answering(vec![Ok(r)])
+}
+
+mod prolog_policy {
+    use super::*;
+
+    #[test]
+    fn a_fail_verdict_under_enforce_drains_the_node_tags_it_drained_and_fails_the_prolog() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n1", Verdict::Fail));
+        let (exit, lines, _) = prolog_on_n1(&slurm, &runner, &["policy=enforce"]);
+        assert_eq!(exit, JobStepExit::Drained);
+        let n1 = slurm.node("n1").unwrap();
+        assert!(n1.is_drained(), "{n1:?}");
+        assert_eq!(
+            n1.reason,
+            "fabric-check: ib.port_state: mlx5_3 port 1 is DOWN"
+        );
+        let t = tag_of(&slurm);
+        assert_eq!(t.verdict, Some(Verdict::Fail));
+        assert!(t.nodes["n1"].drained);
+        assert_eq!(t.nodes["n1"].checks, vec!["ib.port_state".to_owned()]);
+        assert!(lines.has("fabric-check-exit=2"), "{}", lines.text());
+    }
+
+    #[test]
+    fn a_fail_verdict_under_warn_tags_the_job_and_drains_nothing() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n1", Verdict::Fail));
+        let (exit, lines, _) = prolog_on_n1(&slurm, &runner, &["policy=warn"]);
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert_eq!(drains(&slurm), 0);
+        let t = tag_of(&slurm);
+        assert_eq!(t.verdict, Some(Verdict::Fail));
+        assert!(!t.nodes["n1"].drained);
+        assert!(lines.has("fabric-check-exit=0"), "{}", lines.text());
+    }
+
+    #[test]
+    fn a_fail_verdict_under_observe_only_logs() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n1", Verdict::Fail));
+        let (exit, lines, _) = prolog_on_n1(&slurm, &runner, &["policy=observe"]);
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert_eq!(slurm.calls(), vec![], "observe touches nothing in Slurm");
+        assert!(
+            lines.has("probe verdict fail on n1 (ib.port_state)"),
+            "{}",
+            lines.text()
+        );
+    }
+
+    #[test]
+    fn a_fail_verdict_under_enforce_with_dry_run_says_what_it_would_drain() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n1", Verdict::Fail));
+        let (exit, lines, _) = prolog_on_n1(&slurm, &runner, &["policy=enforce", "dry_run=true"]);
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert_eq!(drains(&slurm), 0);
+        assert!(lines.has("dry run: would drain n1"), "{}", lines.text());
+    }
+
+    #[test]
+    fn a_warn_verdict_under_enforce_is_tagged_and_not_drained() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n1", Verdict::Warn));
+        let (exit, _, _) = prolog_on_n1(&slurm, &runner, &["policy=enforce"]);
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert_eq!(drains(&slurm), 0);
+        assert_eq!(tag_of(&slurm).nodes["n1"].checks, vec!["ib.mtu".to_owned()]);
+    }
+
+    #[test]
+    fn the_mass_drain_guard_refuses_a_drain_past_its_limit() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        slurm.set_node(drained_by_us("n2", "2026-12-01T09:00:00"));
+        let runner = answering(report("n1", Verdict::Fail));
+        let (exit, lines, _) = prolog_on_n1(&slurm, &runner, &["max_drain=1"]);
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert_eq!(drains(&slurm), 0);
+        assert!(lines.has("MASS-DRAIN GUARD: 1 node(s)"), "{}", lines.text());
+    }
+}
+
+mod prolog_probe_errors {
+    use super::*;
+
+    fn check_error(
+        answer: Result<Report, ProbeRunError>,
+        delay: Duration,
+        check: &str,
+        note: &str,
+    ) {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = FakeRunner::answering(vec![answer]).slow(delay);
+        let (exit, _, _) = prolog_on_n1(&slurm, &runner, &["policy=enforce", "timeout=2"]);
+        assert_eq!(
+            exit,
+            JobStepExit::Proceed,
+            "a probe that cannot look drains nothing"
+        );
+        assert_eq!(drains(&slurm), 0);
+        let t = tag_of(&slurm);
+        assert_eq!(t.verdict, Some(Verdict::Error));
+        assert_eq!(t.nodes["n1"].checks, vec![check.to_owned()]);
+        assert!(
+            t.notes
+                .iter()
+                .any(|n| n.starts_with("n1: ") && n.contains(note)),
+            "{:?}",
+            t.notes
+        );
+    }
+
+    #[test]
+    fn a_probe_that_times_out_is_tagged_probe_timeout_and_drains_nothing() {
+        check_error(
+            Ok(report("n1", Verdict::Pass)),
+            Duration::from_secs(30),
+            "probe.timeout",
+            "probe timed out after 800 ms",
+        );
+    }
+
+    #[test]
+    fn a_probe_that_crashes_is_tagged_probe_error_and_drains_nothing() {
+        let crash = ProbeRunError::Crashed {
+            what: "probe",
+            code: 139,
+            stderr: String::new(),
+        };
+        check_error(
+            Err(crash),
+            Duration::ZERO,
+            "probe.error",
+            "probe crashed (exit 139)",
+        );
+    }
+
+    #[test]
+    fn a_probe_that_prints_no_json_is_tagged_probe_error_and_drains_nothing() {
+        let none = ProbeRunError::NoDocument {
+            what: "probe",
+            code: 3,
+            reason: "expected value at line 1 column 1".into(),
+            stderr: String::new(),
+        };
+        check_error(
+            Err(none),
+            Duration::ZERO,
+            "probe.error",
+            "gave no probe document",
+        );
+    }
+
+    #[test]
+    fn with_drain_on_error_a_probe_error_drains_under_enforce() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = FakeRunner::answering(vec![Err(ProbeRunError::CannotRun {
+            what: "probe",
+            reason: "no such file".into(),
+        })]);
+        let (exit, _, _) =
+            prolog_on_n1(&slurm, &runner, &["policy=enforce", "drain_on_error=true"]);
+        assert_eq!(exit, JobStepExit::Drained);
+        assert!(
+            slurm
+                .node("n1")
+                .unwrap()
+                .reason
+                .starts_with("fabric-check: probe.error:")
+        );
+    }
+}
+
+mod prolog_deadline {
+    use super::*;
+
+    #[test]
+    fn a_slurm_that_hangs_cannot_hold_the_prolog_past_its_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Prolog, "n1", "n1", &["timeout=2"]);
+        let slurm = FakeSlurm::with_nodes(FOUR).slow(Duration::from_secs(60), s.deadline);
+        let runner = answering(report("n1", Verdict::Fail));
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        let t0 = Instant::now();
+        let exit = prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        let took = t0.elapsed();
+        // The plugin kills the child at timeout=2 s; the deadline keeps a margin before that.
+        assert!(took < Duration::from_millis(1950), "took {took:?}");
+        assert_eq!(exit, JobStepExit::Proceed, "{}", lines.text());
+        assert!(
+            lines.has("cannot read node states, not draining"),
+            "{}",
+            lines.text()
+        );
+        assert!(lines.has("tag not written") || lines.has("AdminComment, tag not written"));
+        assert!(lines.has("fabric-check-exit=0"));
+    }
+
+    #[test]
+    fn every_phase_draws_from_one_deadline_and_says_what_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Prolog, "n[1-2]", "n1", &["timeout=10"]);
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n1", Verdict::Pass));
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        let (_, probe_limit) = runner.probes.borrow()[0].clone();
+        assert_eq!(
+            probe_limit,
+            Duration::from_secs(4),
+            "two fifths of timeout="
+        );
+        let (req, _) = meet.sent.borrow()[0].clone();
+        assert_eq!(req.deadline, s.deadline.at());
+        assert!(req.timeout <= Duration::from_secs(8), "{:?}", req.timeout);
+        for phase in ["probe verdict", "rendezvous:", "tagged job 7", "timing:"] {
+            let line = lines.text();
+            let l = line
+                .lines()
+                .find(|l| l.starts_with(phase))
+                .unwrap_or_else(|| panic!("no {phase} line in {line}"));
+            assert!(l.ends_with(" ms left"), "{l}");
+        }
+    }
+}
+
+mod prolog_drain_and_settle {
+    use super::*;
+
+    #[test]
+    fn a_drain_that_slurmctld_applied_but_whose_client_timed_out_counts_and_is_settled() {
+        let slurm = FakeSlurm::with_nodes(FOUR).drain_applies_but_times_out();
+        let runner = answering(report("n1", Verdict::Fail));
+        let (exit, lines, _) = prolog_on_n1(&slurm, &runner, &["max_drain=2"]);
+        assert_eq!(exit, JobStepExit::Drained, "{}", lines.text());
+        assert!(lines.has("but slurmctld applied it"), "{}", lines.text());
+        let calls = slurm.calls();
+        let drain_at = calls
+            .iter()
+            .position(|c| matches!(c, Call::Drain { .. }))
+            .unwrap();
+        let after: Vec<&Call> = calls[drain_at + 1..]
+            .iter()
+            .filter(|c| **c == Call::Nodes)
+            .collect();
+        assert_eq!(
+            after.len(),
+            2,
+            "a re-read and the settle re-check: {calls:?}"
+        );
+        assert!(tag_of(&slurm).nodes["n1"].drained);
+    }
+
+    #[test]
+    fn a_drain_that_slurmctld_did_not_apply_is_not_counted() {
+        let slurm = FakeSlurm::with_nodes(FOUR).failing("drain");
+        let runner = answering(report("n1", Verdict::Fail));
+        let (exit, lines, _) = prolog_on_n1(&slurm, &runner, &[]);
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert!(lines.has("drain of n1 failed"), "{}", lines.text());
+        assert!(!tag_of(&slurm).nodes["n1"].drained);
+    }
+
+    #[test]
+    fn a_settle_recheck_that_finds_two_others_drained_earlier_undoes_our_drain() {
+        let slurm = FakeSlurm::with_nodes(FOUR).answer_nodes_call(
+            1,
+            NodesAnswer::Nodes(vec![
+                drained_by_us("n1", "2026-12-01T10:00:05"),
+                drained_by_us("n2", "2026-12-01T10:00:01"),
+                drained_by_us("n3", "2026-12-01T10:00:02"),
+                crate::testing::idle("n4"),
+            ]),
+        );
+        let runner = answering(report("n1", Verdict::Fail));
+        let (exit, lines, _) = prolog_on_n1(&slurm, &runner, &["max_drain=2"]);
+        assert_eq!(exit, JobStepExit::Proceed, "{}", lines.text());
+        assert!(slurm.calls().contains(&Call::Resume("n1".into())));
+        assert!(!slurm.node("n1").unwrap().is_drained());
+        assert!(
+            lines.has("MASS-DRAIN GUARD: concurrent drains went past the limit of 2; resuming n1"),
+            "{}",
+            lines.text()
+        );
+        assert!(!tag_of(&slurm).nodes["n1"].drained);
+    }
+
+    #[test]
+    fn a_settle_recheck_that_finds_itself_among_the_earliest_keeps_the_drain() {
+        let slurm = FakeSlurm::with_nodes(FOUR).answer_nodes_call(
+            1,
+            NodesAnswer::Nodes(vec![
+                drained_by_us("n1", "2026-12-01T10:00:01"),
+                drained_by_us("n2", "2026-12-01T10:00:05"),
+                drained_by_us("n3", "2026-12-01T10:00:06"),
+                crate::testing::idle("n4"),
+            ]),
+        );
+        let runner = answering(report("n1", Verdict::Fail));
+        let (exit, _, _) = prolog_on_n1(&slurm, &runner, &["max_drain=2"]);
+        assert_eq!(exit, JobStepExit::Drained);
+        assert!(!slurm.calls().iter().any(|c| matches!(c, Call::Resume(_))));
+    }
+
+    /// Today's behaviour, which issue 12 turns into an undo: a re-check that cannot be read
+    /// keeps the drain (and says so).
+    #[test]
+    fn a_settle_recheck_that_fails_keeps_the_drain_and_says_so() {
+        let slurm = FakeSlurm::with_nodes(FOUR).answer_nodes_call(
+            1,
+            NodesAnswer::Fail("Unable to contact slurm controller".into()),
+        );
+        let runner = answering(report("n1", Verdict::Fail));
+        let (exit, lines, _) = prolog_on_n1(&slurm, &runner, &["max_drain=2"]);
+        assert_eq!(exit, JobStepExit::Drained);
+        assert!(
+            lines.has("cannot re-check node states after draining n1"),
+            "{}",
+            lines.text()
+        );
+    }
+}
+
+mod prolog_tag {
+    use super::*;
+
+    fn payload(verdict: Verdict) -> serde_json::Value {
+        serde_json::to_value(PrologPayload {
+            result: NodeResult {
+                verdict,
+                checks: vec![],
+                probe_ms: Some(3),
+                drained: false,
+            },
+            notes: vec![],
+            collective: None,
+        })
+        .unwrap()
+    }
+
+    fn lead(slurm: &FakeSlurm, meet: &FakeMeet) -> Lines {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Prolog, "n[1-3]", "n1", &[]);
+        let runner = answering(report("n1", Verdict::Pass));
+        let lines = Lines::default();
+        prolog::run(&step(&s, seams(slurm, &runner, meet, &lines)));
+        lines
+    }
+
+    #[test]
+    fn the_leaders_tag_without_earlier_attempts_holds_every_nodes_verdict() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let meet = FakeMeet {
+            peers: [
+                ("n2".to_owned(), payload(Verdict::Pass)),
+                ("n3".to_owned(), payload(Verdict::Pass)),
+            ]
+            .into(),
+            ..FakeMeet::default()
+        };
+        lead(&slurm, &meet);
+        let t = tag_of(&slurm);
+        assert_eq!(t.verdict, Some(Verdict::Pass));
+        assert_eq!(t.nnodes, 3);
+        assert_eq!(t.nodes.len(), 3);
+        assert!(t.earlier.is_empty());
+        assert!(t.missing.is_empty());
+        assert!(slurm.current_comment().starts_with("fabric-check/v1 {"));
+    }
+
+    #[test]
+    fn the_leaders_tag_after_an_earlier_attempt_keeps_its_failing_node_and_foreign_content() {
+        let mut first = BTreeMapNodes::new();
+        first.insert(
+            "n4".to_owned(),
+            NodeResult {
+                verdict: Verdict::Fail,
+                checks: vec!["ib.port_state".into()],
+                probe_ms: Some(2),
+                drained: true,
+            },
+        );
+        let earlier = crate::jobstep::prolog_tag(None, "quick", 1, first, vec![], vec![]);
+        let comment = format!("JS1:abc {}", tag::splice("", &earlier));
+        let slurm = FakeSlurm::with_nodes(FOUR).comment(&comment);
+        let meet = FakeMeet {
+            peers: [
+                ("n2".to_owned(), payload(Verdict::Pass)),
+                ("n3".to_owned(), payload(Verdict::Pass)),
+            ]
+            .into(),
+            ..FakeMeet::default()
+        };
+        lead(&slurm, &meet);
+        let t = tag_of(&slurm);
+        assert_eq!(t.verdict, Some(Verdict::Pass));
+        assert!(t.earlier["n4"].drained, "{t:?}");
+        assert_eq!(t.earlier["n4"].verdict, Verdict::Fail);
+        assert!(
+            slurm
+                .current_comment()
+                .starts_with("JS1:abc fabric-check/v1 {")
+        );
+    }
+
+    type BTreeMapNodes = std::collections::BTreeMap<String, NodeResult>;
+
+    #[test]
+    fn a_payload_that_does_not_decode_is_logged_and_counted_as_missing() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let meet = FakeMeet {
+            peers: [
+                ("n2".to_owned(), payload(Verdict::Pass)),
+                ("n3".to_owned(), json!({"result": "pass"})),
+            ]
+            .into(),
+            ..FakeMeet::default()
+        };
+        let lines = lead(&slurm, &meet);
+        assert!(
+            lines.has("the payload of n3 could not be read"),
+            "{}",
+            lines.text()
+        );
+        assert!(lines.has("1 unreadable"), "{}", lines.text());
+        let t = tag_of(&slurm);
+        assert_eq!(t.missing, vec!["n3".to_owned()]);
+        assert_eq!(t.verdict, Some(Verdict::Error));
+        assert!(
+            t.notes
+                .iter()
+                .any(|n| n.starts_with("n3: its verdict reached")),
+            "{:?}",
+            t.notes
+        );
+    }
+
+    #[test]
+    fn a_node_that_never_joined_is_named_missing() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let meet = FakeMeet {
+            peers: [("n2".to_owned(), payload(Verdict::Pass))].into(),
+            ..FakeMeet::default()
+        };
+        lead(&slurm, &meet);
+        let t = tag_of(&slurm);
+        assert_eq!(t.missing, vec!["n3".to_owned()]);
+        assert!(
+            t.notes
+                .iter()
+                .any(|n| n == "n3: no verdict reached the first node in time")
+        );
+    }
+
+    #[test]
+    fn a_follower_sends_its_verdict_and_writes_no_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Prolog, "n[1-3]", "n2", &[]);
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n2", Verdict::Warn));
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        let sent = meet.sent.borrow();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].0.rank, 1);
+        let p: PrologPayload = serde_json::from_value(sent[0].1.clone()).unwrap();
+        assert_eq!(p.result.verdict, Verdict::Warn);
+        assert!(!slurm.calls().contains(&Call::AdminComment));
+    }
+
+    #[test]
+    fn a_finished_jobs_tag_goes_to_the_database_in_lower_case() {
+        let slurm = FakeSlurm::with_nodes(FOUR).job_finished();
+        let meet = FakeMeet {
+            peers: [
+                ("n2".to_owned(), payload(Verdict::Pass)),
+                ("n3".to_owned(), payload(Verdict::Pass)),
+            ]
+            .into(),
+            ..FakeMeet::default()
+        };
+        lead(&slurm, &meet);
+        assert!(
+            slurm
+                .calls()
+                .iter()
+                .any(|c| matches!(c, Call::SetAdminCommentDb(t) if t == &t.to_lowercase()))
+        );
+        assert_eq!(tag_of(&slurm).verdict, Some(Verdict::Pass));
+    }
+}
+
+mod epilog_runs {
+    use super::*;
+    use std::io::Write;
+
+    fn epilog_on_n1(
+        dir: &std::path::Path,
+        slurm: &FakeSlurm,
+        runner: &FakeRunner,
+        words: &[&str],
+    ) -> Lines {
+        let s = setup(dir, Script::Epilog, "n1", "n1", words);
+        // The prolog's snapshot: the probe document it saved.
+        let snap = s.state_dir.join("job-7.json");
+        std::fs::write(
+            &snap,
+            serde_json::to_vec(&report("n1", Verdict::Pass)).unwrap(),
+        )
+        .unwrap();
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        let exit = epilog::run(&step(&s, seams(slurm, runner, &meet, &lines)));
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert!(!snap.exists(), "the snapshot is removed");
+        lines
+    }
+
+    #[test]
+    fn an_epilog_without_records_or_rises_leaves_the_tag_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let slurm = FakeSlurm::with_nodes(FOUR).comment("fabric-check/v1 {}");
+        let runner = answering(report("n1", Verdict::Pass));
+        let lines = epilog_on_n1(dir.path(), &slurm, &runner, &[]);
+        assert!(lines.has("no counter rose and no fabric-run records; tag unchanged"));
+        assert!(
+            !slurm
+                .calls()
+                .iter()
+                .any(|c| matches!(c, Call::SetAdminComment(_) | Call::AdminComment))
+        );
+    }
+
+    #[test]
+    fn an_epilog_with_records_puts_the_run_summary_into_the_tag_and_removes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = dir.path().join("spool/7");
+        std::fs::create_dir_all(&spool).unwrap();
+        let path = spool.join("n1.jsonl");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let meta =
+            r#""v":1,"run":"a","node":"n1","rank":0,"job_id":"7","step_id":"0","restart_count":0"#;
+        for (ts, body) in [
+            (10.0, r#""type":"step_start","pid":1,"cmd":["train"]"#),
+            (11.0, r#""type":"step","duration_s":1.0"#),
+            (12.0, r#""type":"step","duration_s":1.5"#),
+            (
+                13.0,
+                r#""type":"step_end","duration_s":3.0,"exit_code":0,"signal":null,"outcome":"completed","attempts":1,"on_time":true"#,
+            ),
+        ] {
+            writeln!(f, "{{\"ts\":{ts},{meta},{body}}}").unwrap();
+        }
+        drop(f);
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n1", Verdict::Pass));
+        let lines = epilog_on_n1(dir.path(), &slurm, &runner, &[]);
+        let t = tag_of(&slurm);
+        assert!(t.run.is_some(), "{t:?} / {}", lines.text());
+        assert!(!path.exists(), "the records are removed once read");
+    }
+
+    #[test]
+    fn an_epilog_whose_probe_fails_drains_the_node_naming_the_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n1", Verdict::Fail));
+        epilog_on_n1(dir.path(), &slurm, &runner, &["policy=enforce"]);
+        let n1 = slurm.node("n1").unwrap();
+        assert!(n1.is_drained());
+        assert!(
+            n1.reason
+                .starts_with("fabric-check: ib.port_state: during job 7:"),
+            "{}",
+            n1.reason
+        );
+        let t = tag_of(&slurm);
+        assert_eq!(t.during.len(), 1);
+        assert_eq!(t.during[0].verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn an_epilog_without_a_snapshot_does_not_probe() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Epilog, "n1", "n1", &[]);
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n1", Verdict::Fail));
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert!(runner.probes.borrow().is_empty());
+        assert!(
+            lines.has("no prolog snapshot for job 7"),
+            "{}",
+            lines.text()
+        );
+        assert_eq!(drains(&slurm), 0);
+    }
+}
+
+mod health_streaks {
+    use super::*;
+    use crate::jobstep::health::{EXIT_COULD_NOT_RUN, HealthSetup};
+    use crate::plugin_args::PluginArgs;
+
+    fn health_setup(dir: &std::path::Path) -> HealthSetup {
+        let (plugin, problems) =
+            PluginArgs::parse([format!("state_dir={}/%n", dir.display()).as_str()]);
+        assert!(problems.is_empty());
+        HealthSetup::new("n1".into(), plugin, 3).unwrap()
+    }
+
+    fn run(setup: &HealthSetup, slurm: &FakeSlurm, verdict: Verdict, lines: &Lines) -> i32 {
+        let runner = answering(report("n1", verdict));
+        health::run(setup, slurm, &runner, lines).unwrap()
+    }
+
+    #[test]
+    fn our_drain_is_resumed_only_after_three_clean_probes_in_a_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = health_setup(dir.path());
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        slurm.set_node(drained_by_us("n1", "2026-12-01T09:00:00"));
+        let lines = Lines::default();
+        for _ in 0..2 {
+            assert_eq!(run(&s, &slurm, Verdict::Pass, &lines), 0);
+        }
+        assert!(lines.has("n1: clean probe 1 of 3 before resuming"));
+        assert!(lines.has("n1: clean probe 2 of 3 before resuming"));
+        assert!(slurm.node("n1").unwrap().is_drained());
+        run(&s, &slurm, Verdict::Warn, &lines);
+        assert!(
+            lines.has("resumed n1 after 3 clean probes"),
+            "{}",
+            lines.text()
+        );
+        assert!(!slurm.node("n1").unwrap().is_drained());
+    }
+
+    #[test]
+    fn a_failing_probe_resets_the_streak_and_keeps_our_first_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = health_setup(dir.path());
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        slurm.set_node(drained_by_us("n1", "2026-12-01T09:00:00"));
+        let lines = Lines::default();
+        run(&s, &slurm, Verdict::Pass, &lines);
+        run(&s, &slurm, Verdict::Pass, &lines);
+        assert_eq!(run(&s, &slurm, Verdict::Fail, &lines), 2);
+        assert!(lines.has("n1 is already drained by fabric-check"));
+        assert_eq!(drains(&slurm), 0);
+        run(&s, &slurm, Verdict::Pass, &lines);
+        assert_eq!(lines.count("clean probe 1 of 3"), 2, "{}", lines.text());
+        assert!(slurm.node("n1").unwrap().is_drained());
+    }
+
+    #[test]
+    fn a_failing_idle_node_is_drained_through_the_settle_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = health_setup(dir.path());
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let lines = Lines::default();
+        assert_eq!(run(&s, &slurm, Verdict::Fail, &lines), 2);
+        assert!(slurm.node("n1").unwrap().is_drained());
+        let calls = slurm.calls();
+        assert_eq!(
+            calls.last(),
+            Some(&Call::Nodes),
+            "the settle re-check: {calls:?}"
+        );
+    }
+
+    #[test]
+    fn a_probe_that_could_not_run_changes_nothing_and_exits_3() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = health_setup(dir.path());
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = FakeRunner::answering(vec![Err(ProbeRunError::Crashed {
+            what: "probe",
+            code: 139,
+            stderr: String::new(),
+        })]);
+        let lines = Lines::default();
+        assert_eq!(
+            health::run(&s, &slurm, &runner, &lines).unwrap(),
+            EXIT_COULD_NOT_RUN
+        );
+        assert_eq!(slurm.calls(), vec![]);
+        assert!(lines.has("the probe could not run; node state unchanged"));
+    }
+
+    #[test]
+    fn a_probe_error_leaves_the_streak_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = health_setup(dir.path());
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        slurm.set_node(drained_by_us("n1", "2026-12-01T09:00:00"));
+        let lines = Lines::default();
+        run(&s, &slurm, Verdict::Pass, &lines);
+        run(&s, &slurm, Verdict::Error, &lines);
+        run(&s, &slurm, Verdict::Pass, &lines);
+        assert!(lines.has("n1: probe error; node state unchanged"));
+        assert!(lines.has("clean probe 2 of 3"), "{}", lines.text());
+    }
+}

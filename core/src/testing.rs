@@ -1,0 +1,539 @@
+//! Fakes of the job step's seams, for tests here and in other crates (feature `test-fakes`):
+//! a Slurm that records calls and can be slow, fail, or answer a re-check differently; a probe
+//! runner with canned answers; a rendezvous with canned peers; a relay that keeps the lines.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::collective;
+use crate::deadline::Deadline;
+use crate::exec::ExecError;
+use crate::fabric_option::FabricMode;
+use crate::invocation::{Invocation, Script};
+use crate::jobstep::{
+    JobStep, Meet, MeetRequest, ProbeRunError, ProbeRunner, Relay, Seams, Setup,
+    runner::{CollectiveRequest, ProbeRequest},
+};
+use crate::probe::{Finding, Report, Severity};
+use crate::rendezvous::{Gathered, RendezvousError};
+use crate::slurm::{NodeInfo, Slurm, SlurmError};
+use crate::tag::Verdict;
+
+/// One call the fake Slurm saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// `sinfo`.
+    Nodes,
+    /// `scontrol show node`.
+    NodeAddrs,
+    /// `scontrol update ... State=DRAIN`.
+    Drain {
+        /// The node.
+        node: String,
+        /// The reason.
+        reason: String,
+    },
+    /// `scontrol update ... State=RESUME`.
+    Resume(String),
+    /// Reading `AdminComment`.
+    AdminComment,
+    /// Writing it to the live job.
+    SetAdminComment(String),
+    /// Writing it to the database.
+    SetAdminCommentDb(String),
+}
+
+/// A scripted answer to one `nodes()` call.
+#[derive(Debug, Clone)]
+pub enum NodesAnswer {
+    /// These nodes.
+    Nodes(Vec<NodeInfo>),
+    /// A failure with this text.
+    Fail(String),
+}
+
+#[derive(Debug, Default)]
+struct SlurmState {
+    nodes: Vec<NodeInfo>,
+    comment: String,
+    job_finished: bool,
+    calls: Vec<Call>,
+    delay: Duration,
+    deadline: Option<Deadline>,
+    failing: Vec<&'static str>,
+    drain_times_out_after_applying: bool,
+    nodes_answers: BTreeMap<usize, NodesAnswer>,
+    nodes_calls: usize,
+    clock: u32,
+}
+
+/// A Slurm in memory.
+#[derive(Debug, Default)]
+pub struct FakeSlurm {
+    state: RefCell<SlurmState>,
+}
+
+/// An idle node.
+pub fn idle(name: &str) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        state: "idle".into(),
+        reason: String::new(),
+        reason_time: String::new(),
+    }
+}
+
+/// A node drained by fabric-check at `time`.
+pub fn drained_by_us(name: &str, time: &str) -> NodeInfo {
+    NodeInfo {
+        name: name.into(),
+        state: "drained".into(),
+        reason: "fabric-check: ib.port_state: x".into(),
+        reason_time: time.into(),
+    }
+}
+
+impl FakeSlurm {
+    /// A cluster of idle nodes with these names.
+    pub fn with_nodes(names: &[&str]) -> Self {
+        let s = Self::default();
+        s.state.borrow_mut().nodes = names.iter().map(|n| idle(n)).collect();
+        s
+    }
+
+    /// The job's `AdminComment` starts as `text`.
+    pub fn comment(self, text: &str) -> Self {
+        self.state.borrow_mut().comment = text.into();
+        self
+    }
+
+    /// The job has finished: `scontrol update JobId` fails, `sacctmgr` works.
+    pub fn job_finished(self) -> Self {
+        self.state.borrow_mut().job_finished = true;
+        self
+    }
+
+    /// Every call takes `d` (a hang when long), but, like the real adapter, not past `deadline`.
+    pub fn slow(self, d: Duration, deadline: Deadline) -> Self {
+        {
+            let mut s = self.state.borrow_mut();
+            s.delay = d;
+            s.deadline = Some(deadline);
+        }
+        self
+    }
+
+    /// Calls of `method` (`nodes`, `drain`, `resume`, `admin_comment`, `set_admin_comment`,
+    /// `set_admin_comment_db`, `node_addrs`) fail.
+    pub fn failing(self, method: &'static str) -> Self {
+        self.state.borrow_mut().failing.push(method);
+        self
+    }
+
+    /// `drain` is applied by slurmctld but the client times out.
+    pub fn drain_applies_but_times_out(self) -> Self {
+        self.state.borrow_mut().drain_times_out_after_applying = true;
+        self
+    }
+
+    /// The `n`th `nodes()` call (from 0) gets `answer` instead of the state.
+    pub fn answer_nodes_call(self, n: usize, answer: NodesAnswer) -> Self {
+        self.state.borrow_mut().nodes_answers.insert(n, answer);
+        self
+    }
+
+    /// Sets one node's state and reason.
+    pub fn set_node(&self, node: NodeInfo) {
+        let mut s = self.state.borrow_mut();
+        if let Some(n) = s.nodes.iter_mut().find(|n| n.name == node.name) {
+            *n = node;
+        } else {
+            s.nodes.push(node);
+        }
+    }
+
+    /// The calls so far.
+    pub fn calls(&self) -> Vec<Call> {
+        self.state.borrow().calls.clone()
+    }
+
+    /// One node as it is now.
+    pub fn node(&self, name: &str) -> Option<NodeInfo> {
+        self.state
+            .borrow()
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .cloned()
+    }
+
+    /// The job's `AdminComment` now.
+    pub fn current_comment(&self) -> String {
+        self.state.borrow().comment.clone()
+    }
+
+    /// Waits like a slow call; `Err` when the wait hit the deadline.
+    fn wait(&self, program: &str) -> Result<(), SlurmError> {
+        let (delay, deadline) = {
+            let s = self.state.borrow();
+            (s.delay, s.deadline)
+        };
+        if delay.is_zero() {
+            return Ok(());
+        }
+        let limit = deadline.map_or(delay, |d| d.remaining());
+        if limit.is_zero() {
+            return Err(SlurmError::NoTimeLeft {
+                command: program.into(),
+            });
+        }
+        std::thread::sleep(delay.min(limit));
+        if delay > limit {
+            return Err(SlurmError::Exec(ExecError::Timeout {
+                program: program.into(),
+                limit_ms: limit.as_millis(),
+            }));
+        }
+        Ok(())
+    }
+
+    fn call(&self, method: &'static str, call: Call) -> Result<(), SlurmError> {
+        self.state.borrow_mut().calls.push(call);
+        if self.state.borrow().failing.contains(&method) {
+            return Err(SlurmError::Failed {
+                command: method.into(),
+                code: 1,
+                stderr: "slurm_load_partitions: Unable to contact slurm controller".into(),
+            });
+        }
+        self.wait(method)
+    }
+}
+
+impl Slurm for FakeSlurm {
+    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        self.call("nodes", Call::Nodes)?;
+        let mut s = self.state.borrow_mut();
+        let n = s.nodes_calls;
+        s.nodes_calls += 1;
+        match s.nodes_answers.remove(&n) {
+            Some(NodesAnswer::Nodes(v)) => Ok(v),
+            Some(NodesAnswer::Fail(e)) => Err(SlurmError::Failed {
+                command: "sinfo".into(),
+                code: 1,
+                stderr: e,
+            }),
+            None => Ok(s.nodes.clone()),
+        }
+    }
+
+    fn node_addrs(&self, nodes: &[String]) -> Result<Vec<(String, String)>, SlurmError> {
+        self.call("node_addrs", Call::NodeAddrs)?;
+        Ok(nodes
+            .iter()
+            .map(|n| (n.clone(), "127.0.0.1".to_owned()))
+            .collect())
+    }
+
+    fn drain(&self, node: &str, reason: &str) -> Result<(), SlurmError> {
+        let call = Call::Drain {
+            node: node.into(),
+            reason: reason.into(),
+        };
+        let times_out = self.state.borrow().drain_times_out_after_applying;
+        let r = self.call("drain", call);
+        if r.is_ok() || times_out {
+            let mut s = self.state.borrow_mut();
+            s.clock += 1;
+            let time = format!("2026-12-01T10:00:{:02}", s.clock % 60);
+            if let Some(n) = s.nodes.iter_mut().find(|n| n.name == node) {
+                n.state = "drained".into();
+                n.reason = reason.into();
+                n.reason_time = time;
+            }
+        }
+        if times_out && r.is_ok() {
+            return Err(SlurmError::Exec(ExecError::Timeout {
+                program: "scontrol".into(),
+                limit_ms: 5000,
+            }));
+        }
+        r
+    }
+
+    fn resume(&self, node: &str) -> Result<(), SlurmError> {
+        self.call("resume", Call::Resume(node.into()))?;
+        if let Some(n) = self
+            .state
+            .borrow_mut()
+            .nodes
+            .iter_mut()
+            .find(|n| n.name == node)
+        {
+            n.state = "idle".into();
+            n.reason.clear();
+            n.reason_time.clear();
+        }
+        Ok(())
+    }
+
+    fn admin_comment(&self, _job_id: u32) -> Result<String, SlurmError> {
+        self.call("admin_comment", Call::AdminComment)?;
+        Ok(self.state.borrow().comment.clone())
+    }
+
+    fn set_admin_comment(&self, _job_id: u32, text: &str) -> Result<(), SlurmError> {
+        self.call("set_admin_comment", Call::SetAdminComment(text.into()))?;
+        if self.state.borrow().job_finished {
+            return Err(SlurmError::Failed {
+                command: "scontrol update".into(),
+                code: 1,
+                stderr: "Job has already finished".into(),
+            });
+        }
+        self.state.borrow_mut().comment = text.into();
+        Ok(())
+    }
+
+    fn set_admin_comment_db(&self, _job_id: u32, text: &str) -> Result<(), SlurmError> {
+        self.call("set_admin_comment_db", Call::SetAdminCommentDb(text.into()))?;
+        self.state.borrow_mut().comment = text.into();
+        Ok(())
+    }
+}
+
+/// A probe runner with canned answers.
+#[derive(Debug)]
+pub struct FakeRunner {
+    answers: RefCell<VecDeque<Result<Report, ProbeRunError>>>,
+    delay: Duration,
+    collective: Result<collective::Report, ProbeRunError>,
+    /// Each probe request with the limit it got.
+    pub probes: RefCell<Vec<(ProbeRequest, Duration)>>,
+}
+
+impl FakeRunner {
+    /// Answers each probe with the next of `answers` (the last one repeats).
+    pub fn answering(answers: Vec<Result<Report, ProbeRunError>>) -> Self {
+        Self {
+            answers: RefCell::new(answers.into()),
+            delay: Duration::ZERO,
+            collective: Err(ProbeRunError::CannotRun {
+                what: "collective",
+                reason: "no collective in this test".into(),
+            }),
+            probes: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Each probe takes `d` (killed at its limit, as the real runner does).
+    pub fn slow(mut self, d: Duration) -> Self {
+        self.delay = d;
+        self
+    }
+
+    /// The collective's answer.
+    pub fn collective(mut self, answer: Result<collective::Report, ProbeRunError>) -> Self {
+        self.collective = answer;
+        self
+    }
+}
+
+impl ProbeRunner for FakeRunner {
+    fn probe(&self, req: &ProbeRequest, limit: Duration) -> Result<Report, ProbeRunError> {
+        self.probes.borrow_mut().push((req.clone(), limit));
+        if limit.is_zero() {
+            return Err(ProbeRunError::NoTimeLeft { what: "probe" });
+        }
+        std::thread::sleep(self.delay.min(limit));
+        if self.delay > limit {
+            return Err(ProbeRunError::Timeout {
+                what: "probe",
+                limit_ms: limit.as_millis(),
+            });
+        }
+        let answer = {
+            let mut a = self.answers.borrow_mut();
+            if a.len() > 1 {
+                a.pop_front()
+            } else {
+                a.front().cloned()
+            }
+        };
+        let answer = answer.unwrap_or(Err(ProbeRunError::CannotRun {
+            what: "probe",
+            reason: "no canned answer".into(),
+        }));
+        if let (Ok(r), Some(save)) = (&answer, &req.save) {
+            let _ = std::fs::write(save, serde_json::to_vec(r).unwrap_or_default());
+        }
+        answer
+    }
+
+    fn collective(
+        &self,
+        _req: &CollectiveRequest,
+        _limit: Duration,
+    ) -> Result<collective::Report, ProbeRunError> {
+        self.collective.clone()
+    }
+}
+
+/// A rendezvous with canned peers.
+#[derive(Debug, Default)]
+pub struct FakeMeet {
+    /// The other nodes' payloads (absent nodes are missing).
+    pub peers: BTreeMap<String, Value>,
+    /// Fail the rendezvous with this text.
+    pub fail: Option<String>,
+    /// Take this long (bounded by the request's deadline).
+    pub delay: Duration,
+    /// Each request with the payload sent.
+    pub sent: RefCell<Vec<(MeetRequest, Value)>>,
+}
+
+impl Meet for FakeMeet {
+    fn gather(&self, req: &MeetRequest, payload: Value) -> Result<Gathered, RendezvousError> {
+        self.sent.borrow_mut().push((req.clone(), payload.clone()));
+        let left = req.deadline.saturating_duration_since(Instant::now());
+        std::thread::sleep(self.delay.min(left));
+        if let Some(f) = &self.fail {
+            return Err(RendezvousError::Timeout(f.clone()));
+        }
+        let n = req.nodes.len();
+        let mut payloads = vec![None; n];
+        payloads[req.rank] = Some(payload);
+        if req.rank != 0 {
+            return Ok(Gathered {
+                my_rank: req.rank,
+                port: 47_000,
+                payloads,
+                missing: vec![],
+                rejected: vec![],
+            });
+        }
+        let mut missing = Vec::new();
+        for (i, node) in req.nodes.iter().enumerate().skip(1) {
+            match self.peers.get(node) {
+                Some(v) => payloads[i] = Some(v.clone()),
+                None => missing.push(node.clone()),
+            }
+        }
+        Ok(Gathered {
+            my_rank: 0,
+            port: 47_000,
+            payloads,
+            missing,
+            rejected: vec![],
+        })
+    }
+}
+
+/// The lines a job step said.
+#[derive(Debug, Default)]
+pub struct Lines(RefCell<Vec<String>>);
+
+impl Relay for Lines {
+    fn line(&self, text: &str) {
+        self.0.borrow_mut().push(text.to_owned());
+    }
+}
+
+impl Lines {
+    /// Every line, joined by newlines.
+    pub fn text(&self) -> String {
+        self.0.borrow().join("\n")
+    }
+
+    /// Whether some line contains `needle`.
+    pub fn has(&self, needle: &str) -> bool {
+        self.0.borrow().iter().any(|l| l.contains(needle))
+    }
+
+    /// How many lines contain `needle`.
+    pub fn count(&self, needle: &str) -> usize {
+        self.0
+            .borrow()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+}
+
+/// A probe document with this verdict: `fail` carries an `ib.port_state` failure, `warn` an
+/// `ib.mtu` warning, `error` the probe's own error.
+pub fn report(node: &str, verdict: Verdict) -> Report {
+    let mut r = Report::error(node, 2.0, "test".into());
+    r.error = None;
+    r.verdict = Verdict::Pass;
+    match verdict {
+        Verdict::Pass => {}
+        Verdict::Warn => r.push(Finding::new(
+            "ib.mtu",
+            Severity::Warn,
+            Some("mlx5_0"),
+            Some(1),
+            Value::from(2048),
+            Value::from(4096),
+            "mlx5_0 port 1 MTU is 2048".into(),
+        )),
+        Verdict::Fail => r.push(Finding::new(
+            "ib.port_state",
+            Severity::Fail,
+            Some("mlx5_3"),
+            Some(1),
+            Value::from("DOWN"),
+            Value::from("ACTIVE"),
+            "mlx5_3 port 1 is DOWN".into(),
+        )),
+        Verdict::Error => {
+            r.verdict = Verdict::Error;
+            r.error = Some("cannot read sysfs".into());
+        }
+    }
+    r
+}
+
+/// A job step's setup in `dir`: job 7 of uid `job_uid` on `nodes` (a hostlist), this `node`,
+/// with these extra plugin words (state and spool folders are under `dir`).
+pub fn setup(dir: &Path, script: Script, nodes: &str, node: &str, words: &[&str]) -> Setup {
+    let mut plugin_args = vec![
+        format!("state_dir={}/state/%n", dir.display()),
+        format!("spool_dir={}/spool", dir.display()),
+    ];
+    plugin_args.extend(words.iter().map(|w| (*w).to_owned()));
+    let inv = Invocation {
+        script,
+        job_id: 7,
+        node: node.into(),
+        nodes: nodes.into(),
+        option: FabricMode::Quick,
+        job_uid: Some(nix::unistd::getuid().as_raw()),
+        plugin_args,
+    };
+    Setup::resolve(inv, Instant::now(), &Lines::default()).expect("a valid test setup")
+}
+
+/// The seams of a test job step.
+pub fn seams<'a>(
+    slurm: &'a FakeSlurm,
+    runner: &'a FakeRunner,
+    meet: &'a FakeMeet,
+    lines: &'a Lines,
+) -> Seams<'a> {
+    Seams {
+        slurm,
+        runner,
+        meet,
+        relay: lines,
+    }
+}
+
+/// A job step on `setup` and `seams`.
+pub fn step<'a>(setup: &'a Setup, seams: Seams<'a>) -> JobStep<'a> {
+    JobStep { setup, seams }
+}
