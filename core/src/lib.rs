@@ -17,6 +17,7 @@
 //! | [`rendezvous`] | MUNGE-authenticated rendezvous of a job's nodes at rank 0 |
 //! | [`collective`] | `fabric-check collective`: ring all-reduce, figures, outlier nodes |
 //! | [`stepgate`] | the Slurm 23.11+ step gate prepended to a `--fabric-check=full` step's tasks |
+//! | [`stats`] | the project's one percentile (linear interpolation, numpy's default) and median |
 //! | `testing` | fakes of the job step's seams (tests, and feature `test-fakes`) |
 //!
 //! The contract modules ([`tag`], [`plugin_args`], [`invocation`], [`verdict`], [`check_id`],
@@ -38,6 +39,7 @@ pub mod probe;
 pub mod record;
 pub mod rendezvous;
 pub mod slurm;
+pub mod stats;
 pub mod stepgate;
 #[cfg(any(test, feature = "test-fakes"))]
 pub mod testing;

@@ -1,31 +1,8 @@
-//! Statistics for the collective: percentiles, coefficient of variation, nccl-tests' bandwidths
-//! and robust (median absolute deviation) outlier detection.
+//! Statistics for the collective: coefficient of variation, nccl-tests' bandwidths and robust
+//! (median absolute deviation) outlier detection. Percentiles and the median are
+//! [`crate::stats`]'s.
 
-/// The `p`-th percentile (0–100) by the nearest-rank method; `None` for no samples.
-pub fn percentile(samples: &[f64], p: f64) -> Option<f64> {
-    if samples.is_empty() {
-        return None;
-    }
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
-    Some(s[rank.clamp(1, s.len()) - 1])
-}
-
-/// The median (mean of the two middle values for an even count).
-pub fn median(samples: &[f64]) -> Option<f64> {
-    if samples.is_empty() {
-        return None;
-    }
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    Some(if s.len() % 2 == 1 {
-        s[m]
-    } else {
-        (s[m - 1] + s[m]) / 2.0
-    })
-}
+use crate::stats::median;
 
 /// The arithmetic mean.
 pub fn mean(samples: &[f64]) -> Option<f64> {
@@ -103,16 +80,6 @@ pub fn high_outliers(values: &[f64], ratio: f64) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn nearest_rank_percentiles_pick_sample_values() {
-        let s: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&s, 50.0), Some(50.0));
-        assert_eq!(percentile(&s, 95.0), Some(95.0));
-        assert_eq!(percentile(&s, 99.0), Some(99.0));
-        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
-        assert_eq!(percentile(&[], 50.0), None);
-    }
 
     #[test]
     fn busbw_uses_the_all_reduce_correction_factor() {

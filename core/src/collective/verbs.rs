@@ -50,7 +50,7 @@ use serde::Serialize;
 pub use self::ffi::CudaError;
 pub use self::ffi::VerbsError;
 use super::CollectiveError;
-use super::stats::percentile;
+use crate::stats::percentile;
 
 /// The queue-pair type of the loopback: reliable connected, as perftest's `ib_write_bw`.
 pub const LOOPBACK_QP_TYPE: rdma_sys::ibv_qp_type::Type = rdma_sys::ibv_qp_type::IBV_QPT_RC;
@@ -772,9 +772,11 @@ mod tests {
     }
 
     #[test]
-    fn latency_percentiles_use_nearest_rank() {
+    fn latency_percentiles_interpolate_between_samples() {
         let samples: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(latency_p50_p99_us(&samples), (50.0, 99.0));
+        let (p50, p99) = latency_p50_p99_us(&samples);
+        assert_eq!(p50, 50.5);
+        assert!((p99 - 99.01).abs() < 1e-9, "{p99}");
         assert_eq!(latency_p50_p99_us(&[]), (0.0, 0.0));
     }
 

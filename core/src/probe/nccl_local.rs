@@ -29,14 +29,6 @@ fn info(observed: Value, message: String) -> Finding {
     )
 }
 
-/// Percentile of sorted microsecond samples.
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((q * (sorted.len() - 1) as f64).round() as usize).min(sorted.len() - 1)]
-}
-
 /// nccl-tests' bus bandwidth of an all-reduce: algbw × 2(n−1)/n.
 pub fn busbw_gbps(bytes: usize, seconds: f64, ranks: usize) -> f64 {
     if seconds <= 0.0 || ranks == 0 {
@@ -93,7 +85,8 @@ mod imp {
     use cudarc::nccl::{Comm, ReduceOp};
     use serde_json::json;
 
-    use super::{Finding, ID, Severity, busbw_gbps, info, percentile};
+    use super::{Finding, ID, Severity, busbw_gbps, info};
+    use crate::stats::percentile_of_sorted;
 
     pub fn run(bytes: usize, iters: usize) -> Result<Finding, String> {
         let n = CudaContext::device_count()
@@ -164,11 +157,12 @@ mod imp {
             }
         }
         samples_us.sort_by(f64::total_cmp);
-        let p50 = percentile(&samples_us, 0.5);
+        let pct = |p| percentile_of_sorted(&samples_us, p).unwrap_or(0.0);
+        let p50 = pct(50.0);
         let busbw = busbw_gbps(len * 4, p50 / 1e6, n);
         Ok(info(
             json!({"gpus": n, "bytes": len * 4, "iters": iters, "busbw_gbps": busbw,
-                   "latency_us": {"p50": p50, "p95": percentile(&samples_us, 0.95), "p99": percentile(&samples_us, 0.99)}}),
+                   "latency_us": {"p50": p50, "p95": pct(95.0), "p99": pct(99.0)}}),
             format!(
                 "nccl.local: {n} GPU(s), {} MiB all-reduce, busbw {busbw:.1} GB/s, p50 {p50:.0} µs",
                 (len * 4) >> 20
@@ -187,14 +181,6 @@ mod tests {
         assert!((busbw_gbps(1_000_000_000, 0.01, 8) - 175.0).abs() < 1e-9);
         assert_eq!(busbw_gbps(1, 0.0, 8), 0.0);
         assert_eq!(busbw_gbps(1_000, 1.0, 1), 0.0);
-    }
-
-    #[test]
-    fn percentiles_pick_from_sorted_samples() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 0.5), 51.0);
-        assert_eq!(percentile(&v, 0.99), 99.0);
-        assert_eq!(percentile(&[], 0.5), 0.0);
     }
 
     #[cfg(feature = "nccl")]

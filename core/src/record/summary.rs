@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{CWD, FileType, Mode, OFlags, fstat, openat};
 
 use super::{Body, Outcome, Record, Source, VERSION};
+use crate::stats::percentile_of_sorted;
 use crate::tag::RunSummary;
 
 /// Default bound on the bytes read from one records file: 16 MiB (about 100 000 records; a
@@ -453,15 +454,6 @@ fn reduce_run(recs: &[&Record]) -> Agg {
     agg
 }
 
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
-
 /// Reduces decoded records to a summary (rules in the module docs); `None` when there are none.
 pub fn summarize(recs: &Records) -> Option<RunSummary> {
     // run → its records
@@ -500,8 +492,8 @@ pub fn summarize(recs: &Records) -> Option<RunSummary> {
     let outcome = fin.outcome;
     Some(RunSummary {
         steps: job.steps,
-        step_p50_s: percentile(&durs, 0.50),
-        step_p95_s: percentile(&durs, 0.95),
+        step_p50_s: percentile_of_sorted(&durs, 50.0),
+        step_p95_s: percentile_of_sorted(&durs, 95.0),
         step_max_s: durs.last().copied(),
         ckpt_n: job.ckpts.len() as u64,
         ckpt_total_s: job.ckpts.iter().sum(),
@@ -616,7 +608,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = summarize_records(&file(&dir, &two_ranks()), &ReadLimits::default()).unwrap();
         assert_eq!(s.steps, 3, "rank 0's steps only");
-        assert_eq!(s.step_p50_s, Some(1.0));
+        // Two timed steps, 1 s and 2 s: the median is their mean (crate::stats).
+        assert_eq!(s.step_p50_s, Some(1.5));
         assert_eq!(s.step_max_s, Some(2.0));
         assert_eq!(
             s.ckpt_n, 1,

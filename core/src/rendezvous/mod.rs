@@ -794,3 +794,15 @@ mod tests {
         assert!(SystemResolver.resolve("localhost").unwrap().is_loopback());
     }
 }
+
+/// Entry points for the fuzz targets (`fuzz/fuzz_targets/rendezvous.rs`): the decoders a peer's
+/// bytes reach, with nothing else exposed.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Decodes `bytes` as every kind of message and claim the rendezvous reads from a peer.
+    pub fn decode_peer_bytes(bytes: &[u8]) {
+        let _ = serde_json::from_slice::<super::Msg>(bytes);
+        let _ = serde_json::from_slice::<super::JoinClaim>(bytes);
+        let _ = serde_json::from_slice::<super::DoneClaim>(bytes);
+    }
+}

@@ -162,18 +162,9 @@ fn primary(r: &SizeRow) -> Option<&Measure> {
     r.out_of_place.as_ref().or(r.in_place.as_ref())
 }
 
+/// The project's median ([`fabric_core::stats::median`]); NaN when no value is finite.
 fn median(v: &[f64]) -> f64 {
-    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
+    fabric_core::stats::median(v).unwrap_or(f64::NAN)
 }
 
 fn mean(v: &[f64]) -> f64 {

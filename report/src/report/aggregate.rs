@@ -62,133 +62,16 @@ impl GpuTime {
     }
 }
 
-/// A sum of `f64`s kept exactly (a fixed-point integer wide enough for every finite `f64`) and
-/// rounded once when read, so it is the same whatever order the terms came in: the report does
-/// not depend on how jobs were split among threads.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExactSum {
-    /// Bit `32 * i + k` of the sum, scaled by 2^1074, is bit `k` of `limbs[i]`; a limb may run
-    /// past 32 bits (or below 0) between normalisations.
-    limbs: [i64; EXACT_LIMBS],
-    /// Terms added since the last normalisation.
-    pending: u32,
-    /// Sum of the non-finite terms (the exact part ignores them).
-    nonfinite: f64,
-}
-
-/// 2098 bits cover `f64`'s range (2^-1074 to 2^1024), with room for 2^64 carries.
-const EXACT_LIMBS: usize = 68;
-
-impl Default for ExactSum {
-    fn default() -> Self {
-        Self {
-            limbs: [0; EXACT_LIMBS],
-            pending: 0,
-            nonfinite: 0.0,
-        }
+/// Seconds (as a tag's run summary writes them) to whole milliseconds; a negative, non-finite or
+/// missing duration counts as 0, one past `u64` as `u64::MAX`. Sums of integers are the same in
+/// any order, so the report does not depend on how jobs were split among threads.
+fn ms(secs: f64) -> u64 {
+    if secs.is_finite() && secs > 0.0 {
+        // `as` saturates.
+        (secs * 1000.0).round() as u64
+    } else {
+        0
     }
-}
-
-impl ExactSum {
-    /// Adds a term.
-    pub fn add(&mut self, v: f64) {
-        if !v.is_finite() {
-            self.nonfinite += v;
-            return;
-        }
-        if v == 0.0 {
-            return;
-        }
-        let bits = v.to_bits();
-        let exp = ((bits >> 52) & 0x7ff) as i64;
-        let frac = bits & ((1u64 << 52) - 1);
-        // v = mant * 2^(shift - 1074)
-        let (mant, shift) = if exp == 0 {
-            (frac, 0)
-        } else {
-            (frac | (1u64 << 52), (exp - 1) as usize)
-        };
-        let wide = u128::from(mant) << (shift % 32);
-        let at = shift / 32;
-        let sign = if v < 0.0 { -1 } else { 1 };
-        for k in 0..3 {
-            let part = ((wide >> (32 * k)) & 0xffff_ffff) as i64;
-            self.limbs[at + k] += sign * part;
-        }
-        self.pending += 1;
-        if self.pending >= 1 << 30 {
-            self.normalise();
-        }
-    }
-
-    /// Adds another sum.
-    pub fn merge(&mut self, o: &Self) {
-        let mut o = o.clone();
-        o.normalise();
-        self.normalise();
-        for (a, b) in self.limbs.iter_mut().zip(o.limbs) {
-            *a += b;
-        }
-        self.nonfinite += o.nonfinite;
-        self.normalise();
-    }
-
-    /// Carries so that every limb but the last is in `0..2^32`.
-    fn normalise(&mut self) {
-        let mut carry = 0i64;
-        for l in self.limbs.iter_mut() {
-            let v = *l + carry;
-            *l = v & 0xffff_ffff;
-            carry = v >> 32;
-        }
-        self.limbs[EXACT_LIMBS - 1] += carry << 32;
-        self.pending = 0;
-    }
-
-    /// The sum, rounded to the nearest `f64` (ties to even).
-    pub fn value(&self) -> f64 {
-        let mut n = self.clone();
-        n.normalise();
-        if n.nonfinite != 0.0 {
-            return n.nonfinite;
-        }
-        let negative = n.limbs[EXACT_LIMBS - 1] < 0;
-        if negative {
-            // Two's complement across the limbs.
-            let mut carry = 1i64;
-            for l in n.limbs.iter_mut() {
-                let v = (!*l & 0xffff_ffff) + carry;
-                *l = v & 0xffff_ffff;
-                carry = v >> 32;
-            }
-        }
-        let Some(top) = n.limbs.iter().rposition(|l| *l != 0) else {
-            return 0.0;
-        };
-        // The top three limbs (at least 65 significant bits), the rest folded into a sticky bit
-        // far below the rounding point, so one conversion rounds correctly.
-        let low = top.saturating_sub(2);
-        let mut wide: u128 = 0;
-        for k in (low..=top).rev() {
-            wide = (wide << 32) | n.limbs[k] as u128;
-        }
-        if n.limbs[..low].iter().any(|l| *l != 0) {
-            wide |= 1;
-        }
-        let e = 32 * low as i32 - 1074;
-        // Exact scalings; only a subnormal result could be rounded twice.
-        let magnitude = if e >= -1022 {
-            wide as f64 * pow2(e)
-        } else {
-            wide as f64 * pow2(e + 512) * pow2(-512)
-        };
-        if negative { -magnitude } else { magnitude }
-    }
-}
-
-/// 2^e for a normal exponent (-1022..=1023).
-fn pow2(e: i32) -> f64 {
-    f64::from_bits(((e + 1023) as u64) << 52)
 }
 
 /// Running totals for one group; merge two with [`GroupAcc::merge`].
@@ -232,10 +115,10 @@ pub struct GroupAcc {
     pub step_p50_s: Vec<f32>,
     /// Per-run p95 step times, seconds.
     pub step_p95_s: Vec<f32>,
-    /// Checkpoint write seconds over runs with a summary.
-    pub ckpt_s: ExactSum,
-    /// Wall seconds of those runs.
-    pub run_s: ExactSum,
+    /// Checkpoint write milliseconds over runs with a summary.
+    pub ckpt_ms: u64,
+    /// Wall milliseconds of those runs.
+    pub run_ms: u64,
     /// Wrapper retries.
     pub retries: u64,
     /// Requeues (tag or `restart_cnt`, whichever is larger per job).
@@ -337,8 +220,8 @@ impl GroupAcc {
             if let Some(p) = run.step_p95_s {
                 self.step_p95_s.push(p as f32);
             }
-            self.ckpt_s.add(run.ckpt_total_s);
-            self.run_s.add(run.duration_s);
+            self.ckpt_ms = self.ckpt_ms.saturating_add(ms(run.ckpt_total_s));
+            self.run_ms = self.run_ms.saturating_add(ms(run.duration_s));
             if job.state == JobState::Completed {
                 if run.accepted && run.on_time {
                     self.accepted += 1;
@@ -387,8 +270,8 @@ impl GroupAcc {
         }
         self.step_p50_s.extend(o.step_p50_s);
         self.step_p95_s.extend(o.step_p95_s);
-        self.ckpt_s.merge(&o.ckpt_s);
-        self.run_s.merge(&o.run_s);
+        self.ckpt_ms = self.ckpt_ms.saturating_add(o.ckpt_ms);
+        self.run_ms = self.run_ms.saturating_add(o.run_ms);
         self.retries += o.retries;
         self.requeues += o.requeues;
         for (k, v) in o.verdicts {
@@ -563,35 +446,16 @@ fn h(s: u64) -> Decimal {
     cost::gpu_s_to_h(s)
 }
 
+/// Sorts `v` in place (so the samples come out in the same order whatever threads read them)
+/// and takes the project's median of it ([`fabric_core::stats`]).
 fn median(v: &mut [f32]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
     v.sort_by(f32::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        f64::from(v[n / 2])
-    } else {
-        (f64::from(v[n / 2 - 1]) + f64::from(v[n / 2])) / 2.0
-    })
+    let wide: Vec<f64> = v.iter().map(|x| f64::from(*x)).collect();
+    fabric_core::stats::median(&wide)
 }
 
 fn pct(num: Decimal, den: Decimal) -> Option<Decimal> {
     (!den.is_zero()).then(|| num * Decimal::from(100) / den)
-}
-
-/// Day number to `YYYY-MM-DD` (inverse of days_from_civil).
-pub fn civil_from_days(z: i64) -> String {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    format!("{:04}-{:02}-{:02}", if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 /// Turns accumulators into the report, pricing each group with its cost entry.
@@ -682,7 +546,7 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
                 drains_by_day: g
                     .drains_by_day
                     .into_iter()
-                    .map(|(d, n)| (civil_from_days(d), n))
+                    .map(|(d, n)| (super::sacct_text::utc_date(d), n))
                     .collect(),
                 step_p50_s: Sampled { value: p50, n: n50 },
                 step_p95_s: Sampled {
@@ -690,10 +554,7 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
                     n: n95,
                 },
                 checkpoint_share_pct: Sampled {
-                    value: {
-                        let (ckpt_s, run_s) = (g.ckpt_s.value(), g.run_s.value());
-                        (run_s > 0.0).then(|| ckpt_s * 100.0 / run_s)
-                    },
+                    value: (g.run_ms > 0).then(|| g.ckpt_ms as f64 * 100.0 / g.run_ms as f64),
                     n: g.runs,
                 },
                 retries: g.retries,
@@ -733,59 +594,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_exact_sum_is_the_same_in_any_order_and_rounds_once() {
-        let terms: Vec<f64> = (0..2000)
-            .map(|i| {
-                f64::from(i) * 0.1 + 1e-3 / f64::from(i + 1) - if i % 7 == 0 { 55.5 } else { 0.0 }
-            })
-            .chain([1e300, -1e300, 5e-324, 3.0e-310, 0.1, 0.2])
-            .collect();
-        let mut forward = ExactSum::default();
-        terms.iter().for_each(|t| forward.add(*t));
-        let mut parts = [
-            ExactSum::default(),
-            ExactSum::default(),
-            ExactSum::default(),
-        ];
-        for (i, t) in terms.iter().rev().enumerate() {
-            parts[i % 3].add(*t);
-        }
-        let mut merged = ExactSum::default();
-        parts.iter().for_each(|p| merged.merge(p));
-        assert_eq!(forward.value().to_bits(), merged.value().to_bits());
-        // A running sum loses the 1.0 (1e16 + 1 rounds back to 1e16); the exact one keeps it.
-        let mut s = ExactSum::default();
-        for v in [1e16, 1.0, -1e16] {
-            s.add(v);
-        }
-        assert_eq!(s.value(), 1.0);
-        let mut s = ExactSum::default();
-        s.add(0.1);
-        s.add(0.2);
-        assert_eq!(s.value(), 0.1 + 0.2);
-        let mut s = ExactSum::default();
-        for v in [1.5, 2.25, -0.75, 1e-3] {
-            s.add(v);
-        }
-        assert_eq!(s.value(), 1.5 + 2.25 - 0.75 + 1e-3);
-        let mut s = ExactSum::default();
-        s.add(-2.5);
-        s.add(1.0);
-        assert_eq!(s.value(), -1.5);
-        assert_eq!(ExactSum::default().value(), 0.0);
-        let mut s = ExactSum::default();
-        s.add(f64::MAX);
-        s.add(f64::MAX);
-        assert_eq!(s.value(), f64::INFINITY);
+    fn durations_become_whole_milliseconds_and_odd_ones_count_as_none() {
+        assert_eq!(ms(1.2345), 1235);
+        assert_eq!(ms(0.0004), 0);
+        assert_eq!(ms(-3.0), 0);
+        assert_eq!(ms(f64::NAN), 0);
+        assert_eq!(ms(f64::INFINITY), 0);
+        assert_eq!(ms(1e300), u64::MAX);
+        // 0.1 + 0.2 in any order: the same integer.
+        assert_eq!(ms(0.1) + ms(0.2), ms(0.2) + ms(0.1));
+        assert_eq!(ms(0.1) + ms(0.2), 300);
     }
 
     #[test]
     fn day_numbers_round_trip_to_dates() {
-        assert_eq!(civil_from_days(0), "1970-01-01");
-        assert_eq!(civil_from_days(19_844), "2024-05-01");
-        assert_eq!(
-            super::super::sacct_text::days_from_civil(2024, 5, 1),
-            19_844
-        );
+        use super::super::sacct_text::{parse_time, utc_date};
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(19_844), "2024-05-01");
+        assert_eq!(utc_date(-1), "1969-12-31");
+        assert_eq!(parse_time("2024-05-01T00:00:00").unwrap() / 86_400, 19_844);
     }
 }

@@ -1,7 +1,10 @@
 //! The worker pool shared by the JSON and text readers: one thread frames the input into batches
 //! of whole records, `threads` workers parse and fold them into their own accumulators.
+//!
+//! The batches travel on a bounded `crossbeam-channel` (many receivers, no lock around the
+//! queue); spent buffers come back on a second one for the reader to reuse.
 
-use std::sync::{Arc, Mutex, mpsc};
+use crossbeam_channel::{Receiver, Sender, bounded};
 
 use super::{JobRecord, ReportError};
 
@@ -23,7 +26,7 @@ pub(crate) struct Batch {
 /// Buffers handed back by the workers once a batch is done, so the reader reuses them instead
 /// of faulting in fresh pages for every chunk.
 pub(crate) struct Recycler {
-    rx: mpsc::Receiver<(Vec<u8>, Vec<Item>)>,
+    rx: Receiver<(Vec<u8>, Vec<Item>)>,
     spare_items: std::cell::RefCell<Vec<Vec<Item>>>,
 }
 
@@ -92,13 +95,12 @@ where
     I: Fn() -> A + Sync,
     F: Fn(&mut A, JobRecord) + Sync,
     P: Fn(&[u8], u64) -> Result<Option<JobRecord>, String> + Sync,
-    G: FnOnce(&mpsc::SyncSender<Batch>, &Recycler) -> Result<(), ReportError>,
+    G: FnOnce(&Sender<Batch>, &Recycler) -> Result<(), ReportError>,
     E: Fn(u64, String) -> ReportError,
 {
     let threads = threads.max(1);
-    let (tx, rx) = mpsc::sync_channel::<Batch>(threads * 2);
-    let rx = Arc::new(Mutex::new(rx));
-    let (back_tx, back_rx) = mpsc::sync_channel::<(Vec<u8>, Vec<Item>)>(threads * 2 + 2);
+    let (tx, rx) = bounded::<Batch>(threads * 2);
+    let (back_tx, back_rx) = bounded::<(Vec<u8>, Vec<Item>)>(threads * 2 + 2);
     let recycler = Recycler {
         rx: back_rx,
         spare_items: std::cell::RefCell::new(Vec::new()),
@@ -106,17 +108,12 @@ where
     std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for _ in 0..threads {
-            let rx = Arc::clone(&rx);
+            let rx = rx.clone();
             let back = back_tx.clone();
             let (init, each, parse) = (&init, &each, &parse);
             handles.push(scope.spawn(move || -> Result<A, (u64, String)> {
                 let mut acc = init();
-                loop {
-                    let next = match rx.lock() {
-                        Ok(r) => r.recv(),
-                        Err(_) => return Err((0, "a worker thread failed".into())),
-                    };
-                    let Ok(batch) = next else { break };
+                for batch in rx.iter() {
                     for &(a, b, at, index) in &batch.items {
                         match parse(&batch.data[a..b], index) {
                             Ok(Some(job)) => each(&mut acc, job),
@@ -130,6 +127,8 @@ where
                 Ok(acc)
             }));
         }
+        // Only the workers receive: the reader's send fails (and it stops) once they all quit.
+        drop(rx);
         let produced = produce(&tx, &recycler);
         drop(tx);
         let mut accs = Vec::new();

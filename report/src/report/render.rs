@@ -362,14 +362,7 @@ td.better{{background:#e3f5e1;font-weight:bold}}p.note{{color:#555;font-size:90%
 
 /// `YYYY-MM-DDTHH:MM:SSZ` of Unix seconds.
 fn iso(t: i64) -> String {
-    let s = t.rem_euclid(86_400);
-    format!(
-        "{}T{:02}:{:02}:{:02}Z",
-        super::aggregate::civil_from_days(t.div_euclid(86_400)),
-        s / 3600,
-        s % 3600 / 60,
-        s % 60
-    )
+    format!("{}Z", super::sacct_text::utc_text(t))
 }
 
 fn money(d: Decimal, cur: &str) -> String {
@@ -895,7 +888,7 @@ fn drains_chart(r: &Report, svg: &mut String) -> ChartResult {
     chart
         .configure_mesh()
         .x_labels(6)
-        .x_label_formatter(&|d| super::aggregate::civil_from_days(*d))
+        .x_label_formatter(&|d| super::sacct_text::utc_date(*d))
         .y_desc("drains")
         .draw()?;
     for (k, g) in r.groups.iter().enumerate() {

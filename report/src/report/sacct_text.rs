@@ -16,7 +16,6 @@
 //! `YYYY-MM-DDTHH:MM:SS` (taken as UTC: only differences are used); `Unknown`/`None` are unset.
 
 use std::io::BufRead;
-use std::sync::mpsc;
 
 use super::pool::{BATCH_BYTES, Batch, Recycler, read_full, run};
 use super::{JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
@@ -144,24 +143,29 @@ impl Columns {
     }
 }
 
-/// Unix seconds as `YYYY-MM-DDTHH:MM:SS` in UTC (civil-from-days), the inverse of
-/// [`parse_time`] and the form sacct's `-S`/`-E` accept.
+/// Unix seconds as `YYYY-MM-DDTHH:MM:SS` in UTC, the inverse of [`parse_time`] and the form
+/// sacct's `-S`/`-E` accept (clamped to the years -9999 to 9999).
 pub fn utc_text(secs: i64) -> String {
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let (h, mi, se) = (rem / 3600, rem % 3600 / 60, rem % 60);
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{se:02}")
+    utc_datetime(secs).strftime("%Y-%m-%dT%H:%M:%S").to_string()
 }
 
-/// Unix seconds from `1700000000` or `2024-05-01T10:00:00`; 0 for `Unknown`, `None`, empty.
+/// The UTC calendar date of a day number (days since 1970-01-01) as `YYYY-MM-DD`.
+pub fn utc_date(day: i64) -> String {
+    utc_datetime(day.saturating_mul(86_400)).date().to_string()
+}
+
+/// The UTC date and time of Unix seconds, clamped to what the calendar covers.
+fn utc_datetime(secs: i64) -> jiff::civil::DateTime {
+    let t = jiff::Timestamp::from_second(secs).unwrap_or(if secs < 0 {
+        jiff::Timestamp::MIN
+    } else {
+        jiff::Timestamp::MAX
+    });
+    jiff::tz::Offset::UTC.to_datetime(t)
+}
+
+/// Unix seconds from `1700000000` or `2024-05-01T10:00:00` (taken as UTC); 0 for `Unknown`,
+/// `None`, empty.
 pub fn parse_time(s: &str) -> Result<i64, String> {
     let s = s.trim();
     if s.is_empty() || s == "Unknown" || s == "None" {
@@ -170,54 +174,12 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
     if let Ok(n) = s.parse::<i64>() {
         return Ok(n);
     }
-    let bad = || format!("`{s}` is not a time (want Unix seconds or YYYY-MM-DDTHH:MM:SS)");
-    // The usual 19-byte form, read in place.
-    let b = s.as_bytes();
-    if b.len() == 19
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && b[10] == b'T'
-        && b[13] == b':'
-        && b[16] == b':'
-    {
-        let n = |r: std::ops::Range<usize>| -> Option<i64> {
-            b[r].iter().try_fold(0i64, |acc, c| {
-                c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
-            })
-        };
-        if let (Some(y), Some(mo), Some(d), Some(h), Some(mi), Some(se)) =
-            (n(0..4), n(5..7), n(8..10), n(11..13), n(14..16), n(17..19))
-        {
-            if (1..=12).contains(&mo) && (1..=31).contains(&d) {
-                return Ok(days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + se);
-            }
-        }
-        return Err(bad());
-    }
-    let (date, time) = s.split_once('T').ok_or_else(bad)?;
-    let d: Vec<i64> = date
-        .split('-')
-        .map(|x| x.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let t: Vec<i64> = time
-        .split(':')
-        .map(|x| x.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    if d.len() != 3 || t.len() != 3 || !(1..=12).contains(&d[1]) || !(1..=31).contains(&d[2]) {
-        return Err(bad());
-    }
-    Ok(days_from_civil(d[0], d[1], d[2]) * 86_400 + t[0] * 3600 + t[1] * 60 + t[2])
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
-pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    s.parse::<jiff::civil::DateTime>()
+        .ok()
+        .filter(|_| s.len() >= 19 && s.as_bytes()[10] == b'T')
+        .and_then(|dt| jiff::tz::Offset::UTC.to_timestamp(dt).ok())
+        .map(|t| t.as_second())
+        .ok_or_else(|| format!("`{s}` is not a time (want Unix seconds or YYYY-MM-DDTHH:MM:SS)"))
 }
 
 /// `[D-]HH:MM:SS`, `MM:SS` or `MM:SS.mmm` to seconds.
@@ -455,7 +417,7 @@ where
                 std::str::from_utf8(bytes).map_err(|_| "the line is not UTF-8 text".to_string())?;
             parse_line(&cols, line)
         },
-        |tx: &mpsc::SyncSender<Batch>, recycler: &Recycler| {
+        |tx: &crossbeam_channel::Sender<Batch>, recycler: &Recycler| {
             // Whole chunks cut at their last newline are handed over; only the cut line is copied.
             // `store[..filled]` holds the input not yet handed over.
             let mut store = recycler.get(BATCH_BYTES);
@@ -600,6 +562,12 @@ mod tests {
         assert_eq!(parse_time("1970-01-02T00:00:01").unwrap(), 86_401);
         assert_eq!(parse_time("Unknown").unwrap(), 0);
         assert!(parse_time("yesterday").is_err());
+        // The calendar is checked: no 30th of February, no 25th hour.
+        assert!(parse_time("2023-02-30T00:00:00").is_err());
+        assert!(parse_time("2024-05-01T25:00:00").is_err());
+        assert_eq!(parse_time("2024-02-29T00:00:00").unwrap(), 1_709_164_800);
+        assert_eq!(utc_text(1_709_164_800), "2024-02-29T00:00:00");
+        assert_eq!(utc_text(-1), "1969-12-31T23:59:59");
         assert_eq!(parse_elapsed("1-02:00:05"), Some(93_605));
     }
 }
