@@ -5,11 +5,18 @@
 //! remaining_ms=7412`. Stdout stays for documents (probe JSON, reports) and the job step's
 //! decision line.
 //!
+//! The lines the job step relays into the slurmd log are events of
+//! `fabric_core::jobstep::RELAY_TARGET`: they go to stdout bare, exactly as the plugin expects,
+//! at every level, and the decision line is the last of them.
+//!
 //! The level is `info`, moved by `-v` (debug, then trace) and `-q` (warn, then error);
 //! `FABRIC_CHECK_LOG` (an `EnvFilter` directive such as `fabric_core::rendezvous=debug`) takes
 //! precedence when set. The plugin scrubs its child's environment, so there only the flags count.
 
-use tracing_subscriber::EnvFilter;
+use fabric_core::jobstep::RELAY_TARGET;
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::prelude::*;
+use tracing_subscriber::{EnvFilter, fmt};
 
 /// The environment variable whose `EnvFilter` directive replaces the flags' level.
 pub const LOG_ENV: &str = "FABRIC_CHECK_LOG";
@@ -25,20 +32,50 @@ pub fn level(verbose: u8, quiet: u8) -> tracing::Level {
     }
 }
 
-/// Installs the compact stderr subscriber; a second call is a no-op.
+/// Installs the subscriber: relayed lines ([`RELAY_TARGET`]) bare on stdout whatever the level,
+/// everything else compact on stderr at the chosen level. A second call is a no-op.
 pub fn init(verbose: u8, quiet: u8) {
     let filter = std::env::var(LOG_ENV)
         .ok()
         .and_then(|d| EnvFilter::try_new(d).ok())
         .unwrap_or_else(|| EnvFilter::new(level(verbose, quiet).as_str()));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let relayed = |m: &tracing::Metadata<'_>| m.target() == RELAY_TARGET;
+    let stderr = fmt::layer()
         .with_writer(std::io::stderr)
         .without_time()
         .with_ansi(false)
         .with_target(false)
         .compact()
+        .with_filter(filter)
+        .with_filter(filter_fn(move |m| !relayed(m)));
+    let stdout = fmt::layer()
+        .with_writer(std::io::stdout)
+        .event_format(Bare)
+        .with_ansi(false)
+        .with_filter(filter_fn(move |m| relayed(m) && m.is_event()));
+    let _ = tracing_subscriber::registry()
+        .with(stderr)
+        .with(stdout)
         .try_init();
+}
+
+/// A relayed line as it was said: the message alone, no level, span or time.
+struct Bare;
+
+impl<S, N> fmt::FormatEvent<S, N> for Bare
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &fmt::FmtContext<'_, S, N>,
+        mut writer: fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 mod cmd;
 mod logging;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -55,6 +55,9 @@ enum Command {
     /// Prepended by the SPANK plugin to a `--fabric-check=full` step's tasks (Slurm 23.11+).
     #[command(hide = true)]
     StepGate(cmd::stepgate::Args),
+    /// Writes the man pages or shell completions (the package build runs it).
+    #[command(hide = true)]
+    Dist(cmd::dist::Args),
 }
 
 fn main() {
@@ -82,6 +85,7 @@ fn main() {
         Command::Health(a) => cmd::nodes::health(a),
         Command::Prolog(a) => cmd::jobstep::prolog(a),
         Command::Epilog(a) => cmd::jobstep::epilog(a),
+        Command::Dist(a) => cmd::dist::run(a, Cli::command()),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,13 +1,7 @@
 //! `fabric-check bom` and the `bom.drift` check through the binary.
 
-use std::path::PathBuf;
-
 use assert_cmd::Command;
 use serde_json::Value;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn bin() -> Command {
     Command::cargo_bin("fabric-check").unwrap()
@@ -17,7 +11,7 @@ fn bin() -> Command {
 fn bom_prints_models_firmware_rates_and_gpus() {
     let out = bin()
         .args(["bom", "--node", "n1", "--sysfs-root"])
-        .arg(repo().join("tests/fixtures/sysfs/ib8-healthy"))
+        .arg(fabric_testkit::shared_sysfs_root!("ib8-healthy"))
         .output()
         .unwrap();
     assert!(out.status.success());
@@ -38,19 +32,12 @@ fn bom_prints_models_firmware_rates_and_gpus() {
 
 #[test]
 fn a_pinned_bom_drifts_when_firmware_changes() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = dir.path().join("tree");
-    let st = std::process::Command::new("python3")
-        .arg(repo().join("scripts/gen-fixtures"))
-        .arg("ib8-healthy")
-        .arg(&tree)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let pin = dir.path().join("bom.json");
+    let tree = fabric_testkit::sysfs::SysfsTree::new("ib8-healthy");
+    let pin = tree.dir().join("bom.json");
+    let tree = tree.path();
     bin()
         .args(["bom", "--node", "n1", "--sysfs-root"])
-        .arg(&tree)
+        .arg(tree)
         .arg("--pin")
         .arg(&pin)
         .assert()
@@ -58,7 +45,7 @@ fn a_pinned_bom_drifts_when_firmware_changes() {
     let probe = || {
         let out = bin()
             .args(["probe", "--node", "n1", "--sysfs-root"])
-            .arg(&tree)
+            .arg(tree)
             .arg("--bom-pin")
             .arg(&pin)
             .output()
@@ -99,7 +86,7 @@ fn a_missing_pinned_bom_means_the_probe_could_not_run() {
             "/nonexistent/bom.json",
             "--sysfs-root",
         ])
-        .arg(repo().join("tests/fixtures/sysfs/ib8-healthy"))
+        .arg(fabric_testkit::shared_sysfs_root!("ib8-healthy"))
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3));

@@ -1,30 +1,18 @@
 //! `fabric-check probe` flags, formats, state handling and refusals, through the binary.
 
 use std::path::{Path, PathBuf};
-use std::process::Command as Std;
 
 use assert_cmd::Command;
+use fabric_testkit::sysfs::SysfsTree;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// A scenario's shared, read-only tree (written once by the test kit).
 fn fixture(name: &str) -> PathBuf {
-    repo().join("tests/fixtures/sysfs").join(name)
-}
-
-/// A private copy of a scenario made by the generator, as the testbed makes them.
-fn materialise(scenario: &str, dir: &Path) -> PathBuf {
-    let out = dir.join(scenario);
-    let st = Std::new("python3")
-        .arg(repo().join("scripts/gen-fixtures"))
-        .arg(scenario)
-        .arg(&out)
-        .status()
-        .expect("python3 is needed to run scripts/gen-fixtures");
-    assert!(st.success());
-    out
+    fabric_testkit::shared_sysfs_root!(name)
 }
 
 fn probe(args: &[&str]) -> (i32, String, String) {
@@ -106,14 +94,14 @@ fn an_unusable_baseline_is_refused() {
 
 #[test]
 fn the_state_dir_gives_deltas_across_runs_as_on_the_testbed() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = materialise("ib8-healthy", dir.path());
-    let state = dir.path().join("state");
+    let kit = SysfsTree::new("ib8-healthy");
+    let tree = kit.path();
+    let state = kit.dir().join("state");
     let args = [
         "--node",
         "n3",
         "--sysfs-root",
-        s(&tree),
+        s(tree),
         "--state-dir",
         s(&state),
     ];
@@ -225,7 +213,11 @@ fn prometheus_output_goes_atomically_to_a_file() {
         text.contains("fabric_check_verdict{node=\"n1\"} 2"),
         "{text}"
     );
-    assert!(text.contains("fabric_check_port_active{node=\"n1\",device=\"mlx5_3\",port=\"1\",link_layer=\"InfiniBand\"} 0"));
+    assert!(
+        text.contains("fabric_check_port_active{node=\"n1\",device=\"mlx5_3\",port=\"1\"} 0"),
+        "{text}"
+    );
+    assert!(text.contains("fabric_check_port_info{node=\"n1\",device=\"mlx5_3\",port=\"1\",link_layer=\"InfiniBand\""), "{text}");
     assert!(text.contains(
         "fabric_check_findings{node=\"n1\",check=\"ib.port_state\",severity=\"fail\"} 1"
     ));
@@ -299,12 +291,12 @@ ecn_priorities = [3]
 
 #[test]
 fn a_looping_counter_directory_is_an_info_not_verified_naming_it_and_no_fault() {
-    let dir = tempfile::tempdir().unwrap();
-    let tree = materialise("roce8-healthy", dir.path());
+    let kit = SysfsTree::new("roce8-healthy");
+    let tree = kit.path();
     let hw = tree.join("class/infiniband/mlx5_2/ports/1/hw_counters");
     std::fs::remove_dir_all(&hw).unwrap();
     std::os::unix::fs::symlink("hw_counters", &hw).unwrap();
-    let (rc, out, _) = probe(&["--node", "n1", "--sysfs-root", s(&tree)]);
+    let (rc, out, _) = probe(&["--node", "n1", "--sysfs-root", s(tree)]);
     assert_eq!(rc, 0, "could not look is not a fault: {out}");
     let doc = json_doc(&out);
     let f = doc["findings"]

@@ -1,4 +1,4 @@
-//! Runs the `fabric-check` binary on every sysfs fixture and asserts the exact set of findings
+//! Runs the `fabric-check` binary on every sysfs scenario of `fabric-testkit` and asserts the exact set of findings
 //! (check, severity, device, port): each fault is found once, healthy ports say nothing.
 
 use std::path::PathBuf;
@@ -8,10 +8,9 @@ use serde_json::Value;
 
 type Key = (String, String, Option<String>, Option<u32>);
 
+/// A scenario's shared, read-only tree (written once by the test kit).
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/sysfs")
-        .join(name)
+    fabric_testkit::shared_sysfs_root!(name)
 }
 
 fn probe(scenario: &str, extra: &[&str]) -> (i32, Value) {

@@ -108,6 +108,26 @@ fn pump(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
     })
 }
 
+/// `ETXTBSY`: the program is open for writing somewhere (a package upgrade replacing it, or any
+/// process forked between another thread's write and its `exec`, which briefly holds the file).
+const TEXT_FILE_BUSY: i32 = nix::errno::Errno::ETXTBSY as i32;
+
+/// Spawns `cmd`, trying again every 5 ms while the program is busy, within `limit`.
+fn spawn_retrying_busy(
+    cmd: &mut Command,
+    start: Instant,
+    limit: Duration,
+) -> std::io::Result<std::process::Child> {
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(TEXT_FILE_BUSY) && start.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Runs `cmd` to completion or until `limit`, then kills its whole process group.
 /// `input`, when given, is written to its stdin.
 pub fn run_bounded(
@@ -121,10 +141,11 @@ pub fn run_bounded(
         cmd.stdin(Stdio::piped());
     }
     let start = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| ExecError::Spawn {
-        program: program.clone(),
-        source,
-    })?;
+    let mut child =
+        spawn_retrying_busy(&mut cmd, start, limit).map_err(|source| ExecError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
     if let (Some(data), Some(mut stdin)) = (input, child.stdin.take()) {
         let _ = stdin.write_all(data);
     }
@@ -170,6 +191,29 @@ fn kill_group(pgid: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_program_still_open_for_writing_is_run_once_it_is_closed() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("busy");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o755)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"#!/bin/sh\necho ran\n").unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(f);
+        });
+        let done = run_bounded(safe_command(&path), None, Duration::from_secs(5)).unwrap();
+        writer.join().unwrap();
+        assert_eq!(String::from_utf8_lossy(&done.stdout).trim(), "ran");
+    }
 
     #[test]
     fn a_finished_program_returns_its_output_and_code() {

@@ -356,13 +356,13 @@ impl RecordWriter {
     }
 
     fn open_with(path: &Path, meta: Meta, no_follow: bool) -> io::Result<Self> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if !parent.is_dir() {
-                DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(parent)?;
-            }
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+            && !parent.is_dir()
+        {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)?;
         }
         let mut opts = OpenOptions::new();
         opts.append(true).create(true).mode(0o600);

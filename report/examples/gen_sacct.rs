@@ -443,10 +443,10 @@ fn main() {
         }
         w.flush()
     })();
-    if let Err(e) = res {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("gen_sacct: {e}");
-            std::process::exit(1);
-        }
+    if let Err(e) = res
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        eprintln!("gen_sacct: {e}");
+        std::process::exit(1);
     }
 }

@@ -5,8 +5,8 @@
 //! tests against real processes.
 //!
 //! Signals: SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGCONT and SIGCHLD are caught with
-//! signal-hook's self-pipe (one socket pair per signal, written by an async-signal-safe handler
-//! with `SA_RESTART`), and read in one `poll(2)` loop together with the marker socket and inotify.
+//! signal-hook's self-pipe (one socket pair for all of them, written by an async-signal-safe
+//! handler with `SA_RESTART`; which signals arrived is kept in signal-hook's pending set), and read in one `poll(2)` loop together with the marker socket and inotify.
 //! They are caught, not blocked: a blocked mask would be inherited by the child across `exec`,
 //! while caught signals reset to their default action there. The child is spawned in its own
 //! process group, and each forwardable signal is sent to that group with `killpg(2)`, reaching
@@ -22,11 +22,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use std::io::Read;
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp, tcsetpgrp};
+use signal_hook::iterator::backend::SignalDelivery;
+use signal_hook::iterator::exfiltrator::SignalOnly;
 
 use crate::dirwatch::DirWatch;
 use crate::mark::{MarkSocket, SOCKET_ENV};
@@ -75,42 +76,48 @@ pub trait Runner {
     fn finish(&mut self);
 }
 
-/// One self-pipe per caught signal.
-#[derive(Debug)]
+/// The caught signals: one self-pipe for all of them, and which arrived in signal-hook's
+/// pending set (its iterator backend), so start-up costs one socket pair instead of one per signal.
 pub struct SignalPipes {
-    pipes: Vec<(Signal, UnixStream)>,
+    delivery: SignalDelivery<UnixStream, SignalOnly>,
+}
+
+impl std::fmt::Debug for SignalPipes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignalPipes")
+            .field("read", self.delivery.get_read())
+            .finish_non_exhaustive()
+    }
 }
 
 impl SignalPipes {
     /// Installs the handlers (forwarded signals and SIGCHLD).
     pub fn install() -> std::io::Result<Self> {
-        let mut pipes = Vec::new();
-        for sig in FORWARDED.into_iter().chain([Signal::SIGCHLD]) {
-            let (rx, tx) = UnixStream::pair()?;
-            rx.set_nonblocking(true)?;
-            tx.set_nonblocking(true)?;
-            signal_hook::low_level::pipe::register(sig as i32, tx)?;
-            pipes.push((sig, rx));
-        }
-        Ok(Self { pipes })
+        let (rx, tx) = UnixStream::pair()?;
+        rx.set_nonblocking(true)?;
+        tx.set_nonblocking(true)?;
+        let signals = FORWARDED
+            .into_iter()
+            .chain([Signal::SIGCHLD])
+            .map(|s| s as i32);
+        let delivery = SignalDelivery::with_pipe(rx, tx, SignalOnly, signals)?;
+        Ok(Self { delivery })
+    }
+
+    /// What `poll` waits on.
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.delivery.get_read().as_fd()
     }
 
     /// Signals that arrived since the last call (each at most once per call).
-    fn drain(&self) -> Vec<Signal> {
-        let mut out = Vec::new();
-        let mut buf = [0u8; 64];
-        for (sig, rx) in &self.pipes {
-            let mut got = false;
-            while let Ok(n) = (&*rx).read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                got = true;
-            }
-            if got {
-                out.push(*sig);
-            }
-        }
+    fn drain(&mut self) -> Vec<Signal> {
+        let mut out: Vec<Signal> = self
+            .delivery
+            .pending()
+            .filter_map(|n| Signal::try_from(n).ok())
+            .collect();
+        out.sort_by_key(|s| *s as i32);
+        out.dedup();
         out
     }
 }
@@ -233,12 +240,7 @@ impl ProcessRunner {
             None => PollTimeout::NONE,
         };
         {
-            let mut fds: Vec<PollFd<'_>> = self
-                .signals
-                .pipes
-                .iter()
-                .map(|(_, rx)| PollFd::new(rx.as_fd(), PollFlags::POLLIN))
-                .collect();
+            let mut fds: Vec<PollFd<'_>> = vec![PollFd::new(self.signals.fd(), PollFlags::POLLIN)];
             if let Some(m) = &self.marks {
                 fds.push(PollFd::new(m.socket.as_fd(), PollFlags::POLLIN));
             }

@@ -58,19 +58,19 @@ impl Sink {
 
     /// Writes one record; on failure warns once and stops writing.
     pub fn write(&mut self, body: Body) {
-        if let Some(w) = &mut self.writer {
-            if let Err(e) = w.write(body) {
-                self.fail(&e);
-            }
+        if let Some(w) = &mut self.writer
+            && let Err(e) = w.write(body)
+        {
+            self.fail(&e);
         }
     }
 
     /// Syncs the file (end of the run).
     pub fn sync(&mut self) {
-        if let Some(w) = &self.writer {
-            if let Err(e) = w.sync() {
-                self.fail(&e);
-            }
+        if let Some(w) = &self.writer
+            && let Err(e) = w.sync()
+        {
+            self.fail(&e);
         }
     }
 

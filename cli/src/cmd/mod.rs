@@ -4,6 +4,7 @@ pub mod accept;
 pub mod bom;
 pub mod check_config;
 pub mod collective;
+pub mod dist;
 pub mod jobstep;
 pub mod nodes;
 pub mod probe;

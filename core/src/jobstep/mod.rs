@@ -57,10 +57,16 @@ pub trait Relay {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StdoutRelay;
 
+/// The `tracing` target of the lines the plugin relays into the slurmd log.
+///
+/// The binary's subscriber writes events of this target to stdout as bare lines (no level, no
+/// span: the plugin prefixes `fabric-check: <script> job=N node=X:` and slurmd stamps the time),
+/// at every verbosity; every other event goes to stderr in the compact format.
+pub const RELAY_TARGET: &str = "fabric_check::relay";
+
 impl Relay for StdoutRelay {
     fn line(&self, text: &str) {
-        tracing::debug!("{text}");
-        println!("{text}");
+        tracing::info!(target: RELAY_TARGET, "{text}");
     }
 }
 

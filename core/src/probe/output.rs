@@ -98,7 +98,10 @@ fn esc(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// node_exporter textfile metrics.
+/// The Prometheus textfile rendering (node_exporter conventions; the metrics are listed in
+/// docs/operations.md, "Metrics"): base units in names (`_seconds`, `_bytes_per_second`),
+/// counters end in `_total`, attributes go in a `_info` metric of value 1, and every series has
+/// the labels `node` plus `device`/`port` (ports) or `check`/`severity` (findings).
 pub fn prometheus(r: &Report) -> String {
     let node = esc(&r.node);
     let mut s = String::new();
@@ -108,31 +111,26 @@ pub fn prometheus(r: &Report) -> String {
             s.push_str(&format!("{name}{{{labels}}} {v}\n"));
         }
     };
+    let at_node = format!("node=\"{node}\"");
     metric(
         "fabric_check_verdict",
         "gauge",
         "Probe verdict: 0 pass, 1 warn, 2 fail, 3 could not run.",
-        vec![(
-            format!("node=\"{node}\""),
-            r.verdict.exit_code().to_string(),
-        )],
+        vec![(at_node.clone(), r.verdict.exit_code().to_string())],
     );
     metric(
         "fabric_check_probe_duration_seconds",
         "gauge",
-        "Wall time of the probe's gather and checks.",
-        vec![(
-            format!("node=\"{node}\""),
-            format!("{}", r.duration_ms / 1000.0),
-        )],
+        "Wall time of the probe's gather and checks, in seconds.",
+        vec![(at_node.clone(), float(r.duration_ms / 1000.0))],
     );
     metric(
         "fabric_check_probe_timestamp_seconds",
         "gauge",
-        "When the probe read the node (Unix time).",
+        "When the probe read the node, in seconds since the Unix epoch.",
         vec![(
-            format!("node=\"{node}\""),
-            format!("{}", r.counters.taken_unix_ms as f64 / 1000.0),
+            at_node.clone(),
+            float(r.counters.taken_unix_ms as f64 / 1000.0),
         )],
     );
     let mut rows = Vec::new();
@@ -144,10 +142,7 @@ pub fn prometheus(r: &Report) -> String {
                 .filter(|f| f.check == *id && f.severity == sev)
                 .count();
             rows.push((
-                format!(
-                    "node=\"{node}\",check=\"{id}\",severity=\"{}\"",
-                    sev.as_str()
-                ),
+                format!("{at_node},check=\"{id}\",severity=\"{}\"", sev.as_str()),
                 n.to_string(),
             ));
         }
@@ -155,41 +150,87 @@ pub fn prometheus(r: &Report) -> String {
     metric(
         "fabric_check_findings",
         "gauge",
-        "Findings of this run by check id and severity.",
+        "Findings of this probe run by check id and severity (every check, zeros included).",
         rows,
     );
+    let mut info = Vec::new();
     let mut up = Vec::new();
     let mut rate = Vec::new();
     for d in &r.inventory.devices {
         for p in &d.ports {
-            let l = format!(
-                "node=\"{node}\",device=\"{}\",port=\"{}\",link_layer=\"{}\"",
-                esc(&d.name),
-                p.port,
-                esc(p.link_layer.as_deref().unwrap_or(""))
-            );
+            let l = format!("{at_node},device=\"{}\",port=\"{}\"", esc(&d.name), p.port);
+            info.push((
+                format!(
+                    "{l},link_layer=\"{}\",netdev=\"{}\"",
+                    esc(p.link_layer.as_deref().unwrap_or("")),
+                    esc(p.netdev.as_deref().unwrap_or(""))
+                ),
+                "1".to_owned(),
+            ));
             up.push((
                 l.clone(),
                 u8::from(p.state.as_deref() == Some("ACTIVE")).to_string(),
             ));
             if let Some(g) = p.rate_gbps {
-                rate.push((l, g.to_string()));
+                rate.push((l, float(g * 1e9 / 8.0)));
             }
         }
     }
     metric(
+        "fabric_check_port_info",
+        "gauge",
+        "RDMA port attributes (link layer, netdev); the value is always 1.",
+        info,
+    );
+    metric(
         "fabric_check_port_active",
         "gauge",
-        "1 when the RDMA port is ACTIVE.",
+        "1 when the RDMA port's state is ACTIVE, else 0.",
         up,
     );
     metric(
-        "fabric_check_port_rate_gbps",
+        "fabric_check_port_rate_bytes_per_second",
         "gauge",
-        "RDMA port rate in Gb/s.",
+        "RDMA port link rate, in bytes per second.",
         rate,
     );
+    let watched = crate::config::default_thresholds();
+    let mut events = Vec::new();
+    for (key, pc) in &r.counters.ports {
+        let Some((dev, port)) = key.rsplit_once('/') else {
+            continue;
+        };
+        for (name, v) in pc.counters.iter().chain(&pc.hw_counters) {
+            if watched.contains_key(name) {
+                events.push((
+                    format!(
+                        "{at_node},device=\"{}\",port=\"{}\",counter=\"{}\"",
+                        esc(dev),
+                        esc(port),
+                        esc(name)
+                    ),
+                    v.to_string(),
+                ));
+            }
+        }
+    }
+    metric(
+        "fabric_check_port_events_total",
+        "counter",
+        "The port's error and pause counters that fabric-check judges (sysfs counters and \
+         hw_counters, as the kernel counts them).",
+        events,
+    );
     s
+}
+
+/// A sample value without `f32`-style noise: the shortest form that reads back as the same `f64`.
+fn float(v: f64) -> String {
+    if v == 0.0 {
+        "0".to_owned()
+    } else {
+        format!("{v}")
+    }
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.
@@ -264,6 +305,102 @@ mod tests {
         assert!(p.contains("fabric_check_verdict{node=\"n\\\"1\"} 2"), "{p}");
         assert!(p.contains("# TYPE fabric_check_findings gauge"));
         assert!(p.contains("check=\"ib.port_state\",severity=\"fail\"} 1"));
+    }
+
+    fn report_with_ports() -> Report {
+        let mut r = report();
+        let mut dev = crate::probe::InventoryDevice {
+            name: "mlx5_0".into(),
+            ..Default::default()
+        };
+        dev.ports.push(crate::probe::InventoryPort {
+            port: 1,
+            state: Some("ACTIVE".into()),
+            rate_gbps: Some(400.0),
+            link_layer: Some("InfiniBand".into()),
+            netdev: Some("ib0".into()),
+            ..Default::default()
+        });
+        r.inventory.devices.push(dev);
+        let mut pc = crate::probe::PortCounters::default();
+        pc.counters.insert("symbol_error".into(), 7);
+        pc.counters.insert("port_rcv_data".into(), 123_456);
+        r.counters.ports.insert("mlx5_0/1".into(), pc);
+        r.counters.taken_unix_ms = 1_764_000_000_123;
+        r
+    }
+
+    /// node_exporter's conventions, checked line by line: HELP and TYPE before the samples,
+    /// snake_case names under `fabric_check_`, counters (and only counters) ending in `_total`,
+    /// a base unit or `_info` on every gauge that is not a count or a 0/1 state.
+    #[test]
+    fn prometheus_output_follows_node_exporter_naming_conventions() {
+        let p = prometheus(&report_with_ports());
+        let mut kinds = BTreeMap::new();
+        let mut helped = std::collections::BTreeSet::new();
+        for line in p.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                helped.insert(rest.split(' ').next().unwrap().to_owned());
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let (name, kind) = rest.split_once(' ').unwrap();
+                assert!(helped.contains(name), "TYPE before HELP for {name}");
+                kinds.insert(name.to_owned(), kind.to_owned());
+            } else {
+                let name = line.split('{').next().unwrap();
+                assert!(kinds.contains_key(name), "sample before TYPE: {line}");
+                let value = line.rsplit(' ').next().unwrap();
+                assert!(value.parse::<f64>().is_ok(), "not a number: {line}");
+                assert!(!value.starts_with("-0"), "negative zero: {line}");
+            }
+        }
+        for (name, kind) in &kinds {
+            assert!(name.starts_with("fabric_check_"), "{name}");
+            assert!(
+                name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{name}"
+            );
+            assert_eq!(
+                name.ends_with("_total"),
+                kind == "counter",
+                "{name} is a {kind}"
+            );
+            let unitless = [
+                "fabric_check_verdict",
+                "fabric_check_findings",
+                "fabric_check_port_active",
+            ];
+            if kind == "gauge" && !unitless.contains(&name.as_str()) {
+                assert!(
+                    ["_seconds", "_bytes_per_second", "_info"]
+                        .iter()
+                        .any(|u| name.ends_with(u)),
+                    "{name} has no base unit in its name"
+                );
+            }
+            assert!(
+                !name.contains("gbps") && !name.contains("_ms"),
+                "{name}: not a base unit"
+            );
+        }
+        assert!(
+            p.contains(
+                "fabric_check_port_rate_bytes_per_second{node=\"n\\\"1\",device=\"mlx5_0\",port=\"1\"} 50000000000"
+            ),
+            "{p}"
+        );
+        assert!(p.contains("fabric_check_port_events_total{node=\"n\\\"1\",device=\"mlx5_0\",port=\"1\",counter=\"symbol_error\"} 7"), "{p}");
+        assert!(
+            !p.contains("port_rcv_data"),
+            "a data counter is not an event: {p}"
+        );
+        assert!(
+            p.contains("fabric_check_probe_timestamp_seconds{node=\"n\\\"1\"} 1764000000.123"),
+            "{p}"
+        );
+        assert!(
+            p.contains("link_layer=\"InfiniBand\",netdev=\"ib0\"} 1"),
+            "{p}"
+        );
     }
 
     #[test]

@@ -195,14 +195,14 @@ fn open_safely(path: &Path, limits: &ReadLimits) -> Result<(File, u64), RecordEr
     if st.st_nlink != 1 {
         return Err(RecordError::HardLinked(path.to_owned()));
     }
-    if let Some(expected) = limits.owner_uid {
-        if st.st_uid != expected {
-            return Err(RecordError::WrongOwner {
-                path: path.to_owned(),
-                uid: st.st_uid,
-                expected,
-            });
-        }
+    if let Some(expected) = limits.owner_uid
+        && st.st_uid != expected
+    {
+        return Err(RecordError::WrongOwner {
+            path: path.to_owned(),
+            uid: st.st_uid,
+            expected,
+        });
     }
     Ok((File::from(fd), u64::try_from(st.st_size).unwrap_or(0)))
 }

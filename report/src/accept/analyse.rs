@@ -539,24 +539,24 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
         .iter()
         .flat_map(|r| r.devices.iter().map(|d| d.host.as_str()))
         .collect();
-    if let Some(b) = &bom_report {
-        if !hosts.is_empty() {
-            let missing: Vec<&str> = hosts
-                .iter()
-                .copied()
-                .filter(|h| !b.nodes.iter().any(|n| n == h))
-                .collect();
-            check(
-                "bom.covers_hosts".into(),
-                if missing.is_empty() { "pass" } else { "fail" },
-                if missing.is_empty() {
-                    format!("{} hosts, all pinned", hosts.len())
-                } else {
-                    format!("no BOM for {}", missing.join(", "))
-                },
-                "a pinned BOM for every host in the runs".into(),
-            );
-        }
+    if let Some(b) = &bom_report
+        && !hosts.is_empty()
+    {
+        let missing: Vec<&str> = hosts
+            .iter()
+            .copied()
+            .filter(|h| !b.nodes.iter().any(|n| n == h))
+            .collect();
+        check(
+            "bom.covers_hosts".into(),
+            if missing.is_empty() { "pass" } else { "fail" },
+            if missing.is_empty() {
+                format!("{} hosts, all pinned", hosts.len())
+            } else {
+                format!("no BOM for {}", missing.join(", "))
+            },
+            "a pinned BOM for every host in the runs".into(),
+        );
     }
     let verdict = if checks.iter().any(|c| c.status == "fail") {
         "fail"

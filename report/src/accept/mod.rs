@@ -259,7 +259,7 @@ pub fn parse_size(s: &str) -> Option<u64> {
 /// Writes bytes the way nccl-tests' `-b/-e` accept them (`8G`, `512M`, `4K`, `12`).
 pub fn fmt_size(b: u64) -> String {
     for (unit, shift) in [("T", 40), ("G", 30), ("M", 20), ("K", 10)] {
-        if b >= 1 << shift && b % (1 << shift) == 0 {
+        if b >= 1 << shift && b.is_multiple_of(1 << shift) {
             return format!("{}{unit}", b >> shift);
         }
     }

@@ -142,7 +142,7 @@ fn infer_layout(tokens: &[&str]) -> Option<Layout> {
     let rest = tokens.len() - 3 - usize::from(has_redop);
     let has_root = rest % 4 == 1;
     let body = rest - usize::from(has_root);
-    if body % 4 != 0 {
+    if !body.is_multiple_of(4) {
         return None;
     }
     Some(Layout {

@@ -121,31 +121,31 @@ pub fn accept_tables(r: &AcceptReport) -> Vec<Table> {
             notes: vec![],
         });
     }
-    if let Some(b) = &r.bom {
-        if !b.drift.is_empty() {
-            tables.push(Table {
-                title: "BOM drift across nodes".into(),
-                columns: vec!["values (nodes)".into()],
-                rows: b
-                    .drift
-                    .iter()
-                    .map(|d| {
-                        Row::text(
-                            &d.path,
-                            "",
-                            vec![
-                                d.values
-                                    .iter()
-                                    .map(|(v, n)| format!("{v} ({})", n.join(",")))
-                                    .collect::<Vec<_>>()
-                                    .join(" | "),
-                            ],
-                        )
-                    })
-                    .collect(),
-                notes: vec![],
-            });
-        }
+    if let Some(b) = &r.bom
+        && !b.drift.is_empty()
+    {
+        tables.push(Table {
+            title: "BOM drift across nodes".into(),
+            columns: vec!["values (nodes)".into()],
+            rows: b
+                .drift
+                .iter()
+                .map(|d| {
+                    Row::text(
+                        &d.path,
+                        "",
+                        vec![
+                            d.values
+                                .iter()
+                                .map(|(v, n)| format!("{v} ({})", n.join(",")))
+                                .collect::<Vec<_>>()
+                                .join(" | "),
+                        ],
+                    )
+                })
+                .collect(),
+            notes: vec![],
+        });
     }
     tables.push(Table {
         title: "Purchase questions".into(),

@@ -339,7 +339,8 @@ pub struct Window {
 /// A value with the sample it was computed from.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Sampled {
-    /// The value (None when the sample is empty).
+    /// The value (None when the sample is empty); `-0.0` is written as `0.0`.
+    #[serde(serialize_with = "unsigned_zero")]
     pub value: Option<f64>,
     /// Sample size.
     pub n: u64,
@@ -446,11 +447,27 @@ fn h(s: u64) -> Decimal {
     cost::gpu_s_to_h(s)
 }
 
+/// Serialises `-0.0` as `0.0`: a figure that comes to nothing has no sign.
+fn unsigned_zero<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(x) if *x == 0.0 => s.serialize_some(&0.0f64),
+        Some(x) => s.serialize_some(x),
+        None => s.serialize_none(),
+    }
+}
+
+/// An `f32` sample as the `f64` of its shortest decimal form, so that a step time stored as
+/// `1.2f32` reports as `1.2`, not as `1.2000000476837158` (its exact binary value).
+pub(crate) fn widen(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(f64::from(x))
+}
+
 /// Sorts `v` in place (so the samples come out in the same order whatever threads read them)
-/// and takes the project's median of it ([`fabric_core::stats`]).
+/// and takes the project's median of it ([`fabric_core::stats`]), each
+/// sample widened by its decimal form ([`widen`]).
 fn median(v: &mut [f32]) -> Option<f64> {
     v.sort_by(f32::total_cmp);
-    let wide: Vec<f64> = v.iter().map(|x| f64::from(*x)).collect();
+    let wide: Vec<f64> = v.iter().map(|x| widen(*x)).collect();
     fabric_core::stats::median(&wide)
 }
 
@@ -613,5 +630,36 @@ mod tests {
         assert_eq!(utc_date(19_844), "2024-05-01");
         assert_eq!(utc_date(-1), "1969-12-31");
         assert_eq!(parse_time("2024-05-01T00:00:00").unwrap() / 86_400, 19_844);
+    }
+}
+
+#[cfg(test)]
+mod float_tests {
+    use super::*;
+
+    #[test]
+    fn f32_samples_widen_to_their_decimal_form() {
+        assert_ne!(f64::from(1.2f32), 1.2, "the noise this avoids");
+        assert_eq!(widen(1.2f32), 1.2);
+        assert_eq!(widen(0.1f32).to_string(), "0.1");
+        assert_eq!(median(&mut [1.2, 3.4, 2.2]), Some(2.2));
+        assert_eq!(median(&mut [1.2, 1.4]), Some((1.2 + 1.4) / 2.0));
+    }
+
+    #[test]
+    fn negative_zero_is_written_without_its_sign() {
+        let z = Sampled {
+            value: Some(-0.0),
+            n: 3,
+        };
+        assert_eq!(serde_json::to_string(&z).unwrap(), r#"{"value":0.0,"n":3}"#);
+        let neg = Sampled {
+            value: Some(-2.5),
+            n: 1,
+        };
+        assert_eq!(
+            serde_json::to_string(&neg).unwrap(),
+            r#"{"value":-2.5,"n":1}"#
+        );
     }
 }

@@ -724,7 +724,8 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
             SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
             _ => String::new(),
         })
-        .y_desc(r.currency.as_str())
+        .y_label_formatter(&|v| format!("{:.0}k", v / 1000.0))
+        .y_desc(format!("{} (thousands) over the window", r.currency))
         .draw()?;
     let items: Vec<&'static str> = priced
         .first()
@@ -880,30 +881,38 @@ fn drains_chart(r: &Report, svg: &mut String) -> ChartResult {
         .unwrap_or(1)
         .max(1);
     let mut chart = ChartBuilder::on(&root)
-        .caption("Drains over time (per day)", ("sans-serif", 18))
+        .caption("Drains per day, by fabric", ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(50)
-        .build_cartesian_2d(d0..d1 + 1, 0u64..ymax + 1)?;
+        .build_cartesian_2d(d0 as f64..(d1 + 1) as f64, 0u64..ymax + 1)?;
     chart
         .configure_mesh()
-        .x_labels(6)
-        .x_label_formatter(&|d| super::sacct_text::utc_date(*d))
-        .y_desc("drains")
+        .disable_x_mesh()
+        // One tick per day (at most 10): fractional ticks would repeat a date.
+        .x_labels(((d1 - d0 + 2) as usize).min(10))
+        .x_label_formatter(&|d| super::sacct_text::utc_date(d.floor() as i64))
+        .x_desc("day (UTC)")
+        .y_desc("nodes drained")
         .draw()?;
+    // One bar per fabric and day, side by side within the day.
+    let n = r.groups.len().max(1) as f64;
     for (k, g) in r.groups.iter().enumerate() {
         let colour = PALETTE[k % PALETTE.len()];
         let by: std::collections::BTreeMap<i64, u64> =
             g.drains_by_day.iter().map(|(s, n)| (day(s), *n)).collect();
-        let pts: Vec<(i64, u64)> = (d0..=d1)
-            .map(|d| (d, by.get(&d).copied().unwrap_or(0)))
+        let bars: Vec<Rectangle<(f64, u64)>> = by
+            .iter()
+            .filter(|(d, c)| (d0..=d1).contains(*d) && **c > 0)
+            .map(|(d, c)| {
+                let x0 = *d as f64 + 0.1 + 0.8 * k as f64 / n;
+                Rectangle::new([(x0, 0), (x0 + 0.8 / n, *c)], colour.filled())
+            })
             .collect();
         chart
-            .draw_series(LineSeries::new(pts, colour.stroke_width(2)))?
+            .draw_series(bars)?
             .label(format!("{} (n={})", g.name, g.drains))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 14, y)], colour.stroke_width(2))
-            });
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
     }
     chart
         .configure_series_labels()

@@ -72,6 +72,8 @@ impl Testbed {
             script,
             job_uid,
         };
+        // Batch jobs write their output here (see `Testbed::sbatch`), never into a checkout.
+        std::fs::create_dir_all(tb.jobs_dir()).expect("the testbed's jobs folder");
         let ping = tb.cmd("scontrol", &["ping"]);
         assert!(
             ping.status.success(),
@@ -117,9 +119,25 @@ impl Testbed {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// `sbatch --parsable --wait ARGS`: submits, waits for the end, returns the job id.
+    /// Where batch jobs write their output: `jobs/` in the testbed's folder.
+    pub fn jobs_dir(&self) -> PathBuf {
+        self.dir.join("jobs")
+    }
+
+    /// `--output=<jobs_dir>/slurm-%j.out` unless ARGS name an output already.
+    fn output_arg(&self, args: &[&str]) -> Option<String> {
+        let named = args.iter().any(|a| {
+            *a == "-o" || a.starts_with("--output") || (a.starts_with("-o") && a.len() > 2)
+        });
+        (!named).then(|| format!("--output={}/slurm-%j.out", self.jobs_dir().display()))
+    }
+
+    /// `sbatch --parsable --wait ARGS`: submits, waits for the end, returns the job id. The
+    /// job's output goes to [`Testbed::jobs_dir`] unless ARGS name one.
     pub fn sbatch_wait(&self, args: &[&str]) -> u32 {
+        let output = self.output_arg(args);
         let mut all = vec!["--parsable", "--wait"];
+        all.extend(output.as_deref());
         all.extend_from_slice(args);
         let out = self.cmd("sbatch", &all);
         let text = String::from_utf8_lossy(&out.stdout);
@@ -136,9 +154,11 @@ impl Testbed {
             })
     }
 
-    /// `sbatch --parsable ARGS` without waiting.
+    /// `sbatch --parsable ARGS` without waiting (output as for [`Testbed::sbatch_wait`]).
     pub fn sbatch(&self, args: &[&str]) -> u32 {
+        let output = self.output_arg(args);
         let mut all = vec!["--parsable"];
+        all.extend(output.as_deref());
         all.extend_from_slice(args);
         let text = self.ok("sbatch", &all);
         text.trim()
