@@ -3,6 +3,18 @@
 //!
 //! The tests share one cluster, so they run one at a time (`--test-threads=1`, as `scripts/test`
 //! does) and each leaves the cluster as it found it (nodes resumed, plugstack restored).
+//!
+//! The same tests run against the clusters of the Slurm version matrix (`scripts/matrix`, Slurm
+//! in a Debian root), which `scripts/matrix env SUITE` points them at:
+//!
+//! - `FABRIC_TESTBED_DIR`: the cluster's state folder (`etc/slurm.conf`, `bin/`, `log/`, ...),
+//!   the same path inside the cluster's root and out;
+//! - `FABRIC_TESTBED_EXEC`: words put before every Slurm command (run it inside the root);
+//! - `FABRIC_TESTBED_SCRIPT`: words that replace `scripts/testbed` (`node`, `plugstack`);
+//! - `FABRIC_TESTBED_JOB_UID`: the unprivileged user jobs run as (the folders a job writes to
+//!   are given to it).
+//!
+//! Expectations that differ between Slurm releases read [`Testbed::slurm_version`].
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -19,6 +31,20 @@ pub struct Testbed {
     pub dir: PathBuf,
     /// Its `slurm.conf`.
     pub slurm_conf: PathBuf,
+    /// Words before every command (`FABRIC_TESTBED_EXEC`); empty for the host testbed.
+    exec: Vec<String>,
+    /// The control script and its first words (`FABRIC_TESTBED_SCRIPT`, or `scripts/testbed`).
+    script: Vec<String>,
+    /// The job user's uid when jobs do not run as root (`FABRIC_TESTBED_JOB_UID`).
+    job_uid: Option<u32>,
+}
+
+fn words(var: &str) -> Vec<String> {
+    std::env::var(var)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
 }
 
 impl Testbed {
@@ -30,18 +56,31 @@ impl Testbed {
             .expect("repo root");
         let dir = std::env::var_os("FABRIC_TESTBED_DIR")
             .map_or_else(|| repo.join(".testbed"), PathBuf::from);
+        let mut script = words("FABRIC_TESTBED_SCRIPT");
+        if script.is_empty() {
+            script.push(repo.join("scripts/testbed").display().to_string());
+        }
+        let job_uid = std::env::var("FABRIC_TESTBED_JOB_UID").ok().map(|u| {
+            u.parse()
+                .unwrap_or_else(|_| panic!("FABRIC_TESTBED_JOB_UID={u:?} is not a uid"))
+        });
         let tb = Testbed {
             slurm_conf: dir.join("etc/slurm.conf"),
             repo,
             dir,
+            exec: words("FABRIC_TESTBED_EXEC"),
+            script,
+            job_uid,
         };
         // Batch jobs write their output here (see `Testbed::sbatch`), never into a checkout.
         std::fs::create_dir_all(tb.jobs_dir()).expect("the testbed's jobs folder");
         let ping = tb.cmd("scontrol", &["ping"]);
         assert!(
             ping.status.success(),
-            "the Slurm testbed is not up: run `scripts/testbed up` (as root) first\n{}",
-            String::from_utf8_lossy(&ping.stdout)
+            "the Slurm testbed is not up: run `scripts/testbed up` (as root) first, or \
+             `scripts/matrix up SUITE` and `eval \"$(scripts/matrix env SUITE)\"`\n{}{}",
+            String::from_utf8_lossy(&ping.stdout),
+            String::from_utf8_lossy(&ping.stderr)
         );
         tb
     }
@@ -55,6 +94,7 @@ impl Testbed {
     pub fn cmd_env(&self, program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut c = Command::new("timeout");
         c.arg("120")
+            .args(&self.exec)
             .arg(program)
             .args(args)
             .env("SLURM_CONF", &self.slurm_conf);
@@ -154,9 +194,37 @@ impl Testbed {
             .collect()
     }
 
-    /// `scripts/testbed ARGS`.
+    /// The Slurm release of the cluster as (major, minor), from `scontrol --version`.
+    pub fn slurm_version(&self) -> (u32, u32) {
+        let text = self.ok("scontrol", &["--version"]);
+        let v = text.split_whitespace().nth(1).unwrap_or_default();
+        let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
+        match (parts.next().flatten(), parts.next().flatten()) {
+            (Some(major), Some(minor)) => (major, minor),
+            _ => panic!("scontrol --version printed no version: {text:?}"),
+        }
+    }
+
+    /// A fresh folder in the testbed's state folder that the job user may write to (jobs write
+    /// their output and marker files there; the tests read them).
+    pub fn work_dir(&self, name: &str) -> PathBuf {
+        let d = self.dir.join(format!("work-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("create the work folder");
+        if let Some(uid) = self.job_uid {
+            let st = Command::new("chown")
+                .arg(format!("{uid}:{uid}"))
+                .arg(&d)
+                .status()
+                .expect("run chown");
+            assert!(st.success(), "chown {uid} {}", d.display());
+        }
+        d
+    }
+
+    /// `scripts/testbed ARGS` (or the matrix cluster's counterpart).
     pub fn script(&self, args: &[&str]) -> Result<()> {
-        let out = Command::new(self.repo.join("scripts/testbed"))
+        let out = Command::new(&self.script[0])
+            .args(&self.script[1..])
             .args(args)
             .env("FABRIC_TESTBED_DIR", &self.dir)
             .output()

@@ -8,8 +8,8 @@ use fabric_e2e::{Testbed, heal_all, wait_job_end, wait_tag};
 fn srun_with_fabric_run_puts_the_verdict_and_the_run_summary_in_one_tag() {
     let tb = Testbed::get();
     heal_all(&tb);
-    let work = tempfile_dir(&tb);
-    let fake = tb.repo.join("tests/fixtures/fake-train");
+    let work = tb.work_dir("run");
+    let fake = tb.dir.join("bin/fake-train");
     let spool = tb.dir.join("runs");
     let path = format!(
         "{}:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -47,10 +47,4 @@ fn srun_with_fabric_run_puts_the_verdict_and_the_run_summary_in_one_tag() {
     assert_eq!(run["ckpt_n"], 2, "checkpoints after steps 3 and 6: {tag}");
     assert!(run["step_p50_s"].as_f64().unwrap_or(0.0) > 0.0, "{tag}");
     let _ = std::fs::remove_dir_all(&work);
-}
-
-fn tempfile_dir(tb: &Testbed) -> std::path::PathBuf {
-    let d = tb.dir.join(format!("work-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }

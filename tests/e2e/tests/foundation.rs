@@ -149,11 +149,16 @@ fn sbatch_and_salloc_jobs_carry_the_value_to_every_prolog() {
 #[test]
 fn check_config_accepts_the_testbed_plugstack() {
     let tb = Testbed::get();
-    let out = std::process::Command::new(tb.dir.join("bin/fabric-check"))
-        .args(["check-config", "--plugstack"])
-        .arg(tb.dir.join("etc/plugstack.conf"))
-        .output()
-        .expect("run fabric-check");
+    let bin = tb.dir.join("bin/fabric-check");
+    let plugstack = tb.dir.join("etc/plugstack.conf");
+    let out = tb.cmd(
+        bin.to_str().expect("utf-8 path"),
+        &[
+            "check-config",
+            "--plugstack",
+            plugstack.to_str().expect("utf-8 path"),
+        ],
+    );
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains(": ok"), "{}", stdout(&out));
 }

@@ -16,13 +16,11 @@ fn verdict(tag: &Value) -> &str {
     tag["verdict"].as_str().unwrap_or("")
 }
 
-/// Runs the testbed's `fabric-check` with the testbed's environment.
+/// Runs the testbed's `fabric-check` with the testbed's environment (inside the cluster's root
+/// on the matrix, where it talks to that Slurm's own commands).
 fn fabric_check(tb: &Testbed, args: &[&str]) -> std::process::Output {
-    Command::new(tb.dir.join("bin/fabric-check"))
-        .args(args)
-        .env("SLURM_CONF", &tb.slurm_conf)
-        .output()
-        .expect("run fabric-check")
+    let bin = tb.dir.join("bin/fabric-check");
+    tb.cmd(bin.to_str().expect("utf-8 path"), args)
 }
 
 fn health(tb: &Testbed, node: &str) -> std::process::Output {

@@ -1,8 +1,9 @@
 //! The step gate: what the plugin prepends to the tasks of a `--fabric-check=full` step on Slurm
-//! 23.11 and newer (`spank_prepend_task_argv`). The testbed runs Slurm 22.05, which has no such
-//! call, so the batch script writes the prepended words itself, exactly as the plugin builds
-//! them (`<probe> step-gate --plugin-arg=WORD ... -- COMMAND`), and real slurmstepds run them as
-//! the tasks' command lines; the job epilog then reads the gate's results as it would on 23.11.
+//! 23.11 and newer (`spank_prepend_task_argv`). The first test writes the prepended words itself,
+//! exactly as the plugin builds them (`<probe> step-gate --plugin-arg=WORD ... -- COMMAND`), so it
+//! runs on the host testbed's Slurm 22.05 too, where real slurmstepds run them as the tasks'
+//! command lines and the job epilog reads the gate's results as it would on 23.11. The second
+//! leaves the prepending to the plugin and expects it exactly from 23.11 (`scripts/matrix`).
 
 use std::time::Duration;
 
@@ -12,8 +13,7 @@ use fabric_e2e::{Testbed, heal_all, wait_job_end, wait_tag};
 fn a_gated_step_checks_its_nodes_then_runs_every_task_and_the_epilog_tags_the_result() {
     let tb = Testbed::get();
     heal_all(&tb);
-    let work = tb.dir.join(format!("work-gate-{}", std::process::id()));
-    std::fs::create_dir_all(&work).unwrap();
+    let work = tb.work_dir("gate");
     let plugstack = std::fs::read_to_string(tb.dir.join("etc/plugstack.conf")).unwrap();
     let gate_args: Vec<String> = plugstack
         .split_whitespace()
@@ -70,5 +70,65 @@ fn a_gated_step_checks_its_nodes_then_runs_every_task_and_the_epilog_tags_the_re
         .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "left in the spool: {left:?}");
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+/// From Slurm 23.11 the plugin prepends the gate itself (`spank_prepend_task_argv`) to a
+/// `--fabric-check=full` step on fewer nodes than the job; before 23.11 the host has no such call,
+/// the step runs ungated and the prolog's check stands alone.
+#[test]
+fn a_full_step_on_part_of_the_job_is_gated_by_the_plugin_from_slurm_23_11_only() {
+    let tb = Testbed::get();
+    heal_all(&tb);
+    let version = tb.slurm_version();
+    let prepends = version >= (23, 11);
+    let work = tb.work_dir("plugin-gate");
+    let script = format!(
+        "#!/bin/sh\n\
+         srun -N4 --fabric-check=full true\n\
+         srun -N2 --ntasks-per-node=2 --fabric-check=full \
+         /bin/sh -c 'touch {work}/ran-$SLURMD_NODENAME-$SLURM_LOCALID'\n",
+        work = work.display(),
+    );
+    let batch = work.join("job.sh");
+    std::fs::write(&batch, script).unwrap();
+    let out = work.join("out.txt");
+    let job = tb.sbatch(&[
+        "-N4",
+        "--ntasks-per-node=2",
+        "--fabric-check=full",
+        "-o",
+        out.to_str().unwrap(),
+        batch.to_str().unwrap(),
+    ]);
+    let state = wait_job_end(&tb, job, Duration::from_secs(180));
+    let output = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(state.as_deref(), Some("COMPLETED"), "{output}");
+    let ran = std::fs::read_dir(&work)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("ran-"))
+        .count();
+    assert_eq!(
+        ran, 4,
+        "two tasks on each of the step's two nodes: {output}"
+    );
+    let gate_line = format!("step {job}.1 collective among 2 nodes: pass");
+    assert_eq!(
+        output.contains(&gate_line),
+        prepends,
+        "Slurm {version:?}: the gate line {gate_line:?} is expected exactly from 23.11: {output}"
+    );
+    assert!(
+        !output.contains(&format!("step {job}.0 ")),
+        "step {job}.0 spans the job's nodes, which the prolog checked: {output}"
+    );
+    if prepends {
+        let tag = wait_tag(&tb, job, Duration::from_secs(60), |t| {
+            t["collective"].is_object()
+        })
+        .expect("the epilog puts the step's collective into the tag");
+        assert_eq!(tag["collective"]["verdict"], "pass", "{tag}");
+    }
     let _ = std::fs::remove_dir_all(&work);
 }
