@@ -32,28 +32,26 @@ const HEAVY: &[&str] = &[
     "rdma-sys",
 ];
 
-#[test]
-fn the_spank_plugin_links_the_contract_crate_and_nothing_heavy() {
-    let linked = linked_packages("fabric-spank");
+/// `package` links the contract crate and none of [`HEAVY`].
+fn links_the_contract_crate_and_nothing_heavy(package: &str) {
+    let linked = linked_packages(package);
     assert!(linked.iter().any(|p| p == "fabric-proto"), "{linked:?}");
     for heavy in HEAVY {
         assert!(
             !linked.iter().any(|p| p == heavy),
-            "fabric-spank links {heavy}: {linked:?}"
+            "{package} links {heavy}: {linked:?}"
         );
     }
 }
 
 #[test]
+fn the_spank_plugin_links_the_contract_crate_and_nothing_heavy() {
+    links_the_contract_crate_and_nothing_heavy("fabric-spank");
+}
+
+#[test]
 fn the_wrapper_links_the_contract_crate_and_nothing_heavy() {
-    let linked = linked_packages("fabric-run");
-    assert!(linked.iter().any(|p| p == "fabric-proto"), "{linked:?}");
-    for heavy in HEAVY {
-        assert!(
-            !linked.iter().any(|p| p == heavy),
-            "fabric-run links {heavy}: {linked:?}"
-        );
-    }
+    links_the_contract_crate_and_nothing_heavy("fabric-run");
 }
 
 #[test]
