@@ -86,7 +86,7 @@ fn a_full_step_on_part_of_the_job_is_gated_by_the_plugin_from_slurm_23_11_only()
     let script = format!(
         "#!/bin/sh\n\
          srun -N4 --fabric-check=full true\n\
-         srun -N2 --ntasks-per-node=2 --fabric-check=full \
+         srun -N2 -n4 --ntasks-per-node=2 --fabric-check=full \
          /bin/sh -c 'touch {work}/ran-$SLURMD_NODENAME-$SLURM_LOCALID'\n",
         work = work.display(),
     );
