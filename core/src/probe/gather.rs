@@ -432,6 +432,23 @@ impl Reader<'_> {
         self.text(check, dev, port, path)
     }
 
+    /// A required attribute parsed by `parse`; text that does not parse is recorded as "not
+    /// <what>".
+    fn required_parsed<T>(
+        &mut self,
+        (check, dev, port): (&'static str, Option<&str>, Option<u32>),
+        path: &Path,
+        parse: impl Fn(&str) -> Option<T>,
+        what: &str,
+    ) -> Option<T> {
+        let text = self.required_text(check, dev, port, path)?;
+        let parsed = parse(&text);
+        if parsed.is_none() {
+            self.problem(check, dev, port, path, format!("not {what}: {text:?}"));
+        }
+        parsed
+    }
+
     /// A text attribute; `None` when missing or bad (bad ones are recorded).
     fn text(
         &mut self,
@@ -609,37 +626,19 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
     };
     let d = Some(dev);
     let n = Some(num);
-    port.state = r
-        .required_text("ib.port_state", d, n, &p.join("state"))
-        .and_then(|s| {
-            let parsed = parse_state(&s);
-            if parsed.is_none() {
-                r.problem(
-                    "ib.port_state",
-                    d,
-                    n,
-                    &p.join("state"),
-                    format!("not a port state: {s:?}"),
-                );
-            }
-            parsed
-        });
+    port.state = r.required_parsed(
+        ("ib.port_state", d, n),
+        &p.join("state"),
+        parse_state,
+        "a port state",
+    );
     port.phys_state = r.text("ib.port_state", d, n, &p.join("phys_state"));
-    port.rate = r
-        .required_text("ib.port_rate", d, n, &p.join("rate"))
-        .and_then(|s| {
-            let parsed = parse_rate(&s);
-            if parsed.is_none() {
-                r.problem(
-                    "ib.port_rate",
-                    d,
-                    n,
-                    &p.join("rate"),
-                    format!("not a rate: {s:?}"),
-                );
-            }
-            parsed
-        });
+    port.rate = r.required_parsed(
+        ("ib.port_rate", d, n),
+        &p.join("rate"),
+        parse_rate,
+        "a rate",
+    );
     port.link_layer = r.required_text("ib.link_layer", d, n, &p.join("link_layer"));
     port.lid = r.text("ib.port_state", d, n, &p.join("lid"));
     port.sm_lid = r.text("ib.port_state", d, n, &p.join("sm_lid"));
