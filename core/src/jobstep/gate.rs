@@ -282,6 +282,24 @@ mod tests {
         PluginArgs::parse([spool.as_str(), policy.as_str()]).0
     }
 
+    /// The gate of local task `local_id` with half a second left and `collective`'s answer.
+    fn gate(
+        p: &PluginArgs,
+        local_id: u32,
+        collective: &Canned,
+        uid: u32,
+        lines: &Lines,
+    ) -> GateOutcome {
+        run(
+            p,
+            &env(local_id),
+            Duration::from_millis(500),
+            collective,
+            uid,
+            lines,
+        )
+    }
+
     fn slow_report(slow: &str) -> collective::Report {
         collective::Report {
             schema: collective::SCHEMA.into(),
@@ -323,14 +341,7 @@ mod tests {
         let p = plugin(dir.path(), "enforce");
         let lines = Lines::default();
         let uid = nix::unistd::getuid().as_raw();
-        let out = run(
-            &p,
-            &env(0),
-            Duration::from_millis(500),
-            &Canned(Ok(slow_report("n2"))),
-            uid,
-            &lines,
-        );
+        let out = gate(&p, 0, &Canned(Ok(slow_report("n2"))), uid, &lines);
         assert_eq!(out, GateOutcome::Stop);
         assert!(lines.has("--exclude=n2"), "{}", lines.text());
         let results = std::fs::read_to_string(dir.path().join("7/n2.steps.jsonl")).unwrap();
@@ -339,14 +350,7 @@ mod tests {
         assert!(got[0].slow_here);
         // The node's other tasks read local task 0's word and stop too.
         assert_eq!(
-            run(
-                &p,
-                &env(1),
-                Duration::from_millis(500),
-                &Canned(Err("unused".into())),
-                uid,
-                &lines
-            ),
+            gate(&p, 1, &Canned(Err("unused".into())), uid, &lines),
             GateOutcome::Stop
         );
     }
@@ -358,14 +362,7 @@ mod tests {
         let lines = Lines::default();
         let p = plugin(dir.path(), "warn");
         assert_eq!(
-            run(
-                &p,
-                &env(0),
-                Duration::from_millis(500),
-                &Canned(Ok(slow_report("n2"))),
-                uid,
-                &lines
-            ),
+            gate(&p, 0, &Canned(Ok(slow_report("n2"))), uid, &lines),
             GateOutcome::Run
         );
         assert!(
@@ -376,14 +373,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = plugin(dir.path(), "enforce");
         assert_eq!(
-            run(
-                &p,
-                &env(0),
-                Duration::from_millis(500),
-                &Canned(Err("no munge".into())),
-                uid,
-                &lines
-            ),
+            gate(&p, 0, &Canned(Err("no munge".into())), uid, &lines),
             GateOutcome::Run
         );
         assert!(lines.has("could not run on n2: no munge; the task runs unchecked"));
