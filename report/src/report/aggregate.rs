@@ -21,7 +21,7 @@ use rust_decimal::Decimal;
 use rust_decimal::prelude::FromPrimitive;
 use serde::Serialize;
 
-use super::{GroupBy, JobRecord, JobState, TagState};
+use super::{GroupBy, InputNotes, JobRecord, JobState, TagState};
 use crate::cost::{self, CostBreakdown, CostFile, UsageFigures};
 use fabric_core::tag::Verdict;
 
@@ -441,6 +441,48 @@ pub struct Report {
     pub currency: String,
     /// One entry per group value, by name.
     pub groups: Vec<GroupReport>,
+    /// Whether the input was read whole.
+    pub inputs: Inputs,
+}
+
+/// How well the accounting input read: `readable` is `pass` when every record was read as it
+/// stands, `warn` when lines were skipped or read with trailing columns empty (the figures
+/// then leave those jobs out or read them partly; `warnings` says which).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inputs {
+    /// `pass` or `warn`.
+    pub readable: &'static str,
+    /// Lines left out because they could not be read.
+    pub skipped_lines: u64,
+    /// Lines read with missing trailing columns taken as empty.
+    pub padded_lines: u64,
+    /// What a person should know, naming the input and the first lines.
+    pub warnings: Vec<String>,
+}
+
+impl Default for Inputs {
+    fn default() -> Self {
+        Self {
+            readable: "pass",
+            skipped_lines: 0,
+            padded_lines: 0,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+impl Report {
+    /// Records what reading `source_name` left out or padded (see [`InputNotes`]).
+    pub fn note_input(&mut self, source_name: &str, notes: &InputNotes) {
+        self.inputs.skipped_lines += notes.skipped;
+        self.inputs.padded_lines += notes.padded;
+        for w in notes.warnings() {
+            self.inputs.warnings.push(format!("{source_name}: {w}"));
+        }
+        if !notes.is_clean() {
+            self.inputs.readable = "warn";
+        }
+    }
 }
 
 fn h(s: u64) -> Decimal {
@@ -598,6 +640,7 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
         },
         currency,
         groups,
+        inputs: Inputs::default(),
     }
 }
 

@@ -554,6 +554,9 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default()
     )];
+    for w in &r.inputs.warnings {
+        notes.push(format!("input warning: {w}"));
+    }
     let small: Vec<&str> = r
         .groups
         .iter()
