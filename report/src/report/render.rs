@@ -382,7 +382,18 @@ fn dnum(d: Decimal, dp: u32) -> (f64, String) {
 
 /// The report as tables: the side-by-side worksheet, the cost breakdown and drain reasons.
 pub fn report_tables(r: &Report) -> Vec<Table> {
-    let cols: Vec<String> = r.groups.iter().map(|g| g.name.clone()).collect();
+    // A group whose field is empty in accounting (no partition recorded) gets a visible heading.
+    let cols: Vec<String> = r
+        .groups
+        .iter()
+        .map(|g| {
+            if g.name.is_empty() {
+                "(none)".to_string()
+            } else {
+                g.name.clone()
+            }
+        })
+        .collect();
     let cur = r.currency.as_str();
     let per = |f: &dyn Fn(&GroupReport) -> Option<(f64, String)>| {
         r.groups.iter().map(f).collect::<Vec<_>>()
