@@ -162,9 +162,11 @@ impl JobRow {
         if let (true, Ok(h)) = (listed, Hostlist::parse(&self.nodelist)) {
             return h.matches(node);
         }
+        // A key of the tag's maps may be a hostlist standing for several nodes.
+        let names = |key: &str| key == node || Hostlist::parse(key).is_ok_and(|h| h.matches(node));
         self.tag
             .as_ref()
-            .is_some_and(|t| t.nodes.contains_key(node) || t.missing.iter().any(|m| m == node))
+            .is_some_and(|t| t.nodes.keys().any(|k| names(k)) || t.missing.iter().any(|m| names(m)))
     }
 
     /// A one-line summary of the `fabric-run` record: `412 steps p50 1.2 s, accepted`.
@@ -560,6 +562,23 @@ mod tests {
             }
         );
         assert_eq!(JobId::parse("x"), JobId::Other);
+    }
+
+    #[test]
+    fn without_a_node_list_the_tag_says_where_the_job_ran_hostlist_keys_included() {
+        let tag = |comment: &str| {
+            let text = format!("JobID|State|AdminComment\n7|COMPLETED|{comment}\n");
+            read(&text, "t", &JobFilter::default())
+                .unwrap()
+                .jobs
+                .remove(0)
+        };
+        let j = tag(
+            r#"fabric-check/v1 {"verdict":"pass","nnodes":3,"nodes":{"n[1-2]":{"verdict":"pass"}},"missing":["n9"]}"#,
+        );
+        assert!(j.ran_on("n2") && j.ran_on("n9"));
+        assert!(!j.ran_on("n3"));
+        assert!(!tag("JS1:abc").ran_on("n1"));
     }
 
     #[test]
