@@ -29,7 +29,7 @@ pub enum Format {
 /// Arguments of `fabric-check jobs`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Jobs running at some time after this (Unix seconds, YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS],
+    /// Jobs running at some time after this (Unix seconds, YYYY-MM-DD or `YYYY-MM-DDTHH:MM[:SS]`,
     /// UTC); sacct's -S. Without --since, --until or --job, sacct's default (today).
     #[arg(long)]
     since: Option<String>,
