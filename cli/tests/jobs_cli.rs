@@ -52,11 +52,11 @@ fn the_table_lists_every_job_once_and_says_how_many_had_no_tag() {
     assert_eq!(rc, 0, "{err}");
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("job "), "{out}");
-    // 11 jobs (the .batch step is not one), then the summary.
-    assert_eq!(lines.len(), 1 + 11 + 1, "{out}");
+    // 12 jobs (the .batch step is not one), then the summary.
+    assert_eq!(lines.len(), 1 + 12 + 1, "{out}");
     assert_eq!(
-        lines[12],
-        "11 jobs, 2 without a fabric-check tag, 1 with an unreadable tag"
+        lines[13],
+        "12 jobs, 2 without a fabric-check tag, 1 with an unreadable tag"
     );
     let row = lines.iter().find(|l| l.starts_with("1002 ")).unwrap();
     for cell in [
@@ -79,8 +79,13 @@ fn the_table_lists_every_job_once_and_says_how_many_had_no_tag() {
 #[test]
 fn verdict_fail_lists_the_failed_jobs_and_node_narrows_to_those_that_ran_there() {
     assert_eq!(ids(&["--verdict", "fail"]), ["1002", "1005+1", "1008"]);
-    // n3 is in 1002's n[3-4], 1003_2's n3, 1007's n3 and 1011's n[3,9].
-    assert_eq!(ids(&["--node", "n3"]), ["1002", "1003_2", "1007", "1011"]);
+    // n3 is in 1002's n[3-4], 1003_2's n3, 1007's n3, 1011's n[3,9] and 1012's n3.
+    assert_eq!(
+        ids(&["--node", "n3"]),
+        ["1002", "1003_2", "1007", "1011", "1012"]
+    );
+    // n4: 1002's n[3-4], and 1012's first attempt, drained there before the requeue.
+    assert_eq!(ids(&["--node", "n4"]), ["1002", "1012"]);
     assert_eq!(ids(&["--verdict", "fail", "--node", "n3"]), ["1002"]);
     assert_eq!(ids(&["--verdict", "none"]), ["1007", "1009", "1010_[1-4]"]);
     assert_eq!(
@@ -126,7 +131,7 @@ fn a_window_keeps_the_jobs_that_ran_inside_it() {
 #[test]
 fn json_has_one_object_per_job_with_the_tag_decoded_even_when_sacctmgr_mangled_its_quotes() {
     let all = json(&[]);
-    assert_eq!(all.len(), 11);
+    assert_eq!(all.len(), 12);
     let by = |id: &str| all.iter().find(|j| j["job_id"] == id).unwrap().clone();
     let j = by("1001");
     assert_eq!(j["tag"]["run"]["steps"], 412);
@@ -147,6 +152,13 @@ fn json_has_one_object_per_job_with_the_tag_decoded_even_when_sacctmgr_mangled_i
     assert_eq!(j["verdict"], "error");
     assert_eq!(j["failing"][0]["node"], "n3");
     assert_eq!(j["failing"][0]["checks"][0], "rendezvous.missing");
+    let j = by("1012");
+    assert_eq!(
+        (&j["verdict"], &j["failing"]),
+        (&Value::from("pass"), &Value::Array(vec![]))
+    );
+    assert_eq!(j["earlier_failing"][0]["node"], "n4");
+    assert_eq!(j["earlier_failing"][0]["checks"][0], "roce.mtu");
     let j = by("1010_[1-4]");
     assert_eq!(
         (&j["start_s"], &j["tag_status"]),

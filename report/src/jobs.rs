@@ -146,6 +146,8 @@ pub struct JobRow {
     pub failing: Vec<FailingNode>,
     /// Nodes drained because of this job's probe.
     pub drained: Vec<String>,
+    /// Nodes that did not pass in earlier attempts of this job (before a requeue).
+    pub earlier_failing: Vec<FailingNode>,
     /// `tagged`, `untagged` or `unreadable`.
     pub tag_status: &'static str,
     /// Why the tag could not be decoded.
@@ -156,14 +158,19 @@ pub struct JobRow {
 }
 
 impl JobRow {
-    /// Every node the job ran on (NodeList expanded; the tag's nodes when NodeList is unknown).
+    /// Whether the job ran on `node`: NodeList (the tag's nodes when NodeList is unknown), or an
+    /// earlier attempt's failing node.
     pub fn ran_on(&self, node: &str) -> bool {
         let listed = !self.nodelist.is_empty() && self.nodelist != "None assigned";
+        // A key of the tag's maps may be a hostlist standing for several nodes.
+        let names = |key: &str| key == node || Hostlist::parse(key).is_ok_and(|h| h.matches(node));
+        // An earlier attempt (before a requeue) ran where the tag's `earlier` says.
+        if self.earlier_failing.iter().any(|f| names(&f.node)) {
+            return true;
+        }
         if let (true, Ok(h)) = (listed, Hostlist::parse(&self.nodelist)) {
             return h.matches(node);
         }
-        // A key of the tag's maps may be a hostlist standing for several nodes.
-        let names = |key: &str| key == node || Hostlist::parse(key).is_ok_and(|h| h.matches(node));
         self.tag
             .as_ref()
             .is_some_and(|t| t.nodes.keys().any(|k| names(k)) || t.missing.iter().any(|m| names(m)))
@@ -374,6 +381,16 @@ fn row(c: &Cols, line: &str) -> Result<Option<JobRow>, String> {
         Some(Ok(t)) => ("tagged", Some(t), None),
         Some(Err(e)) => ("unreadable", None, Some(e.to_string())),
     };
+    let earlier_failing: Vec<FailingNode> = tag
+        .iter()
+        .flat_map(|t| t.earlier.iter())
+        .map(|(n, r)| FailingNode {
+            node: n.clone(),
+            verdict: r.verdict,
+            checks: r.checks.clone(),
+            drained: r.drained,
+        })
+        .collect();
     let (verdict, failing, drained) = match &tag {
         Some(t) => {
             let mut failing: Vec<FailingNode> = t
@@ -418,6 +435,7 @@ fn row(c: &Cols, line: &str) -> Result<Option<JobRow>, String> {
         verdict,
         failing,
         drained,
+        earlier_failing,
         tag_status,
         tag_error,
         tag,
@@ -440,16 +458,22 @@ pub const COLUMNS: [&str; 11] = [
 ];
 
 fn cells(r: &JobRow) -> [String; 11] {
+    let show = |f: &FailingNode| {
+        if f.checks.is_empty() {
+            format!("{}: {}", f.node, f.verdict.as_str())
+        } else {
+            format!("{}: {}", f.node, f.checks.join(" "))
+        }
+    };
     let failing: Vec<String> = r
         .failing
         .iter()
-        .map(|f| {
-            if f.checks.is_empty() {
-                format!("{}: {}", f.node, f.verdict.as_str())
-            } else {
-                format!("{}: {}", f.node, f.checks.join(" "))
-            }
-        })
+        .map(show)
+        .chain(
+            r.earlier_failing
+                .iter()
+                .map(|f| format!("earlier attempt {}", show(f))),
+        )
         .collect();
     [
         r.job_id.clone(),
