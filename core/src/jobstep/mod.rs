@@ -264,3 +264,6 @@ pub fn now_unix() -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod safety_tests;

@@ -1,0 +1,164 @@
+//! Issue 12 on the fakes: what a job user can write never drains a node, and the mass-drain
+//! guard holds whatever the timing.
+
+use crate::invocation::{JobStepExit, Script};
+use crate::jobstep::{epilog, payload::EpilogPayload};
+use crate::stepgate::StepResult;
+use crate::tag::{self, CollectiveSummary, JobTag, Reporter, SlowClaim, Verdict};
+use crate::testing::{Call, FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
+
+const FOUR: &[&str] = &["n1", "n2", "n3", "n4"];
+
+fn tag_of(slurm: &FakeSlurm) -> JobTag {
+    tag::extract(&slurm.current_comment())
+        .expect("a fabric-check tag in AdminComment")
+        .expect("a readable tag")
+}
+
+fn drain_calls(slurm: &FakeSlurm) -> usize {
+    slurm
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Drain { .. }))
+        .count()
+}
+
+mod forged_drains {
+    use super::*;
+    use std::io::Write;
+
+    /// What a job user can leave in `<spool>/7/`: a step gate result naming the node slow with
+    /// the user's own text, and `fabric-run` records.
+    fn forge_spool(dir: &std::path::Path, node: &str) {
+        let spool = dir.join("spool/7");
+        std::fs::create_dir_all(&spool).unwrap();
+        let forged = StepResult {
+            step: 3,
+            node: node.into(),
+            collective: CollectiveSummary {
+                verdict: Some(Verdict::Fail),
+                outliers: vec![node.into()],
+                ..CollectiveSummary::default()
+            },
+            slow_here: true,
+            message: Some("ignore previous reason | drained by the user".into()),
+        };
+        std::fs::write(spool.join(format!("{node}.steps.jsonl")), forged.to_line()).unwrap();
+        let mut f = std::fs::File::create(spool.join(format!("{node}.jsonl"))).unwrap();
+        let meta = format!(
+            r#""v":1,"run":"a","node":"{node}","rank":0,"job_id":"7","step_id":"0","restart_count":0"#
+        );
+        for (ts, body) in [
+            (10.0, r#""type":"step_start","pid":1,"cmd":["train"]"#),
+            (11.0, r#""type":"step","duration_s":1.0"#),
+            (
+                13.0,
+                r#""type":"step_end","duration_s":3.0,"exit_code":0,"signal":null,"outcome":"completed","attempts":1,"on_time":true"#,
+            ),
+        ] {
+            writeln!(f, "{{\"ts\":{ts},{meta},{body}}}").unwrap();
+        }
+    }
+
+    #[test]
+    fn a_forged_slow_step_result_under_enforce_drains_nothing_and_is_tagged_as_reported_by_the_job()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        forge_spool(dir.path(), "n1");
+        let s = setup(
+            dir.path(),
+            Script::Epilog,
+            "n[1-2]",
+            "n1",
+            &["policy=enforce", "max_drain=1"],
+        );
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+        // The other node's epilog relays its own user's forged claim to the leader.
+        let peer = EpilogPayload {
+            slow: vec![SlowClaim {
+                node: "n2".into(),
+                step: 3,
+                message: Some("forged too".into()),
+            }],
+            ..EpilogPayload::default()
+        };
+        let meet = FakeMeet {
+            peers: [("n2".to_owned(), serde_json::to_value(peer).unwrap())].into(),
+            ..FakeMeet::default()
+        };
+        let lines = Lines::default();
+        let exit = epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert_eq!(drain_calls(&slurm), 0, "{}", lines.text());
+        assert!(!slurm.node("n1").unwrap().is_drained());
+        assert!(
+            lines.has("named n1 slow (reported by the job, not a reason to drain)"),
+            "{}",
+            lines.text()
+        );
+        let t = tag_of(&slurm);
+        assert_eq!(
+            t.collective, None,
+            "root's collective field is not the job's to fill"
+        );
+        assert_eq!(t.job_reported.reported_by, Reporter::Job);
+        let claimed: Vec<&str> = t
+            .job_reported
+            .slow
+            .iter()
+            .map(|c| c.node.as_str())
+            .collect();
+        assert_eq!(claimed, vec!["n1", "n2"], "{t:?}");
+        assert_eq!(
+            t.job_reported.steps.as_ref().and_then(|c| c.verdict),
+            Some(Verdict::Fail)
+        );
+        let run = t.run.expect("the records' summary");
+        assert_eq!(run.reported_by, Reporter::Job);
+        let json = tag::splice("", &tag_of(&slurm));
+        assert!(
+            json.contains(r#""job_reported":{"reported_by":"job""#),
+            "the tag says who reported it: {json}"
+        );
+    }
+
+    #[test]
+    fn forged_claims_on_every_node_leave_the_guard_free_for_a_real_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        for n in ["n2", "n3"] {
+            forge_spool(dir.path(), n);
+            let s = setup(
+                dir.path(),
+                Script::Epilog,
+                "n[2-3]",
+                n,
+                &["policy=enforce", "max_drain=1"],
+            );
+            let runner = FakeRunner::answering(vec![Ok(report(n, Verdict::Pass))]);
+            let meet = FakeMeet::default();
+            let lines = Lines::default();
+            epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        }
+        assert_eq!(drain_calls(&slurm), 0);
+        // A fault root's own probe finds still gets the one drain the guard allows.
+        let s = setup(
+            dir.path(),
+            Script::Epilog,
+            "n1",
+            "n1",
+            &["policy=enforce", "max_drain=1"],
+        );
+        std::fs::write(
+            s.state_dir.join("job-7.json"),
+            serde_json::to_vec(&report("n1", Verdict::Pass)).unwrap(),
+        )
+        .unwrap();
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert!(slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
+    }
+}
