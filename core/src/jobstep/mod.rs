@@ -237,9 +237,11 @@ impl JobStep<'_> {
     }
 
     /// Drains this node per policy and etiquette (see [`crate::drain::drain_node`]).
+    /// A drain that sticks (or finds our earlier drain) starts the clean-probe streak of
+    /// `health` over ([`health::reset_streak`]).
     pub fn drain_self(&self, check: &str, message: &str) -> crate::drain::DrainOutcome {
         let _span = tracing::info_span!("drain", check).entered();
-        crate::drain::drain_node(
+        let outcome = crate::drain::drain_node(
             self.seams.slurm,
             &crate::drain::DrainRequest {
                 node: self.node(),
@@ -250,7 +252,15 @@ impl JobStep<'_> {
             },
             self.deadline(),
             self.seams.relay,
-        )
+        );
+        if outcome.out_of_service()
+            && let Err(e) = health::reset_streak(&self.setup.state_dir)
+        {
+            self.say(&format!(
+                "cannot start the clean-probe streak over ({e}); health may resume this node early"
+            ));
+        }
+        outcome
     }
 }
 

@@ -162,3 +162,47 @@ mod forged_drains {
         assert!(slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
     }
 }
+
+mod health_after_a_job_drain {
+    use super::*;
+    use crate::jobstep::health::{self, HealthSetup};
+    use crate::plugin_args::PluginArgs;
+
+    #[test]
+    fn an_epilog_drain_starts_the_clean_probe_streak_over_so_health_does_not_resume_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = format!("state_dir={}/state/%n", dir.path().display());
+        let (plugin, _) = PluginArgs::parse([state.as_str()]);
+        let hs = HealthSetup::new("n1".into(), plugin, 3).unwrap();
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let lines = Lines::default();
+        let clean = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+        // Three clean health runs while the node is in service: a streak of 3.
+        for _ in 0..3 {
+            health::run(&hs, &slurm, &clean, &lines).unwrap();
+        }
+        // The epilog's own probe finds a fault and drains the node.
+        let s = setup(dir.path(), Script::Epilog, "n1", "n1", &["policy=enforce"]);
+        std::fs::write(
+            s.state_dir.join("job-7.json"),
+            serde_json::to_vec(&report("n1", Verdict::Pass)).unwrap(),
+        )
+        .unwrap();
+        let failing = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+        let meet = FakeMeet::default();
+        epilog::run(&step(&s, seams(&slurm, &failing, &meet, &lines)));
+        assert!(slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
+        // The next health run counts from zero and leaves the drain in place.
+        health::run(&hs, &slurm, &clean, &lines).unwrap();
+        assert!(
+            slurm.node("n1").unwrap().is_drained(),
+            "resumed right after the epilog's drain: {}",
+            lines.text()
+        );
+        assert!(
+            lines.has("n1: clean probe 1 of 3 before resuming"),
+            "{}",
+            lines.text()
+        );
+    }
+}
