@@ -166,6 +166,7 @@ pub fn run(
                 },
                 &setup.deadline,
                 relay,
+                &|| {},
             );
         }
         Verdict::Pass | Verdict::Warn => {

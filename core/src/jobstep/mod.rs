@@ -252,6 +252,13 @@ impl JobStep<'_> {
             },
             self.deadline(),
             self.seams.relay,
+            &|| {
+                // The job must leave this node even if the child is killed from here on: the
+                // plugin honours the last decision line it saw.
+                if self.setup.script() == Script::Prolog {
+                    self.say(&crate::invocation::JobStepExit::Drained.line());
+                }
+            },
         );
         if outcome.out_of_service()
             && let Err(e) = health::reset_streak(&self.setup.state_dir)
