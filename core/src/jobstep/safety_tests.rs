@@ -206,3 +206,137 @@ mod health_after_a_job_drain {
         );
     }
 }
+
+mod mass_drain_storm {
+    use super::*;
+    use crate::drain::is_ours;
+    use crate::jobstep::health::{self, HealthSetup};
+    use crate::jobstep::prolog;
+    use crate::plugin_args::PluginArgs;
+    use crate::testing::{Fault, FaultPlan, SharedCluster};
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    /// Slurm calls that take up to 25 ms, and each fails (or, for a drain, lands but its client
+    /// times out) about one time in seven.
+    fn stormy(seed: u64) -> FaultPlan {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        Box::new(move |method| {
+            let delay = Duration::from_millis(rng.u64(0..25));
+            let fault = match (method, rng.u8(0..100)) {
+                (_, 0..15) => Fault::Fail,
+                ("drain", 15..30) => Fault::AppliedThenTimeout,
+                _ => Fault::None,
+            };
+            (delay, fault)
+        })
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Run {
+        Prolog,
+        Epilog,
+        Health,
+    }
+
+    /// One node's run of `what` on a common fault (every probe fails), through `cluster`.
+    fn fail_on(cluster: &SharedCluster, dir: &std::path::Path, node: &str, what: Run, seed: u64) {
+        let words = ["policy=enforce", "max_drain=1", "timeout=3"];
+        let runner = FakeRunner::answering(vec![Ok(report(node, Verdict::Fail))]);
+        let lines = Lines::default();
+        let meet = FakeMeet::default();
+        match what {
+            Run::Prolog | Run::Epilog => {
+                let script = if matches!(what, Run::Prolog) {
+                    Script::Prolog
+                } else {
+                    Script::Epilog
+                };
+                let s = setup(dir, script, node, node, &words);
+                if matches!(what, Run::Epilog) {
+                    std::fs::write(
+                        s.state_dir.join("job-7.json"),
+                        serde_json::to_vec(&report(node, Verdict::Pass)).unwrap(),
+                    )
+                    .unwrap();
+                }
+                let slurm = cluster.view(stormy(seed), s.deadline);
+                let st = step(
+                    &s,
+                    crate::jobstep::Seams {
+                        slurm: &slurm,
+                        runner: &runner,
+                        meet: &meet,
+                        relay: &lines,
+                    },
+                );
+                if matches!(what, Run::Prolog) {
+                    prolog::run(&st);
+                } else {
+                    epilog::run(&st);
+                }
+            }
+            Run::Health => {
+                let state = format!("state_dir={}/state/%n", dir.display());
+                let (plugin, _) = PluginArgs::parse(words.iter().copied().chain([state.as_str()]));
+                let hs = HealthSetup::new(node.into(), plugin, 3).unwrap();
+                let slurm = cluster.view(stormy(seed), hs.deadline);
+                let _ = health::run(&hs, &slurm, &runner, &lines);
+            }
+        }
+    }
+
+    fn drained_by_fabric_check(cluster: &SharedCluster) -> Vec<String> {
+        cluster
+            .nodes()
+            .into_iter()
+            .filter(|n| n.is_drained() && is_ours(&n.reason))
+            .map(|n| n.name)
+            .collect()
+    }
+
+    /// Four nodes fail at once (a common fault) in prologs, an epilog and health runs, with
+    /// `max_drain=1` and slow, failing and timing-out Slurm calls; 20 seeded repetitions with
+    /// varied start times and faults.
+    #[test]
+    fn a_storm_of_four_failures_through_prolog_epilog_and_health_drains_at_most_one_node() {
+        let mut drained_somewhere = 0;
+        for rep in 0..20u64 {
+            let dir = tempfile::tempdir().unwrap();
+            let cluster = SharedCluster::new(FOUR, Duration::from_millis(20));
+            let mut rng = fastrand::Rng::with_seed(rep);
+            let kinds = [Run::Prolog, Run::Epilog, Run::Health, Run::Health];
+            let start = Arc::new(Barrier::new(FOUR.len()));
+            let threads: Vec<_> = FOUR
+                .iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    let (cluster, start) = (cluster.clone(), start.clone());
+                    let dir = dir.path().to_owned();
+                    let node = (*node).to_owned();
+                    let what = kinds[(i + rep as usize) % kinds.len()];
+                    let jitter = Duration::from_millis(rng.u64(0..30));
+                    let seed = rep * 100 + i as u64;
+                    std::thread::spawn(move || {
+                        start.wait();
+                        std::thread::sleep(jitter);
+                        fail_on(&cluster, &dir, &node, what, seed);
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().expect("a job step thread panicked");
+            }
+            let drained = drained_by_fabric_check(&cluster);
+            assert!(
+                drained.len() <= 1,
+                "repetition {rep}: fabric-check drained {drained:?} with max_drain=1"
+            );
+            drained_somewhere += drained.len();
+        }
+        assert!(
+            drained_somewhere > 0,
+            "the guard must still let one node drain in some storm"
+        );
+    }
+}
