@@ -340,3 +340,51 @@ mod mass_drain_storm {
         );
     }
 }
+
+mod decision_line {
+    use super::*;
+    use crate::jobstep::prolog;
+    use crate::testing::NodesAnswer;
+
+    fn prolog_on_n1(slurm: &FakeSlurm) -> (JobStepExit, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Prolog, "n1", "n1", &["max_drain=2"]);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        let exit = prolog::run(&step(&s, seams(slurm, &runner, &meet, &lines)));
+        (exit, lines.text().lines().map(str::to_owned).collect())
+    }
+
+    #[test]
+    fn the_prolog_says_drained_as_soon_as_the_drain_is_applied_before_the_settle_step() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let (exit, lines) = prolog_on_n1(&slurm);
+        assert_eq!(exit, JobStepExit::Drained);
+        let drained = lines
+            .iter()
+            .position(|l| l.starts_with("drained n1"))
+            .unwrap();
+        assert_eq!(
+            lines[drained + 1],
+            JobStepExit::Drained.line(),
+            "the decision line follows the drain at once: {lines:?}"
+        );
+        assert_eq!(lines.last(), Some(&JobStepExit::Drained.line()));
+    }
+
+    #[test]
+    fn a_drain_the_settle_step_undoes_ends_with_a_proceed_line() {
+        let slurm = FakeSlurm::with_nodes(FOUR).answer_nodes_call(
+            1,
+            NodesAnswer::Fail("Unable to contact slurm controller".into()),
+        );
+        let (exit, lines) = prolog_on_n1(&slurm);
+        assert_eq!(exit, JobStepExit::Proceed, "{lines:?}");
+        assert!(lines.contains(&JobStepExit::Drained.line()), "{lines:?}");
+        assert_eq!(
+            JobStepExit::from_output(&lines.join("\n")),
+            Some(JobStepExit::Proceed)
+        );
+    }
+}
