@@ -41,7 +41,7 @@ pub use runner::{ProbeRunError, ProbeRunner, SubprocessRunner};
 
 pub use crate::deadline::Deadline;
 use crate::hostlist::Hostlist;
-use crate::invocation::{Invocation, Script};
+use crate::invocation::{Invocation, JobStepExit, Script};
 use crate::plugin_args::{PluginArgs, expand_node};
 pub use crate::slurm::Slurm;
 
@@ -241,6 +241,8 @@ impl JobStep<'_> {
     /// `health` over ([`health::reset_streak`]).
     pub fn drain_self(&self, check: &str, message: &str) -> crate::drain::DrainOutcome {
         let _span = tracing::info_span!("drain", check).entered();
+        let prolog = self.setup.script() == Script::Prolog;
+        let said_drained = std::cell::Cell::new(false);
         let outcome = crate::drain::drain_node(
             self.seams.slurm,
             &crate::drain::DrainRequest {
@@ -255,11 +257,16 @@ impl JobStep<'_> {
             &|| {
                 // The job must leave this node even if the child is killed from here on: the
                 // plugin honours the last decision line it saw.
-                if self.setup.script() == Script::Prolog {
-                    self.say(&crate::invocation::JobStepExit::Drained.line());
+                if prolog {
+                    said_drained.set(true);
+                    self.say(&JobStepExit::Drained.line());
                 }
             },
         );
+        if said_drained.get() && !outcome.out_of_service() {
+            // The settle step undid it: the node is back in service, and so is the job.
+            self.say(&JobStepExit::Proceed.line());
+        }
         if outcome.out_of_service()
             && let Err(e) = health::reset_streak(&self.setup.state_dir)
         {

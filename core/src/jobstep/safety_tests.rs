@@ -374,14 +374,24 @@ mod decision_line {
     }
 
     #[test]
-    fn a_drain_the_settle_step_undoes_ends_with_a_proceed_line() {
+    fn a_drain_the_settle_step_undoes_is_followed_at_once_by_a_proceed_line() {
         let slurm = FakeSlurm::with_nodes(FOUR).answer_nodes_call(
             1,
             NodesAnswer::Fail("Unable to contact slurm controller".into()),
         );
         let (exit, lines) = prolog_on_n1(&slurm);
         assert_eq!(exit, JobStepExit::Proceed, "{lines:?}");
-        assert!(lines.contains(&JobStepExit::Drained.line()), "{lines:?}");
+        let said = lines
+            .iter()
+            .position(|l| *l == JobStepExit::Drained.line())
+            .expect("the decision line after the drain");
+        assert!(
+            lines[said..]
+                .iter()
+                .take_while(|l| !l.starts_with("timing:"))
+                .any(|l| *l == JobStepExit::Proceed.line()),
+            "the undo is said at once, before the later phases: {lines:?}"
+        );
         assert_eq!(
             JobStepExit::from_output(&lines.join("\n")),
             Some(JobStepExit::Proceed)
