@@ -21,6 +21,9 @@ use crate::record::{self, ReadLimits, RecordError};
 use crate::stepgate;
 use crate::tag::{CollectiveSummary, DuringJob, MAX_CLAIM_CHARS, RunSummary, SlowClaim, Verdict};
 
+/// The most slow-node claims of one node the tag keeps.
+const MAX_CLAIMS_PER_NODE: usize = 8;
+
 /// `fabric-check epilog`: always lets the job end normally.
 pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let setup = step.setup;
@@ -87,6 +90,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let slow: Vec<SlowClaim> = step_results
         .iter()
         .filter(|r| r.slow_here)
+        .take(MAX_CLAIMS_PER_NODE)
         .map(|r| SlowClaim {
             node: node.to_owned(),
             step: r.step,
@@ -121,10 +125,15 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             .values()
             .flat_map(|p| p.steps.iter().cloned())
             .collect();
+        // Each node's claims are bounded again here: a peer of another build may send more.
         let mut slow: Vec<SlowClaim> = met
             .payloads
             .values()
-            .flat_map(|p| p.slow.iter().cloned())
+            .flat_map(|p| p.slow.iter().take(MAX_CLAIMS_PER_NODE).cloned())
+            .map(|mut c| {
+                c.message = c.message.map(|m| m.chars().take(MAX_CLAIM_CHARS).collect());
+                c
+            })
             .collect();
         slow.sort_by(|a, b| a.node.cmp(&b.node).then(a.step.cmp(&b.step)));
         let mut rows: Vec<DuringJob> = met
