@@ -398,3 +398,27 @@ mod decision_line {
         );
     }
 }
+
+mod settle_time {
+    use super::*;
+    use crate::jobstep::prolog;
+
+    #[test]
+    fn a_prolog_without_the_time_to_settle_a_drain_does_not_start_one() {
+        let dir = tempfile::tempdir().unwrap();
+        // timeout=2: a deadline 1.8 s out, less than the 1.5 s settle wait and its 0.5 s reserve.
+        let s = setup(dir.path(), Script::Prolog, "n1", "n1", &["timeout=2"]);
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        let exit = prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert_eq!(drain_calls(&slurm), 0);
+        assert!(
+            lines.has("too little to settle a drain before the deadline"),
+            "{}",
+            lines.text()
+        );
+    }
+}
