@@ -220,8 +220,9 @@ pub use fabric_proto::invocation::Script;
 pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(), String> {
     let (args, problems) = parse_args(words);
     report_problems(host, &problems, script == Script::Prolog);
-    if script == Script::Prolog {
-        hooks::maybe_panic("job_prolog", Context::JobScript);
+    match script {
+        Script::Prolog => hooks::maybe_panic("job_prolog", Context::JobScript),
+        Script::Epilog => hooks::maybe_panic("job_epilog", Context::JobScript),
     }
     let node = std::env::var("SLURMD_NODENAME").ok();
     let req = read_request(host, node);
@@ -300,6 +301,20 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
             ));
             Ok(())
         }
+    }
+}
+
+/// What the plugin returns to Slurm for a job script whose callback returned `rc` (0, or -1 for
+/// an error or a caught panic, already logged).
+///
+/// Only the prolog may fail: that is how a node that failed its check keeps the job off it. A
+/// failing epilog is never a fabric fault (the epilog only delivers records and the tag), yet
+/// slurmd reports it and slurmctld drains the node with "Epilog error"; so an epilog problem is
+/// logged and the epilog succeeds.
+pub fn script_rc(script: Script, rc: i32) -> i32 {
+    match script {
+        Script::Prolog => rc,
+        Script::Epilog => 0,
     }
 }
 
@@ -517,6 +532,14 @@ mod tests {
             log.iter().any(|l| l.contains("option=none action=none")),
             "{log:?}"
         );
+    }
+
+    #[test]
+    fn only_the_prolog_can_fail_a_job_script() {
+        assert_eq!(script_rc(Script::Prolog, -1), -1);
+        assert_eq!(script_rc(Script::Prolog, 0), 0);
+        assert_eq!(script_rc(Script::Epilog, -1), 0);
+        assert_eq!(script_rc(Script::Epilog, 0), 0);
     }
 
     #[test]
