@@ -239,6 +239,7 @@ fn full_or_read_only_state_and_spool_folders_leave_the_job_running_and_the_saved
                 if fault == "read-only" {
                     run("mount", &["-o", "remount,ro", state_dir.to_str().unwrap()]);
                 }
+                let log_at = tb.slurmd_log("n4").len();
                 let job = tb.sbatch_wait(&["-N1", "-w", "n4", "--fabric-check", "--wrap", &wrap]);
                 assert_eq!(
                     wait_job_end(&tb, job, LONG).as_deref(),
@@ -246,6 +247,13 @@ fn full_or_read_only_state_and_spool_folders_leave_the_job_running_and_the_saved
                     "state {fault}"
                 );
                 tagged(&tb, job);
+                let log = tb.slurmd_log("n4").split_off(log_at);
+                assert!(
+                    log.lines()
+                        .any(|l| l.contains(&format!("prolog job={job} "))
+                            && l.contains("cannot save")),
+                    "state {fault}: the prolog does not say it could not save its snapshot:\n{log}"
+                );
                 assert_eq!(
                     saved_state(&tb, "n4"),
                     before,
