@@ -277,7 +277,7 @@ fn faulty_probe(tb: &Testbed, mode_file: &Path) -> PathBuf {
     let real = tb.dir.join("bin/fabric-check");
     let path = tb.dir.join("bin/faulty-fabric-check");
     let script = format!(
-        "#!/bin/sh\nif [ \"$1\" = probe ]; then\n  case $(cat {mode}) in\n    hang) sleep {HANG_S} ;;\n    crash) kill -SEGV $$ ;;\n  esac\nfi\nexec {real} \"$@\"\n",
+        "#!/bin/sh\nif [ \"$1\" = probe ]; then\n  case $(cat {mode}) in\n    hang) sleep {HANG_S} ;;\n    crash) ulimit -c 0; kill -SEGV $$ ;;\n  esac\nfi\nexec {real} \"$@\"\n",
         mode = mode_file.display(),
         real = real.display()
     );
