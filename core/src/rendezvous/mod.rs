@@ -85,6 +85,10 @@ pub const DEFAULT_WORKERS: usize = 8;
 pub const MAX_LOGGED_CHARS: usize = 160;
 /// The protocol version in the hello.
 pub const PROTOCOL_VERSION: u32 = 2;
+/// How many greetings (each a `munge` call) one node's address may get in a rendezvous.
+const GREETS_PER_NODE: usize = 8;
+/// The leader's poll interval while nothing happens, in milliseconds.
+const POLL_MS: u16 = 5;
 /// The longest pause between a follower's tries.
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
 /// Stack of a leader's worker thread (it parses JSON of at most a join line).
@@ -605,12 +609,7 @@ impl Conn {
         }
     }
 
-    fn read_line(
-        &mut self,
-        limit: usize,
-        deadline: Instant,
-        stop: Option<&AtomicBool>,
-    ) -> Result<Vec<u8>, ReadError> {
+    fn read_line(&mut self, limit: usize, deadline: Instant) -> Result<Vec<u8>, ReadError> {
         let mut chunk = [0u8; 4096];
         loop {
             if let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
@@ -621,9 +620,6 @@ impl Conn {
             }
             if self.pending.len() > limit {
                 return Err(ReadError::TooLong(limit));
-            }
-            if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-                return Err(ReadError::Stopped);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -648,15 +644,33 @@ impl Conn {
         }
     }
 
-    fn read_msg(
-        &mut self,
-        limit: usize,
-        deadline: Instant,
-        stop: Option<&AtomicBool>,
-    ) -> Result<Msg, String> {
-        let line = self
-            .read_line(limit, deadline, stop)
-            .map_err(|e| e.to_string())?;
+    /// What a non-blocking connection has sent so far: a complete line, `None` when there is
+    /// none yet, or why it is no good (too long, closed).
+    fn try_read_line(&mut self, limit: usize) -> Result<Option<Vec<u8>>, ReadError> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
+                let rest = self.pending.split_off(i + 1);
+                let mut line = std::mem::replace(&mut self.pending, rest);
+                line.pop();
+                return Ok(Some(line));
+            }
+            if self.pending.len() > limit {
+                return Err(ReadError::TooLong(limit));
+            }
+            let want = (limit + 1 - self.pending.len()).min(chunk.len());
+            match self.stream.read(&mut chunk[..want]) {
+                Ok(0) => return Err(ReadError::Closed),
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ReadError::Io(e)),
+            }
+        }
+    }
+
+    fn read_msg(&mut self, limit: usize, deadline: Instant) -> Result<Msg, String> {
+        let line = self.read_line(limit, deadline).map_err(|e| e.to_string())?;
         serde_json::from_slice(&line).map_err(|e| sanitise(&format!("malformed message: {e}")))
     }
 
@@ -770,7 +784,31 @@ struct Joined {
     conn: Conn,
 }
 
-/// What a worker hands back: the peer, and either a join or why it was turned away.
+/// A greeted connection: its challenge, and the join line once it has arrived.
+struct Greeted {
+    conn: Conn,
+    peer: SocketAddr,
+    challenge: String,
+    by: Instant,
+}
+
+/// Work for the leader's pool: CPU and MUNGE work only, never a wait for a peer.
+enum Job {
+    /// Sign and send the hello.
+    Greet(TcpStream, SocketAddr),
+    /// Check the join line that arrived on a greeted connection.
+    Check(Greeted, Vec<u8>),
+}
+
+/// What the pool hands back.
+enum Out {
+    /// The hello went out: wait (in the leader's poll loop) for the join.
+    Greeted(Greeted),
+    /// A verdict on a connection.
+    Done(Admitted),
+}
+
+/// The peer, and either a join or why it was turned away.
 type Admitted = (IpAddr, String, Result<Joined, String>);
 
 /// The leader's bookkeeping while followers join.
@@ -779,14 +817,21 @@ struct Tally {
     joined: Vec<Joined>,
     rejected: Vec<String>,
     nonces: HashSet<String>,
+    /// Connections from an address not yet decided (greeting, waiting for a join, checking).
     in_flight: HashMap<IpAddr, usize>,
+    /// Greetings an address may still get in this rendezvous (each costs a `munge`).
+    greets_left: HashMap<IpAddr, usize>,
 }
 
 impl Tally {
-    fn take(&mut self, (ip, peer, r): Admitted, deadline: Instant) {
+    fn settle(&mut self, ip: IpAddr) {
         if let Some(c) = self.in_flight.get_mut(&canonical(ip)) {
             *c = c.saturating_sub(1);
         }
+    }
+
+    fn take(&mut self, (ip, peer, r): Admitted, deadline: Instant) {
+        self.settle(ip);
         match r {
             Ok(mut j) if self.payloads[j.rank].is_some() => {
                 self.rejected
@@ -806,6 +851,27 @@ impl Tally {
     }
 }
 
+fn work(cfg: &RendezvousConfig, port: u16, job: Job, stop: &AtomicBool) -> Out {
+    if stop.load(Ordering::Relaxed) {
+        let peer = match &job {
+            Job::Greet(_, peer) => *peer,
+            Job::Check(g, _) => g.peer,
+        };
+        let e = ReadError::Stopped.to_string();
+        return Out::Done((peer.ip(), peer.to_string(), Err(e)));
+    }
+    match job {
+        Job::Greet(stream, peer) => match greet(cfg, port, stream, peer) {
+            Ok(g) => Out::Greeted(g),
+            Err(e) => Out::Done((peer.ip(), peer.to_string(), Err(e))),
+        },
+        Job::Check(g, line) => {
+            let (ip, name) = (g.peer.ip(), g.peer.to_string());
+            Out::Done((ip, name, check_join(cfg, g, &line)))
+        }
+    }
+}
+
 fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousError> {
     let start = Instant::now();
     let deadline = cfg.bounded(start, cfg.timeout);
@@ -819,7 +885,10 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
     let mut bound = None;
     let mut last_err = String::from("no port to try");
     for p in &ports {
-        match listen(unspecified, *p, admit_cap.min(4096)) {
+        // The kernel queues connections until the poll loop takes them: room for a burst of
+        // strangers on top of every follower, so that a follower's SYN is not dropped (and
+        // retried only a second later) while the leader is busy.
+        match listen(unspecified, *p, (admit_cap * 4).clamp(128, 4096)) {
             Ok(l) => {
                 bound = Some((l, *p));
                 break;
@@ -835,8 +904,9 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
         .set_nonblocking(true)
         .map_err(|e| RendezvousError::Io(e.to_string()))?;
 
-    // Connections are taken only from the job's nodes, at most as many at a time from one
-    // address as nodes have it, plus one.
+    // Connections are taken only from the job's nodes' addresses, at most as many undecided at
+    // a time from one address as the job has nodes there (a stranger on a node can cost that
+    // node its place, never another's), and at most N−1+ADMIT_MARGIN in all.
     let mut per_addr: HashMap<IpAddr, usize> = HashMap::new();
     for a in &cfg.addrs[1..] {
         *per_addr.entry(canonical(*a)).or_default() += 1;
@@ -847,17 +917,21 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
         rejected: Vec::new(),
         nonces: HashSet::new(),
         in_flight: HashMap::new(),
+        greets_left: per_addr
+            .iter()
+            .map(|(ip, k)| (*ip, k * GREETS_PER_NODE))
+            .collect(),
     };
     tally.payloads[0] = Some(payload.clone());
-    let stop = AtomicBool::new(false);
-    let (work_tx, work_rx) = mpsc::sync_channel::<(TcpStream, SocketAddr)>(admit_cap);
+    let (work_tx, work_rx) = mpsc::channel::<Job>();
     let work_rx = Mutex::new(work_rx);
+    let stop = AtomicBool::new(false);
 
     std::thread::scope(|scope| {
-        let (done_tx, done_rx) = mpsc::channel::<Admitted>();
+        let (out_tx, out_rx) = mpsc::channel::<Out>();
         let mut workers = 0;
         for i in 0..cfg.workers.clamp(1, n.max(2) - 1) {
-            let done_tx = done_tx.clone();
+            let out_tx = out_tx.clone();
             let (work_rx, stop) = (&work_rx, &stop);
             let spawned = std::thread::Builder::new()
                 .name(format!("rdv-admit-{i}"))
@@ -869,12 +943,8 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                             .lock()
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
                             .recv();
-                        let Ok((stream, peer)) = next else { break };
-                        if stop.load(Ordering::Relaxed) {
-                            continue;
-                        }
-                        let r = admit(cfg, port, stream, deadline, stop);
-                        if done_tx.send((peer.ip(), peer.to_string(), r)).is_err() {
+                        let Ok(job) = next else { break };
+                        if out_tx.send(work(cfg, port, job, stop)).is_err() {
                             break;
                         }
                     }
@@ -882,7 +952,7 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
             match spawned {
                 Ok(_) => workers += 1,
                 Err(e) => {
-                    // Fewer workers (none at worst: then the leader admits inline) instead of a
+                    // Fewer workers (none at worst: then the leader works inline) instead of a
                     // panic when the system is out of threads.
                     tally
                         .rejected
@@ -891,60 +961,129 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                 }
             }
         }
-        drop(done_tx);
+        drop(out_tx);
+        let dispatch = |job: Job, tally: &mut Tally, waiting: &mut Vec<Greeted>| {
+            let out = if workers == 0 {
+                work(cfg, port, job, &stop)
+            } else {
+                match work_tx.send(job) {
+                    Ok(()) => return,
+                    Err(mpsc::SendError(job)) => work(cfg, port, job, &stop),
+                }
+            };
+            match out {
+                Out::Greeted(g) => waiting.push(g),
+                Out::Done(a) => tally.take(a, deadline),
+            }
+        };
+        let mut waiting: Vec<Greeted> = Vec::new();
+        let mut undecided = 0usize;
         while tally.payloads.iter().any(Option::is_none) && Instant::now() < deadline {
-            let mut busy = false;
-            loop {
-                match listener.accept() {
-                    Ok((stream, peer)) => {
-                        busy = true;
-                        let ip = canonical(peer.ip());
-                        let Some(allowed) = per_addr.get(&ip).copied() else {
-                            tally
-                                .rejected
-                                .push(format!("{peer}: not an address of this job's nodes"));
-                            continue;
-                        };
-                        let now = tally.in_flight.get(&ip).copied().unwrap_or(0);
-                        if now > allowed {
-                            tally.rejected.push(format!(
-                                "{peer}: more connections at once than that address has nodes"
-                            ));
-                            continue;
-                        }
-                        if workers == 0 {
+            // Sleep until a connection arrives or a greeted one has something to read.
+            let ready: Vec<bool> = {
+                use std::os::fd::AsFd;
+                let mut fds = Vec::with_capacity(waiting.len() + 1);
+                fds.push(nix::poll::PollFd::new(
+                    listener.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                ));
+                for g in &waiting {
+                    fds.push(nix::poll::PollFd::new(
+                        g.conn.stream.as_fd(),
+                        nix::poll::PollFlags::POLLIN,
+                    ));
+                }
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(POLL_MS));
+                fds.iter()
+                    .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                    .collect()
+            };
+            if ready[0] {
+                loop {
+                    match listener.accept() {
+                        Ok((stream, peer)) => {
+                            let ip = canonical(peer.ip());
+                            let Some(allowed) = per_addr.get(&ip).copied() else {
+                                tally
+                                    .rejected
+                                    .push(format!("{peer}: not an address of this job's nodes"));
+                                continue;
+                            };
+                            let now = tally.in_flight.get(&ip).copied().unwrap_or(0);
+                            let greets = tally.greets_left.entry(ip).or_default();
+                            let refused = if now >= allowed {
+                                Some("more connections at once than that address has nodes")
+                            } else if *greets == 0 {
+                                Some("too many connections from that address")
+                            } else if undecided >= admit_cap {
+                                Some("too many connections waiting")
+                            } else {
+                                None
+                            };
+                            if let Some(why) = refused {
+                                tally.rejected.push(format!("{peer}: {why}"));
+                                continue;
+                            }
+                            *greets -= 1;
                             *tally.in_flight.entry(ip).or_default() += 1;
-                            let r = admit(cfg, port, stream, deadline, &stop);
-                            tally.take((ip, peer.to_string(), r), deadline);
-                            continue;
+                            undecided += 1;
+                            dispatch(Job::Greet(stream, peer), &mut tally, &mut waiting);
                         }
-                        match work_tx.try_send((stream, peer)) {
-                            Ok(()) => *tally.in_flight.entry(ip).or_default() += 1,
-                            Err(_) => tally
-                                .rejected
-                                .push(format!("{peer}: more than {admit_cap} connections waiting")),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => {
+                            // Out of descriptors or similar: say so, try again on the next pass.
+                            tally.rejected.push(format!("accept: {e}"));
+                            break;
                         }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        // Out of descriptors or similar: say so, try again on the next pass.
-                        tally.rejected.push(format!("accept: {e}"));
-                        break;
                     }
                 }
             }
-            while let Ok(a) = done_rx.try_recv() {
-                busy = true;
-                tally.take(a, deadline);
+            // Read what greeted connections sent; a complete join goes to the pool.
+            let now = Instant::now();
+            let mut still = Vec::with_capacity(waiting.len());
+            // Connections greeted since the poll come last and were not polled.
+            for (i, mut g) in std::mem::take(&mut waiting).into_iter().enumerate() {
+                let readable = ready.get(i + 1).copied().unwrap_or(false);
+                let got = if readable {
+                    g.conn.try_read_line(MAX_JOIN_BYTES)
+                } else {
+                    Ok(None)
+                };
+                match got {
+                    Ok(Some(line)) => dispatch(Job::Check(g, line), &mut tally, &mut still),
+                    Ok(None) if now < g.by => still.push(g),
+                    Ok(None) => {
+                        let e = ReadError::Timeout.to_string();
+                        g.conn.reject(&e, deadline);
+                        tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
+                    }
+                    Err(e) => {
+                        let e = e.to_string();
+                        g.conn.reject(&e, deadline);
+                        tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
+                    }
+                }
             }
-            if !busy {
-                std::thread::sleep(Duration::from_millis(1));
+            waiting = still;
+            while let Ok(out) = out_rx.try_recv() {
+                match out {
+                    Out::Greeted(g) => waiting.push(g),
+                    Out::Done(a) => tally.take(a, deadline),
+                }
             }
+            undecided = tally.in_flight.values().sum();
         }
         drop(listener);
-        // Workers still reading a stranger give up at their next slice.
+        drop(waiting);
+        // Workers finish what they hold (MUNGE calls, bounded by its timeout), skip what is
+        // queued, and stop.
         stop.store(true, Ordering::Relaxed);
         drop(work_tx);
+        while let Ok(out) = out_rx.recv() {
+            if let Out::Done(a) = out {
+                tally.take(a, deadline);
+            }
+        }
     });
     let Tally {
         payloads,
@@ -1040,16 +1179,14 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Runs on a leader's worker: greet with the leader's credential, read the join (bounded in size
-/// and by one deadline for the connection), check the follower's credential.
-fn admit(
+/// On a leader's worker: sign the hello for this connection and send it.
+fn greet(
     cfg: &RendezvousConfig,
     port: u16,
     stream: TcpStream,
-    deadline: Instant,
-    stop: &AtomicBool,
-) -> Result<Joined, String> {
-    let conn_deadline = deadline.min(Instant::now() + cfg.conn_budget());
+    peer: SocketAddr,
+) -> Result<Greeted, String> {
+    let by = Instant::now() + cfg.conn_budget();
     let mut conn = Conn::new(stream);
     let challenge = random_hex().map_err(|e| e.to_string())?;
     let hello = HelloClaim {
@@ -1072,22 +1209,44 @@ fn admit(
             challenge: challenge.clone(),
             credential,
         },
-        conn_deadline,
+        by,
     )?;
-    let credential = match conn.read_msg(MAX_JOIN_BYTES, conn_deadline, Some(stop)) {
+    conn.stream
+        .set_nonblocking(true)
+        .map_err(|e| e.to_string())?;
+    Ok(Greeted {
+        conn,
+        peer,
+        challenge,
+        by,
+    })
+}
+
+/// On a leader's worker: check the follower's join (its credential, job, challenge and rank).
+fn check_join(cfg: &RendezvousConfig, g: Greeted, line: &[u8]) -> Result<Joined, String> {
+    let Greeted {
+        mut conn,
+        challenge,
+        by,
+        ..
+    } = g;
+    let _ = conn.stream.set_nonblocking(false);
+    let by = by.max(Instant::now() + SLICE);
+    let credential = match serde_json::from_slice::<Msg>(line) {
         Ok(Msg::Join { credential }) => credential,
         Ok(_) => {
-            conn.reject("expected a join message", conn_deadline);
+            conn.reject("expected a join message", by);
             return Err("sent something other than a join".into());
         }
         Err(e) => {
-            conn.reject(&e, conn_deadline);
+            let e = sanitise(&format!("malformed message: {e}"));
+            conn.reject(&e, by);
             return Err(e);
         }
     };
     let mut refuse = |reason: String| {
         let reason = sanitise(&reason);
-        conn.reject(&reason, conn_deadline);
+        conn.reject(&reason, by);
         Err(reason)
     };
     let decoded = match cfg.munge.decode(&credential) {
@@ -1213,14 +1372,24 @@ fn follow(
             let mut conn = Conn::new(stream);
             // Nothing is sent before the leader has proven itself.
             let challenge = match conn
-                .read_msg(MAX_HELLO_BYTES, conn_deadline, None)
+                .read_msg(MAX_HELLO_BYTES, conn_deadline)
                 .and_then(|m| check_hello(cfg, *port, m))
             {
                 Ok(c) => c,
                 Err(e) => {
-                    // What a listener said matters more than the ports where none listened.
+                    // What a listener said matters more than the ports where none listened;
+                    // the first few different complaints are kept.
+                    let seen = format!("port {port}: the listener {}", sanitise(&e));
+                    if !found_listener {
+                        last.clear();
+                    }
                     found_listener = true;
-                    last = format!("port {port}: the listener {}", sanitise(&e));
+                    if !last.contains(&seen) && last.matches("; ").count() < 2 {
+                        if !last.is_empty() {
+                            last.push_str("; ");
+                        }
+                        last.push_str(&seen);
+                    }
                     continue;
                 }
             };
@@ -1239,16 +1408,15 @@ fn follow(
             conn.write_msg(&Msg::Join { credential }, conn_deadline)
                 .map_err(RendezvousError::Io)?;
             let answer_by = cfg.bounded(Instant::now(), cfg.timeout + cfg.grace());
-            let answer =
-                match conn.read_line(done_limit(cfg.nodes.len(), cfg.share), answer_by, None) {
-                    Ok(line) => line,
-                    Err(ReadError::Timeout) => {
-                        return Err(RendezvousError::Timeout(
-                            "waiting for the leader's answer".into(),
-                        ));
-                    }
-                    Err(e) => return Err(RendezvousError::Io(format!("the leader {e}"))),
-                };
+            let answer = match conn.read_line(done_limit(cfg.nodes.len(), cfg.share), answer_by) {
+                Ok(line) => line,
+                Err(ReadError::Timeout) => {
+                    return Err(RendezvousError::Timeout(
+                        "waiting for the leader's answer".into(),
+                    ));
+                }
+                Err(e) => return Err(RendezvousError::Io(format!("the leader {e}"))),
+            };
             return match serde_json::from_slice::<Msg>(&answer) {
                 Ok(Msg::Reject { reason }) => Err(RendezvousError::Rejected(sanitise(&reason))),
                 Ok(Msg::Done { credential }) => {
@@ -1388,6 +1556,115 @@ mod tests {
         assert_eq!(g.payloads, vec![Some(json!({"x": 1}))]);
         assert!(g.missing.is_empty());
         assert!(t.elapsed() < c.timeout);
+    }
+
+    /// A resolver that never answers in time (a DNS server that drops queries).
+    #[derive(Clone)]
+    struct Hangs;
+
+    impl Resolve for Hangs {
+        fn resolve(&self, _node: &str) -> Result<IpAddr, String> {
+            std::thread::sleep(Duration::from_secs(30));
+            Err("too late".into())
+        }
+    }
+
+    #[test]
+    fn name_resolution_that_hangs_is_given_up_at_its_deadline_naming_the_node() {
+        let map = MapResolver {
+            map: [("a".to_string(), IpAddr::from([127, 0, 0, 1]))].into(),
+            fallback: Some(Hangs),
+        };
+        let t = Instant::now();
+        let err = RendezvousConfig::new_within(
+            vec!["a".into(), "b".into()],
+            &map,
+            1,
+            Munge::default(),
+            vec![0],
+            t + Duration::from_millis(200),
+        )
+        .unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(
+            matches!(err, RendezvousError::Resolve { ref node, ref reason }
+                if node == "b" && reason.contains("deadline")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn names_in_the_map_do_not_wait_for_the_fallback() {
+        let map = MapResolver {
+            map: [("a".to_string(), IpAddr::from([127, 0, 0, 1]))].into(),
+            fallback: Some(Hangs),
+        };
+        let t = Instant::now();
+        let c =
+            RendezvousConfig::new(vec!["a".into()], &map, 1, Munge::default(), vec![0]).unwrap();
+        assert_eq!(c.addrs, vec![IpAddr::from([127, 0, 0, 1])]);
+        assert!(t.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn peer_text_loses_its_control_characters_and_is_cut_for_the_log() {
+        assert_eq!(
+            sanitise("ok\nFAKE: drained\x1b[2J\0"),
+            "ok?FAKE: drained?[2J?"
+        );
+        let long = "x".repeat(10_000);
+        let s = sanitise(&long);
+        assert_eq!(s.chars().count(), MAX_LOGGED_CHARS + 1);
+        assert!(s.ends_with('…'));
+        assert_eq!(sanitise("n[1-4] é"), "n[1-4] é");
+    }
+
+    #[test]
+    fn a_line_longer_than_its_limit_is_refused_before_it_is_all_read() {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let addr = l.local_addr().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let _ = s.write_all(&vec![b'x'; 1 << 20]);
+        });
+        let (s, _) = l.accept().unwrap();
+        let mut c = Conn::new(s);
+        let err = c
+            .read_line(1024, Instant::now() + Duration::from_secs(5))
+            .unwrap_err();
+        assert!(matches!(err, ReadError::TooLong(1024)), "{err}");
+        assert!(c.pending.len() <= 1025, "buffered {}", c.pending.len());
+        drop(c);
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn one_deadline_bounds_a_whole_line_however_the_bytes_drip() {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let addr = l.local_addr().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            for _ in 0..40 {
+                if s.write_all(b"x").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+        });
+        let (s, _) = l.accept().unwrap();
+        let mut c = Conn::new(s);
+        let t = Instant::now();
+        let err = c
+            .read_line(1024, t + Duration::from_millis(300))
+            .unwrap_err();
+        assert!(matches!(err, ReadError::Timeout), "{err}");
+        assert!(
+            t.elapsed() < Duration::from_millis(600),
+            "{:?}",
+            t.elapsed()
+        );
+        drop(c);
+        writer.join().unwrap();
     }
 
     #[test]
