@@ -37,7 +37,7 @@ fn connect_from(from: Ipv4Addr, port: u16) -> Option<TcpStream> {
     let fd = socket(AddressFamily::INET, SocketType::STREAM, None).ok()?;
     bind(&fd, &SocketAddr::new(IpAddr::V4(from), 0)).ok()?;
     connect(&fd, &SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)).ok()?;
-    Some(TcpStream::from(std::os::fd::OwnedFd::from(fd)))
+    Some(TcpStream::from(fd))
 }
 
 fn wait_for_listener(port: u16) {

@@ -23,10 +23,12 @@
 //!    the job id, the challenge of *this* connection, and the node name for that rank all match,
 //!    and the rank has not joined yet. Anything else gets `{"type":"reject","reason":..}`; a
 //!    rejected stranger does not count as the participant it claimed to be.
-//! 4. When every rank has joined, or at the deadline, the leader answers each joined follower with
-//!    `{"type":"done","credential":C}`, C binding the follower's nonce, the job id, the names of
-//!    missing participants and (with [`Share::All`]) every participant's payload. Followers check
-//!    the leader's credential the same way.
+//! 4. When every rank has joined, or at the deadline, the leader answers each joined follower.
+//!    With [`Share::All`]: `{"type":"done","credential":C}`, C binding the follower's nonce, the
+//!    job id, the names of missing participants and every participant's payload; followers check
+//!    it the same way. With [`Share::Ack`] (the prolog and epilog, whose followers act on nothing
+//!    in the answer): `{"type":"ack","job_id":J,"missing":[..]}`, unsigned, which saves the
+//!    leader one `munge` per follower.
 //!
 //! Every credential is encoded with `munge --restrict-uid` ([`RendezvousConfig::restrict_uid`],
 //! by default our own effective UID: root in the prolog, the job's user in a collective), so one
@@ -37,12 +39,14 @@
 //! The leader takes connections only from the job's node addresses, at most one more at a time
 //! from an address than the job has nodes there, and at most N−1+[`ADMIT_MARGIN`] waiting in
 //! all; the rest are closed at once. A fixed pool of [`RendezvousConfig::workers`] threads
-//! (small stacks; a failed `spawn` means fewer workers, never a panic) greets connections, reads
-//! the join and runs `unmunge`. A join line may have [`MAX_JOIN_BYTES`], a hello
-//! [`MAX_HELLO_BYTES`]; longer ones are refused without being buffered. Each connection has one
-//! deadline for all its reads and writes together ([`RendezvousConfig::conn_budget`], within the
-//! rendezvous's own), so a peer that drips a byte at a time holds a worker, or a follower, no
-//! longer than that. Strings a peer sent are passed through [`sanitise`] before they reach a log.
+//! (small stacks; a failed `spawn` means fewer workers, never a panic) does only MUNGE work:
+//! sign a hello, check a join. Waiting for a follower's join is done by the leader's own poll
+//! loop, so a peer that says nothing, or drips a byte at a time, holds a descriptor and its
+//! address's place until the rendezvous's deadline, never a thread. A join line may have
+//! [`MAX_JOIN_BYTES`], a hello [`MAX_HELLO_BYTES`]; longer ones are refused without being
+//! buffered. A follower waits for a listener's hello at most [`RendezvousConfig::conn_budget`]
+//! (one deadline for all reads of that line), then tries the next port. Strings a peer sent pass
+//! through [`sanitise`] before they reach a log.
 //!
 //! # Waits and threads
 //!
@@ -136,7 +140,7 @@ pub enum RendezvousError {
         /// The ports tried.
         ports: Vec<u16>,
         /// The limit.
-        timeout_ms: u128,
+        timeout_ms: u64,
         /// What the last try found (sanitised).
         last: String,
     },
@@ -417,10 +421,10 @@ impl RendezvousConfig {
         (self.timeout / 2).max(Duration::from_secs(1))
     }
 
-    /// The one deadline of a connection, for its reads and writes together: a third of
-    /// `timeout`, between half a second and three seconds.
+    /// How long a follower waits for a listener's hello (one deadline for all its reads):
+    /// half of `timeout`, at least half a second; then it tries the next port.
     pub fn conn_budget(&self) -> Duration {
-        (self.timeout / 3).clamp(Duration::from_millis(500), Duration::from_secs(3))
+        (self.timeout / 2).max(Duration::from_millis(500))
     }
 
     /// `start + d`, never past [`RendezvousConfig::hard_deadline`].
@@ -475,6 +479,12 @@ enum Msg {
     },
     Done {
         credential: String,
+    },
+    /// The answer with [`Share::Ack`]: nothing a follower acts on, so not signed (a `munge` per
+    /// follower saved on the leader).
+    Ack {
+        job_id: u64,
+        missing: Vec<String>,
     },
 }
 
@@ -733,7 +743,7 @@ fn listen(ip: IpAddr, port: u16, backlog: usize) -> std::io::Result<TcpListener>
     sockopt::set_socket_reuseaddr(&fd, true)?;
     bind(&fd, &SocketAddr::new(ip, port))?;
     rustix::net::listen(&fd, i32::try_from(backlog).unwrap_or(i32::MAX))?;
-    Ok(TcpListener::from(std::os::fd::OwnedFd::from(fd)))
+    Ok(TcpListener::from(fd))
 }
 
 /// Connects to `to` within `limit`, from `from` when that address is ours (so the leader sees
@@ -774,7 +784,7 @@ fn connect_from(from: IpAddr, to: SocketAddr, limit: Duration) -> std::io::Resul
         }
         Err(e) => return Err(e.into()),
     }
-    Ok(TcpStream::from(std::os::fd::OwnedFd::from(fd)))
+    Ok(TcpStream::from(fd))
 }
 
 struct Joined {
@@ -851,7 +861,7 @@ impl Tally {
     }
 }
 
-fn work(cfg: &RendezvousConfig, port: u16, job: Job, stop: &AtomicBool) -> Out {
+fn work(cfg: &RendezvousConfig, port: u16, job: Job, stop: &AtomicBool, deadline: Instant) -> Out {
     if stop.load(Ordering::Relaxed) {
         let peer = match &job {
             Job::Greet(_, peer) => *peer,
@@ -861,7 +871,7 @@ fn work(cfg: &RendezvousConfig, port: u16, job: Job, stop: &AtomicBool) -> Out {
         return Out::Done((peer.ip(), peer.to_string(), Err(e)));
     }
     match job {
-        Job::Greet(stream, peer) => match greet(cfg, port, stream, peer) {
+        Job::Greet(stream, peer) => match greet(cfg, port, stream, peer, deadline) {
             Ok(g) => Out::Greeted(g),
             Err(e) => Out::Done((peer.ip(), peer.to_string(), Err(e))),
         },
@@ -944,7 +954,7 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                             .unwrap_or_else(std::sync::PoisonError::into_inner)
                             .recv();
                         let Ok(job) = next else { break };
-                        if out_tx.send(work(cfg, port, job, stop)).is_err() {
+                        if out_tx.send(work(cfg, port, job, stop, deadline)).is_err() {
                             break;
                         }
                     }
@@ -964,11 +974,11 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
         drop(out_tx);
         let dispatch = |job: Job, tally: &mut Tally, waiting: &mut Vec<Greeted>| {
             let out = if workers == 0 {
-                work(cfg, port, job, &stop)
+                work(cfg, port, job, &stop, deadline)
             } else {
                 match work_tx.send(job) {
                     Ok(()) => return,
-                    Err(mpsc::SendError(job)) => work(cfg, port, job, &stop),
+                    Err(mpsc::SendError(job)) => work(cfg, port, job, &stop, deadline),
                 }
             };
             match out {
@@ -1074,7 +1084,12 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
             undecided = tally.in_flight.values().sum();
         }
         drop(listener);
-        drop(waiting);
+        for g in waiting {
+            tally.settle(g.peer.ip());
+            tally
+                .rejected
+                .push(format!("{}: no join before the deadline", g.peer));
+        }
         // Workers finish what they hold (MUNGE calls, bounded by its timeout), skip what is
         // queued, and stop.
         stop.store(true, Ordering::Relaxed);
@@ -1118,6 +1133,15 @@ fn answer_all(
     shared: Option<&Vec<Option<Value>>>,
 ) -> Result<(), RendezvousError> {
     let answer = |mut j: Joined| -> Result<(), RendezvousError> {
+        let by = cfg.bounded(Instant::now(), Duration::from_secs(1));
+        if shared.is_none() {
+            let ack = Msg::Ack {
+                job_id: cfg.job_id,
+                missing: missing.to_vec(),
+            };
+            let _ = j.conn.write_msg(&ack, by);
+            return Ok(());
+        }
         let claim = DoneClaim {
             purpose: DONE_PURPOSE.into(),
             job_id: cfg.job_id,
@@ -1128,7 +1152,6 @@ fn answer_all(
         let bytes = serde_json::to_vec(&claim).map_err(|e| RendezvousError::Io(e.to_string()))?;
         let credential = cfg.munge.encode_for(&bytes, cfg.restrict_uid)?;
         // A follower that vanished meanwhile is its own problem; the others still get answers.
-        let by = cfg.bounded(Instant::now(), Duration::from_secs(1));
         let _ = j.conn.write_msg(&Msg::Done { credential }, by);
         Ok(())
     };
@@ -1185,8 +1208,11 @@ fn greet(
     port: u16,
     stream: TcpStream,
     peer: SocketAddr,
+    deadline: Instant,
 ) -> Result<Greeted, String> {
-    let by = Instant::now() + cfg.conn_budget();
+    // A greeted peer costs a descriptor and its address's place, no thread: it may take until
+    // the rendezvous's deadline (a follower slowed by a loaded node is not cut off).
+    let by = deadline;
     let mut conn = Conn::new(stream);
     let challenge = random_hex().map_err(|e| e.to_string())?;
     let hello = HelloClaim {
@@ -1405,7 +1431,8 @@ fn follow(
             let bytes =
                 serde_json::to_vec(&claim).map_err(|e| RendezvousError::Io(e.to_string()))?;
             let credential = cfg.munge.encode_for(&bytes, cfg.restrict_uid)?;
-            conn.write_msg(&Msg::Join { credential }, conn_deadline)
+            // The leader is authenticated: from here on only the rendezvous's deadline counts.
+            conn.write_msg(&Msg::Join { credential }, deadline)
                 .map_err(RendezvousError::Io)?;
             let answer_by = cfg.bounded(Instant::now(), cfg.timeout + cfg.grace());
             let answer = match conn.read_line(done_limit(cfg.nodes.len(), cfg.share), answer_by) {
@@ -1422,6 +1449,23 @@ fn follow(
                 Ok(Msg::Done { credential }) => {
                     accept_done(cfg, my_rank, *port, &nonce, payload, &credential)
                 }
+                Ok(Msg::Ack { job_id, missing })
+                    if cfg.share == Share::Ack && job_id == cfg.job_id =>
+                {
+                    let mut payloads = vec![None; cfg.nodes.len()];
+                    payloads[my_rank] = Some(payload.clone());
+                    Ok(Gathered {
+                        my_rank,
+                        port: *port,
+                        payloads,
+                        missing: missing
+                            .iter()
+                            .take(cfg.nodes.len())
+                            .map(|m| sanitise(m))
+                            .collect(),
+                        rejected: Vec::new(),
+                    })
+                }
                 _ => Err(RendezvousError::BadLeader(
                     "answered with an unexpected message".into(),
                 )),
@@ -1433,7 +1477,7 @@ fn follow(
                 leader: cfg.nodes[0].clone(),
                 addr: leader,
                 ports,
-                timeout_ms: cfg.timeout.as_millis(),
+                timeout_ms: u64::try_from(cfg.timeout.as_millis()).unwrap_or(u64::MAX),
                 last,
             });
         }
