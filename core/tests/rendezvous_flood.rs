@@ -35,6 +35,7 @@ fn threads_and_rss_kib() -> (u64, u64) {
 fn connect_from(from: Ipv4Addr, port: u16) -> Option<TcpStream> {
     use rustix::net::{AddressFamily, SocketType, bind, connect, socket};
     let fd = socket(AddressFamily::INET, SocketType::STREAM, None).ok()?;
+    rustix::net::sockopt::set_socket_reuseaddr(&fd, true).ok()?;
     bind(&fd, &SocketAddr::new(IpAddr::V4(from), 0)).ok()?;
     connect(&fd, &SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)).ok()?;
     Some(TcpStream::from(fd))

@@ -38,7 +38,8 @@ fn config(munged: &Munged, nodes: usize, job_id: u64, base: u16) -> RendezvousCo
         vec![me],
     )
     .unwrap();
-    cfg.base_port = base;
+    // The first port is `base` itself: each test keeps to its own window of ports.
+    cfg.base_port = base - (job_id % 1000) as u16;
     cfg.timeout = Duration::from_millis(1500);
     cfg
 }

@@ -761,6 +761,8 @@ fn connect_from(from: IpAddr, to: SocketAddr, limit: Duration) -> std::io::Resul
         SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
         None,
     )?;
+    // A bound client socket must not keep a listener (ours or another job's) off its port.
+    let _ = rustix::net::sockopt::set_socket_reuseaddr(&fd, true);
     if from.is_ipv4() == to.is_ipv4() && !from.is_unspecified() {
         // Not our address (a name that resolves elsewhere, NAT): connect from the default one.
         let _ = bind(&fd, &SocketAddr::new(from, 0));
