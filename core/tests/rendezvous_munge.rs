@@ -354,7 +354,7 @@ fn a_squatter_on_the_leaders_port_is_sent_nothing_and_followers_reach_the_real_l
     let seen = received.clone();
     // It says hello as a leader of this job would, but cannot sign it (an unsigned hello of the
     // first protocol, then a made-up credential), and counts every byte it is sent.
-    let squatter = squat(port, Duration::from_secs(3), move |mut s| {
+    let squatter = squat(port, Duration::from_secs(2), move |mut s| {
         let hello = json!({"type":"hello","v":2,"job_id":1201,"leader":"n1",
             "challenge":"00112233445566778899aabbccddeeff","credential":"MUNGE:forged:"});
         let _ = writeln!(s, "{hello}");
@@ -424,7 +424,7 @@ fn a_follower_without_a_real_leader_gives_up_at_its_deadline_even_when_a_listene
     let Some(m) = Munged::start() else { return };
     let mut cfg = config(&m, 2, 1203, base());
     cfg.port_span = 1;
-    let dripper = squat(cfg.ports()[0], Duration::from_secs(3), |mut s| {
+    let dripper = squat(cfg.ports()[0], Duration::from_secs(2), |mut s| {
         for _ in 0..80 {
             if s.write_all(b" ").is_err() {
                 return;
