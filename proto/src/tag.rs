@@ -349,10 +349,10 @@ pub const MAX_NOTE_BYTES: usize = 200;
 
 /// The names a key of `nodes` stands for (itself unless it is a hostlist).
 fn names_of(key: &str) -> Vec<String> {
-    if key.contains('[') {
-        if let Ok(names) = Hostlist::parse(key).and_then(|h| h.expand()) {
-            return names;
-        }
+    if key.contains('[')
+        && let Ok(names) = Hostlist::parse(key).and_then(|h| h.expand())
+    {
+        return names;
     }
     vec![key.to_owned()]
 }
