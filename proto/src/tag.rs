@@ -634,6 +634,11 @@ mod tests {
             "fabric-check/v1",
             "x fabric-check/v1 {broken",
             "fabric-check/v1 fabric-check/v1",
+            "fabric-check/v1 b32:",
+            "fabric-check/v1 b32:zz\u{e9} fabric-check/v1 {",
+            "fabric-check/v1 {`a` \u{fc}} x",
+            "fabric-check/v1 {[}]\u{fc}",
+            "fabric-check/v1 b32:mzxw6=== tail",
         ] {
             let spliced = splice(comment, &tag);
             let back = extract(&spliced)
