@@ -483,12 +483,42 @@ mod tests {
     fn stand_in(body: &str) -> tempfile::TempDir {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        for tool in ["scontrol", "sinfo"] {
+        for tool in ["scontrol", "sinfo", "squeue", "sacct"] {
             let path = dir.path().join(tool);
             std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         dir
+    }
+
+    #[test]
+    fn on_22_05_the_comment_comes_from_squeue_json_and_from_sacct_once_the_job_is_gone() {
+        // scontrol refuses --json as 22.05's does; squeue lists jobs 7 and 8_3; sacct knows 12.
+        let dir = stand_in(
+            r#"case "$0" in
+  */scontrol) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+  */squeue) echo '{"jobs":[{"job_id":7,"admin_comment":"JS1:Ab","array_job_id":0,"het_job_id":0},{"job_id":8,"admin_comment":"","array_job_id":8,"array_task_id":3,"het_job_id":0}]}' ;;
+  */sacct) echo '11|2_1|x'; echo '12|2_2|JS1:b fabric-check/v1 {}' ;;
+esac"#,
+        );
+        let cli = SlurmCli {
+            bin_dir: dir.path().to_owned(),
+            ..SlurmCli::default()
+        };
+        assert_eq!(
+            cli.admin_comment(7).unwrap(),
+            JobComment::plain(7, "JS1:Ab")
+        );
+        assert_eq!(cli.admin_comment(8).unwrap().job, "8_3");
+        let gone = cli.admin_comment(12).unwrap();
+        assert_eq!(
+            (gone.job.as_str(), gone.text.as_str()),
+            ("2_2", "JS1:b fabric-check/v1 {}")
+        );
+        assert!(matches!(
+            cli.admin_comment(13),
+            Err(SlurmError::Parse { .. })
+        ));
     }
 
     #[test]
