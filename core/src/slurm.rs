@@ -30,6 +30,11 @@ pub trait Slurm {
     /// Writes the `AdminComment` of a finished job, in the accounting database; `job` as
     /// [`JobComment::job`] names it.
     fn set_admin_comment_db(&self, job: &str, text: &str) -> Result<(), SlurmError>;
+    /// How finely `sinfo` tells when a reason was set (`%H`: whole seconds). The drain's settle
+    /// step waits one and a half of these (see `drain::settle_wait`).
+    fn reason_time_resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
 }
 
 /// A job's `AdminComment` and the name that reaches that job and no other.
