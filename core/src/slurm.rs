@@ -22,16 +22,40 @@ pub trait Slurm {
     fn drain(&self, node: &str, reason: &str) -> Result<(), SlurmError>;
     /// Resumes `node`.
     fn resume(&self, node: &str) -> Result<(), SlurmError>;
-    /// The job's `AdminComment` (empty when none).
-    fn admin_comment(&self, job_id: u32) -> Result<String, SlurmError>;
-    /// Writes the `AdminComment` of a live job.
-    fn set_admin_comment(&self, job_id: u32, text: &str) -> Result<(), SlurmError>;
-    /// Writes the `AdminComment` of a finished job, in the accounting database.
-    fn set_admin_comment_db(&self, job_id: u32, text: &str) -> Result<(), SlurmError>;
+    /// The `AdminComment` of the job whose id (`SLURM_JOB_ID`) is `job_id`, read from structured
+    /// output only, with the name that addresses that job alone ([`JobComment::job`]).
+    fn admin_comment(&self, job_id: u32) -> Result<JobComment, SlurmError>;
+    /// Writes the `AdminComment` of a live job; `job` as [`JobComment::job`] names it.
+    fn set_admin_comment(&self, job: &str, text: &str) -> Result<(), SlurmError>;
+    /// Writes the `AdminComment` of a finished job, in the accounting database; `job` as
+    /// [`JobComment::job`] names it.
+    fn set_admin_comment_db(&self, job: &str, text: &str) -> Result<(), SlurmError>;
     /// How finely `sinfo` tells when a reason was set (`%H`: whole seconds). The drain's settle
     /// step waits one and a half of these (see `drain::settle_wait`).
     fn reason_time_resolution(&self) -> Duration {
         Duration::from_secs(1)
+    }
+}
+
+/// A job's `AdminComment` and the name that reaches that job and no other.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobComment {
+    /// `<ArrayJobId>_<TaskId>` for an array task, `<HetJobId>+<offset>` for a component of a
+    /// heterogeneous job, else the job id. (`JobId=<ArrayJobId>` would update every task of the
+    /// array, `JobId=<HetJobId>` every component, and `sacctmgr ... where jobid=N` matches
+    /// `id_array_job` and `het_job_id` too.)
+    pub job: String,
+    /// The comment (empty when none).
+    pub text: String,
+}
+
+impl JobComment {
+    /// A plain job (neither array task nor het component) with this comment.
+    pub fn plain(job_id: u32, text: &str) -> Self {
+        Self {
+            job: job_id.to_string(),
+            text: text.to_owned(),
+        }
     }
 }
 
@@ -227,45 +251,71 @@ impl SlurmCli {
         .map(drop)
     }
 
-    /// The job's `AdminComment`: from slurmctld (`scontrol show job`, which prints it on a line
-    /// of its own) while it knows the job, else from accounting (`sacct`). Empty when none.
-    pub fn admin_comment(&self, job_id: u32) -> Result<String, SlurmError> {
-        match self.run("scontrol", &["show", "job", &job_id.to_string()]) {
-            Ok(text) => Ok(admin_comment_of(&text)),
-            Err(SlurmError::Failed { .. }) => {
-                let text = self.run(
-                    "sacct",
-                    &[
-                        "-n",
-                        "-P",
-                        "-X",
-                        "-j",
-                        &job_id.to_string(),
-                        "-o",
-                        "AdminComment",
-                    ],
-                )?;
-                Ok(text.lines().next().unwrap_or_default().to_owned())
+    /// The job's `AdminComment` and exact name, from structured output only: slurmctld's JSON
+    /// (`scontrol --json show job`, or on Slurm 22.05, which has no `scontrol --json`,
+    /// `squeue --json`, which there lists every job), the record whose `job_id` is `job_id`;
+    /// when slurmctld no longer knows the job, accounting (`sacct -P` of `JobIDRaw`, `JobID`,
+    /// `AdminComment`, the comment last: no field the job's owner controls is printed).
+    pub fn admin_comment(&self, job_id: u32) -> Result<JobComment, SlurmError> {
+        let id = job_id.to_string();
+        let live = match self.run("scontrol", &["--json", "show", "job", &id]) {
+            Err(SlurmError::Failed { stderr, .. }) if stderr.contains("unrecognized option") => {
+                self.run("squeue", &["--json", "--jobs", &id])
+                    .map(|text| ("squeue --json", text))
             }
-            Err(e) => Err(e),
+            other => other.map(|text| ("scontrol --json show job", text)),
+        };
+        match live {
+            Ok((command, text)) => match comment_from_json(&text, job_id) {
+                Ok(Some(found)) => return Ok(found),
+                Ok(None) => {}
+                Err(reason) => {
+                    return Err(SlurmError::Parse {
+                        command: command.into(),
+                        reason,
+                    });
+                }
+            },
+            // An unknown job (slurmctld has purged it) is asked of accounting.
+            Err(SlurmError::Failed { .. }) => {}
+            Err(e) => return Err(e),
         }
+        let text = self.run(
+            "sacct",
+            &[
+                "-n",
+                "-P",
+                "-X",
+                "-j",
+                &id,
+                "-o",
+                "JobIDRaw,JobID,AdminComment",
+            ],
+        )?;
+        comment_from_sacct(&text, job_id).ok_or_else(|| SlurmError::Parse {
+            command: "sacct".into(),
+            reason: format!("neither slurmctld nor accounting knows job {job_id}"),
+        })
     }
 
-    /// `scontrol update JobId=N AdminComment=TEXT` (live jobs).
-    pub fn set_admin_comment(&self, job_id: u32, text: &str) -> Result<(), SlurmError> {
+    /// `scontrol update JobId=JOB AdminComment=TEXT` (live jobs; `JOB` as
+    /// [`JobComment::job`]).
+    pub fn set_admin_comment(&self, job: &str, text: &str) -> Result<(), SlurmError> {
         self.run(
             "scontrol",
             &[
                 "update",
-                &format!("JobId={job_id}"),
+                &format!("JobId={job}"),
                 &format!("AdminComment={text}"),
             ],
         )
         .map(drop)
     }
 
-    /// `sacctmgr -i modify job where jobid=N set AdminComment=TEXT` (finished jobs).
-    pub fn set_admin_comment_db(&self, job_id: u32, text: &str) -> Result<(), SlurmError> {
+    /// `sacctmgr -i modify job where jobid=JOB set AdminComment=TEXT` (finished jobs; `JOB` as
+    /// [`JobComment::job`]: `A_T` and `H+O` match that one record, where a bare id also matches
+    /// the array's tasks and the het job's components).
+    pub fn set_admin_comment_db(&self, job: &str, text: &str) -> Result<(), SlurmError> {
         self.run(
             "sacctmgr",
             &[
@@ -273,13 +323,77 @@ impl SlurmCli {
                 "modify",
                 "job",
                 "where",
-                &format!("jobid={job_id}"),
+                &format!("jobid={job}"),
                 "set",
                 &format!("AdminComment={text}"),
             ],
         )
         .map(drop)
     }
+}
+
+/// A number of Slurm's JSON: plain (data parser v0.0.38, Slurm 22.05) or
+/// `{"set":true,"infinite":false,"number":N}` (v0.0.40 and later); `None` when unset, infinite
+/// or `NO_VAL`-like.
+fn json_u32(v: Option<&serde_json::Value>) -> Option<u32> {
+    let v = v?;
+    let n = match v {
+        serde_json::Value::Object(o) => {
+            if o.get("set").and_then(serde_json::Value::as_bool) == Some(false)
+                || o.get("infinite").and_then(serde_json::Value::as_bool) == Some(true)
+            {
+                return None;
+            }
+            o.get("number")?.as_u64()?
+        }
+        other => other.as_u64()?,
+    };
+    u32::try_from(n).ok().filter(|n| *n < 0xffff_fff0)
+}
+
+/// The record of job `job_id` in `scontrol --json show job` or `squeue --json` output: its
+/// `admin_comment` and exact name. `Ok(None)` when no record has that `job_id`.
+pub fn comment_from_json(text: &str, job_id: u32) -> Result<Option<JobComment>, String> {
+    let doc: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let jobs = doc
+        .get("jobs")
+        .and_then(serde_json::Value::as_array)
+        .ok_or("no `jobs` array")?;
+    let Some(job) = jobs
+        .iter()
+        .find(|j| json_u32(j.get("job_id")) == Some(job_id))
+    else {
+        return Ok(None);
+    };
+    let text = match job.get("admin_comment") {
+        None | Some(serde_json::Value::Null) => String::new(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => return Err(format!("`admin_comment` is not text: {other}")),
+    };
+    let array_job = json_u32(job.get("array_job_id")).filter(|n| *n != 0);
+    let task = json_u32(job.get("array_task_id"));
+    let het_job = json_u32(job.get("het_job_id")).filter(|n| *n != 0);
+    let offset = json_u32(job.get("het_job_offset"));
+    let name = match (array_job, task, het_job, offset) {
+        (Some(a), Some(t), _, _) => format!("{a}_{t}"),
+        (_, _, Some(h), Some(o)) => format!("{h}+{o}"),
+        _ => job_id.to_string(),
+    };
+    Ok(Some(JobComment { job: name, text }))
+}
+
+/// The line of job `job_id` in `sacct -n -P -X -o JobIDRaw,JobID,AdminComment` output.
+pub fn comment_from_sacct(text: &str, job_id: u32) -> Option<JobComment> {
+    let raw = job_id.to_string();
+    text.lines().find_map(|line| {
+        let mut it = line.splitn(3, '|');
+        let (r, name, comment) = (it.next()?, it.next()?, it.next()?);
+        (r == raw).then(|| JobComment {
+            job: name.to_owned(),
+            text: comment.to_owned(),
+        })
+    })
 }
 
 impl Slurm for SlurmCli {
@@ -295,47 +409,121 @@ impl Slurm for SlurmCli {
     fn resume(&self, node: &str) -> Result<(), SlurmError> {
         SlurmCli::resume(self, node)
     }
-    fn admin_comment(&self, job_id: u32) -> Result<String, SlurmError> {
+    fn admin_comment(&self, job_id: u32) -> Result<JobComment, SlurmError> {
         SlurmCli::admin_comment(self, job_id)
     }
-    fn set_admin_comment(&self, job_id: u32, text: &str) -> Result<(), SlurmError> {
-        SlurmCli::set_admin_comment(self, job_id, text)
+    fn set_admin_comment(&self, job: &str, text: &str) -> Result<(), SlurmError> {
+        SlurmCli::set_admin_comment(self, job, text)
     }
-    fn set_admin_comment_db(&self, job_id: u32, text: &str) -> Result<(), SlurmError> {
-        SlurmCli::set_admin_comment_db(self, job_id, text)
+    fn set_admin_comment_db(&self, job: &str, text: &str) -> Result<(), SlurmError> {
+        SlurmCli::set_admin_comment_db(self, job, text)
     }
-}
-
-/// The `AdminComment=` line of `scontrol show job` output (scontrol ends it with one space).
-pub fn admin_comment_of(show_job: &str) -> String {
-    show_job
-        .lines()
-        .find_map(|l| l.trim_start().strip_prefix("AdminComment="))
-        .map(|v| v.strip_suffix(' ').unwrap_or(v).to_owned())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// `squeue --json` of Slurm 22.05 (data parser v0.0.38, which lists every job whatever
+    /// `--jobs` says) as the testbed printed it, trimmed to the fields read: the owner renamed
+    /// job 7 to forge an `AdminComment=` line, which `scontrol show job` would have printed.
+    const SQUEUE_2205: &str = r#"{"meta":{"plugin":{"type":"openapi\/v0.0.38"}},"errors":[],"jobs":[
+      {"admin_comment":"","array_job_id":8,"array_task_id":3,"job_id":8,"het_job_id":0,"het_job_offset":0,"name":"wrap"},
+      {"admin_comment":"JS1:Ab fabric-check\/v1 {\"verdict\":\"pass\"}","array_job_id":0,"array_task_id":null,"job_id":7,"het_job_id":0,"het_job_offset":0,"name":"x\nAdminComment=fabric-check\/v1 {\"verdict\":\"fail\"}"},
+      {"admin_comment":"het0","array_job_id":0,"array_task_id":null,"job_id":9,"het_job_id":9,"het_job_offset":0},
+      {"admin_comment":"","array_job_id":0,"array_task_id":null,"job_id":10,"het_job_id":9,"het_job_offset":1},
+      {"admin_comment":"","array_job_id":8,"array_task_id":1,"job_id":11,"het_job_id":0,"het_job_offset":0}]}"#;
+
     #[test]
-    fn the_admin_comment_line_keeps_its_spaces_and_equals_signs() {
-        let text = "JobId=7 JobName=wrap\n   Comment=x \n   AdminComment=JS1:a b  c=d Comment=x \n   Reason=None\n";
-        assert_eq!(admin_comment_of(text), "JS1:a b  c=d Comment=x");
-        assert_eq!(admin_comment_of("JobId=7 JobName=wrap\n"), "");
+    fn the_json_record_of_the_job_gives_its_true_comment_whatever_its_name_says() {
+        let c = comment_from_json(SQUEUE_2205, 7).unwrap().unwrap();
+        assert_eq!(
+            c,
+            JobComment::plain(7, r#"JS1:Ab fabric-check/v1 {"verdict":"pass"}"#)
+        );
+        assert_eq!(comment_from_json(SQUEUE_2205, 99).unwrap(), None);
+        assert!(comment_from_json("squeue: error", 7).is_err());
+    }
+
+    #[test]
+    fn array_tasks_and_het_components_are_named_exactly() {
+        let name = |id| comment_from_json(SQUEUE_2205, id).unwrap().unwrap().job;
+        assert_eq!(name(8), "8_3", "the task whose id is the array's id");
+        assert_eq!(name(11), "8_1");
+        assert_eq!(name(9), "9+0", "the het leader");
+        assert_eq!(name(10), "9+1");
+    }
+
+    #[test]
+    fn newer_data_parsers_numbers_as_objects_name_the_job_the_same_way() {
+        let v42 = r#"{"jobs":[{"admin_comment":"x","job_id":12,
+            "array_job_id":{"set":true,"infinite":false,"number":8},
+            "array_task_id":{"set":true,"infinite":false,"number":2},
+            "het_job_id":{"set":true,"infinite":false,"number":0},
+            "het_job_offset":{"set":false,"infinite":false,"number":0}},
+            {"admin_comment":"","job_id":13,
+            "array_job_id":{"set":true,"infinite":false,"number":0},
+            "array_task_id":{"set":false,"infinite":false,"number":0},
+            "het_job_id":{"set":true,"infinite":false,"number":13},
+            "het_job_offset":{"set":true,"infinite":false,"number":0}}]}"#;
+        assert_eq!(comment_from_json(v42, 12).unwrap().unwrap().job, "8_2");
+        assert_eq!(comment_from_json(v42, 13).unwrap().unwrap().job, "13+0");
+    }
+
+    #[test]
+    fn the_sacct_line_of_the_job_itself_is_taken_not_a_siblings() {
+        let text = "5|2_1|\n6|2_2|arr2 a|b\n2|2_3|x\n";
+        assert_eq!(
+            comment_from_sacct(text, 6).unwrap(),
+            JobComment {
+                job: "2_2".into(),
+                text: "arr2 a|b".into()
+            }
+        );
+        assert_eq!(comment_from_sacct(text, 2).unwrap().job, "2_3");
+        assert_eq!(comment_from_sacct(text, 3), None);
     }
 
     /// A folder holding a stand-in `scontrol` and `sinfo` that run `body`.
     fn stand_in(body: &str) -> tempfile::TempDir {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        for tool in ["scontrol", "sinfo"] {
+        for tool in ["scontrol", "sinfo", "squeue", "sacct"] {
             let path = dir.path().join(tool);
             std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         dir
+    }
+
+    #[test]
+    fn on_22_05_the_comment_comes_from_squeue_json_and_from_sacct_once_the_job_is_gone() {
+        // scontrol refuses --json as 22.05's does; squeue lists jobs 7 and 8_3; sacct knows 12.
+        let dir = stand_in(
+            r#"case "$0" in
+  */scontrol) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+  */squeue) echo '{"jobs":[{"job_id":7,"admin_comment":"JS1:Ab","array_job_id":0,"het_job_id":0},{"job_id":8,"admin_comment":"","array_job_id":8,"array_task_id":3,"het_job_id":0}]}' ;;
+  */sacct) echo '11|2_1|x'; echo '12|2_2|JS1:b fabric-check/v1 {}' ;;
+esac"#,
+        );
+        let cli = SlurmCli {
+            bin_dir: dir.path().to_owned(),
+            ..SlurmCli::default()
+        };
+        assert_eq!(
+            cli.admin_comment(7).unwrap(),
+            JobComment::plain(7, "JS1:Ab")
+        );
+        assert_eq!(cli.admin_comment(8).unwrap().job, "8_3");
+        let gone = cli.admin_comment(12).unwrap();
+        assert_eq!(
+            (gone.job.as_str(), gone.text.as_str()),
+            ("2_2", "JS1:b fabric-check/v1 {}")
+        );
+        assert!(matches!(
+            cli.admin_comment(13),
+            Err(SlurmError::Parse { .. })
+        ));
     }
 
     #[test]

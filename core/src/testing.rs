@@ -20,7 +20,7 @@ use crate::jobstep::{
 };
 use crate::probe::{Finding, Report, Severity};
 use crate::rendezvous::{Gathered, RendezvousError};
-use crate::slurm::{NodeInfo, Slurm, SlurmError};
+use crate::slurm::{JobComment, NodeInfo, Slurm, SlurmError};
 use crate::tag::Verdict;
 
 /// One call the fake Slurm saw.
@@ -60,6 +60,9 @@ pub enum NodesAnswer {
 struct SlurmState {
     nodes: Vec<NodeInfo>,
     comment: String,
+    job_name: Option<String>,
+    written_to: Vec<String>,
+    sacctmgr_lowercases: bool,
     job_finished: bool,
     calls: Vec<Call>,
     delay: Duration,
@@ -109,6 +112,25 @@ impl FakeSlurm {
     pub fn comment(self, text: &str) -> Self {
         self.state.borrow_mut().comment = text.into();
         self
+    }
+
+    /// The job is named `name` in Slurm's commands (`8_3` for an array task, `9+0` for a het
+    /// leader); by default its job id.
+    pub fn job_named(self, name: &str) -> Self {
+        self.state.borrow_mut().job_name = Some(name.into());
+        self
+    }
+
+    /// `sacctmgr` lower-cases what it stores, as Slurm 22.05's does for `AdminComment` (every
+    /// release turns `"` and `'` into backticks; this fake always does).
+    pub fn sacctmgr_of_22_05(self) -> Self {
+        self.state.borrow_mut().sacctmgr_lowercases = true;
+        self
+    }
+
+    /// The job names the comment was written to, in order.
+    pub fn written_to(&self) -> Vec<String> {
+        self.state.borrow().written_to.clone()
     }
 
     /// The job has finished: `scontrol update JobId` fails, `sacctmgr` works.
@@ -281,12 +303,16 @@ impl Slurm for FakeSlurm {
         Ok(())
     }
 
-    fn admin_comment(&self, _job_id: u32) -> Result<String, SlurmError> {
+    fn admin_comment(&self, job_id: u32) -> Result<JobComment, SlurmError> {
         self.call("admin_comment", Call::AdminComment)?;
-        Ok(self.state.borrow().comment.clone())
+        let s = self.state.borrow();
+        Ok(JobComment {
+            job: s.job_name.clone().unwrap_or_else(|| job_id.to_string()),
+            text: s.comment.clone(),
+        })
     }
 
-    fn set_admin_comment(&self, _job_id: u32, text: &str) -> Result<(), SlurmError> {
+    fn set_admin_comment(&self, job: &str, text: &str) -> Result<(), SlurmError> {
         self.call("set_admin_comment", Call::SetAdminComment(text.into()))?;
         if self.state.borrow().job_finished {
             return Err(SlurmError::Failed {
@@ -295,13 +321,23 @@ impl Slurm for FakeSlurm {
                 stderr: "Job has already finished".into(),
             });
         }
-        self.state.borrow_mut().comment = text.into();
+        let mut s = self.state.borrow_mut();
+        s.written_to.push(job.into());
+        s.comment = text.into();
         Ok(())
     }
 
-    fn set_admin_comment_db(&self, _job_id: u32, text: &str) -> Result<(), SlurmError> {
+    fn set_admin_comment_db(&self, job: &str, text: &str) -> Result<(), SlurmError> {
         self.call("set_admin_comment_db", Call::SetAdminCommentDb(text.into()))?;
-        self.state.borrow_mut().comment = text.into();
+        let mut s = self.state.borrow_mut();
+        s.written_to.push(job.into());
+        // sacctmgr's strip_quotes (src/sacctmgr/common.c), and 22.05's make_lower.
+        let stored = text.replace(['"', '\''], "`");
+        s.comment = if s.sacctmgr_lowercases {
+            stored.to_lowercase()
+        } else {
+            stored
+        };
         Ok(())
     }
 }
@@ -701,15 +737,15 @@ impl Slurm for ClusterSlurm {
         })
     }
 
-    fn admin_comment(&self, _job_id: u32) -> Result<String, SlurmError> {
-        self.call("admin_comment", |s| s.comment.clone())
+    fn admin_comment(&self, job_id: u32) -> Result<JobComment, SlurmError> {
+        self.call("admin_comment", |s| JobComment::plain(job_id, &s.comment))
     }
 
-    fn set_admin_comment(&self, _job_id: u32, text: &str) -> Result<(), SlurmError> {
+    fn set_admin_comment(&self, _job: &str, text: &str) -> Result<(), SlurmError> {
         self.call("set_admin_comment", |s| s.comment = text.into())
     }
 
-    fn set_admin_comment_db(&self, _job_id: u32, text: &str) -> Result<(), SlurmError> {
+    fn set_admin_comment_db(&self, _job: &str, text: &str) -> Result<(), SlurmError> {
         self.call("set_admin_comment_db", |s| s.comment = text.into())
     }
 

@@ -255,9 +255,120 @@ fn match_segments(segs: &[Segment], name: &str) -> bool {
     }
 }
 
+/// The Slurm hostlist of `names`, compressed as `scontrol show hostlist` would: names that differ
+/// only in their trailing number (same text before it, same zero padding) share one bracketed
+/// set of ranges, `n[1-1023]`, `gpu[001-004,009]`. Duplicates collapse; groups come out in name
+/// order. `None` when a name holds `[`, `]` or `,` (it could not be written in the syntax).
+///
+/// [`Hostlist::parse`] of the result followed by [`Hostlist::expand`] gives the names back,
+/// sorted by group and number.
+pub fn compress<S: AsRef<str>>(names: &[S]) -> Option<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    // (text before the number, padded width or 0) -> numbers; names without a number stay whole.
+    let mut groups: BTreeMap<(&str, usize), BTreeSet<u64>> = BTreeMap::new();
+    let mut whole: BTreeSet<&str> = BTreeSet::new();
+    fn split(name: &str) -> (&str, &str) {
+        let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
+        name.split_at(name.len() - digits)
+    }
+    let padded = |num: &str| num.len() > 1 && num.starts_with('0');
+    // Padded widths per prefix: an unpadded number of that many digits (`gpu1000` beside
+    // `gpu0999`) renders the same in the padded set.
+    let mut widths: BTreeSet<(&str, usize)> = BTreeSet::new();
+    for name in names {
+        let name = name.as_ref();
+        if name.is_empty() || name.contains(['[', ']', ',']) {
+            return None;
+        }
+        let (prefix, num) = split(name);
+        if padded(num) {
+            widths.insert((prefix, num.len()));
+        }
+    }
+    for name in names {
+        let name = name.as_ref();
+        let (prefix, num) = split(name);
+        match num.parse::<u64>() {
+            Ok(n) if !num.is_empty() => {
+                let width = if padded(num) || widths.contains(&(prefix, num.len())) {
+                    num.len()
+                } else {
+                    0
+                };
+                groups.entry((prefix, width)).or_default().insert(n);
+            }
+            _ => {
+                whole.insert(name);
+            }
+        }
+    }
+    let mut items: Vec<(String, String)> = whole
+        .into_iter()
+        .map(|n| (n.to_owned(), n.to_owned()))
+        .collect();
+    for ((prefix, width), numbers) in groups {
+        let render = |n: u64| format!("{n:0width$}");
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for n in numbers {
+            match ranges.last_mut() {
+                Some((_, hi)) if *hi + 1 == n => *hi = n,
+                _ => ranges.push((n, n)),
+            }
+        }
+        let text = if ranges.len() == 1 && ranges[0].0 == ranges[0].1 {
+            format!("{prefix}{}", render(ranges[0].0))
+        } else {
+            let set: Vec<String> = ranges
+                .iter()
+                .map(|&(lo, hi)| {
+                    if lo == hi {
+                        render(lo)
+                    } else {
+                        format!("{}-{}", render(lo), render(hi))
+                    }
+                })
+                .collect();
+            format!("{prefix}[{}]", set.join(","))
+        };
+        items.push((prefix.to_owned(), text));
+    }
+    items.sort();
+    Some(
+        items
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compress_gives_back_the_names_it_was_given_in_slurm_syntax() {
+        let names: Vec<String> = (1..=1023).map(|i| format!("n{i}")).collect();
+        assert_eq!(compress(&names).unwrap(), "n[1-1023]");
+        let mixed = [
+            "gpu003", "gpu001", "gpu002", "gpu009", "n9", "n10", "login", "n9", "gpu010",
+        ];
+        let text = compress(&mixed).unwrap();
+        assert_eq!(text, "gpu[001-003,009-010],login,n[9-10]");
+        let mut back = Hostlist::parse(&text).unwrap().expand().unwrap();
+        back.sort();
+        let mut want: Vec<String> = mixed.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        want.dedup();
+        assert_eq!(back, want);
+        assert_eq!(compress(&["a1", "a01"]).unwrap(), "a01,a1");
+        assert_eq!(compress(&["n5"]).unwrap(), "n5");
+        assert_eq!(
+            compress(&["g0999", "g1000", "g1001"]).unwrap(),
+            "g[0999-1001]"
+        );
+        assert_eq!(compress(&["n[1]"]), None);
+    }
 
     #[test]
     fn a_padded_range_expands_with_its_padding() {

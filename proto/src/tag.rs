@@ -1,20 +1,48 @@
-//! The job tag: one `fabric-check/v1 {json}` segment inside a job's `AdminComment`.
+//! The job tag: one `fabric-check/v1 ...` segment inside a job's `AdminComment`.
 //!
 //! The field is shared with other tools (Princeton's jobstats writes `JS1:...`), so the tag is a
-//! *segment*: the marker [`MARKER`] followed by one compact JSON object. [`splice`] replaces our
-//! segment in place or appends it after a space, keeping every other byte; [`extract`] finds and
-//! decodes it. The JSON is bounded to [`MAX_TAG_BYTES`] by [`JobTag::bounded`], which drops
-//! per-node detail before anything else (counts and failing nodes are always kept).
+//! *segment*: the marker [`MARKER`] followed by the tag in one of two [`Form`]s. Written to a
+//! live job (`scontrol`, which stores the bytes as given) it is one compact JSON object; written
+//! after the job ended (`sacctmgr`, whose `strip_quotes` turns `"` and `'` into backticks and
+//! which lower-cases the value in Slurm 22.05) it is [`DB_FORM_PREFIX`] followed by the same JSON
+//! in lower-case, padded base32 (RFC 4648), which both manglings leave intact. [`extract`] reads
+//! either (and the backtick-mangled JSON older releases wrote); [`splice`] and [`splice_as`]
+//! replace our segment in place or append it after a space, keeping every other byte.
+//!
+//! [`JobTag::bounded_to`] keeps the JSON within a byte bound (4 KiB, [`MAX_TAG_BYTES`]): it
+//! summarises passing nodes as a Slurm hostlist (`"n[1-1023]":{"verdict":"pass"}`) first, then
+//! drops timings, notes and counter detail, then groups nodes with identical results under
+//! hostlist keys; failing and missing nodes are kept to the last.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::hostlist::{self, Hostlist};
+
 /// The segment marker, followed by one space and the JSON object.
 pub const MARKER: &str = "fabric-check/v1 ";
 
-/// Upper bound of the JSON part of the segment, in bytes.
+/// Upper bound of the segment's text after the marker, in bytes (the JSON of the live form, the
+/// prefix and base32 of the database form).
 pub const MAX_TAG_BYTES: usize = 4096;
+
+/// What follows the marker in the database form: `fabric-check/v1 b32:<base32 of the JSON>`.
+pub const DB_FORM_PREFIX: &str = "b32:";
+
+/// Bound of the JSON of the database form, so that its base32 (8 characters per 5 bytes) and
+/// prefix stay within [`MAX_TAG_BYTES`].
+pub const MAX_DB_JSON_BYTES: usize = (MAX_TAG_BYTES - DB_FORM_PREFIX.len()) / 8 * 5;
+
+/// How the tag is written after the marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// Compact JSON, for `scontrol update` of a live job (stored as given).
+    Live,
+    /// [`DB_FORM_PREFIX`] and lower-case padded base32 of the JSON, for `sacctmgr modify job`
+    /// (no quotes, no upper case: nothing its quote stripping or lower-casing changes).
+    Database,
+}
 
 pub use crate::verdict::Verdict;
 
@@ -201,16 +229,20 @@ pub struct JobTag {
     /// Count of nodes per verdict.
     #[serde(default)]
     pub counts: BTreeMap<Verdict, u32>,
-    /// Per-node results; dropped for passing nodes when the tag would exceed its bound.
+    /// Per-node results. A key is a node name or, when the bound made the tag summarise, a Slurm
+    /// hostlist of nodes with the same result (`"n[1-1023]":{"verdict":"pass"}`); see
+    /// [`JobTag::result_of`].
     #[serde(default)]
     pub nodes: BTreeMap<String, NodeResult>,
-    /// True when per-node results of passing nodes were dropped to respect [`MAX_TAG_BYTES`].
+    /// True when the tag was summarised to respect its bound (hostlist keys, timings, notes or
+    /// counter detail dropped; `counts` are then the truth, not a recount of `nodes`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
     /// Non-passing node results of earlier attempts of this job (before a requeue).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub earlier: BTreeMap<String, NodeResult>,
-    /// Nodes whose verdict never reached the writer (rendezvous timeout).
+    /// Nodes whose verdict never reached the writer (rendezvous timeout); names or, when
+    /// summarised, Slurm hostlists.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,
     /// Counter rises during the job.
@@ -251,43 +283,188 @@ impl JobTag {
         self.verdict = self.counts.keys().max().copied();
     }
 
-    /// Compact JSON within [`MAX_TAG_BYTES`]: passing nodes' detail goes first, then notes and
-    /// counter detail, then other nodes beyond the first 32 by name. Backticks in notes become
-    /// quotes' stand-ins elsewhere (see [`extract`]), so notes never carry them.
+    /// The result recorded for `node`: its own entry, or the hostlist entry that names it.
+    pub fn result_of(&self, node: &str) -> Option<&NodeResult> {
+        self.nodes.get(node).or_else(|| {
+            self.nodes.iter().find_map(|(key, r)| {
+                (key.contains('[') && Hostlist::parse(key).is_ok_and(|h| h.matches(node)))
+                    .then_some(r)
+            })
+        })
+    }
+
+    /// Compact JSON within [`MAX_TAG_BYTES`] (see [`JobTag::bounded_to`]).
     pub fn bounded(&self) -> String {
+        self.bounded_to(MAX_TAG_BYTES)
+    }
+
+    /// Compact JSON within `limit` bytes, summarised in steps until it fits:
+    ///
+    /// 1. passing nodes become one hostlist entry (`"n[1-1023]":{"verdict":"pass"}`);
+    /// 2. probe times, notes beyond two, counter rises beyond four per node and the collective's
+    ///    outlier detail go; counter entries of more than eight nodes collapse per verdict;
+    /// 3. nodes with the same result (`nodes` and `earlier`), `missing` and the collective's
+    ///    lists become hostlists;
+    /// 4. notes and failing checks go (every failing node is still named, by hostlist).
+    ///
+    /// Failing, erroring and missing nodes are never dropped before passing ones; only a tag
+    /// whose failing node names cannot be compressed into `limit` (thousands of unrelated
+    /// names) loses some, and then says so in `counts` (always kept) and `truncated`.
+    pub fn bounded_to(&self, limit: usize) -> String {
+        let fits = |t: &JobTag| {
+            let json = serde_json::to_string(t).unwrap_or_default();
+            (json.len() <= limit).then_some(json)
+        };
         let mut tag = self.clone();
         for n in &mut tag.notes {
-            *n = n.replace('`', "'");
+            if n.len() > MAX_NOTE_BYTES {
+                let mut end = MAX_NOTE_BYTES;
+                while !n.is_char_boundary(end) {
+                    end -= 1;
+                }
+                n.truncate(end);
+            }
         }
-        let mut json = serde_json::to_string(&tag).unwrap_or_default();
-        if json.len() <= MAX_TAG_BYTES {
+        if let Some(json) = fits(&tag) {
             return json;
         }
         tag.truncated = true;
-        tag.nodes.retain(|_, r| r.verdict != Verdict::Pass);
-        json = serde_json::to_string(&tag).unwrap_or_default();
-        if json.len() <= MAX_TAG_BYTES {
+        let passing = |r: &NodeResult| r.verdict == Verdict::Pass && !r.drained;
+        for r in tag.nodes.values_mut().filter(|r| passing(r)) {
+            r.probe_ms = None;
+        }
+        group_nodes(&mut tag.nodes, passing);
+        if let Some(json) = fits(&tag) {
             return json;
+        }
+        // 2. timings, notes and counter detail.
+        for r in tag.nodes.values_mut().chain(tag.earlier.values_mut()) {
+            r.probe_ms = None;
         }
         tag.notes.truncate(2);
         for d in &mut tag.during {
-            d.rises = d
-                .rises
-                .iter()
-                .take(4)
-                .map(|(k, v)| (k.clone(), *v))
-                .collect();
+            d.rises = std::mem::take(&mut d.rises).into_iter().take(4).collect();
         }
-        tag.during.truncate(8);
         tag.job_reported.slow.truncate(4);
-        json = serde_json::to_string(&tag).unwrap_or_default();
-        while json.len() > MAX_TAG_BYTES && !tag.nodes.is_empty() {
-            let keep = tag.nodes.len() / 2;
-            tag.nodes = tag.nodes.into_iter().take(keep).collect();
-            json = serde_json::to_string(&tag).unwrap_or_default();
+        if tag.during.len() > 8 {
+            tag.during = collapse_during(&tag.during);
         }
-        json
+        if let Some(json) = fits(&tag) {
+            return json;
+        }
+        // 3. hostlists of nodes with the same result, and of the name lists.
+        group_nodes(&mut tag.nodes, |r| !r.drained);
+        group_nodes(&mut tag.earlier, |r| !r.drained);
+        tag.missing = compress_list(&tag.missing);
+        if let Some(c) = &mut tag.collective {
+            c.missing = compress_list(&c.missing);
+            c.outliers = compress_list(&c.outliers);
+        }
+        if let Some(json) = fits(&tag) {
+            return json;
+        }
+        // 4. notes and checks; drained nodes join their verdict's hostlist.
+        tag.notes.clear();
+        tag.during = collapse_during(&tag.during);
+        for r in tag.nodes.values_mut().chain(tag.earlier.values_mut()) {
+            r.checks.clear();
+            r.drained = false;
+        }
+        group_nodes(&mut tag.nodes, |_| true);
+        group_nodes(&mut tag.earlier, |_| true);
+        if let Some(json) = fits(&tag) {
+            return json;
+        }
+        // Names that do not compress: the bound wins, earlier attempts and passing nodes first.
+        tag.earlier.clear();
+        tag.nodes.retain(|_, r| r.verdict != Verdict::Pass);
+        tag.during.clear();
+        loop {
+            if let Some(json) = fits(&tag) {
+                return json;
+            }
+            if tag.nodes.is_empty() && tag.missing.is_empty() && tag.collective.is_none() {
+                return serde_json::to_string(&tag).unwrap_or_default();
+            }
+            if tag.missing.len() > tag.nodes.len() {
+                tag.missing.truncate(tag.missing.len() / 2);
+            } else if !tag.nodes.is_empty() {
+                let keep = tag.nodes.len() / 2;
+                tag.nodes = std::mem::take(&mut tag.nodes)
+                    .into_iter()
+                    .take(keep)
+                    .collect();
+            } else {
+                tag.collective = None;
+            }
+        }
     }
+}
+
+/// Longest note kept, in bytes.
+pub const MAX_NOTE_BYTES: usize = 200;
+
+/// The names a key of `nodes` stands for (itself unless it is a hostlist).
+fn names_of(key: &str) -> Vec<String> {
+    if key.contains('[')
+        && let Ok(names) = Hostlist::parse(key).and_then(|h| h.expand())
+    {
+        return names;
+    }
+    vec![key.to_owned()]
+}
+
+/// Replaces the entries `which` selects by one hostlist entry per distinct result.
+fn group_nodes(map: &mut BTreeMap<String, NodeResult>, which: impl Fn(&NodeResult) -> bool) {
+    let mut by_result: Vec<(NodeResult, Vec<String>)> = Vec::new();
+    let mut kept = BTreeMap::new();
+    for (key, r) in std::mem::take(map) {
+        if !which(&r) {
+            kept.insert(key, r);
+            continue;
+        }
+        match by_result.iter_mut().find(|(res, _)| *res == r) {
+            Some((_, names)) => names.extend(names_of(&key)),
+            None => by_result.push((r, names_of(&key))),
+        }
+    }
+    for (r, names) in by_result {
+        match hostlist::compress(&names) {
+            Some(key) => {
+                kept.insert(key, r);
+            }
+            None => kept.extend(names.into_iter().map(|n| (n, r.clone()))),
+        }
+    }
+    *map = kept;
+}
+
+/// A list of names (or hostlists) as one hostlist entry, when it compresses.
+fn compress_list(list: &[String]) -> Vec<String> {
+    let names: Vec<String> = list.iter().flat_map(|k| names_of(k)).collect();
+    match hostlist::compress(&names) {
+        Some(h) if !names.is_empty() => vec![h],
+        _ => list.to_vec(),
+    }
+}
+
+/// One counter entry per verdict, its node a hostlist, its rises dropped.
+fn collapse_during(during: &[DuringJob]) -> Vec<DuringJob> {
+    let mut by_verdict: BTreeMap<Verdict, Vec<String>> = BTreeMap::new();
+    for d in during {
+        by_verdict
+            .entry(d.verdict)
+            .or_default()
+            .extend(names_of(&d.node));
+    }
+    by_verdict
+        .into_iter()
+        .map(|(verdict, names)| DuringJob {
+            node: hostlist::compress(&names).unwrap_or_else(|| names.join(",")),
+            rises: BTreeMap::new(),
+            verdict,
+        })
+        .collect()
 }
 
 /// Finds our segment in a comment: the byte range of marker + JSON, and the decoded tag.
@@ -314,39 +491,136 @@ fn locate_at(
 ) -> (std::ops::Range<usize>, Result<JobTag, TagDecodeError>) {
     let json_start = start + MARKER.len();
     let rest = &comment[json_start..];
-    // `sacctmgr modify job ... set AdminComment=` stores every `"` as a backtick; our JSON never
-    // contains backticks itself, so they are read back as quotes (same length, same offsets).
-    let rest = if rest.starts_with("{`") {
-        std::borrow::Cow::Owned(rest.replace('`', "\""))
-    } else {
-        std::borrow::Cow::Borrowed(rest)
-    };
-    let mut stream = serde_json::Deserializer::from_str(&rest).into_iter::<JobTag>();
-    match stream.next() {
-        Some(Ok(tag)) => (start..json_start + stream.byte_offset(), Ok(tag)),
-        Some(Err(e)) => {
-            // Unreadable segment: it runs to the next space-separated segment or the end.
-            let end = comment[json_start..]
-                .find(' ')
-                .map_or(comment.len(), |i| json_start + i);
-            (start..end, Err(e.into()))
+    if let Some(encoded) = rest.strip_prefix(DB_FORM_PREFIX) {
+        let len = encoded
+            .find(|c: char| c.is_ascii_whitespace())
+            .unwrap_or(encoded.len());
+        let end = json_start + DB_FORM_PREFIX.len() + len;
+        let decoded = base32::decode(&encoded[..len])
+            .ok_or_else(|| custom("the b32: form holds a character outside base32"))
+            .and_then(|bytes| {
+                String::from_utf8(bytes)
+                    .map_err(|_| custom("the b32: form does not decode to UTF-8 text"))
+            })
+            .and_then(|json| serde_json::from_str::<JobTag>(&json).map_err(TagDecodeError));
+        return (start..end, decoded);
+    }
+    let parse = |text: &str| {
+        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<JobTag>();
+        match stream.next() {
+            Some(Ok(tag)) => Ok((tag, stream.byte_offset())),
+            Some(Err(e)) => Err(TagDecodeError(e)),
+            None => Err(custom("nothing follows the marker")),
         }
-        None => (
-            start..comment.len(),
-            Err(TagDecodeError(serde::de::Error::custom("empty"))),
-        ),
+    };
+    let mut found = parse(rest);
+    if found.is_err() && rest.starts_with("{`") {
+        // JSON that went through sacctmgr (older releases of fabric-check wrote it): every `"`
+        // and `'` became a backtick. Quotes are put back where JSON's structure needs them and
+        // apostrophes elsewhere; failing that, every backtick is taken for a quote. Both
+        // repairs keep every byte offset.
+        found = parse(&unmangle_backticks(rest)).or_else(|_| parse(&rest.replace('`', "\"")));
+    }
+    match found {
+        Ok((tag, len)) => (start..json_start + len, Ok(tag)),
+        Err(e) => (start..json_start + unreadable_len(rest), Err(e)),
     }
 }
 
-/// Decodes the fabric-check segment of an `AdminComment`, if there is one.
+fn custom(msg: &str) -> TagDecodeError {
+    TagDecodeError(serde::de::Error::custom(msg))
+}
+
+/// `"` for each backtick that stands where JSON needs a quote (next to `{ [ , :` or `} ] , :`,
+/// or escaped), `'` for the others.
+fn unmangle_backticks(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    for (i, c) in text.char_indices() {
+        if c != '`' {
+            out.push(c);
+            continue;
+        }
+        let before = i.checked_sub(1).map(|j| b[j]);
+        let after = b.get(i + 1).copied();
+        let structural = matches!(before, Some(b'{' | b'[' | b',' | b':' | b'\\'))
+            || matches!(after, Some(b':' | b',' | b'}' | b']'));
+        out.push(if structural { '"' } else { '\'' });
+    }
+    out
+}
+
+/// Where an unreadable segment ends: after the bracket that closes its opening `{` (counted
+/// without regard to strings, which may be the broken part), else at the next space.
+fn unreadable_len(rest: &str) -> usize {
+    let next_space = rest.find(' ').unwrap_or(rest.len());
+    if !rest.starts_with('{') {
+        return next_space;
+    }
+    let mut depth = 0usize;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '{' | '[' => depth += 1,
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    next_space
+}
+
+/// Decodes the fabric-check segment of an `AdminComment`, if there is one (either [`Form`], and
+/// the backtick-mangled JSON of older releases).
 pub fn extract(comment: &str) -> Option<Result<JobTag, TagDecodeError>> {
     locate(comment).map(|(_, t)| t)
 }
 
-/// Writes `tag` into `comment`: replaces an existing segment in place, else appends it after a
-/// space. Every byte outside our segment is kept.
+/// The text after the marker of one segment as JSON to decode: the base32 of the database form
+/// decoded, backtick-mangled JSON repaired, the live form as it is (JSON followed by whatever
+/// comes after it). For readers that decode their own view of the tag, as the report does.
+pub fn segment_json(after_marker: &str) -> Result<std::borrow::Cow<'_, str>, TagDecodeError> {
+    use std::borrow::Cow;
+    if let Some(encoded) = after_marker.strip_prefix(DB_FORM_PREFIX) {
+        let len = encoded
+            .find(|c: char| c.is_ascii_whitespace())
+            .unwrap_or(encoded.len());
+        let bytes = base32::decode(&encoded[..len])
+            .ok_or_else(|| custom("the b32: form holds a character outside base32"))?;
+        return String::from_utf8(bytes)
+            .map(Cow::Owned)
+            .map_err(|_| custom("the b32: form does not decode to UTF-8 text"));
+    }
+    if after_marker.starts_with("{`") {
+        return Ok(Cow::Owned(unmangle_backticks(after_marker)));
+    }
+    Ok(Cow::Borrowed(after_marker))
+}
+
+/// The whole segment (marker and tag) in `form`, bounded.
+pub fn segment(tag: &JobTag, form: Form) -> String {
+    match form {
+        Form::Live => format!("{MARKER}{}", tag.bounded()),
+        Form::Database => format!(
+            "{MARKER}{DB_FORM_PREFIX}{}",
+            base32::encode(tag.bounded_to(MAX_DB_JSON_BYTES).as_bytes())
+        ),
+    }
+}
+
+/// Writes `tag` into `comment` in the live form (see [`splice_as`]).
 pub fn splice(comment: &str, tag: &JobTag) -> String {
-    let segment = format!("{MARKER}{}", tag.bounded());
+    splice_as(comment, tag, Form::Live)
+}
+
+/// Writes `tag` into `comment` in `form`: replaces an existing segment in place (a readable one,
+/// else the first unreadable one, its whole extent), else appends it after a space. Every byte
+/// outside our segment is kept.
+pub fn splice_as(comment: &str, tag: &JobTag, form: Form) -> String {
+    let segment = segment(tag, form);
     match locate(comment) {
         Some((range, _)) => {
             let mut out = String::with_capacity(comment.len() + segment.len());
@@ -357,6 +631,52 @@ pub fn splice(comment: &str, tag: &JobTag) -> String {
         }
         None if comment.trim().is_empty() => segment,
         None => format!("{} {segment}", comment.trim_end()),
+    }
+}
+
+/// RFC 4648 base32, lower-case alphabet, padded (`base32 -d` of coreutils reads it after
+/// `tr a-z A-Z`). Hand-written: this crate depends on serde and thiserror only.
+mod base32 {
+    const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+
+    pub fn encode(data: &[u8]) -> String {
+        let mut out = String::with_capacity(data.len().div_ceil(5) * 8);
+        for chunk in data.chunks(5) {
+            let mut block = [0u8; 5];
+            block[..chunk.len()].copy_from_slice(chunk);
+            let bits = block.iter().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+            let chars = (chunk.len() * 8).div_ceil(5);
+            for i in 0..8 {
+                if i < chars {
+                    out.push(ALPHABET[((bits >> (35 - 5 * i)) & 31) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    /// Either case, with or without padding; `None` on any other character.
+    pub fn decode(text: &str) -> Option<Vec<u8>> {
+        let text = text.trim_end_matches('=');
+        let mut out = Vec::with_capacity(text.len() * 5 / 8);
+        let (mut acc, mut nbits) = (0u32, 0u32);
+        for c in text.bytes() {
+            let v = match c.to_ascii_lowercase() {
+                c @ b'a'..=b'z' => c - b'a',
+                c @ b'2'..=b'7' => c - b'2' + 26,
+                _ => return None,
+            };
+            acc = (acc << 5) | u32::from(v);
+            nbits += 5;
+            if nbits >= 8 {
+                nbits -= 8;
+                out.push((acc >> nbits) as u8);
+                acc &= (1 << nbits) - 1;
+            }
+        }
+        Some(out)
     }
 }
 
@@ -371,6 +691,11 @@ mod tests {
             "fabric-check/v1",
             "x fabric-check/v1 {broken",
             "fabric-check/v1 fabric-check/v1",
+            "fabric-check/v1 b32:",
+            "fabric-check/v1 b32:zz\u{e9} fabric-check/v1 {",
+            "fabric-check/v1 {`a` \u{fc}} x",
+            "fabric-check/v1 {[}]\u{fc}",
+            "fabric-check/v1 b32:mzxw6=== tail",
         ] {
             let spliced = splice(comment, &tag);
             let back = extract(&spliced)
@@ -484,8 +809,224 @@ mod tests {
         let back: JobTag = serde_json::from_str(&json).unwrap();
         assert!(back.truncated);
         assert_eq!(back.counts[&Verdict::Pass], 2000);
-        assert_eq!(back.nodes.keys().collect::<Vec<_>>(), vec!["gpu9999"]);
+        assert_eq!(back.nodes["gpu9999"].verdict, Verdict::Fail);
+        assert_eq!(back.nodes["gpu[0000-1999]"].verdict, Verdict::Pass);
+        assert_eq!(back.result_of("gpu0042").unwrap().verdict, Verdict::Pass);
         assert_eq!(back.verdict, Some(Verdict::Fail));
+    }
+
+    /// Every node the tag names for `verdict`, hostlist keys expanded.
+    fn named(map: &BTreeMap<String, NodeResult>, verdict: Verdict) -> Vec<String> {
+        let mut out: Vec<String> = map
+            .iter()
+            .filter(|(_, r)| r.verdict == verdict)
+            .flat_map(|(k, _)| names_of(k))
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn expanded(list: &[String]) -> Vec<String> {
+        let mut out: Vec<String> = list.iter().flat_map(|k| names_of(k)).collect();
+        out.sort();
+        out
+    }
+
+    /// A `n`-node job: nodes `fail_every`th fail with a check of their own kind, the last
+    /// `unreachable` never reported (missing, and missing from the collective).
+    fn big_job(n: u32, fail_every: u32, unreachable: u32) -> JobTag {
+        let mut t = JobTag {
+            nnodes: n,
+            mode: Some("full".into()),
+            ..JobTag::default()
+        };
+        for i in 1..=n - unreachable {
+            let failing = i % fail_every == 0;
+            t.nodes.insert(
+                format!("gpu{i:04}"),
+                NodeResult {
+                    verdict: if failing {
+                        Verdict::Fail
+                    } else {
+                        Verdict::Pass
+                    },
+                    checks: if failing {
+                        vec![format!("ib.check_{}", i % 3)]
+                    } else {
+                        vec![]
+                    },
+                    probe_ms: Some(u64::from(i % 97)),
+                    drained: false,
+                },
+            );
+        }
+        t.missing = (n - unreachable + 1..=n)
+            .map(|i| format!("gpu{i:04}"))
+            .collect();
+        for i in (1..=n).step_by(7) {
+            t.earlier.insert(format!("gpu{i:04}"), node(Verdict::Fail));
+        }
+        t.collective = Some(CollectiveSummary {
+            verdict: Some(Verdict::Error),
+            missing: t.missing.clone(),
+            outliers: (1..=40).map(|i| format!("gpu{:04}", i * 13)).collect(),
+            ..CollectiveSummary::default()
+        });
+        t.notes = (0..30)
+            .map(|i| format!("gpu{i:04}: probe took long"))
+            .collect();
+        t.recount();
+        t
+    }
+
+    fn assert_bounded_keeps_failing(t: &JobTag, limit: usize) -> JobTag {
+        let json = t.bounded_to(limit);
+        assert!(json.len() <= limit, "{} bytes > {limit}", json.len());
+        let back: JobTag = serde_json::from_str(&json).unwrap();
+        assert!(back.truncated);
+        assert_eq!(back.counts, t.counts, "counts are always kept");
+        assert_eq!(back.verdict, t.verdict);
+        for v in [Verdict::Fail, Verdict::Error, Verdict::Warn] {
+            assert_eq!(named(&back.nodes, v), named(&t.nodes, v), "{v:?} nodes");
+            assert_eq!(
+                named(&back.earlier, v),
+                named(&t.earlier, v),
+                "earlier {v:?}"
+            );
+        }
+        assert_eq!(expanded(&back.missing), expanded(&t.missing));
+        let (c, c0) = (
+            back.collective.as_ref().unwrap(),
+            t.collective.as_ref().unwrap(),
+        );
+        assert_eq!(expanded(&c.missing), expanded(&c0.missing));
+        assert_eq!(expanded(&c.outliers), expanded(&c0.outliers));
+        back
+    }
+
+    #[test]
+    fn a_600_node_tag_with_unreachable_followers_stays_within_the_bound_naming_every_failing_and_missing_node()
+     {
+        let t = big_job(600, 11, 150);
+        assert!(serde_json::to_string(&t).unwrap().len() > 3 * MAX_TAG_BYTES);
+        let back = assert_bounded_keeps_failing(&t, MAX_TAG_BYTES);
+        assert_eq!(back.result_of("gpu0001").unwrap().verdict, Verdict::Pass);
+        assert_bounded_keeps_failing(&t, MAX_DB_JSON_BYTES);
+    }
+
+    #[test]
+    fn a_1024_node_tag_summarises_passing_nodes_as_a_hostlist_and_keeps_every_failing_node() {
+        let t = big_job(1024, 37, 3);
+        let back = assert_bounded_keeps_failing(&t, MAX_TAG_BYTES);
+        let pass_key = back
+            .nodes
+            .iter()
+            .find(|(_, r)| r.verdict == Verdict::Pass)
+            .map(|(k, _)| k.clone())
+            .unwrap();
+        assert!(pass_key.starts_with("gpu[0001-0036,0038-"), "{pass_key}");
+        assert_bounded_keeps_failing(&t, MAX_DB_JSON_BYTES);
+        let segment = segment(&t, Form::Database);
+        assert!(
+            segment.len() - MARKER.len() <= MAX_TAG_BYTES,
+            "{}",
+            segment.len()
+        );
+    }
+
+    #[test]
+    fn failing_nodes_keep_their_checks_before_passing_detail_is_dropped() {
+        let mut t = big_job(300, 10, 0);
+        t.earlier.clear();
+        t.collective = None;
+        t.notes.clear();
+        let back: JobTag = serde_json::from_str(&t.bounded()).unwrap();
+        assert_eq!(back.nodes["gpu0010"].checks, vec!["ib.check_1".to_string()]);
+        assert!(
+            back.nodes["gpu0010"].probe_ms.is_some(),
+            "timings go second"
+        );
+        assert_eq!(named(&back.nodes, Verdict::Pass).len(), 270);
+    }
+
+    /// What `sacctmgr -i modify job ... set AdminComment=` of Slurm 22.05 stores: every `"` and
+    /// `'` a backtick (`strip_quotes`), and everything lower case (`make_lower`).
+    fn through_sacctmgr_2205(value: &str) -> String {
+        value.replace(['"', '\''], "`").to_lowercase()
+    }
+
+    #[test]
+    fn the_database_form_survives_sacctmgr_and_a_note_with_both_quotes_round_trips_in_original_case()
+     {
+        let mut t = tag_with(&[("GPU-A1", Verdict::Pass), ("GPU-B2", Verdict::Fail)]);
+        t.notes
+            .push("GPU-B2: probe panicked: thread 'main' said \"No Port\" `x`".into());
+        let written = splice_as("js1:aa", &t, Form::Database);
+        assert!(
+            written.starts_with("js1:aa fabric-check/v1 b32:"),
+            "{written}"
+        );
+        let stored = through_sacctmgr_2205(&written);
+        assert_eq!(
+            stored, written,
+            "nothing in the database form is changed by sacctmgr"
+        );
+        assert_eq!(extract(&stored).unwrap().unwrap(), t);
+        let json = segment_json(&stored[stored.find(MARKER).unwrap() + MARKER.len()..]).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value["notes"][0], t.notes[0].as_str());
+        // A later live write replaces it in place, and a database write replaces that.
+        let live = splice(&format!("{stored} tail:zz"), &t);
+        assert_eq!(live, format!("js1:aa {MARKER}{} tail:zz", t.bounded()));
+        assert_eq!(
+            splice_as(&live, &t, Form::Database),
+            format!("{written} tail:zz")
+        );
+    }
+
+    #[test]
+    fn the_live_form_is_one_json_object_a_standard_parser_reads_to_the_tag() {
+        let mut t = tag_with(&[("Node-1", Verdict::Warn)]);
+        t.notes.push("it's \"quoted\"".into());
+        let s = splice("JS1:Ab", &t);
+        let json = &s[s.find(MARKER).unwrap() + MARKER.len()..];
+        let value: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(serde_json::from_value::<JobTag>(value).unwrap(), t);
+    }
+
+    #[test]
+    fn a_mangled_tag_whose_note_had_an_apostrophe_is_read_and_replaced_without_leaving_its_tail() {
+        let mut t = tag_with(&[("n1", Verdict::Fail)]);
+        t.notes
+            .push("n1: thread 'main' panicked at probe.rs".into());
+        let mangled = format!("JS1:aa {} tail:zz", through_sacctmgr_2205(&splice("", &t)));
+        assert_eq!(extract(&mangled).unwrap().unwrap(), t);
+        // Unreadable beyond repair (a note with `', ` in it): the whole segment is replaced.
+        let broken = "JS1:aa fabric-check/v1 {`verdict`:`fail`,`notes`:[`a `b`, c d`]} tail:zz";
+        assert!(extract(broken).unwrap().is_err());
+        let fixed = splice(broken, &t);
+        assert_eq!(fixed, format!("JS1:aa {MARKER}{} tail:zz", t.bounded()));
+    }
+
+    #[test]
+    fn base32_matches_rfc_4648_in_lower_case() {
+        for (plain, coded) in [
+            ("", ""),
+            ("f", "my======"),
+            ("fo", "mzxq===="),
+            ("foo", "mzxw6==="),
+            ("foob", "mzxw6yq="),
+            ("fooba", "mzxw6ytb"),
+            ("foobar", "mzxw6ytboi======"),
+        ] {
+            assert_eq!(base32::encode(plain.as_bytes()), coded);
+            assert_eq!(base32::decode(coded).unwrap(), plain.as_bytes());
+            assert_eq!(
+                base32::decode(&coded.to_uppercase()).unwrap(),
+                plain.as_bytes()
+            );
+        }
+        assert_eq!(base32::decode("mzx`"), None);
     }
 
     #[test]

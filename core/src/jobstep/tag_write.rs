@@ -1,7 +1,10 @@
-//! The leader's read-modify-write of the job's tag in `AdminComment`.
+//! The leader's read-modify-write of the job's tag in `AdminComment`: read from structured
+//! output, written to the job's exact name (`A_T`, `H+O`), in the live form through `scontrol`
+//! and, once the job has finished, in the database form through `sacctmgr` (see
+//! [`crate::tag::Form`]).
 
 use super::JobStep;
-use crate::tag::{self, JobTag, Verdict};
+use crate::tag::{self, Form, JobTag, Verdict};
 
 /// What came of a tag write.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,8 +24,8 @@ pub fn write_tag(step: &JobStep<'_>, update: impl FnOnce(Option<JobTag>) -> JobT
     let _span = tracing::info_span!("tag").entered();
     let slurm = step.seams.slurm;
     let job = step.job_id();
-    let comment = match slurm.admin_comment(job) {
-        Ok(c) => c,
+    let (name, comment) = match slurm.admin_comment(job) {
+        Ok(c) => (c.job, c.text),
         Err(e) => {
             step.say(&format!(
                 "cannot read the job's AdminComment, tag not written: {e}"
@@ -42,21 +45,25 @@ pub fn write_tag(step: &JobStep<'_>, update: impl FnOnce(Option<JobTag>) -> JobT
     };
     let new = update(previous);
     let text = tag::splice(&comment, &new);
-    let written = match slurm.set_admin_comment(job, &text) {
+    let written = match slurm.set_admin_comment(&name, &text) {
         Ok(()) => TagWrite::Live,
         Err(e) => {
-            // A finished job only changes in the database, through sacctmgr, which in Slurm 22.05
-            // lower-cases the whole value (and stores `"` as a backtick, which `tag::extract`
-            // reads back). Our own segment survives that; another tool's content may not.
-            let ours = tag::splice("", &new);
-            let foreign = text.replacen(&ours, "", 1);
-            if foreign.chars().any(char::is_uppercase) {
+            // A finished job only changes in the database, through sacctmgr, which turns every
+            // `"` and `'` into a backtick and in Slurm 22.05 lower-cases the whole value. Our
+            // segment goes in its database form, which neither changes; another tool's content
+            // might be changed, so it must hold neither quotes nor upper case.
+            let text = tag::splice_as(&comment, &new, Form::Database);
+            let foreign = text.replacen(&tag::segment(&new, Form::Database), "", 1);
+            if foreign
+                .chars()
+                .any(|c| c.is_uppercase() || c == '"' || c == '\'')
+            {
                 step.say(&format!(
-                    "tag not written: the job has finished ({e}) and sacctmgr would lower-case the other tools' content of its AdminComment"
+                    "tag not written: the job has finished ({e}) and sacctmgr would lower-case or unquote the other tools' content of its AdminComment"
                 ));
                 return TagWrite::NotWritten;
             }
-            if let Err(e) = slurm.set_admin_comment_db(job, &text.to_lowercase()) {
+            if let Err(e) = slurm.set_admin_comment_db(&name, &text) {
                 step.say(&format!("tag not written: {e}"));
                 return TagWrite::NotWritten;
             }
@@ -66,7 +73,7 @@ pub fn write_tag(step: &JobStep<'_>, update: impl FnOnce(Option<JobTag>) -> JobT
     step.say_phase(
         "tag",
         &format!(
-            "tagged job {job}: verdict {}",
+            "tagged job {name}: verdict {}",
             new.verdict.map_or("none", Verdict::as_str)
         ),
     );

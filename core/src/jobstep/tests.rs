@@ -529,13 +529,134 @@ mod prolog_tag {
             ..FakeMeet::default()
         };
         lead(&slurm, &meet);
-        assert!(
-            slurm
-                .calls()
-                .iter()
-                .any(|c| matches!(c, Call::SetAdminCommentDb(t) if t == &t.to_lowercase()))
-        );
+        assert!(slurm.calls().iter().any(|c| matches!(
+            c,
+            Call::SetAdminCommentDb(t) if t.starts_with("fabric-check/v1 b32:")
+        )));
         assert_eq!(tag_of(&slurm).verdict, Some(Verdict::Pass));
+    }
+}
+
+mod tag_writes {
+    use super::*;
+    use crate::jobstep::tag_write::{TagWrite, write_tag};
+
+    fn write(slurm: &FakeSlurm, tag: &JobTag) -> (TagWrite, Lines) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Epilog, "n1", "n1", &[]);
+        let (runner, meet, lines) = (
+            answering(report("n1", Verdict::Pass)),
+            FakeMeet::default(),
+            Lines::default(),
+        );
+        let written = write_tag(&step(&s, seams(slurm, &runner, &meet, &lines)), |_| {
+            tag.clone()
+        });
+        (written, lines)
+    }
+
+    /// A tag with upper-case node names and a note holding both quotes (a probe panic's).
+    fn noted() -> JobTag {
+        let mut t = JobTag {
+            nnodes: 2,
+            nodes: [
+                (
+                    "GPU-A1".to_owned(),
+                    NodeResult {
+                        verdict: Verdict::Fail,
+                        checks: vec!["ib.port_state".into()],
+                        probe_ms: Some(4),
+                        drained: true,
+                    },
+                ),
+                (
+                    "GPU-B2".to_owned(),
+                    NodeResult {
+                        verdict: Verdict::Pass,
+                        checks: vec![],
+                        probe_ms: Some(3),
+                        drained: false,
+                    },
+                ),
+            ]
+            .into(),
+            notes: vec!["GPU-A1: probe panicked: thread 'main' at \"No Port\"".into()],
+            ..JobTag::default()
+        };
+        t.recount();
+        t
+    }
+
+    #[test]
+    fn a_note_with_both_quotes_round_trips_through_the_sacctmgr_of_22_05_in_original_case() {
+        for slurm in [
+            FakeSlurm::with_nodes(FOUR)
+                .job_finished()
+                .comment("js1:abc"),
+            FakeSlurm::with_nodes(FOUR)
+                .job_finished()
+                .comment("JS1:Abc")
+                .sacctmgr_of_22_05(),
+        ] {
+            let lowercases = slurm.current_comment() == "JS1:Abc";
+            let (written, lines) = write(&slurm, &noted());
+            if lowercases {
+                // Upper case in another tool's content would be lost: refused, and said.
+                assert_eq!(written, TagWrite::NotWritten);
+                assert!(lines.has("lower-case or unquote"), "{lines:?}");
+                continue;
+            }
+            assert_eq!(written, TagWrite::Database);
+            assert_eq!(tag_of(&slurm), noted());
+        }
+        let slurm = FakeSlurm::with_nodes(FOUR)
+            .job_finished()
+            .comment("js1:abc")
+            .sacctmgr_of_22_05();
+        assert_eq!(write(&slurm, &noted()).0, TagWrite::Database);
+        let stored = slurm.current_comment();
+        assert!(
+            stored.starts_with("js1:abc fabric-check/v1 b32:"),
+            "{stored}"
+        );
+        assert_eq!(
+            tag_of(&slurm),
+            noted(),
+            "original case and quotes, through lower-casing"
+        );
+    }
+
+    #[test]
+    fn a_finished_jobs_tag_is_not_written_over_another_tools_quotes() {
+        let slurm = FakeSlurm::with_nodes(FOUR)
+            .job_finished()
+            .comment("other:'q'");
+        assert_eq!(write(&slurm, &noted()).0, TagWrite::NotWritten);
+        assert_eq!(slurm.current_comment(), "other:'q'");
+    }
+
+    #[test]
+    fn the_live_tag_is_json_a_standard_parser_reads_to_the_tag_written() {
+        let slurm = FakeSlurm::with_nodes(FOUR).comment("JS1:Abc");
+        assert_eq!(write(&slurm, &noted()).0, TagWrite::Live);
+        let stored = slurm.current_comment();
+        let json = stored
+            .strip_prefix("JS1:Abc fabric-check/v1 ")
+            .expect("our segment after theirs");
+        let value: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(serde_json::from_value::<JobTag>(value).unwrap(), noted());
+    }
+
+    #[test]
+    fn an_array_task_and_a_het_component_are_written_by_their_exact_names() {
+        for name in ["8_3", "9+0"] {
+            let live = FakeSlurm::with_nodes(FOUR).job_named(name);
+            write(&live, &noted());
+            let done = FakeSlurm::with_nodes(FOUR).job_named(name).job_finished();
+            write(&done, &noted());
+            assert_eq!(live.written_to(), [name]);
+            assert_eq!(done.written_to(), [name]);
+        }
     }
 }
 

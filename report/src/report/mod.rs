@@ -313,10 +313,13 @@ pub fn tag_state(comment: &str) -> TagState {
     let mut first_error = None;
     for start in FINDER.find_iter(comment.as_bytes()) {
         let rest = &comment[start + MARKER.len()..];
-        let json: Cow<'_, str> = if rest.starts_with("{`") {
-            Cow::Owned(rest.replace('`', "\""))
-        } else {
-            Cow::Borrowed(rest)
+        // Either form (the database form's base32 decoded) and older backtick-mangled JSON.
+        let json: Cow<'_, str> = match fabric_core::tag::segment_json(rest) {
+            Ok(json) => json,
+            Err(e) => {
+                first_error.get_or_insert(e.to_string());
+                continue;
+            }
         };
         let mut de = serde_json::Deserializer::from_str(&json);
         match LeanTag::deserialize(&mut de) {
@@ -330,7 +333,7 @@ pub fn tag_state(comment: &str) -> TagState {
                 }));
             }
             Err(e) => {
-                first_error.get_or_insert(e);
+                first_error.get_or_insert(e.to_string());
             }
         }
     }
@@ -479,6 +482,43 @@ mod tests {
             TagState::Unreadable(_)
         ));
         assert_eq!(tag_state("JS1:a"), TagState::Absent);
+    }
+
+    #[test]
+    fn the_report_reads_the_database_form_as_it_comes_out_of_sacctmgr_of_22_05() {
+        use fabric_core::tag::{Form, JobTag, NodeResult, splice, splice_as};
+        let mut t = JobTag {
+            nnodes: 2,
+            ..JobTag::default()
+        };
+        t.nodes.insert(
+            "GPU-A1".into(),
+            NodeResult {
+                verdict: Verdict::Fail,
+                checks: vec!["ib.port_state".into()],
+                probe_ms: None,
+                drained: true,
+            },
+        );
+        t.notes.push("thread 'main' said \"no\"".into());
+        t.recount();
+        let live = tag_state(&splice("js1:x", &t));
+        // strip_quotes and make_lower of sacctmgr: the database form holds neither.
+        let stored = splice_as("js1:x", &t, Form::Database)
+            .replace(['"', '\''], "`")
+            .to_lowercase();
+        assert_eq!(tag_state(&stored), live);
+        let TagState::Present(facts) = live else {
+            panic!("no tag")
+        };
+        assert_eq!(
+            facts.drained,
+            [("GPU-A1".to_string(), "ib.port_state".to_string())]
+        );
+        assert!(matches!(
+            tag_state("fabric-check/v1 b32:not`base32"),
+            TagState::Unreadable(_)
+        ));
     }
 
     #[test]

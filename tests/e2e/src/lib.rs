@@ -310,11 +310,43 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
     }
 }
 
-/// The job's tag decoded from accounting, if present and readable.
-pub fn job_tag(tb: &Testbed, job: u32) -> Option<serde_json::Value> {
-    let comment = tb.admin_comment(job);
+/// The text of the job tag's segment after its marker, as an admin's standard tools read it:
+/// the live form as it stands (JSON, then whatever follows it), the database form
+/// (`b32:` + lower-case base32) decoded by coreutils' `base32 -d` after `tr a-z A-Z`.
+pub fn tag_text(comment: &str) -> Option<String> {
     let at = comment.find("fabric-check/v1 ")?;
-    let json = comment[at + "fabric-check/v1 ".len()..].replace('`', "\"");
+    let rest = &comment[at + "fabric-check/v1 ".len()..];
+    let Some(encoded) = rest.strip_prefix("b32:") else {
+        return Some(rest.to_owned());
+    };
+    let encoded = encoded.split_whitespace().next().unwrap_or_default();
+    let mut child = Command::new("base32")
+        .arg("-d")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .ok()?;
+    use std::io::Write;
+    child
+        .stdin
+        .take()?
+        .write_all(encoded.to_ascii_uppercase().as_bytes())
+        .ok()?;
+    let out = child.wait_with_output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The job's tag decoded from accounting, if present and readable (either form; JSON that an
+/// older release let sacctmgr mangle, backticks for quotes, too).
+pub fn job_tag(tb: &Testbed, job: u32) -> Option<serde_json::Value> {
+    let text = tag_text(&tb.admin_comment(job))?;
+    let json = if text.starts_with("{`") {
+        text.replace('`', "\"")
+    } else {
+        text
+    };
     serde_json::Deserializer::from_str(&json)
         .into_iter::<serde_json::Value>()
         .next()?
