@@ -578,7 +578,9 @@ mod tests {
     }
 
     /// A prolog child that prints `body` (a shell script), run by the plugin with `timeout=1`.
-    fn prolog_with_child(body: &str) -> (Result<(), String>, Vec<String>) {
+    /// The prolog with a stand-in child running `body` under the plugin's `timeout=` of
+    /// `timeout_s` (long enough that a loaded machine still runs the child's first lines).
+    fn prolog_with_child(body: &str, timeout_s: u32) -> (Result<(), String>, Vec<String>) {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let child = dir.path().join("fabric-check");
@@ -593,7 +595,10 @@ mod tests {
             nodes: Some("n1".into()),
             slurm_conf: None,
         };
-        let words = [format!("probe={}", child.display()), "timeout=1".to_owned()];
+        let words = [
+            format!("probe={}", child.display()),
+            format!("timeout={timeout_s}"),
+        ];
         let r = job_script_in(&h, &words, Script::Prolog, &env);
         let log = h.log.borrow().clone();
         (r, log)
@@ -603,6 +608,7 @@ mod tests {
     fn a_prolog_child_that_hangs_after_its_drain_fails_the_prolog_so_the_job_leaves_the_node() {
         let (r, log) = prolog_with_child(
             "echo 'drained n1: fabric-check: ib.port_state: x'; echo fabric-check-exit=2; exec sleep 30",
+            3,
         );
         let err = r.expect_err("a timeout after a drain is not success");
         assert!(err.contains("is drained"), "{err}");
@@ -612,7 +618,7 @@ mod tests {
 
     #[test]
     fn a_prolog_child_killed_right_after_its_drain_fails_the_prolog() {
-        let (r, _) = prolog_with_child("echo fabric-check-exit=2; kill -KILL $$");
+        let (r, _) = prolog_with_child("echo fabric-check-exit=2; kill -KILL $$", 30);
         let err = r.expect_err("a killed child that drained is not success");
         assert!(err.contains("Signalled(9)"), "{err}");
     }
@@ -621,13 +627,14 @@ mod tests {
     fn a_drain_undone_by_the_guard_lets_the_job_proceed_on_the_last_decision_line() {
         let (r, _) = prolog_with_child(
             "echo fabric-check-exit=2; echo 'MASS-DRAIN GUARD: resuming n1'; echo fabric-check-exit=0; exec sleep 30",
+            3,
         );
         assert!(r.is_ok(), "{r:?}");
     }
 
     #[test]
     fn a_prolog_child_that_times_out_without_a_drain_lets_the_job_proceed_unchecked() {
-        let (r, log) = prolog_with_child("echo probing; exec sleep 30");
+        let (r, log) = prolog_with_child("echo probing; exec sleep 30", 3);
         assert!(r.is_ok(), "{r:?}");
         assert!(
             log.iter()
