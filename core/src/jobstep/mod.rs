@@ -263,4 +263,6 @@ pub fn now_unix() -> u64 {
 }
 
 #[cfg(test)]
+mod spool_tests;
+#[cfg(test)]
 mod tests;
