@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, anyhow};
 use fabric_core::coexist::{self, AccountingDb, Captured, Reconciled};
 use fabric_core::exec::{run_bounded, safe_command};
-use fabric_core::slurm::SlurmCli;
 
 /// Where the shim finds its capture folder.
 const SHIM_DIR_ENV: &str = "FABRIC_CHECK_SHIM_DIR";
@@ -64,15 +63,27 @@ pub struct ShimArgs {
 /// The database copy through the real Slurm commands.
 struct SlurmDb {
     bin: PathBuf,
-    /// The other tool's own command line, whose `AdminComment=` word (at the index) the shim's
-    /// write replaces; `None`: write with `sacctmgr -i modify job`.
-    line: Option<(Vec<String>, usize)>,
+    /// The other tool's own `sacctmgr` arguments; a write replaces the value of the word at `at`
+    /// (its `AdminComment=`).
+    line: Vec<String>,
+    /// Where.
+    at: usize,
 }
 
 impl AccountingDb for SlurmDb {
     fn read(&self, job: &str) -> Result<String, String> {
         let mut c = safe_command(self.bin.join("sacct"));
-        c.args(["-n", "-P", "-X", "-j", job, "-o", "JobIDRaw,AdminComment"]);
+        // AdminComment last: it may hold the separator. The job is addressed as the other tool
+        // did (`N`, or `<ArrayJobId>_<TaskId>` as jobstats does for array tasks).
+        c.args([
+            "-n",
+            "-P",
+            "-X",
+            "-j",
+            job,
+            "-o",
+            "JobIDRaw,JobID,AdminComment",
+        ]);
         let done = run_bounded(c, None, Duration::from_secs(20)).map_err(|e| e.to_string())?;
         if !done.status.success() {
             return Err(format!("sacct failed: {}", done.stderr_text().trim()));
@@ -81,42 +92,36 @@ impl AccountingDb for SlurmDb {
             .stdout_text()
             .lines()
             .find_map(|l| {
-                l.split_once('|')
-                    .filter(|(id, _)| *id == job)
-                    .map(|(_, c)| c)
+                let mut f = l.splitn(3, '|');
+                let (raw, id, comment) = (f.next()?, f.next()?, f.next()?);
+                (raw == job || id == job).then_some(comment)
             })
             .unwrap_or_default()
             .to_owned())
     }
 
-    fn write(&self, job: &str, text: &str) -> Result<(), String> {
-        match &self.line {
-            Some((args, at)) => {
-                let mut args = args.clone();
-                let key_len = "AdminComment=".len();
-                args[*at] = format!("{}{text}", &args[*at][..key_len]);
-                let mut c = safe_command(self.bin.join("sacctmgr"));
-                c.args(&args);
-                let done =
-                    run_bounded(c, None, Duration::from_secs(30)).map_err(|e| e.to_string())?;
-                if done.status.success() {
-                    Ok(())
-                } else {
-                    Err(format!("sacctmgr failed: {}", done.stderr_text().trim()))
-                }
-            }
-            None => {
-                let id: u32 = job.parse().map_err(|_| format!("job id {job:?}"))?;
-                let cli = SlurmCli {
-                    bin_dir: self.bin.clone(),
-                    timeout: Duration::from_secs(30),
-                    deadline: None,
-                };
-                cli.set_admin_comment_db(id, text)
-                    .map_err(|e| e.to_string())
-            }
+    fn write(&self, _job: &str, text: &str) -> Result<(), String> {
+        let mut args = self.line.clone();
+        let key_len = "AdminComment=".len();
+        args[self.at] = format!("{}{text}", &args[self.at][..key_len]);
+        let mut c = safe_command(self.bin.join("sacctmgr"));
+        c.args(&args);
+        let done = run_bounded(c, None, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+        if done.status.success() {
+            Ok(())
+        } else {
+            Err(format!("sacctmgr failed: {}", done.stderr_text().trim()))
         }
     }
+}
+
+/// What the shim leaves for the wrapper: the other tool's write, and its own command line (the
+/// repair writes with it, so the job is addressed exactly as the tool addressed it).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct ShimRecord {
+    captured: Captured,
+    line: Vec<String>,
+    at: usize,
 }
 
 fn say(msg: &str) {
@@ -136,12 +141,18 @@ pub fn shim(args: ShimArgs) -> anyhow::Result<i32> {
     };
     let db = SlurmDb {
         bin: args.slurm_bin.clone(),
-        line: Some((args.args.clone(), at)),
+        line: args.args.clone(),
+        at,
     };
     let captured = coexist::shim_write(&db, &job, &value, &|l| say(l)).map_err(|e| anyhow!(e))?;
     if let Some(dir) = std::env::var_os(SHIM_DIR_ENV) {
         let path = Path::new(&dir).join(CAPTURED);
-        std::fs::write(&path, serde_json::to_vec(&captured)?)
+        let record = ShimRecord {
+            captured,
+            line: args.args,
+            at,
+        };
+        std::fs::write(&path, serde_json::to_vec(&record)?)
             .with_context(|| format!("cannot record the write in {}", path.display()))?;
     }
     Ok(0)
@@ -195,7 +206,10 @@ fn run_program(program: &[String], path_front: Option<&Path>, limit: Duration) -
     let mut c = Command::new(&program[0]);
     c.args(&program[1..]);
     if let Some(front) = path_front {
-        let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into());
+        // slurmctld may give no PATH: the shell's own default then.
+        let path = std::env::var("PATH").unwrap_or_else(|_| {
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+        });
         c.env("PATH", format!("{}:{path}", front.display()));
         c.env(SHIM_DIR_ENV, front);
     }
@@ -243,11 +257,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     let code = run_program(&args.program, dir.as_deref(), args.program_timeout);
     let Some(dir) = dir else { return Ok(code) };
-    let captured: Option<Captured> = std::fs::read(dir.join(CAPTURED))
+    let record: Option<ShimRecord> = std::fs::read(dir.join(CAPTURED))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok());
     let _ = std::fs::remove_dir_all(&dir);
-    let Some(captured) = captured else {
+    let Some(record) = record else {
         say(&format!(
             "job {job}: {} wrote no AdminComment; nothing to keep",
             args.program[0]
@@ -267,10 +281,11 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     let db = SlurmDb {
         bin: args.slurm_bin.clone(),
-        line: None,
+        line: record.line,
+        at: record.at,
     };
     let checks = vec![args.check_every; args.checks as usize];
-    match coexist::reconcile(&db, &captured, &checks, &|l| say(l)) {
+    match coexist::reconcile(&db, &record.captured, &checks, &|l| say(l)) {
         Reconciled::Intact => {}
         Reconciled::Repaired(n) => say(&format!(
             "job {job}: AdminComment repaired ({n} write(s)); both segments kept"
