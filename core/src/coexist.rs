@@ -67,6 +67,10 @@ pub struct Captured {
     pub value: String,
     /// The value as the database stored it (read back), the bytes to keep.
     pub stored: String,
+    /// Our segment as the shim found it in the database copy (after the job's epilogs), the
+    /// source of ours should a later write drop it.
+    #[serde(default)]
+    pub ours: Option<String>,
 }
 
 /// A `sacctmgr` command line that replaces one job's `AdminComment`: `[-i] modify|update job
@@ -92,7 +96,8 @@ pub fn parse_admin_comment_write(args: &[String]) -> Option<(String, String, usi
 }
 
 /// The shim's write: `value` for `job`, keeping our segment of the database copy. Returns what
-/// was recorded; the caller runs the real `sacctmgr` (through `db`).
+/// was recorded. The caller first waits for the job's epilogs (ours writes the database copy
+/// there): a read before our write and a write after it would erase our segment.
 pub fn shim_write(
     db: &dyn AccountingDb,
     job: &str,
@@ -122,6 +127,7 @@ pub fn shim_write(
         job: job.to_owned(),
         value: value.to_owned(),
         stored,
+        ours: ours_part(&current).map(str::to_owned),
     })
 }
 
@@ -154,7 +160,7 @@ pub fn reconcile(
     let job = captured.job.as_str();
     let mut writes = 0;
     // The last copy seen with our segment: the source of ours if a later write drops it.
-    let mut ours: Option<String> = None;
+    let mut ours: Option<String> = captured.ours.clone();
     for (i, wait) in std::iter::once(&Duration::ZERO).chain(checks).enumerate() {
         db.sleep(*wait);
         let now = match db.read(job) {
@@ -318,11 +324,27 @@ mod tests {
             job: "5".into(),
             value: JS.into(),
             stored: JS.into(),
+            ours: None,
         };
         // Read 1 sees both; read 2 a stale record with neither.
         db.behind.borrow_mut().push("fabric-check/v0".into());
         db.behind.borrow_mut().push(format!("{JS} {OURS}"));
         let got = reconcile(&db, &c, &[Duration::ZERO, Duration::ZERO], &|_| {});
+        assert_eq!(got, Reconciled::Repaired(1));
+        assert_eq!(*db.text.borrow(), format!("{JS} {OURS}"));
+    }
+
+    #[test]
+    fn our_segment_dropped_before_the_first_look_comes_back_from_the_shims_read() {
+        let db = Db {
+            text: RefCell::new(format!("prolog {OURS}")),
+            ..Db::default()
+        };
+        let c = shim_write(&db, "5", JS, &|_| {}).unwrap();
+        assert_eq!(c.ours.as_deref(), Some(OURS));
+        // A stale job-complete record lands before the repair looks: the other tool's alone.
+        db.behind.borrow_mut().push(JS.into());
+        let got = reconcile(&db, &c, &[], &|_| {});
         assert_eq!(got, Reconciled::Repaired(1));
         assert_eq!(*db.text.borrow(), format!("{JS} {OURS}"));
     }
@@ -337,6 +359,7 @@ mod tests {
             job: "5".into(),
             value: JS.into(),
             stored: JS.into(),
+            ours: None,
         };
         assert_eq!(
             reconcile(&db, &c, &[Duration::ZERO], &|_| {}),

@@ -5,10 +5,10 @@
 //!
 //! The program runs with its environment as slurmctld gave it, plus a private folder first on
 //! its `PATH` holding a `sacctmgr` that is `fabric-check sacctmgr-shim`: a write of one job's
-//! `AdminComment` keeps our segment and is recorded; every other `sacctmgr` call goes to the real
-//! one unchanged. After the program, once the job's nodes have finished their epilogs, the
-//! database copy is checked and repaired. Every loss found is logged (stderr goes to the
-//! slurmctld log).
+//! `AdminComment` waits for the job's epilogs, keeps our segment and is recorded; every other
+//! `sacctmgr` call goes to the real one unchanged. After the program, once the job's nodes have finished their epilogs, the
+//! database copy is checked and repaired. Every loss found is logged, on stderr and to syslog
+//! (tag `fabric-check`): slurmctld keeps no output of an `EpilogSlurmctld`.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -55,6 +55,9 @@ pub struct ShimArgs {
     /// The folder of the real `sacctmgr`.
     #[arg(long, default_value = "/usr/bin")]
     pub slurm_bin: PathBuf,
+    /// Longest wait for the job's nodes to finish their epilogs before the write.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub wait_epilogs: Duration,
     /// `sacctmgr`'s own arguments.
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -124,8 +127,17 @@ struct ShimRecord {
     at: usize,
 }
 
+/// Says `msg` on stderr and to syslog (`logger`, as jobstats' own script does): slurmctld keeps
+/// no output of an `EpilogSlurmctld` in its log.
 fn say(msg: &str) {
-    eprintln!("fabric-check epilog-slurmctld: {msg}");
+    let line = format!("fabric-check epilog-slurmctld: {msg}");
+    eprintln!("{line}");
+    let logger = Path::new("/usr/bin/logger");
+    if logger.exists() {
+        let mut c = safe_command(logger);
+        c.args(["-t", "fabric-check", "--", &line]);
+        let _ = run_bounded(c, None, Duration::from_secs(5));
+    }
 }
 
 /// `fabric-check sacctmgr-shim -- ARGS`: a write of one job's `AdminComment` keeps our segment
@@ -139,6 +151,8 @@ pub fn shim(args: ShimArgs) -> anyhow::Result<i32> {
             .with_context(|| format!("cannot run {}", real.display()))?;
         return Ok(status.code().unwrap_or(1));
     };
+    // Our epilog writes the database copy: read and write after it, never around it.
+    wait_for_epilogs(&args.slurm_bin, &job, args.wait_epilogs);
     let db = SlurmDb {
         bin: args.slurm_bin.clone(),
         line: args.args.clone(),
@@ -159,7 +173,7 @@ pub fn shim(args: ShimArgs) -> anyhow::Result<i32> {
 }
 
 /// Makes the private folder with the `sacctmgr` the program sees.
-fn shim_dir(job: &str, slurm_bin: &Path) -> anyhow::Result<PathBuf> {
+fn shim_dir(job: &str, slurm_bin: &Path, wait: Duration) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find this program's path")?;
     let exe = exe.to_str().filter(|e| !e.contains('\'')).ok_or_else(|| {
         anyhow!("this program's path {exe:?} cannot be quoted for a shell script")
@@ -181,7 +195,8 @@ fn shim_dir(job: &str, slurm_bin: &Path) -> anyhow::Result<PathBuf> {
     writeln!(
         f,
         "#!/bin/sh\n# fabric-check: keeps the fabric-check segment of AdminComment\n\
-         exec '{exe}' sacctmgr-shim --slurm-bin '{bin}' -- \"$@\""
+         exec '{exe}' sacctmgr-shim --slurm-bin '{bin}' --wait-epilogs {}ms -- \"$@\"",
+        wait.as_millis()
     )?;
     std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o700))?;
     Ok(dir)
@@ -199,6 +214,21 @@ fn epilogs_running(bin: &Path, job: &str) -> bool {
         l.split_once('|')
             .is_some_and(|(state, nodes)| state == "COMPLETING" && !nodes.trim().is_empty())
     })
+}
+
+/// Waits, at most `limit`, until no node of `job` is still in its epilog.
+fn wait_for_epilogs(bin: &Path, job: &str, limit: Duration) {
+    let end = Instant::now() + limit;
+    while epilogs_running(bin, job) {
+        if Instant::now() >= end {
+            say(&format!(
+                "job {job}: nodes still in their epilogs after {} s; going on",
+                limit.as_secs()
+            ));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Runs `program` (its environment plus `path_front` on `PATH`), killed past `limit`.
@@ -245,7 +275,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         .ok()
         .filter(|j| !j.is_empty() && j.bytes().all(|b| b.is_ascii_digit()))
         .ok_or_else(|| anyhow!("SLURM_JOB_ID is not set: run as slurm.conf's EpilogSlurmctld"))?;
-    let dir = match shim_dir(&job, &args.slurm_bin) {
+    let dir = match shim_dir(&job, &args.slurm_bin, args.wait_epilogs) {
         Ok(d) => Some(d),
         Err(e) => {
             say(&format!(
@@ -263,22 +293,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let _ = std::fs::remove_dir_all(&dir);
     let Some(record) = record else {
         say(&format!(
-            "job {job}: {} wrote no AdminComment; nothing to keep",
+            "job {job}: {} wrote no AdminComment (or its write failed); nothing to keep",
             args.program[0]
         ));
         return Ok(code);
     };
-    let end = Instant::now() + args.wait_epilogs;
-    while epilogs_running(&args.slurm_bin, &job) {
-        if Instant::now() >= end {
-            say(&format!(
-                "job {job}: nodes still in their epilogs after {} s; checking now",
-                args.wait_epilogs.as_secs()
-            ));
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_for_epilogs(&args.slurm_bin, &job, args.wait_epilogs);
     let db = SlurmDb {
         bin: args.slurm_bin.clone(),
         line: record.line,

@@ -70,9 +70,10 @@ fn with_the_epilog_slurmctld_wrapper_jobstats_segment_and_our_tag_both_survive_i
     write_script(
         &active,
         &format!(
-            "#!/bin/sh\nexec {}/bin/fabric-check epilog-slurmctld --check-every 1s -- {}/etc/jobstats-standin\n",
-            tb.dir.display(),
-            tb.dir.display()
+            // slurmctld gives EpilogSlurmctld no SLURM_CONF: name the testbed's, as a real
+            // cluster's default /etc/slurm/slurm.conf would be found.
+            "#!/bin/sh\nexport SLURM_CONF={d}/etc/slurm.conf\nexec {d}/bin/fabric-check epilog-slurmctld --check-every 1s -- {d}/etc/jobstats-standin 2>>{d}/log/epilog-slurmctld.log\n",
+            d = tb.dir.display()
         ),
     );
     // Slurm before 23.02 stores sacctmgr's AdminComment in lower case: jobstats' segment is
