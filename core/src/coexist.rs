@@ -2,7 +2,7 @@
 //! Princeton's jobstats (`EpilogSlurmctld`: `sleep 5`, then `sacctmgr -i update job where
 //! jobid=N set AdminComment=JS1:<base64>`, the database only).
 //!
-//! Each tool owns a segment: ours starts at [`tag::MARKER`] (the epilog appends it at the end),
+//! Each tool owns a segment: ours starts at [`crate::tag::MARKER`] (the epilog appends it at the end),
 //! the other tool's is everything before it. The supported setup (`docs/operations.md`,
 //! "Next to jobstats") runs the other tool's `EpilogSlurmctld` under `fabric-check
 //! epilog-slurmctld -- PROGRAM`:
