@@ -131,8 +131,8 @@ impl Munge {
         }
     }
 
-    /// `program [-S SOCKET]` with a scrubbed environment in its own process group, so that
-    /// [`run_bounded`] can kill it and anything it started.
+    /// `program [-S SOCKET]` with a scrubbed environment in the job step's process group;
+    /// [`run_bounded`] kills it and anything it started at its limit.
     fn command(&self, program: &Path) -> Command {
         let mut cmd = safe_command(program);
         if let Some(socket) = &self.socket {
