@@ -262,8 +262,9 @@ pub fn job_script_in(
 ) -> Result<(), String> {
     let (args, problems) = parse_args(words);
     report_problems(host, &problems, script == Script::Prolog);
-    if script == Script::Prolog {
-        hooks::maybe_panic("job_prolog", Context::JobScript);
+    match script {
+        Script::Prolog => hooks::maybe_panic("job_prolog", Context::JobScript),
+        Script::Epilog => hooks::maybe_panic("job_epilog", Context::JobScript),
     }
     let req = read_request(host, env.node.clone());
     let job = req.job_id.map_or_else(|| "?".to_owned(), |j| j.to_string());
@@ -376,6 +377,20 @@ pub fn user_init(host: &dyn Host, words: &[String]) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// What the plugin returns to Slurm for a job script whose callback returned `rc` (0, or -1 for
+/// an error or a caught panic, already logged).
+///
+/// Only the prolog may fail: that is how a node that failed its check keeps the job off it. A
+/// failing epilog is never a fabric fault (the epilog only delivers records and the tag), yet
+/// slurmd reports it and slurmctld drains the node with "Epilog error"; so an epilog problem is
+/// logged and the epilog succeeds.
+pub fn script_rc(script: Script, rc: i32) -> i32 {
+    match script {
+        Script::Prolog => rc,
+        Script::Epilog => 0,
+    }
 }
 
 /// Step ids from here up are Slurm's special steps (batch script, extern, interactive, pending):
@@ -693,6 +708,14 @@ mod tests {
                 .any(|l| l.starts_with("error") && l.contains("proceeds unchecked")),
             "{log:?}"
         );
+    }
+
+    #[test]
+    fn only_the_prolog_can_fail_a_job_script() {
+        assert_eq!(script_rc(Script::Prolog, -1), -1);
+        assert_eq!(script_rc(Script::Prolog, 0), 0);
+        assert_eq!(script_rc(Script::Epilog, -1), 0);
+        assert_eq!(script_rc(Script::Epilog, 0), 0);
     }
 
     #[test]

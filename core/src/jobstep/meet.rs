@@ -80,14 +80,18 @@ impl Meet for RendezvousMeet<'_> {
             .clone()
             .map(Munge::with_socket)
             .unwrap_or_default();
-        let mut cfg = RendezvousConfig::new(
+        // Name resolution is part of the rendezvous's time, not added before it.
+        let start = Instant::now();
+        let by = (start + req.timeout).min(req.deadline);
+        let mut cfg = RendezvousConfig::new_within(
             req.nodes.clone(),
             &resolver,
             u64::from(req.job_id),
             munge,
             vec![0],
+            by,
         )?;
-        cfg.timeout = req.timeout;
+        cfg.timeout = by.saturating_duration_since(Instant::now());
         cfg.hard_deadline = Some(req.deadline);
         crate::rendezvous::gather(&cfg, req.rank, &payload)
     }
