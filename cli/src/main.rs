@@ -57,6 +57,12 @@ enum Command {
     /// Prepended by the SPANK plugin to a `--fabric-check=full` step's tasks (Slurm 23.11+).
     #[command(hide = true)]
     StepGate(cmd::stepgate::Args),
+    /// slurm.conf's EpilogSlurmctld around another tool's (jobstats'): both AdminComment
+    /// segments kept.
+    EpilogSlurmctld(cmd::coexist::Args),
+    /// The `sacctmgr` that `epilog-slurmctld` puts first on the other tool's PATH.
+    #[command(hide = true)]
+    SacctmgrShim(cmd::coexist::ShimArgs),
     /// Writes the man pages or shell completions (the package build runs it).
     #[command(hide = true)]
     Dist(cmd::dist::Args),
@@ -88,6 +94,8 @@ fn main() {
         Command::Health(a) => cmd::nodes::health(a),
         Command::Prolog(a) => cmd::jobstep::prolog(a),
         Command::Epilog(a) => cmd::jobstep::epilog(a),
+        Command::EpilogSlurmctld(a) => cmd::coexist::run(a),
+        Command::SacctmgrShim(a) => cmd::coexist::shim(a),
         Command::Dist(a) => cmd::dist::run(a, Cli::command()),
     };
     match result {

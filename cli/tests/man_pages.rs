@@ -87,6 +87,7 @@ fn every_visible_subcommand_and_fabric_run_have_a_page() {
         "fabric-check-resume.1",
         "fabric-check-health.1",
         "fabric-check-collective.1",
+        "fabric-check-epilog-slurmctld.1",
         "fabric-run.1",
         "fabric-run-mark.1",
     ] {
@@ -96,6 +97,7 @@ fn every_visible_subcommand_and_fabric_run_have_a_page() {
         "fabric-check-prolog.1",
         "fabric-check-epilog.1",
         "fabric-check-dist.1",
+        "fabric-check-sacctmgr-shim.1",
     ] {
         assert!(
             !pages.contains(hidden),

@@ -15,6 +15,7 @@
 //! | [`drain`] | drain/resume etiquette and the mass-drain guard |
 //! | [`slurm`] | the [`slurm::Slurm`] seam and its CLI adapter (`scontrol`, `sinfo`, `sacct`, `sacctmgr`), bounded in time |
 //! | [`rendezvous`] | MUNGE-authenticated rendezvous of a job's nodes at rank 0 |
+//! | [`coexist`] | sharing `AdminComment` with jobstats-style tools: the `EpilogSlurmctld` wrapper's merge and repair |
 //! | [`collective`] | `fabric-check collective`: ring all-reduce, figures, outlier nodes |
 //! | [`stepgate`] | the Slurm 23.11+ step gate prepended to a `--fabric-check=full` step's tasks |
 //! | [`stats`] | the project's one percentile (linear interpolation, numpy's default) and median |
@@ -29,6 +30,7 @@
 //! block with a `// SAFETY:` comment.
 
 pub mod bom;
+pub mod coexist;
 pub mod collective;
 pub mod config;
 pub mod deadline;

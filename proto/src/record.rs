@@ -25,6 +25,13 @@ pub const DEFAULT_SPOOL_ROOT: &str = "/var/spool/fabric-check/jobs";
 /// which never sees the job's environment).
 pub const SPOOL_ENV: &str = "FABRIC_RUN_SPOOL";
 
+/// Environment variable the SPANK plugin sets in every task of a job (`slurm_spank_user_init`)
+/// to its `spool_dir=`, so that `fabric-run` writes where the epilog reads with no user
+/// configuration. It wins over [`SPOOL_ENV`]; under it the wrapper never makes the job's
+/// folder (the prolog made it, as root, for the job's uid). The job's user can set it too: only
+/// the wrapper reads it, never the root-run epilog, which reads `spool_dir=` from plugstack.conf.
+pub const PLUGIN_SPOOL_ENV: &str = "FABRIC_CHECK_SPOOL_DIR";
+
 /// The file one node's wrappers append to: `<spool_root>/<job_id>/<node>.jsonl`.
 ///
 /// Returns `None` when the job id or node name would escape the spool (empty, `.`/`..`, or
@@ -267,7 +274,26 @@ fn ensure_job_dir(dir: &Path, uid: u32) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
-    let md = std::fs::symlink_metadata(dir)?;
+    check_job_dir(dir, uid)
+}
+
+/// Checks that the job's spool folder `dir` is a real directory owned by `uid` (without making
+/// it: under [`PLUGIN_SPOOL_ENV`] the prolog made it).
+pub fn check_job_dir(dir: &Path, uid: u32) -> io::Result<()> {
+    let md = match std::fs::symlink_metadata(dir) {
+        Ok(md) => md,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{} does not exist: the job's prolog makes it when the job is checked \
+                     (--fabric-check, or mode=always in plugstack.conf)",
+                    dir.display()
+                ),
+            ));
+        }
+        Err(e) => return Err(e),
+    };
     if !md.is_dir() || md.uid() != uid {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
@@ -351,6 +377,14 @@ impl RecordWriter {
     pub fn open_in_spool(path: &Path, meta: Meta, uid: u32) -> io::Result<Self> {
         if let Some(dir) = path.parent() {
             ensure_job_dir(dir, uid)?;
+        }
+        Self::open_with(path, meta, true)
+    }
+
+    /// [`RecordWriter::open_in_spool`] in a folder the prolog made: it must exist already.
+    pub fn open_in_prolog_spool(path: &Path, meta: Meta, uid: u32) -> io::Result<Self> {
+        if let Some(dir) = path.parent() {
+            check_job_dir(dir, uid)?;
         }
         Self::open_with(path, meta, true)
     }

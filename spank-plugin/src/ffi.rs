@@ -222,6 +222,20 @@ impl Host for SlurmHost {
         }
     }
 
+    fn setenv(&self, name: &str, value: &str) -> Result<(), String> {
+        let (Ok(n), Ok(v)) = (CString::new(name), CString::new(value)) else {
+            return Err("a NUL byte in the name or value".into());
+        };
+        // SAFETY: two NUL-terminated strings that outlive the call; spank_setenv copies them
+        // (spank.h: `spank_setenv(spank_t, const char *var, const char *val, int overwrite)`).
+        let rc = unsafe { sys::spank_setenv(self.sp, n.as_ptr(), v.as_ptr(), 1) };
+        if rc == sys::ESPANK_SUCCESS {
+            Ok(())
+        } else {
+            Err(format!("spank_setenv returned {rc}"))
+        }
+    }
+
     fn info(&self, msg: &str) {
         log_info(msg);
     }
@@ -315,6 +329,20 @@ pub extern "C" fn slurm_spank_job_epilog(
         );
     }
     plugin::script_rc(plugin::Script::Epilog, rc)
+}
+
+/// Called in slurmstepd as the job's user before a step's tasks start: tells them the spool.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_user_init(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    guard("slurm_spank_user_init", || {
+        // SAFETY: as in `slurm_spank_init`.
+        let words = unsafe { args(ac, av) };
+        plugin::user_init(&SlurmHost { sp }, &words)
+    })
 }
 
 /// Called in each task of a step (as the job's user, before it execs): on Slurm 23.11+ a

@@ -3,6 +3,7 @@
 use fabric_proto::fabric_option::FabricMode;
 use fabric_proto::invocation::{Invocation, JobStepExit};
 use fabric_proto::plugin_args::{ArgProblem, JobMode, PluginArgs};
+use fabric_proto::record::PLUGIN_SPOOL_ENV;
 
 use crate::spawn::{self, Outcome};
 
@@ -72,6 +73,11 @@ pub trait Host {
     /// time: referencing it at link time would stop the plugin loading on older Slurm.
     fn can_prepend_task_argv(&self) -> bool {
         false
+    }
+    /// Sets `name=value` in the job's environment (`spank_setenv`, remote context), replacing
+    /// a value the user set.
+    fn setenv(&self, _name: &str, _value: &str) -> Result<(), String> {
+        Err("spank_setenv is not available".into())
     }
     /// Prepends `argv` to the task's command line (valid in `slurm_spank_task_init`).
     fn prepend_task_argv(&self, _argv: &[String]) -> Result<(), String> {
@@ -347,6 +353,32 @@ pub fn job_script_in(
     }
 }
 
+/// `slurm_spank_user_init` (in slurmstepd, as the job's user, before its tasks start, for every
+/// step including the batch script): tells the tasks where `fabric-run` delivers its records,
+/// [`PLUGIN_SPOOL_ENV`] = `spool_dir=`, so the wrapper needs no configuration. The epilog never
+/// reads that variable (the user may change it); it reads `spool_dir=` itself. Never fails the
+/// step: a problem is logged.
+pub fn user_init(host: &dyn Host, words: &[String]) -> Result<(), String> {
+    if host.context() != Context::Remote {
+        return Ok(());
+    }
+    hooks::maybe_panic("user_init", Context::Remote);
+    let (args, _) = parse_args(words);
+    if args.mode == JobMode::Off {
+        return Ok(());
+    }
+    let Some(dir) = args.spool_dir.to_str() else {
+        host.error("fabric-check: spool_dir= is not UTF-8; fabric-run is not told where to record");
+        return Ok(());
+    };
+    if let Err(e) = host.setenv(PLUGIN_SPOOL_ENV, dir) {
+        host.error(&format!(
+            "fabric-check: cannot set {PLUGIN_SPOOL_ENV} ({e}); fabric-run records go to its default"
+        ));
+    }
+    Ok(())
+}
+
 /// What the plugin returns to Slurm for a job script whose callback returned `rc` (0, or -1 for
 /// an error or a caught panic, already logged).
 ///
@@ -424,6 +456,7 @@ mod tests {
         step: Option<u32>,
         prepend: bool,
         prepended: RefCell<Vec<Vec<String>>>,
+        env: RefCell<Vec<(String, String)>>,
     }
 
     impl Host for FakeHost {
@@ -462,6 +495,47 @@ mod tests {
             self.prepended.borrow_mut().push(argv.to_vec());
             Ok(())
         }
+        fn setenv(&self, name: &str, value: &str) -> Result<(), String> {
+            self.env.borrow_mut().push((name.into(), value.into()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_step_is_told_the_admins_spool_dir_and_nothing_outside_slurmstepd() {
+        let words = ["spool_dir=/srv/fc-spool".to_owned()];
+        let remote = FakeHost {
+            ctx: Some(Context::Remote),
+            ..FakeHost::default()
+        };
+        user_init(&remote, &words).unwrap();
+        assert_eq!(
+            *remote.env.borrow(),
+            vec![(PLUGIN_SPOOL_ENV.to_owned(), "/srv/fc-spool".to_owned())]
+        );
+        let default = FakeHost {
+            ctx: Some(Context::Remote),
+            ..FakeHost::default()
+        };
+        user_init(&default, &[]).unwrap();
+        assert_eq!(
+            default.env.borrow()[0].1,
+            fabric_proto::record::DEFAULT_SPOOL_ROOT
+        );
+        for ctx in [Context::Local, Context::Allocator, Context::JobScript] {
+            let h = FakeHost {
+                ctx: Some(ctx),
+                ..FakeHost::default()
+            };
+            user_init(&h, &words).unwrap();
+            assert!(h.env.borrow().is_empty(), "{ctx:?}");
+        }
+        let off = FakeHost {
+            ctx: Some(Context::Remote),
+            ..FakeHost::default()
+        };
+        user_init(&off, &["mode=off".to_owned()]).unwrap();
+        assert!(off.env.borrow().is_empty());
     }
 
     fn task_host(opt: &str, step: u32, prepend: bool) -> FakeHost {

@@ -11,8 +11,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 ///
 /// The exit status is the command's (128+N when a signal ended it); SIGTERM, SIGINT, SIGHUP,
 /// SIGUSR1, SIGUSR2 and SIGCONT are forwarded to its process group. Records are JSON lines (see
-/// docs/records.md) written to --record FILE or, under Slurm, to
-/// $FABRIC_RUN_SPOOL (default /var/spool/fabric-check/jobs)/JOBID/NODE.jsonl.
+/// docs/records.md) written to --record FILE or, under Slurm, to SPOOL/JOBID/NODE.jsonl, SPOOL
+/// being $FABRIC_CHECK_SPOOL_DIR (set by the fabric-check plugin), else $FABRIC_RUN_SPOOL, else
+/// /var/spool/fabric-check/jobs.
 #[derive(Debug, Parser)]
 #[command(
     name = "fabric-run",

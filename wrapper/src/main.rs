@@ -26,7 +26,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, anyhow};
 use clap::Parser;
 use fabric_proto::record::{
-    Body, DEFAULT_SPOOL_ROOT, Meta, RecordWriter, SPOOL_ENV, VERSION, node_records_path,
+    Body, DEFAULT_SPOOL_ROOT, Meta, PLUGIN_SPOOL_ENV, RecordWriter, SPOOL_ENV, VERSION,
+    node_records_path,
 };
 
 use crate::cli::{Cli, RunArgs, Sub};
@@ -70,17 +71,47 @@ fn meta_from_env() -> Meta {
     }
 }
 
-/// `--record`, else `<spool>/<job id>/<node>.jsonl` under Slurm, else nothing.
-fn record_path(args: &RunArgs, meta: &Meta) -> anyhow::Result<Option<PathBuf>> {
+/// Where records go: `--record FILE`, or under Slurm `<spool>/<job id>/<node>.jsonl`, or nowhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Target {
+    /// `--record FILE`: the user's own file.
+    File(PathBuf),
+    /// The job's spool file; `prolog_made`: the spool came from the plugin
+    /// ([`PLUGIN_SPOOL_ENV`]), whose prolog made the job's folder.
+    Spool { path: PathBuf, prolog_made: bool },
+}
+
+/// The spool root: the plugin's [`PLUGIN_SPOOL_ENV`], else the user's [`SPOOL_ENV`], else the
+/// default; and whether it is the plugin's.
+fn spool_root() -> (PathBuf, bool) {
+    let plugin = std::env::var_os(PLUGIN_SPOOL_ENV).filter(|v| !v.is_empty());
+    let user = std::env::var_os(SPOOL_ENV).filter(|v| !v.is_empty());
+    match (plugin, user) {
+        (Some(p), user) => {
+            if let Some(u) = user.filter(|u| *u != p) {
+                tracing::warn!(
+                    "fabric-run: {SPOOL_ENV}={} ignored: the cluster's fabric-check plugin \
+                     names the job's spool ({PLUGIN_SPOOL_ENV}={}); use --record FILE for a file \
+                     of your own",
+                    PathBuf::from(u).display(),
+                    PathBuf::from(&p).display()
+                );
+            }
+            (PathBuf::from(p), true)
+        }
+        (None, Some(u)) => (PathBuf::from(u), false),
+        (None, None) => (PathBuf::from(DEFAULT_SPOOL_ROOT), false),
+    }
+}
+
+fn record_path(args: &RunArgs, meta: &Meta) -> anyhow::Result<Option<Target>> {
     if let Some(p) = &args.record {
-        return Ok(Some(p.clone()));
+        return Ok(Some(Target::File(p.clone())));
     }
     let Some(job) = &meta.job_id else {
         return Ok(None);
     };
-    let root = std::env::var_os(SPOOL_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_SPOOL_ROOT));
+    let (root, prolog_made) = spool_root();
     if !root.is_dir() {
         return Err(anyhow!(
             "the spool directory {} does not exist: ask the admin to create it (mode 1777) or \
@@ -88,29 +119,34 @@ fn record_path(args: &RunArgs, meta: &Meta) -> anyhow::Result<Option<PathBuf>> {
             root.display()
         ));
     }
-    node_records_path(&root, job, &meta.node)
-        .map(Some)
-        .ok_or_else(|| {
-            anyhow!(
-                "job id `{job}` or node `{}` cannot name a spool file",
-                meta.node
-            )
-        })
+    let path = node_records_path(&root, job, &meta.node).ok_or_else(|| {
+        anyhow!(
+            "job id `{job}` or node `{}` cannot name a spool file",
+            meta.node
+        )
+    })?;
+    Ok(Some(Target::Spool { path, prolog_made }))
 }
 
 fn open_records(args: &RunArgs, meta: &Meta) -> Sink {
-    let opened = record_path(args, meta).and_then(|p| match p {
-        Some(p) => {
-            let w = if args.record.is_some() {
-                RecordWriter::open(&p, meta.clone())
-            } else {
-                let uid = nix::unistd::getuid().as_raw();
-                RecordWriter::open_in_spool(&p, meta.clone(), uid)
-            };
-            w.map(Some)
-                .with_context(|| format!("cannot open {}", p.display()))
-        }
-        None => Ok(None),
+    let opened = record_path(args, meta).and_then(|t| {
+        let uid = nix::unistd::getuid().as_raw();
+        let (w, p) = match t {
+            None => return Ok(None),
+            Some(Target::File(p)) => (RecordWriter::open(&p, meta.clone()), p),
+            Some(Target::Spool {
+                path,
+                prolog_made: true,
+            }) => (
+                RecordWriter::open_in_prolog_spool(&path, meta.clone(), uid),
+                path,
+            ),
+            Some(Target::Spool { path, .. }) => {
+                (RecordWriter::open_in_spool(&path, meta.clone(), uid), path)
+            }
+        };
+        w.map(Some)
+            .with_context(|| format!("cannot open {}", p.display()))
     });
     match opened {
         Ok(w) => {

@@ -36,6 +36,42 @@ fn under_srun_records_go_to_the_spool_with_the_tasks_identity() {
 }
 
 #[test]
+fn the_plugins_spool_variable_wins_and_records_land_in_the_folder_the_prolog_made() {
+    use std::os::unix::fs::DirBuilderExt;
+    let plugin = tempfile::tempdir().unwrap();
+    let users = tempfile::tempdir().unwrap();
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(plugin.path().join("77"))
+        .unwrap();
+    fabric_run()
+        .env(fabric_proto::record::PLUGIN_SPOOL_ENV, plugin.path())
+        .env("FABRIC_RUN_SPOOL", users.path())
+        .env("SLURM_JOB_ID", "77")
+        .env("SLURMD_NODENAME", "n3")
+        .args(["--", "true"])
+        .assert()
+        .code(0)
+        .stderr(predicates::str::contains("FABRIC_RUN_SPOOL="));
+    assert_eq!(records(&plugin.path().join("77/n3.jsonl")).len(), 3);
+    assert_eq!(std::fs::read_dir(users.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn under_the_plugins_spool_the_wrapper_never_makes_the_jobs_folder() {
+    let plugin = tempfile::tempdir().unwrap();
+    fabric_run()
+        .env(fabric_proto::record::PLUGIN_SPOOL_ENV, plugin.path())
+        .env("SLURM_JOB_ID", "78")
+        .env("SLURMD_NODENAME", "n3")
+        .args(["--", "sh", "-c", "exit 5"])
+        .assert()
+        .code(5)
+        .stderr(predicates::str::contains("the job's prolog makes it"));
+    assert!(!plugin.path().join("78").exists());
+}
+
+#[test]
 fn a_missing_spool_is_a_warning_and_the_job_still_runs() {
     fabric_run()
         .env("FABRIC_RUN_SPOOL", "/nonexistent/spool")

@@ -3,6 +3,7 @@
 pub mod accept;
 pub mod bom;
 pub mod check_config;
+pub mod coexist;
 pub mod collective;
 pub mod dist;
 pub mod jobs;

@@ -7,17 +7,15 @@
 //! the job (`"reported_by":"job"`, [`crate::tag::JobReported`]) and never drains a node, so it
 //! never counts toward the mass-drain guard either. A drain needs evidence root gathered.
 
-use std::path::Path;
-
 use super::JobStep;
-use super::meet::meet;
+use super::meet::{Delivery, deliver};
 use super::payload::EpilogPayload;
 use super::prolog::{probe_limit, probe_request};
-use super::tag_write::write_tag;
+use super::tag_write::{TagWrite, write_tag};
 use crate::invocation::JobStepExit;
 use crate::plugin_args::Policy;
 use crate::probe::Baseline;
-use crate::record::{self, ReadLimits, RecordError};
+use crate::record::{self, JobDir, ReadLimits, RecordError};
 use crate::stepgate;
 use crate::tag::{CollectiveSummary, DuringJob, MAX_CLAIM_CHARS, RunSummary, SlowClaim, Verdict};
 
@@ -83,8 +81,12 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     if plugin.policy == Policy::Observe {
         return JobStepExit::Proceed;
     }
-    let run = read_run_summary(step);
-    let step_results = read_step_results(step);
+    let spool = open_job_dir(step);
+    let run = spool.as_ref().and_then(|d| read_run_summary(step, d));
+    let step_results = spool
+        .as_ref()
+        .map(|d| read_step_results(step, d))
+        .unwrap_or_default();
     // The step gates ran as the job's user and wrote these results into the user-writable
     // spool: they are reported in the tag as the job's, never a reason to drain.
     let slow: Vec<SlowClaim> = step_results
@@ -113,69 +115,111 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         steps,
         slow,
     };
-    if let Some(met) = meet(step, payload) {
-        let runs: Vec<RunSummary> = met
-            .payloads
-            .values()
-            .filter_map(|p| p.run.clone())
-            .collect();
-        let run = record::merge_nodes(&runs);
-        let steps: Vec<CollectiveSummary> = met
-            .payloads
-            .values()
-            .flat_map(|p| p.steps.iter().cloned())
-            .collect();
-        // Each node's claims are bounded again here: a peer of another build may send more.
-        let mut slow: Vec<SlowClaim> = met
-            .payloads
-            .values()
-            .flat_map(|p| p.slow.iter().take(MAX_CLAIMS_PER_NODE).cloned())
-            .map(|mut c| {
-                c.message = c.message.map(|m| m.chars().take(MAX_CLAIM_CHARS).collect());
-                c
-            })
-            .collect();
-        slow.sort_by(|a, b| a.node.cmp(&b.node).then(a.step.cmp(&b.step)));
-        let mut rows: Vec<DuringJob> = met
-            .payloads
-            .into_values()
-            .filter_map(|p| p.during)
-            .filter(|d| !d.rises.is_empty() || d.verdict != Verdict::Pass)
-            .collect();
-        rows.sort_by(|a, b| a.node.cmp(&b.node));
-        if rows.is_empty() && run.is_none() && steps.is_empty() && slow.is_empty() {
-            step.say(&format!(
-                "job {job}: no counter rose and no fabric-run records; tag unchanged"
-            ));
+    let delivered = match deliver(step, payload) {
+        Delivery::Leader(met) => lead(step, met),
+        Delivery::Acknowledged => true,
+        Delivery::Failed => false,
+    };
+    if let Some(dir) = &spool {
+        if delivered {
+            remove_node_files(step.node(), dir);
         } else {
-            write_tag(step, |prev| {
-                let mut t = prev.unwrap_or_default();
-                t.during = rows;
-                if run.is_some() {
-                    t.run = run;
-                }
-                let reported = &mut t.job_reported;
-                reported.steps = stepgate::worst(reported.steps.take(), &steps);
-                reported.slow.extend(slow);
-                t
-            });
+            step.say(&format!(
+                "job {job}: this node's records were not delivered; kept in {}",
+                dir.path().display()
+            ));
         }
     }
     step.say(&JobStepExit::Proceed.line());
     JobStepExit::Proceed
 }
 
-/// This node's `fabric-run` records for the job, summarised, then removed. The spool is
-/// user-writable and we are root: the reader refuses links and foreign owners and bounds sizes.
-fn read_run_summary(step: &JobStep<'_>) -> Option<RunSummary> {
+/// The leader's merge of every node's payload into the tag; whether the tag has it (or nothing
+/// needed writing).
+fn lead(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<EpilogPayload>) -> bool {
+    let job = step.job_id();
+    let runs: Vec<RunSummary> = met
+        .payloads
+        .values()
+        .filter_map(|p| p.run.clone())
+        .collect();
+    let run = record::merge_nodes(&runs);
+    let steps: Vec<CollectiveSummary> = met
+        .payloads
+        .values()
+        .flat_map(|p| p.steps.iter().cloned())
+        .collect();
+    // Each node's claims are bounded again here: a peer of another build may send more.
+    let mut slow: Vec<SlowClaim> = met
+        .payloads
+        .values()
+        .flat_map(|p| p.slow.iter().take(MAX_CLAIMS_PER_NODE).cloned())
+        .map(|mut c| {
+            c.message = c.message.map(|m| m.chars().take(MAX_CLAIM_CHARS).collect());
+            c
+        })
+        .collect();
+    slow.sort_by(|a, b| a.node.cmp(&b.node).then(a.step.cmp(&b.step)));
+    let mut rows: Vec<DuringJob> = met
+        .payloads
+        .into_values()
+        .filter_map(|p| p.during)
+        .filter(|d| !d.rises.is_empty() || d.verdict != Verdict::Pass)
+        .collect();
+    rows.sort_by(|a, b| a.node.cmp(&b.node));
+    if rows.is_empty() && run.is_none() && steps.is_empty() && slow.is_empty() {
+        step.say(&format!(
+            "job {job}: no counter rose and no fabric-run records; tag unchanged"
+        ));
+        true
+    } else {
+        let written = write_tag(step, |prev| {
+            let mut t = prev.unwrap_or_default();
+            t.during = rows;
+            if run.is_some() {
+                t.run = run;
+            }
+            let reported = &mut t.job_reported;
+            reported.steps = stepgate::worst(reported.steps.take(), &steps);
+            reported.slow.extend(slow);
+            t
+        });
+        written != TagWrite::NotWritten
+    }
+}
+
+/// The job's spool folder, `<spool_dir>/<job>/` (root's, made in the prolog), opened once and
+/// verified; `None` when absent or refused (said why). The job's environment never names it.
+fn open_job_dir(step: &JobStep<'_>) -> Option<JobDir> {
+    let setup = step.setup;
+    let job = setup.inv.job_id.to_string();
+    match JobDir::open(&setup.plugin.spool_dir, &job, setup.inv.job_uid) {
+        Ok(d) => d,
+        Err(e) => {
+            step.say(&format!("fabric-run records of job {job} skipped: {e}"));
+            None
+        }
+    }
+}
+
+/// This node's `fabric-run` records for the job, summarised (removed once delivered). The
+/// spool is user-writable and we are root: the reader refuses links and foreign owners and
+/// bounds sizes.
+fn read_run_summary(step: &JobStep<'_>, dir: &JobDir) -> Option<RunSummary> {
     let setup = step.setup;
     let job = setup.inv.job_id.to_string();
     let path = record::node_records_path(&setup.plugin.spool_dir, &job, step.node())?;
+    let name = path.file_name()?.to_str()?;
     let limits = ReadLimits {
         owner_uid: setup.inv.job_uid,
         ..ReadLimits::default()
     };
-    let summary = match record::summarize_records(&path, &limits) {
+    let summary = match dir.read_records(name, &limits).and_then(|recs| {
+        record::summarize(&recs).ok_or(RecordError::Empty {
+            path: path.clone(),
+            malformed: recs.malformed,
+        })
+    }) {
         Ok(s) => s,
         Err(RecordError::Missing(_)) => return None,
         Err(e) => {
@@ -189,19 +233,19 @@ fn read_run_summary(step: &JobStep<'_>) -> Option<RunSummary> {
             summary.malformed_lines
         ));
     }
-    let _ = std::fs::remove_file(&path);
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::remove_dir(dir);
-    }
     Some(summary)
 }
 
 /// This node's step gate results for the job (Slurm 23.11+, `--fabric-check=full` steps), read
-/// with the records' rules (the file is the user's), then removed with the gate's markers.
-fn read_step_results(step: &JobStep<'_>) -> Vec<stepgate::StepResult> {
+/// with the records' rules (the file is the user's); removed with the gate's markers once
+/// delivered.
+fn read_step_results(step: &JobStep<'_>, dir: &JobDir) -> Vec<stepgate::StepResult> {
     let setup = step.setup;
     let job = setup.inv.job_id.to_string();
     let Some(path) = stepgate::results_path(&setup.plugin.spool_dir, &job, step.node()) else {
+        return Vec::new();
+    };
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return Vec::new();
     };
     let limits = ReadLimits {
@@ -209,12 +253,9 @@ fn read_step_results(step: &JobStep<'_>) -> Vec<stepgate::StepResult> {
         max_bytes: 256 * 1024,
         ..ReadLimits::default()
     };
-    let bytes = match record::read_user_file(&path, &limits) {
+    let bytes = match dir.read_user_file(name, &limits) {
         Ok(b) => b,
-        Err(RecordError::Missing(_)) => {
-            remove_gate_markers(step.node(), &path);
-            return Vec::new();
-        }
+        Err(RecordError::Missing(_)) => return Vec::new(),
         Err(e) => {
             step.say(&format!("step results of job {job} skipped: {e}"));
             return Vec::new();
@@ -226,27 +267,21 @@ fn read_step_results(step: &JobStep<'_>) -> Vec<stepgate::StepResult> {
             "step results of job {job}: {bad} malformed line(s) skipped"
         ));
     }
-    let _ = std::fs::remove_file(&path);
-    remove_gate_markers(step.node(), &path);
     results
         .into_iter()
         .filter(|r| r.node == step.node())
         .collect()
 }
 
-/// Removes this node's step gate markers (`<node>.step-<id>.done`) next to `results`, also
-/// those of steps whose check left no result.
-fn remove_gate_markers(node: &str, results: &Path) {
-    let Some(dir) = results.parent() else { return };
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let prefix = format!("{node}.step-");
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with(&prefix) && name.ends_with(".done") {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
+/// Removes this node's files from the job's folder (its records `<node>.jsonl`, step results
+/// `<node>.steps.jsonl` and step gate markers `<node>.step-<id>.done`), relative to the verified
+/// descriptor, then the folder itself when no other node's files are left.
+fn remove_node_files(node: &str, dir: &JobDir) {
+    let records = format!("{node}.jsonl");
+    let results = format!("{node}.steps.jsonl");
+    let marker = format!("{node}.step-");
+    dir.remove(|name| {
+        name == records || name == results || (name.starts_with(&marker) && name.ends_with(".done"))
+    });
+    dir.remove_if_empty();
 }

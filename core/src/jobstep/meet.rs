@@ -103,10 +103,32 @@ impl Meet for RendezvousMeet<'_> {
 /// whose payload did not decode, each logged) and `None` on followers or when the rendezvous
 /// failed (logged). A one-node job meets itself.
 pub fn meet<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) -> Option<Met<T>> {
+    match deliver(step, payload) {
+        Delivery::Leader(met) => Some(met),
+        Delivery::Acknowledged | Delivery::Failed => None,
+    }
+}
+
+/// What became of this node's payload at the rendezvous.
+#[derive(Debug)]
+pub enum Delivery<T> {
+    /// This node leads: every node's payload (see [`meet`]).
+    Leader(Met<T>),
+    /// A follower whose payload the leader acknowledged.
+    Acknowledged,
+    /// The rendezvous failed (logged): the leader may not have it.
+    Failed,
+}
+
+/// [`meet`], saying whether a follower's payload reached the leader (the epilog keeps a node's
+/// records until then).
+pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) -> Delivery<T> {
     let setup = step.setup;
-    let rank = setup.nodes.iter().position(|n| n == step.node())?;
+    let Some(rank) = setup.nodes.iter().position(|n| n == step.node()) else {
+        return Delivery::Failed;
+    };
     if setup.nodes.len() == 1 {
-        return Some(Met {
+        return Delivery::Leader(Met {
             leader: true,
             payloads: [(step.node().to_owned(), payload)].into(),
             missing: vec![],
@@ -127,7 +149,7 @@ pub fn meet<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) -> 
         Ok(v) => v,
         Err(e) => {
             step.say(&format!("rendezvous not possible: payload: {e}"));
-            return None;
+            return Delivery::Failed;
         }
     };
     let req = MeetRequest {
@@ -159,12 +181,12 @@ pub fn meet<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) -> 
                     met.undecodable.len()
                 ),
             );
-            Some(met)
+            Delivery::Leader(met)
         }
-        Ok(_) => None,
+        Ok(_) => Delivery::Acknowledged,
         Err(e) => {
             step.say(&format!("rendezvous failed: {e}"));
-            None
+            Delivery::Failed
         }
     }
 }

@@ -287,6 +287,8 @@ pub fn now_unix() -> u64 {
 }
 
 #[cfg(test)]
+mod spool_tests;
+#[cfg(test)]
 mod tests;
 
 #[cfg(test)]

@@ -81,6 +81,29 @@ fn collective_request(step: &JobStep<'_>) -> Result<CollectiveRequest, String> {
     })
 }
 
+/// Makes the job's spool folder, `<spool_dir>/<job>/`, for the job's uid (see
+/// [`crate::record::prepare_job_dir`]); a problem is said, never fails the job.
+fn prepare_spool(step: &JobStep<'_>) {
+    let setup = step.setup;
+    let job = setup.inv.job_id.to_string();
+    let Some(uid) = setup.inv.job_uid else {
+        step.say(&format!(
+            "no job uid: no spool folder made for job {job}; fabric-run records stay unread"
+        ));
+        return;
+    };
+    match crate::record::prepare_job_dir(&setup.plugin.spool_dir, &job, uid, None) {
+        Ok(crate::record::Prepared::Replaced { what, moved_to }) => step.say(&format!(
+            "spool folder of job {job}: replaced {what} that root did not make{}",
+            moved_to.map_or_else(String::new, |m| format!(" (moved aside to {m})"))
+        )),
+        Ok(_) => {}
+        Err(e) => step.say(&format!(
+            "spool folder of job {job} not made, fabric-run records will be missing: {e}"
+        )),
+    }
+}
+
 /// `fabric-check prolog`: returns the answer for the plugin (also printed as the decision line).
 pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let setup = step.setup;
@@ -90,6 +113,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let node = step.node();
     let mut notes = Vec::new();
     let t0 = Instant::now();
+    prepare_spool(step);
 
     // Probe.
     let snapshot = step.snapshot_path();

@@ -1,13 +1,17 @@
 //! `fabric-run` records: the types and writer live in [`fabric_proto::record`] (the wrapper links
 //! that crate alone); reading them back in the root-run epilog, from a user-writable spool, is
 //! here ([`summarize_records`]): no symlinks followed, regular files only, bounded bytes,
-//! malformed lines skipped and counted.
+//! malformed lines skipped and counted. The per-job folder is made by root in the prolog
+//! ([`prepare_job_dir`]) and read and emptied by the epilog through one verified descriptor
+//! ([`JobDir`]).
 //!
 //! Every field, with its unit, is documented in `docs/records.md`.
 
+mod spool;
 mod summary;
 
 pub use fabric_proto::record::*;
+pub use spool::{FOREIGN_PREFIX, JOB_DIR_MODE, JobDir, Prepared, SpoolError, prepare_job_dir};
 pub use summary::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, ReadLimits, RecordError, Records, merge_nodes,
     parse_records, read_records, read_user_file, summarize, summarize_records,

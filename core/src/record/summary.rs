@@ -18,8 +18,10 @@
 //! count, which is also `requeues`.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{CWD, FileType, Mode, OFlags, fstat, openat};
@@ -176,16 +178,32 @@ fn open_safely(path: &Path, limits: &ReadLimits) -> Result<(File, u64), RecordEr
             });
         }
     }
-    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below anyway.
-    let fd = openat(
-        &dir_fd,
+    open_in_dir(&dir_fd, name, path, limits)
+}
+
+/// Opens `name` in the verified folder `dir_fd` for reading, never opening anything but the
+/// regular file it checked: `O_PATH | O_NOFOLLOW` first (which opens nothing: no device's open
+/// routine runs, a FIFO does not block), `fstat` that descriptor (a regular file, one link, the
+/// job user's), then reopen that very inode for reading through `/proc/self/fd` and check it is
+/// still the same one. `path` is only for messages.
+pub(super) fn open_in_dir(
+    dir_fd: &impl AsFd,
+    name: &OsStr,
+    path: &Path,
+    limits: &ReadLimits,
+) -> Result<(File, u64), RecordError> {
+    let handle = openat(
+        dir_fd,
         name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(|e| io_err(path, e))?;
-    let st = fstat(&fd).map_err(|e| io_err(path, e))?;
+    let st = fstat(&handle).map_err(|e| io_err(path, e))?;
     let kind = FileType::from_raw_mode(st.st_mode);
+    if kind == FileType::Symlink {
+        return Err(RecordError::Symlink(path.to_owned()));
+    }
     if kind != FileType::RegularFile {
         return Err(RecordError::NotRegular {
             path: path.to_owned(),
@@ -204,7 +222,28 @@ fn open_safely(path: &Path, limits: &ReadLimits) -> Result<(File, u64), RecordEr
             expected,
         });
     }
-    Ok((File::from(fd), u64::try_from(st.st_size).unwrap_or(0)))
+    // The magic link names the inode `handle` holds, whatever happened to `name` since.
+    let magic = format!("/proc/self/fd/{}", handle.as_fd().as_raw_fd());
+    let fd = openat(
+        CWD,
+        magic.as_str(),
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| RecordError::Io {
+        path: path.to_owned(),
+        source: io::Error::other(format!(
+            "cannot reopen it through {magic} ({e}); is /proc mounted?"
+        )),
+    })?;
+    let again = fstat(&fd).map_err(|e| io_err(path, e))?;
+    if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino) {
+        return Err(RecordError::Io {
+            path: path.to_owned(),
+            source: io::Error::other("reopened through /proc/self/fd as another file: refused"),
+        });
+    }
+    Ok((File::from(fd), u64::try_from(again.st_size).unwrap_or(0)))
 }
 
 /// Reads a small user-written file of the spool (such as the step gate's results) with the same
@@ -212,6 +251,16 @@ fn open_safely(path: &Path, limits: &ReadLimits) -> Result<(File, u64), RecordEr
 /// most `limits.max_bytes` (a larger file is refused rather than cut).
 pub fn read_user_file(path: &Path, limits: &ReadLimits) -> Result<Vec<u8>, RecordError> {
     let (file, size) = open_safely(path, limits)?;
+    read_user_bytes(file, size, path, limits)
+}
+
+/// [`read_user_file`] on a file already opened safely.
+pub(super) fn read_user_bytes(
+    file: File,
+    size: u64,
+    path: &Path,
+    limits: &ReadLimits,
+) -> Result<Vec<u8>, RecordError> {
     if size > limits.max_bytes {
         return Err(RecordError::Io {
             path: path.to_owned(),
@@ -230,7 +279,17 @@ pub fn read_user_file(path: &Path, limits: &ReadLimits) -> Result<Vec<u8>, Recor
 
 /// Reads and decodes one records file within `limits` (see the module docs for the rules).
 pub fn read_records(path: &Path, limits: &ReadLimits) -> Result<Records, RecordError> {
-    let (mut file, size) = open_safely(path, limits)?;
+    let (file, size) = open_safely(path, limits)?;
+    read_records_from(file, size, path, limits)
+}
+
+/// [`read_records`] on a file already opened safely.
+pub(super) fn read_records_from(
+    mut file: File,
+    size: u64,
+    path: &Path,
+    limits: &ReadLimits,
+) -> Result<Records, RecordError> {
     let mut out = Records::default();
     if size <= limits.max_bytes {
         let mut buf = Vec::new();

@@ -61,6 +61,11 @@ int spank_get_item(spank_t sp, int item, ...) {
 static void logv(const char *lvl, const char *fmt, va_list ap) {
     printf("%s: ", lvl); vprintf(fmt, ap); printf("\n");
 }
+int spank_setenv(spank_t sp, const char *var, const char *val, int overwrite) {
+    (void)sp;
+    printf("setenv %s=%s overwrite=%d\n", var, val, overwrite);
+    return 0;
+}
 #ifdef WITH_PREPEND
 int spank_prepend_task_argv(spank_t sp, int argc, const char *argv[]) {
     (void)sp;

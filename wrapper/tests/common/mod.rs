@@ -38,6 +38,7 @@ pub fn fabric_run() -> assert_cmd::Command {
         "SLURM_RESTART_COUNT",
         "FABRIC_RUN_SOCKET",
         "FABRIC_RUN_SPOOL",
+        fabric_proto::record::PLUGIN_SPOOL_ENV,
     ] {
         c.env_remove(v);
     }
