@@ -1,0 +1,118 @@
+//! slurmctld's load at job start, on the many-node testbed: the RPC budget of a passing
+//! `--fabric-check` job (only the first node calls slurmctld, to read and write the tag, so the
+//! job adds the same RPCs whatever its size), counted with slurmctld's own statistics (`sdiag`
+//! by message type, reset with `sdiag -r` before each job).
+//!
+//! The test brings the testbed to 16 virtual nodes (`scripts/testbed up --nodes 16`) and back to
+//! its default four (`scripts/testbed up`), also when it fails. Host testbed only: the version
+//! matrix has no many-node form.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fabric_e2e::Testbed;
+
+/// After `srun` returns: the epilogs run and report (`MESSAGE_EPILOG_COMPLETE`).
+const SETTLE: Duration = Duration::from_millis(2500);
+
+/// `sdiag`'s RPCs by message type.
+fn rpcs_by_type(tb: &Testbed) -> BTreeMap<String, i64> {
+    let text = tb.ok("sdiag", &[]);
+    let section = text
+        .split("statistics by message type")
+        .nth(1)
+        .and_then(|s| s.split("statistics by user").next())
+        .unwrap_or_else(|| panic!("sdiag printed no RPC statistics by message type:\n{text}"));
+    section
+        .lines()
+        .filter_map(|l| {
+            let name = l.split_whitespace().next()?;
+            let count = l.split("count:").nth(1)?.split_whitespace().next()?;
+            Some((name.to_owned(), count.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The RPCs slurmctld counted for one `srun -N SIZE [OPTION] true`, from a reset to after the
+/// epilogs.
+fn rpcs_of_one_job(tb: &Testbed, size: usize, option: Option<&str>) -> BTreeMap<String, i64> {
+    tb.ok("sdiag", &["-r"]);
+    let nodes = format!("-N{size}");
+    let mut args = vec![nodes.as_str()];
+    args.extend(option);
+    args.push("true");
+    tb.ok("srun", &args);
+    std::thread::sleep(SETTLE);
+    rpcs_by_type(tb)
+}
+
+/// Per message type, the least count of `runs` jobs (anything else on the cluster only adds).
+fn least_of(tb: &Testbed, runs: usize, size: usize, option: Option<&str>) -> BTreeMap<String, i64> {
+    let mut least: Option<BTreeMap<String, i64>> = None;
+    for _ in 0..runs {
+        let got = rpcs_of_one_job(tb, size, option);
+        least = Some(match least {
+            None => got,
+            Some(prev) => {
+                let names: std::collections::BTreeSet<&String> =
+                    prev.keys().chain(got.keys()).collect();
+                names
+                    .into_iter()
+                    .map(|n| {
+                        let a = prev.get(n).copied().unwrap_or(0);
+                        let b = got.get(n).copied().unwrap_or(0);
+                        (n.clone(), a.min(b))
+                    })
+                    .collect()
+            }
+        });
+    }
+    least.unwrap_or_default()
+}
+
+/// The RPCs `--fabric-check=quick` adds to a passing job of `size` nodes, by message type
+/// (types it does not change left out).
+fn added_by_the_option(tb: &Testbed, size: usize) -> BTreeMap<String, i64> {
+    // A first job of this size warms slurmctld's caches (and the page cache of fabric-check).
+    tb.ok("srun", &[&format!("-N{size}"), "--fabric-check=quick", "true"]);
+    let without = least_of(tb, 2, size, None);
+    let with = least_of(tb, 2, size, Some("--fabric-check=quick"));
+    let names: std::collections::BTreeSet<&String> = with.keys().chain(without.keys()).collect();
+    names
+        .into_iter()
+        .filter_map(|n| {
+            let d = with.get(n).copied().unwrap_or(0) - without.get(n).copied().unwrap_or(0);
+            (d != 0).then(|| (n.clone(), d))
+        })
+        .collect()
+}
+
+#[test]
+fn a_passing_job_adds_the_same_slurmctld_rpcs_at_4_and_at_16_nodes() {
+    let tb = Testbed::get();
+    tb.script(&["up", "--nodes", "16"])
+        .expect("scripts/testbed up --nodes 16");
+    let r = std::panic::catch_unwind(|| {
+        let at_4 = added_by_the_option(&tb, 4);
+        let at_16 = added_by_the_option(&tb, 16);
+        for per_node in ["REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO"] {
+            assert!(
+                !at_16.contains_key(per_node),
+                "a passing job asked slurmctld for {per_node} (node addresses?): {at_16:?}"
+            );
+        }
+        assert!(
+            at_4.get("REQUEST_UPDATE_JOB").is_some_and(|n| *n >= 1),
+            "the first node writes the tag (REQUEST_UPDATE_JOB): {at_4:?}"
+        );
+        assert_eq!(
+            at_4, at_16,
+            "the RPCs --fabric-check adds, by message type, at 4 nodes (left) and 16 (right)"
+        );
+    });
+    tb.script(&["up"])
+        .expect("scripts/testbed up (back to four nodes)");
+    if let Err(p) = r {
+        std::panic::resume_unwind(p);
+    }
+}
