@@ -14,6 +14,10 @@
 //! - `FABRIC_TESTBED_JOB_UID`: the unprivileged user jobs run as (the folders a job writes to
 //!   are given to it).
 //!
+//! On the host testbed (none of these set) `srun`, `sbatch` and `salloc` run as the testbed's
+//! unprivileged user `fabric` ([`HOST_JOB_UID`]) through `scripts/testbed exec`: no test's job
+//! runs as root, so every owner check of the plugin is exercised.
+//!
 //! Expectations that differ between Slurm releases read [`Testbed::slurm_version`].
 
 use std::path::{Path, PathBuf};
@@ -21,6 +25,10 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+
+/// The uid of the host testbed's job user `fabric` (`scripts/testbed up` creates it; the same
+/// uid as the matrix clusters' job user).
+pub const HOST_JOB_UID: u32 = 1500;
 
 /// The running testbed.
 #[derive(Debug, Clone)]
@@ -60,15 +68,21 @@ impl Testbed {
         if script.is_empty() {
             script.push(repo.join("scripts/testbed").display().to_string());
         }
-        let job_uid = std::env::var("FABRIC_TESTBED_JOB_UID").ok().map(|u| {
+        let mut job_uid = std::env::var("FABRIC_TESTBED_JOB_UID").ok().map(|u| {
             u.parse()
                 .unwrap_or_else(|_| panic!("FABRIC_TESTBED_JOB_UID={u:?} is not a uid"))
         });
+        let mut exec = words("FABRIC_TESTBED_EXEC");
+        if exec.is_empty() && std::env::var_os("FABRIC_TESTBED_DIR").is_none() {
+            // The host testbed: jobs run as its unprivileged user, as on the matrix's clusters.
+            exec = vec![script[0].clone(), "exec".to_owned()];
+            job_uid = job_uid.or(Some(HOST_JOB_UID));
+        }
         let tb = Testbed {
             slurm_conf: dir.join("etc/slurm.conf"),
             repo,
             dir,
-            exec: words("FABRIC_TESTBED_EXEC"),
+            exec,
             script,
             job_uid,
         };
@@ -83,6 +97,11 @@ impl Testbed {
             String::from_utf8_lossy(&ping.stderr)
         );
         tb
+    }
+
+    /// The uid the tests' jobs run as; `None` when they run as whoever runs the tests.
+    pub fn job_uid(&self) -> Option<u32> {
+        self.job_uid
     }
 
     /// Runs a Slurm (or any) command against this testbed, bounded to 120 s.

@@ -11,6 +11,17 @@ fn stderr(o: &std::process::Output) -> String {
 }
 
 #[test]
+fn the_tests_jobs_run_as_an_unprivileged_user_so_the_plugins_owner_checks_are_exercised() {
+    let tb = Testbed::get();
+    let uid = tb
+        .job_uid()
+        .expect("the testbed names no job user: jobs would run as root");
+    assert_ne!(uid, 0, "the job user is root");
+    let out = tb.ok("srun", &["-N1", "--fabric-check=off", "id", "-u"]);
+    assert_eq!(out.trim(), uid.to_string(), "srun id -u printed {out:?}");
+}
+
+#[test]
 fn srun_sbatch_and_salloc_help_list_the_option() {
     let tb = Testbed::get();
     for tool in ["srun", "sbatch", "salloc"] {
