@@ -3,7 +3,8 @@
 //! job adds the same RPCs whatever its size), counted with slurmctld's own statistics (`sdiag`
 //! by message type, reset with `sdiag -r` before each job).
 //!
-//! srun's own `REQUEST_JOB_READY` polls, whose count follows the prolog's duration, are left out.
+//! srun's own `REQUEST_JOB_READY` polls, whose count follows the prolog's duration, are left out,
+//! and so is the job user's count (srun's); root's count (the job steps and slurmd) is compared.
 //! The test brings the testbed to 16 virtual nodes (`scripts/testbed up --nodes 16`) and back to
 //! its default four (`scripts/testbed up`), also when it fails. Host testbed only: the version
 //! matrix has no many-node form.
@@ -16,21 +17,32 @@ use fabric_e2e::Testbed;
 /// After `srun` returns: the epilogs run and report (`MESSAGE_EPILOG_COMPLETE`).
 const SETTLE: Duration = Duration::from_millis(2500);
 
-/// `sdiag`'s RPCs by message type.
+/// `sdiag`'s RPC counts, keyed `type REQUEST_...` (by message type) and `user NAME` (by user).
 fn rpcs_by_type(tb: &Testbed) -> BTreeMap<String, i64> {
     let text = tb.ok("sdiag", &[]);
-    let section = text
+    let by_type = text
         .split("statistics by message type")
         .nth(1)
         .and_then(|s| s.split("statistics by user").next())
         .unwrap_or_else(|| panic!("sdiag printed no RPC statistics by message type:\n{text}"));
-    section
-        .lines()
-        .filter_map(|l| {
-            let name = l.split_whitespace().next()?;
-            let count = l.split("count:").nth(1)?.split_whitespace().next()?;
-            Some((name.to_owned(), count.parse().ok()?))
-        })
+    let by_user = text
+        .split("statistics by user")
+        .nth(1)
+        .and_then(|s| s.split("Pending RPC").next())
+        .unwrap_or_else(|| panic!("sdiag printed no RPC statistics by user:\n{text}"));
+    let counts = |section: &str, key: &str| -> Vec<(String, i64)> {
+        section
+            .lines()
+            .filter_map(|l| {
+                let name = l.split_whitespace().next()?;
+                let count = l.split("count:").nth(1)?.split_whitespace().next()?;
+                Some((format!("{key} {name}"), count.parse().ok()?))
+            })
+            .collect()
+    };
+    counts(by_type, "type")
+        .into_iter()
+        .chain(counts(by_user, "user"))
         .collect()
 }
 
@@ -73,7 +85,11 @@ fn least_of(tb: &Testbed, runs: usize, size: usize, option: Option<&str>) -> BTr
 
 /// `srun` polls `REQUEST_JOB_READY` while the prologs run (with a back-off), so its count follows
 /// how long the prolog takes, not what the prolog asks: left out of the comparison.
-const SRUNS_OWN_WAIT: &str = "REQUEST_JOB_READY";
+const SRUNS_OWN_WAIT: &str = "type REQUEST_JOB_READY";
+
+/// The user the job steps (prolog, epilog) and slurmd call slurmctld as; the job's own client
+/// (srun, as the job user on the host testbed) counts under its user, left out.
+const ROOT: &str = "user root";
 
 /// The RPCs `--fabric-check=quick` adds to a passing job of `size` nodes, by message type
 /// (types it does not change, and srun's own wait, left out).
@@ -90,7 +106,12 @@ fn added_by_the_option(tb: &Testbed, size: usize) -> BTreeMap<String, i64> {
         .into_iter()
         .filter_map(|n| {
             let d = with.get(n).copied().unwrap_or(0) - without.get(n).copied().unwrap_or(0);
-            (d != 0 && n.as_str() != SRUNS_OWN_WAIT).then(|| (n.clone(), d))
+            let kept = if n.starts_with("user ") {
+                n.as_str() == ROOT
+            } else {
+                n.as_str() != SRUNS_OWN_WAIT
+            };
+            (d != 0 && kept).then(|| (n.clone(), d))
         })
         .collect()
 }
@@ -103,7 +124,7 @@ fn a_passing_job_adds_the_same_slurmctld_rpcs_at_4_and_at_16_nodes() {
     let r = std::panic::catch_unwind(|| {
         let at_4 = added_by_the_option(&tb, 4);
         let at_16 = added_by_the_option(&tb, 16);
-        for per_node in ["REQUEST_NODE_INFO", "REQUEST_PARTITION_INFO"] {
+        for per_node in ["type REQUEST_NODE_INFO", "type REQUEST_PARTITION_INFO"] {
             assert!(
                 !at_16.contains_key(per_node),
                 "a passing job asked slurmctld for {per_node} (node addresses?): {at_16:?}"
@@ -112,11 +133,15 @@ fn a_passing_job_adds_the_same_slurmctld_rpcs_at_4_and_at_16_nodes() {
         // The first node reads the tag (`scontrol show job`) and writes it (`scontrol update`,
         // which asks for the federation first); the epilog of a passing job writes nothing.
         for leaders in [
-            "REQUEST_JOB_INFO_SINGLE",
-            "REQUEST_FED_INFO",
-            "REQUEST_UPDATE_JOB",
+            "type REQUEST_JOB_INFO_SINGLE",
+            "type REQUEST_FED_INFO",
+            "type REQUEST_UPDATE_JOB",
         ] {
             assert_eq!(at_4.get(leaders), Some(&1), "{leaders}: {at_4:?}");
+        }
+        if tb.job_uid().is_some() {
+            // Jobs run as another user: root's added RPCs are the job steps' alone.
+            assert_eq!(at_4.get(ROOT), Some(&3), "{at_4:?}");
         }
         assert_eq!(
             at_4, at_16,
