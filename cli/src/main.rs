@@ -36,6 +36,8 @@ enum Command {
     CheckConfig(cmd::check_config::Args),
     /// Cost per accepted run and fabrics side by side, from Slurm accounting.
     Report(cmd::report::Args),
+    /// Jobs with their fabric verdict, failing nodes and checks, drains and run summary (sacct).
+    Jobs(cmd::jobs::Args),
     /// Acceptance report from nccl-tests outputs and pinned BOMs.
     Accept(cmd::accept::Args),
     /// Drain a node with a fabric-check reason (never over another tool's reason).
@@ -77,6 +79,7 @@ fn main() {
         Command::Bom(a) => cmd::bom::run(a),
         Command::CheckConfig(a) => cmd::check_config::run(a),
         Command::Report(a) => cmd::report::run(a),
+        Command::Jobs(a) => cmd::jobs::run(a),
         Command::Accept(a) => cmd::accept::run(a),
         Command::Collective(a) => cmd::collective::run(a),
         Command::StepGate(a) => cmd::stepgate::run(a),

@@ -156,6 +156,7 @@ const USABLE: &[Want] = &[
 
 #[test]
 fn every_usable_corpus_run_reads_its_collective_ranks_hosts_sizes_and_average() {
+    skip_without_corpus!();
     for w in USABLE {
         let (rc, doc) = accept(w.file);
         let r = &doc["runs"][0];
@@ -195,6 +196,7 @@ fn read(rel: &str) -> (Option<NcclRun>, Vec<Problem>) {
 
 #[test]
 fn the_average_busbw_we_compute_equals_the_footer_of_every_complete_corpus_table() {
+    skip_without_corpus!();
     for rel in [
         "nccl/awsome-distributed-training/aws-batch-mpirun-tag-output.txt",
         "nccl/dstack/lambda-2.17.6-allreduce-doc-excerpt.txt",
@@ -214,6 +216,7 @@ fn the_average_busbw_we_compute_equals_the_footer_of_every_complete_corpus_table
 
 #[test]
 fn the_old_error_column_is_a_max_error_not_wrong_elements() {
+    skip_without_corpus!();
     let (run, _) = read("nccl/issues/nccl-tests-issue-176-error-column-excerpt.txt");
     let m = run.unwrap().rows[0].out_of_place.clone().unwrap();
     assert_eq!((m.wrong, m.max_error), (None, Some(1e-6)));
@@ -231,6 +234,7 @@ fn the_old_error_column_is_a_max_error_not_wrong_elements() {
 
 #[test]
 fn in_place_alltoall_wrong_na_and_an_overflowing_algbw_read_as_printed() {
+    skip_without_corpus!();
     let (run, problems) = read("nccl/issues/nccl-tests-issue-287-rtx5090-alltoall.txt");
     assert!(problems.is_empty(), "{problems:?}");
     let r = &run.unwrap().rows[0];
@@ -242,6 +246,7 @@ fn in_place_alltoall_wrong_na_and_an_overflowing_algbw_read_as_printed() {
 
 #[test]
 fn rank_tags_in_the_middle_of_rows_do_not_stop_the_parser() {
+    skip_without_corpus!();
     let (run, _) = read("nccl/issues/nccl-issue-1453-rank-prefix-midline-excerpt.txt");
     let run = run.unwrap();
     let r = &run.rows[0];
@@ -253,6 +258,7 @@ fn rank_tags_in_the_middle_of_rows_do_not_stop_the_parser() {
 
 #[test]
 fn a_failed_128_node_run_keeps_its_five_sizes_and_names_the_failure_line() {
+    skip_without_corpus!();
     let (run, problems) =
         read("nccl/issues/nccl-tests-issue-322-128node-1024rank-h100-failure.txt");
     let run = run.unwrap();
@@ -280,6 +286,7 @@ fn a_failed_128_node_run_keeps_its_five_sizes_and_names_the_failure_line() {
 
 #[test]
 fn inputs_without_a_result_row_are_unusable_and_say_why() {
+    skip_without_corpus!();
     let (rc, doc) = accept("nccl/issues/nccl-tests-issue-107-nonmpi-build-duplicated-excerpt.txt");
     assert_eq!(rc, 3);
     assert_eq!(check(&doc, "inputs.readable")["status"], "fail");
@@ -302,6 +309,7 @@ fn inputs_without_a_result_row_are_unusable_and_say_why() {
 
 #[test]
 fn azure_style_pci_domains_and_right_aligned_hostnames_read() {
+    skip_without_corpus!();
     let (_, problems) = read("nccl/issues/nccl-tests-issue-294-h100-2node-devices-excerpt.txt");
     assert_eq!(problems.len(), 1, "{problems:?}");
     // Through the library: the devices are there even though the table is not.
@@ -420,6 +428,7 @@ fn a_timestamp_column_before_the_size_is_passed_over() {
 
 #[test]
 fn an_elided_device_list_leaves_the_node_count_open_instead_of_failing_it() {
+    skip_without_corpus!();
     // 128 ranks on 32 hosts, but the doc shows ranks 0, 1, 126 and 127 only (2 hosts).
     let p = file("nccl/unattributed/oci-gb300-32host-128rank-alltoall-doc-excerpt.txt");
     let (_, out, _) = run(&[

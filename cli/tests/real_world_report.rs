@@ -10,7 +10,7 @@ mod real_world_support;
 use std::io::BufReader;
 
 use fabric_report::report::sacct_text::TextLayout;
-use fabric_report::report::{JobRecord, JobState, sacct_json, sacct_text};
+use fabric_report::report::{InputNotes, JobRecord, JobState, sacct_json, sacct_text};
 use real_world_support::{file, run};
 
 fn json_jobs(rel: &str) -> Vec<JobRecord> {
@@ -364,6 +364,7 @@ const JSON: &[JsonWant] = &[
 
 #[test]
 fn every_slurmdbd_job_document_from_23_02_to_24_11_reads_state_nodes_and_times() {
+    skip_without_corpus!();
     for (f, id, st, nodes, start, end, elapsed, partition) in JSON {
         let jobs = json_jobs(&format!("sacct/slurm-web/{f}"));
         assert_eq!(jobs.len(), 1, "{f}");
@@ -384,6 +385,7 @@ fn every_slurmdbd_job_document_from_23_02_to_24_11_reads_state_nodes_and_times()
 
 #[test]
 fn a_document_that_found_nothing_has_no_jobs_and_reports_cleanly() {
+    skip_without_corpus!();
     for v in ["23.02.8_v0.0.39", "24.05.3_v0.0.41", "24.11.5_v0.0.42"] {
         let rel = format!("sacct/slurm-web/{v}/slurmdb-job-unfound.json");
         assert!(json_jobs(&rel).is_empty(), "{rel}");
@@ -407,6 +409,7 @@ fn utc(s: &str) -> i64 {
 
 #[test]
 fn the_habrok_noheader_snowman_parsable_output_reads_every_job_once() {
+    skip_without_corpus!();
     let jobs = text_jobs("sacct/hb-jobinfo/sacct.txt", &hb()).unwrap();
     // 242 lines: 100 jobs, the rest .batch/.extern/.0 steps.
     assert_eq!(jobs.len(), 100);
@@ -444,6 +447,7 @@ fn the_habrok_noheader_snowman_parsable_output_reads_every_job_once() {
 
 #[test]
 fn noheader_output_without_its_columns_is_refused_with_what_to_pass() {
+    skip_without_corpus!();
     let err = text_jobs("sacct/hb-jobinfo/sacct.txt", &TextLayout::default()).unwrap_err();
     assert!(err.contains(":1: "), "{err}");
     assert!(err.contains("is not a sacct header line"), "{err}");
@@ -452,6 +456,7 @@ fn noheader_output_without_its_columns_is_refused_with_what_to_pass() {
 
 #[test]
 fn the_habrok_output_reports_through_the_command() {
+    skip_without_corpus!();
     let p = file("sacct/hb-jobinfo/sacct.txt");
     let (rc, out, err) = run(&[
         "report",
@@ -490,6 +495,7 @@ fn hpc(partition: bool) -> TextLayout {
 
 #[test]
 fn the_2022_parsable2_captures_read_states_array_tasks_and_node_counts() {
+    skip_without_corpus!();
     let jobs = text_jobs("sacct/hpc-cost-simulator/sacct-output.txt", &hpc(false)).unwrap();
     assert_eq!(jobs.len(), 483);
     let count = |s: JobState| jobs.iter().filter(|j| j.state == s).count();
@@ -524,6 +530,7 @@ fn the_2022_parsable2_captures_read_states_array_tasks_and_node_counts() {
 
 #[test]
 fn the_lines_users_reported_as_breaking_a_parser_read_as_a_person_reads_them() {
+    skip_without_corpus!();
     // A pending job: Start and End `Unknown`.
     let j = text_jobs(
         "sacct/hpc-cost-simulator/issues_5_sacct-output.txt",
@@ -577,24 +584,127 @@ fn the_lines_users_reported_as_breaking_a_parser_read_as_a_person_reads_them() {
     assert!(j.is_empty(), "{j:?}");
 }
 
+fn noted_jobs(rel: &str, layout: &TextLayout) -> (Vec<JobRecord>, InputNotes) {
+    let f = std::fs::File::open(file(rel)).unwrap();
+    sacct_text::read_all_noting(BufReader::new(f), rel, layout).unwrap_or_else(|e| panic!("{e}"))
+}
+
 #[test]
-fn a_truncated_line_and_a_file_mixing_two_layouts_are_named_by_line() {
-    // issues/20 holds deliberately truncated lines; the first is line 22 (24 of 25 fields).
-    let err = text_jobs(
+fn a_truncated_job_line_is_read_without_the_cpu_time_it_lost_and_says_so() {
+    skip_without_corpus!();
+    // issues/20: eleven jobs 67108865..67108875, each OUT_OF_MEMORY after 5:16. Line 22 (job
+    // 67108870) was cut after SystemCPU, so only TotalCPU, a column the report does not read,
+    // is gone; line 31, a cut `.batch` step, is not a job. `100Mcd` and `0.07Mnz` are values
+    // of columns the report does not read either.
+    let (jobs, notes) = noted_jobs(
         "sacct/hpc-cost-simulator/issues_20_sacct-output.txt",
         &hpc(false),
-    )
-    .unwrap_err();
-    assert!(
-        err.contains(":22: 24 fields where the header has 25"),
-        "{err}"
     );
-    // v2 appends Partition to some captures and not to others: line 31 is the first without.
-    let err = text_jobs("sacct/hpc-cost-simulator/sacct-output-v2.txt", &hpc(true)).unwrap_err();
+    let ids: Vec<u64> = jobs.iter().map(|j| j.job_id.parse().unwrap()).collect();
+    assert_eq!(ids, (67108865..=67108875).collect::<Vec<u64>>());
     assert!(
-        err.contains(":31: 25 fields where the header has 26"),
-        "{err}"
+        jobs.iter()
+            .all(|j| j.state == JobState::OutOfMemory && j.elapsed_s == 5 * 60 + 16)
     );
+    assert_eq!(
+        (notes.skipped, notes.padded, notes.padded_first.clone()),
+        (0, 1, vec![22])
+    );
+}
+
+#[test]
+fn a_history_mixing_captures_with_and_without_partition_reads_every_job_once() {
+    skip_without_corpus!();
+    // v2 appended Partition to the --format for some captures only: 16 jobs say their partition
+    // (15 partition1 on lines 1-29, one partition2 on line 877), the other 467 lines, from line
+    // 31 on, end before it. The jobs are those of the first capture: 483, same states.
+    let (jobs, notes) = noted_jobs("sacct/hpc-cost-simulator/sacct-output-v2.txt", &hpc(true));
+    assert_eq!(jobs.len(), 483);
+    let count = |s: JobState| jobs.iter().filter(|j| j.state == s).count();
+    assert_eq!(
+        (
+            count(JobState::OutOfMemory),
+            count(JobState::Failed),
+            count(JobState::Cancelled),
+            count(JobState::Completed)
+        ),
+        (261, 129, 91, 2)
+    );
+    let in_part = |p: &str| jobs.iter().filter(|j| j.partition == p).count();
+    assert_eq!(
+        (in_part("partition1"), in_part("partition2"), in_part("")),
+        (15, 1, 467)
+    );
+    assert_eq!((notes.skipped, notes.padded), (0, 467));
+    assert_eq!(notes.padded_first[0], 31);
+    // Through the command: the report warns, on stderr and in `inputs`, and still counts all.
+    let path = file("sacct/hpc-cost-simulator/sacct-output-v2.txt");
+    let columns = format!("{HPC_COLUMNS},Partition");
+    let (rc, out, err) = run(&[
+        "report",
+        "-i",
+        path.to_str().unwrap(),
+        "--input-columns",
+        &columns,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(rc, 0, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["inputs"]["readable"], "warn");
+    assert_eq!(doc["inputs"]["padded_lines"], 467);
+    let warning = doc["inputs"]["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.contains("467 lines shorter than the header, read with the missing trailing columns empty: line 31, 33,"),
+        "{warning}"
+    );
+    assert!(err.contains("467 lines shorter than the header"), "{err}");
+    let records: u64 = doc["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!(records, 483);
+}
+
+#[test]
+fn without_the_corpus_a_test_skips_saying_so_and_fails_when_the_corpus_is_required() {
+    // Runs one corpus test of this very binary with the corpus pointed at an empty folder.
+    let empty = tempfile::tempdir().unwrap();
+    let me = std::env::current_exe().unwrap();
+    let one = |require: Option<&str>| {
+        let mut cmd = std::process::Command::new(&me);
+        cmd.args([
+            "--exact",
+            "a_truncated_job_line_is_read_without_the_cpu_time_it_lost_and_says_so",
+            "--test-threads=1",
+        ])
+        .env(real_world_support::ENV, empty.path())
+        .env_remove("CI")
+        .env_remove(real_world_support::REQUIRE_ENV);
+        if let Some((k, v)) = require.map(|k| k.split_once('=').unwrap()) {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, text) = one(None);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("SKIPPED: the real-world corpus tests"),
+        "{text}"
+    );
+    assert!(text.contains("1 passed"), "the one test ran: {text}");
+    for require in ["FABRIC_REQUIRE_REAL_WORLD=1", "CI=true"] {
+        let (ok, text) = one(Some(require));
+        assert!(!ok, "{require}: {text}");
+        assert!(text.contains("set FABRIC_REAL_WORLD"), "{require}: {text}");
+    }
 }
 
 #[test]

@@ -43,11 +43,21 @@ fn a_text_file_with_a_broken_line_names_the_line() {
     let mut text = std::fs::read_to_string(hand("history.txt")).unwrap();
     text.push_str("999|ib|ml\n");
     let p = dir.path().join("bad.txt");
-    std::fs::write(&p, text).unwrap();
+    std::fs::write(&p, &text).unwrap();
+    let (code, err) = report(&["-i", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "the other lines are read: {err}");
+    assert!(
+        err.contains("bad.txt: 1 line skipped: line 13: 3 fields where the header has 15"),
+        "{err}"
+    );
+    // When no line at all reads, the input is not sacct output of this layout: an error.
+    let header = text.lines().next().unwrap();
+    let p = dir.path().join("none.txt");
+    std::fs::write(&p, format!("{header}\n999|ib|ml\n1000|ib\n")).unwrap();
     let (code, err) = report(&["-i", p.to_str().unwrap()]);
     assert_eq!(code, 3);
     assert!(
-        err.contains("bad.txt:13: 3 fields where the header has 15"),
+        err.contains("none.txt:2: 3 fields where the header has 15"),
         "{err}"
     );
 }
@@ -111,4 +121,41 @@ fn a_job_with_a_field_of_the_wrong_type_is_named_with_its_line_and_index() {
         "{err}"
     );
     assert!(err.contains("is this `sacct --json` output?"), "{err}");
+}
+
+#[test]
+fn a_cut_line_in_the_middle_of_a_text_history_is_skipped_and_counted_not_fatal() {
+    let full = std::fs::read_to_string(hand("history.txt")).unwrap();
+    let mut lines: Vec<&str> = full.lines().collect();
+    let is_job = |l: &str| !l.split('|').next().unwrap().contains('.');
+    let whole_jobs = lines.iter().skip(1).filter(|l| is_job(l)).count();
+    let cut_line = lines[2][..lines[2].len() / 3].to_string();
+    lines[2] = &cut_line;
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.txt");
+    std::fs::write(&cut, lines.join("\n") + "\n").unwrap();
+    let out = Command::cargo_bin("fabric-check")
+        .unwrap()
+        .args(["report", "-i", cut.to_str().unwrap(), "--format", "json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["inputs"]["readable"], "warn");
+    assert_eq!(doc["inputs"]["skipped_lines"], 1);
+    let warning = doc["inputs"]["warnings"][0].as_str().unwrap();
+    assert!(
+        warning.contains("cut.txt: 1 line skipped: line 3: "),
+        "{warning}"
+    );
+    assert!(err.contains("1 line skipped: line 3"), "{err}");
+    let records: u64 = doc["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["records"].as_u64().unwrap())
+        .sum();
+    let cut_was_a_job = is_job(lines[2]);
+    assert_eq!(records as usize, whole_jobs - usize::from(cut_was_a_job));
 }

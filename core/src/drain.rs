@@ -117,8 +117,22 @@ pub fn decide(
 }
 
 /// How long a node waits after draining before it checks for a race with other nodes that
-/// drained at the same time (prologs of one job run concurrently on every node).
-pub const RACE_SETTLE: std::time::Duration = std::time::Duration::from_millis(1500);
+/// drained at the same time (prologs of one job run concurrently on every node, slurmctld fans
+/// `HealthCheckProgram` out to every node at once): one and a half times the resolution of
+/// Slurm's reason time ([`Slurm::reason_time_resolution`], one second), so that any drain that
+/// lands after our re-check carries a strictly later reason time than ours and yields to us.
+pub const RACE_SETTLE: Duration = Duration::from_millis(1500);
+
+/// The settle wait for a Slurm whose reason times have `resolution`.
+pub fn settle_wait(resolution: Duration) -> Duration {
+    resolution.mul_f64(1.5)
+}
+
+/// Time kept after the settle wait for the re-check and, when it says so, the undo.
+pub const SETTLE_RESERVE: Duration = Duration::from_millis(500);
+
+/// Tries of the undo (`scontrol update State=RESUME`) before our drain is left in place.
+pub const UNDO_TRIES: u32 = 5;
 
 /// After draining `me`, whether it may stay drained: when concurrent drains pushed fabric-check
 /// past its limit, the earliest drains (by reason time, then node name, which every node sees
@@ -167,34 +181,55 @@ pub enum DrainOutcome {
     Guarded,
     /// Dry run: nothing changed.
     DryRun,
-    /// Drained, then undone because concurrent drains went past the guard's limit.
+    /// Drained, then undone: concurrent drains went past the guard's limit, or the settle
+    /// re-check could not be done.
     Undone,
-    /// Node states could not be read or the drain did not happen: nothing changed.
+    /// Node states could not be read, too little time was left to settle, or the drain did not
+    /// happen: nothing changed.
     Failed,
+    /// Drained, the settle step wanted it undone, and every undo failed: the node stays drained.
+    UndoFailed,
 }
 
 impl DrainOutcome {
     /// Whether the node is out of service by fabric-check's hand after this.
     pub fn out_of_service(&self) -> bool {
-        matches!(self, DrainOutcome::Drained | DrainOutcome::AlreadyOurs)
+        matches!(
+            self,
+            DrainOutcome::Drained | DrainOutcome::AlreadyOurs | DrainOutcome::UndoFailed
+        )
     }
 }
 
+/// Whether `all` shows `node` drained by fabric-check.
+fn drained_by_us(all: &[NodeInfo], node: &str) -> bool {
+    all.iter()
+        .any(|n| n.name == node && n.is_drained() && is_ours(&n.reason))
+}
+
 /// Decides, executes and settles one node's drain, with every Slurm call bounded by `deadline`;
-/// says what it did through `relay`.
+/// says what it did through `relay`. `on_applied` runs as soon as slurmctld is known to hold the
+/// drain (before the settle step): the prolog prints its decision line there, so a child killed
+/// during the settle step still fails its prolog.
+///
+/// The guard fails closed:
 ///
 /// - Node states are read first: no states, no drain.
 /// - [`decide`] applies the etiquette and the guard.
-/// - When the `scontrol` call fails, node states are read again: a drain that slurmctld applied
-///   though the client gave up (timed out) counts as done and is settled like any other.
-/// - The settle step waits [`RACE_SETTLE`] (never past the deadline), reads node states again,
-///   and undoes our own drain when concurrent drains overran the guard ([`keeps_its_drain`]).
-///   When that re-check cannot be read, the drain is kept.
+/// - No drain starts without the time to settle it ([`settle_wait`] and [`SETTLE_RESERVE`] before
+///   the deadline).
+/// - When the `scontrol` call fails (a timeout may have been applied by slurmctld all the same),
+///   the drain is settled like any other: the settle re-check says whether it landed.
+/// - The settle step waits [`settle_wait`], reads node states again, and undoes our own drain
+///   when concurrent drains overran the guard ([`keeps_its_drain`]), when the re-check cannot be
+///   read, or when the deadline left no time to wait. The undo is tried [`UNDO_TRIES`] times
+///   within the deadline.
 pub fn drain_node(
     slurm: &dyn Slurm,
     req: &DrainRequest<'_>,
     deadline: &Deadline,
     relay: &dyn Relay,
+    on_applied: &dyn Fn(),
 ) -> DrainOutcome {
     let node = req.node;
     let reason = reason(req.check, req.message);
@@ -209,30 +244,33 @@ pub fn drain_node(
         relay.line(&format!("node {node} is unknown to sinfo, not draining"));
         return DrainOutcome::Failed;
     };
+    let wait = settle_wait(slurm.reason_time_resolution());
     match decide(me, &all, req.limit, req.dry_run, &reason) {
+        DrainAction::Drain(_) if deadline.remaining() < wait + SETTLE_RESERVE => {
+            relay.line(&format!(
+                "not draining {node} ({reason}): {} ms left, too little to settle a drain before the deadline",
+                deadline.left_ms()
+            ));
+            DrainOutcome::Failed
+        }
         DrainAction::Drain(r) => match slurm.drain(node, &r) {
             Ok(()) => {
                 relay.line(&format!(
                     "drained {node}: {r}; {} ms left",
                     deadline.left_ms()
                 ));
-                settle(slurm, node, req.limit, deadline, relay)
+                on_applied();
+                settle(slurm, node, req.limit, wait, deadline, relay, true)
             }
             Err(e) => {
-                let applied = slurm.nodes().ok().is_some_and(|all| {
-                    all.iter()
-                        .any(|n| n.name == node && n.is_drained() && is_ours(&n.reason))
-                });
-                if applied {
-                    relay.line(&format!(
-                        "drained {node}: {r} (the scontrol call failed, {e}, but slurmctld applied it); {} ms left",
-                        deadline.left_ms()
-                    ));
-                    settle(slurm, node, req.limit, deadline, relay)
-                } else {
-                    relay.line(&format!("drain of {node} failed: {e}"));
-                    DrainOutcome::Failed
+                relay.line(&format!(
+                    "the drain of {node} failed ({e}); slurmctld may have applied it all the same, settling"
+                ));
+                let outcome = settle(slurm, node, req.limit, wait, deadline, relay, false);
+                if outcome.out_of_service() {
+                    on_applied();
                 }
+                outcome
             }
         },
         DrainAction::AlreadyOurs(r) => {
@@ -264,38 +302,82 @@ pub fn drain_node(
 
 /// Checks run concurrently on many nodes (a job's prologs, slurmctld's health fan-out): wait,
 /// look again, and undo our own drain when the mass-drain guard's limit was overrun by the race
-/// (see [`keeps_its_drain`]).
+/// (see [`keeps_its_drain`]) or when the look cannot be had. `confirmed`: the `scontrol` call
+/// said the drain was applied (else the re-check decides whether it landed).
 fn settle(
     slurm: &dyn Slurm,
     node: &str,
     limit: DrainLimit,
+    wait: Duration,
     deadline: &Deadline,
     relay: &dyn Relay,
+    confirmed: bool,
 ) -> DrainOutcome {
-    // Leave the re-check a little of what is left.
-    let wait = deadline.limit_leaving(RACE_SETTLE, Duration::from_millis(100), Duration::ZERO);
+    if deadline.remaining() < wait + SETTLE_RESERVE / 2 {
+        relay.line(&format!(
+            "MASS-DRAIN GUARD: {} ms left, too little to settle the drain of {node}; undoing it",
+            deadline.left_ms()
+        ));
+        return undo(slurm, node, deadline, relay);
+    }
     std::thread::sleep(wait);
     let all = match slurm.nodes() {
         Ok(all) => all,
         Err(e) => {
             relay.line(&format!(
-                "cannot re-check node states after draining {node} ({e}); the drain stays"
+                "MASS-DRAIN GUARD: cannot re-check node states after draining {node} ({e}); undoing the drain"
             ));
-            return DrainOutcome::Drained;
+            return undo(slurm, node, deadline, relay);
         }
     };
+    if !drained_by_us(&all, node) {
+        if confirmed {
+            relay.line(&format!(
+                "{node} is no longer drained by fabric-check at the re-check; left as it is"
+            ));
+        } else {
+            relay.line(&format!(
+                "the drain of {node} did not land; nothing changed"
+            ));
+        }
+        return DrainOutcome::Failed;
+    }
     if keeps_its_drain(node, &all, limit) {
+        if !confirmed {
+            relay.line(&format!(
+                "drained {node} (the scontrol call failed, but slurmctld applied it); {} ms left",
+                deadline.left_ms()
+            ));
+        }
         return DrainOutcome::Drained;
     }
     let max = limit_nodes(limit, all.len());
     relay.line(&format!(
         "MASS-DRAIN GUARD: concurrent drains went past the limit of {max}; resuming {node} and NOT draining it; check the fabric and the configuration"
     ));
-    if let Err(e) = slurm.resume(node) {
-        relay.line(&format!("could not undo the drain of {node}: {e}"));
-        return DrainOutcome::Drained;
+    undo(slurm, node, deadline, relay)
+}
+
+/// Resumes our own drain of `node`, tried [`UNDO_TRIES`] times within the deadline.
+fn undo(slurm: &dyn Slurm, node: &str, deadline: &Deadline, relay: &dyn Relay) -> DrainOutcome {
+    let mut last = None;
+    for i in 0..UNDO_TRIES {
+        if i > 0 {
+            std::thread::sleep(deadline.limit(Duration::from_millis(20) * i));
+        }
+        if deadline.is_past() {
+            break;
+        }
+        match slurm.resume(node) {
+            Ok(()) => return DrainOutcome::Undone,
+            Err(e) => last = Some(e),
+        }
     }
-    DrainOutcome::Undone
+    relay.line(&format!(
+        "could not undo the drain of {node}{}; it stays drained: resume it with `fabric-check resume`",
+        last.map_or_else(|| " (no time left)".to_owned(), |e| format!(": {e}"))
+    ));
+    DrainOutcome::UndoFailed
 }
 
 /// What `resume` may do with a node.

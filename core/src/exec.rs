@@ -1,13 +1,19 @@
 //! Running other programs safely: by absolute path with separate arguments (never a shell),
-//! with a scrubbed environment, in their own process group, and bounded in time; on expiry the
-//! whole group is killed.
+//! with a scrubbed environment, and bounded in time; on expiry the program and every process it
+//! started are killed.
+//!
+//! Children stay in the caller's process group: the SPANK plugin starts the job step in a group
+//! of its own and ends that whole group (TERM, a grace, KILL) when it times out or returns, and
+//! Slurm's `PrologEpilogTimeout` does the same, so a grandchild (probe, `scontrol`, `sinfo`,
+//! `sacctmgr`, `munge`, the collective) can never outlive the job step or land a write after the
+//! plugin said "job proceeds".
 //!
 //! Used by the `fabric-check` binary (never by the SPANK plugin, which must not start threads:
 //! it has its own thread-free spawner).
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -85,7 +91,8 @@ impl Finished {
 }
 
 /// A command for `program` with a scrubbed environment: only [`SAFE_PATH`], `LANG=C` and the
-/// [`PASS_THROUGH`] variables; stdin from `/dev/null`; its own process group.
+/// [`PASS_THROUGH`] variables; stdin from `/dev/null`; in the caller's process group (see the
+/// module docs).
 pub fn safe_command(program: impl AsRef<OsStr>) -> Command {
     let mut cmd = Command::new(program);
     cmd.env_clear().env("PATH", SAFE_PATH).env("LANG", "C");
@@ -94,18 +101,54 @@ pub fn safe_command(program: impl AsRef<OsStr>) -> Command {
             cmd.env(key, v);
         }
     }
-    cmd.stdin(Stdio::null()).process_group(0);
+    cmd.stdin(Stdio::null());
     cmd
 }
 
-fn pump(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        let _ = (&mut r).take(MAX_OUTPUT_BYTES).read_to_end(&mut buf);
-        // Keep draining so a chatty child never blocks on a full pipe.
-        let _ = std::io::copy(&mut r, &mut std::io::sink());
-        buf
-    })
+/// Reads `r` into a shared, bounded buffer until end of file, then keeps draining.
+fn pump(mut r: impl Read + Send + 'static) -> Pump {
+    let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let out = buf.clone();
+    let handle = std::thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        loop {
+            match r.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    // Keep draining past the bound so a chatty child never blocks on a full pipe.
+                    if let Ok(mut b) = out.lock() {
+                        let room = (MAX_OUTPUT_BYTES as usize).saturating_sub(b.len());
+                        b.extend_from_slice(&chunk[..n.min(room)]);
+                    }
+                }
+            }
+        }
+    });
+    Pump { buf, handle }
+}
+
+/// A thread reading one of a child's pipes.
+struct Pump {
+    buf: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+/// How long the pipes may stay open after the program exited (a process it left behind holds
+/// them; it is in the job step's process group, which the plugin ends).
+const PIPE_LINGER: Duration = Duration::from_millis(200);
+
+impl Pump {
+    /// What was read, waiting for end of file until `until` at most.
+    fn take(self, until: Instant) -> Vec<u8> {
+        while !self.handle.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let out = self.buf.lock().map(|b| b.clone()).unwrap_or_default();
+        if self.handle.is_finished() {
+            let _ = self.handle.join();
+        }
+        out
+    }
 }
 
 /// `ETXTBSY`: the program is open for writing somewhere (a package upgrade replacing it, or any
@@ -128,7 +171,7 @@ fn spawn_retrying_busy(
     }
 }
 
-/// Runs `cmd` to completion or until `limit`, then kills its whole process group.
+/// Runs `cmd` to completion or until `limit`, then kills it and every process it started.
 /// `input`, when given, is written to its stdin.
 pub fn run_bounded(
     mut cmd: Command,
@@ -162,7 +205,7 @@ pub fn run_bounded(
                 nap = (nap * 2).min(Duration::from_millis(2));
             }
             Ok(None) => {
-                kill_group(pid);
+                kill_tree(pid);
                 let _ = child.wait();
                 return Err(ExecError::Timeout {
                     program,
@@ -172,20 +215,62 @@ pub fn run_bounded(
             Err(source) => return Err(ExecError::Wait { program, source }),
         }
     };
-    // The group may hold children that still keep the pipes open: end them too.
-    kill_group(pid);
+    let until = Instant::now() + PIPE_LINGER.min(limit.saturating_sub(start.elapsed()));
     Ok(Finished {
         status,
-        stdout: out.and_then(|h| h.join().ok()).unwrap_or_default(),
-        stderr: err.and_then(|h| h.join().ok()).unwrap_or_default(),
+        stdout: out.map(|p| p.take(until)).unwrap_or_default(),
+        stderr: err.map(|p| p.take(until)).unwrap_or_default(),
         duration: start.elapsed(),
     })
 }
 
-fn kill_group(pgid: i32) {
-    use nix::sys::signal::{Signal, killpg};
+/// Every live descendant of `root`, by the parent ids in `/proc`.
+fn descendants(root: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: Vec<(i32, i32)> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // `pid (comm) state ppid ...`: comm may hold spaces and parentheses.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let ppid = rest.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Kills `pid` and its descendants: stops the program first so it starts no more, then kills
+/// them all.
+fn kill_tree(pid: i32) {
+    use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
-    let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+    let mut all = descendants(pid);
+    for d in &all {
+        let _ = kill(Pid::from_raw(*d), Signal::SIGSTOP);
+    }
+    // Children forked between the first look and the stops.
+    for d in descendants(pid) {
+        if !all.contains(&d) {
+            all.push(d);
+        }
+    }
+    all.push(pid);
+    for p in all {
+        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    }
 }
 
 #[cfg(test)]
@@ -225,10 +310,35 @@ mod tests {
         assert_eq!(f.stderr_text(), "err");
     }
 
+    /// Whether `pid` is gone or a zombie waiting for its reaper.
+    fn is_dead(pid: i32) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let gone = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                s.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().next())
+                    == Some("Z")
+            });
+            if gone || Instant::now() > deadline {
+                return gone;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn a_hanging_program_and_its_children_are_killed_at_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
         let mut c = safe_command("/bin/sh");
-        c.args(["-c", "sleep 30 & sleep 30"]);
+        c.args([
+            "-c",
+            &format!(
+                "(trap '' TERM; exec sleep 30) & echo $! > {}; sleep 30",
+                pidfile.display()
+            ),
+        ]);
         let start = Instant::now();
         let err = run_bounded(c, None, Duration::from_millis(300)).unwrap_err();
         assert!(matches!(err, ExecError::Timeout { .. }), "{err}");
@@ -236,6 +346,53 @@ mod tests {
             start.elapsed() < Duration::from_secs(5),
             "{:?}",
             start.elapsed()
+        );
+        let grandchild: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            is_dead(grandchild),
+            "grandchild {grandchild} outlived the kill"
+        );
+    }
+
+    #[test]
+    fn a_child_stays_in_the_callers_process_group_so_the_plugin_can_end_it() {
+        let mut c = safe_command("/bin/sh");
+        c.args(["-c", "cut -d' ' -f5 /proc/$$/stat"]);
+        let f = run_bounded(c, None, Duration::from_secs(5)).unwrap();
+        let ours = nix::unistd::getpgrp().as_raw();
+        assert_eq!(f.stdout_text().trim(), ours.to_string());
+    }
+
+    #[test]
+    fn a_leftover_that_holds_the_pipes_does_not_hold_the_caller() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let mut c = safe_command("/bin/sh");
+        c.args([
+            "-c",
+            &format!("sleep 30 & echo $! > {}; echo done", pidfile.display()),
+        ]);
+        let start = Instant::now();
+        let f = run_bounded(c, None, Duration::from_secs(10)).unwrap();
+        assert_eq!(f.stdout_text(), "done\n");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+        let left: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Here the test ends it; under the plugin its group kill does.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(left),
+            nix::sys::signal::Signal::SIGKILL,
         );
     }
 

@@ -28,6 +28,11 @@ pub trait Slurm {
     fn set_admin_comment(&self, job_id: u32, text: &str) -> Result<(), SlurmError>;
     /// Writes the `AdminComment` of a finished job, in the accounting database.
     fn set_admin_comment_db(&self, job_id: u32, text: &str) -> Result<(), SlurmError>;
+    /// How finely `sinfo` tells when a reason was set (`%H`: whole seconds). The drain's settle
+    /// step waits one and a half of these (see `drain::settle_wait`).
+    fn reason_time_resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
 }
 
 /// Why a Slurm command failed.

@@ -537,3 +537,183 @@ pub fn seams<'a>(
 pub fn step<'a>(setup: &'a Setup, seams: Seams<'a>) -> JobStep<'a> {
     JobStep { setup, seams }
 }
+
+/// What one call of a [`ClusterSlurm`] does besides its work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// It works.
+    None,
+    /// It fails before touching anything (slurmctld unreachable).
+    Fail,
+    /// `drain` only: slurmctld applies it, but the client times out.
+    AppliedThenTimeout,
+}
+
+/// Chooses each call's delay and fault from the method's name (`nodes`, `drain`, `resume`, ...).
+pub type FaultPlan = Box<dyn FnMut(&'static str) -> (Duration, Fault)>;
+
+#[derive(Debug)]
+struct ClusterState {
+    nodes: Vec<NodeInfo>,
+    comment: String,
+}
+
+/// A cluster's node states shared by threads (a storm of prologs, epilogs and health runs on
+/// many nodes at once), each thread seeing it through its own [`ClusterSlurm`]. Reason times
+/// tick in virtual seconds of `second` real time, so the settle step runs at test speed.
+#[derive(Debug, Clone)]
+pub struct SharedCluster {
+    state: std::sync::Arc<std::sync::Mutex<ClusterState>>,
+    started: Instant,
+    second: Duration,
+}
+
+impl SharedCluster {
+    /// Idle nodes with these names; reason times resolve to `second`.
+    pub fn new(names: &[&str], second: Duration) -> Self {
+        Self {
+            state: std::sync::Arc::new(std::sync::Mutex::new(ClusterState {
+                nodes: names.iter().map(|n| idle(n)).collect(),
+                comment: String::new(),
+            })),
+            started: Instant::now(),
+            second,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClusterState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every node as it is now.
+    pub fn nodes(&self) -> Vec<NodeInfo> {
+        self.lock().nodes.clone()
+    }
+
+    /// The virtual wall clock, as `sinfo` prints a reason time.
+    fn now_text(&self) -> String {
+        let s = (self.started.elapsed().as_nanos() / self.second.as_nanos().max(1)) as u64;
+        format!(
+            "2026-12-01T{:02}:{:02}:{:02}",
+            (s / 3600) % 24,
+            (s / 60) % 60,
+            s % 60
+        )
+    }
+
+    /// One node's view, with its faults chosen by `plan` and no call past `deadline`.
+    pub fn view(&self, plan: FaultPlan, deadline: Deadline) -> ClusterSlurm {
+        ClusterSlurm {
+            cluster: self.clone(),
+            plan: RefCell::new(plan),
+            deadline,
+        }
+    }
+}
+
+/// One node's Slurm client over a [`SharedCluster`]: each call is delayed and faulted as its
+/// [`FaultPlan`] says, and, like the real adapter, times out at the deadline.
+pub struct ClusterSlurm {
+    cluster: SharedCluster,
+    plan: RefCell<FaultPlan>,
+    deadline: Deadline,
+}
+
+impl std::fmt::Debug for ClusterSlurm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterSlurm")
+    }
+}
+
+impl ClusterSlurm {
+    /// Runs one call: waits its delay (cut at the deadline), then `work` unless it fails first.
+    /// A call cut by the deadline times out; `drain` may have been applied all the same.
+    fn call<T>(
+        &self,
+        method: &'static str,
+        work: impl FnOnce(&mut ClusterState) -> T,
+    ) -> Result<T, SlurmError> {
+        let (delay, fault) = (self.plan.borrow_mut())(method);
+        let left = self.deadline.remaining();
+        if left.is_zero() {
+            return Err(SlurmError::NoTimeLeft {
+                command: method.into(),
+            });
+        }
+        std::thread::sleep(delay.min(left));
+        let timed_out = delay > left;
+        if fault == Fault::Fail {
+            return Err(SlurmError::Failed {
+                command: method.into(),
+                code: 1,
+                stderr: "Unable to contact slurm controller (connect failure)".into(),
+            });
+        }
+        if timed_out && fault != Fault::AppliedThenTimeout {
+            return Err(SlurmError::Exec(ExecError::Timeout {
+                program: method.into(),
+                limit_ms: left.as_millis(),
+            }));
+        }
+        let out = work(&mut self.cluster.lock());
+        if timed_out || fault == Fault::AppliedThenTimeout {
+            return Err(SlurmError::Exec(ExecError::Timeout {
+                program: method.into(),
+                limit_ms: left.as_millis(),
+            }));
+        }
+        Ok(out)
+    }
+}
+
+impl Slurm for ClusterSlurm {
+    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        self.call("nodes", |s| s.nodes.clone())
+    }
+
+    fn node_addrs(&self, nodes: &[String]) -> Result<Vec<(String, String)>, SlurmError> {
+        self.call("node_addrs", |_| {
+            nodes
+                .iter()
+                .map(|n| (n.clone(), "127.0.0.1".to_owned()))
+                .collect()
+        })
+    }
+
+    fn drain(&self, node: &str, reason: &str) -> Result<(), SlurmError> {
+        let cluster = self.cluster.clone();
+        self.call("drain", |s| {
+            if let Some(n) = s.nodes.iter_mut().find(|n| n.name == node) {
+                n.state = "drained".into();
+                n.reason = reason.into();
+                n.reason_time = cluster.now_text();
+            }
+        })
+    }
+
+    fn resume(&self, node: &str) -> Result<(), SlurmError> {
+        self.call("resume", |s| {
+            if let Some(n) = s.nodes.iter_mut().find(|n| n.name == node) {
+                n.state = "idle".into();
+                n.reason.clear();
+                n.reason_time.clear();
+            }
+        })
+    }
+
+    fn admin_comment(&self, _job_id: u32) -> Result<String, SlurmError> {
+        self.call("admin_comment", |s| s.comment.clone())
+    }
+
+    fn set_admin_comment(&self, _job_id: u32, text: &str) -> Result<(), SlurmError> {
+        self.call("set_admin_comment", |s| s.comment = text.into())
+    }
+
+    fn set_admin_comment_db(&self, _job_id: u32, text: &str) -> Result<(), SlurmError> {
+        self.call("set_admin_comment_db", |s| s.comment = text.into())
+    }
+
+    fn reason_time_resolution(&self) -> Duration {
+        self.cluster.second
+    }
+}

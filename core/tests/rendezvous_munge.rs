@@ -38,7 +38,8 @@ fn config(munged: &Munged, nodes: usize, job_id: u64, base: u16) -> RendezvousCo
         vec![me],
     )
     .unwrap();
-    cfg.base_port = base;
+    // The first port is `base` itself: each test keeps to its own window of ports.
+    cfg.base_port = base - (job_id % 1000) as u16;
     cfg.timeout = Duration::from_millis(1500);
     cfg
 }
@@ -277,7 +278,7 @@ fn a_node_claiming_another_nodes_rank_is_rejected() {
 }
 
 #[test]
-fn a_credential_of_a_uid_outside_the_allowed_set_is_rejected() {
+fn a_leader_whose_uid_is_outside_the_allowed_set_is_not_joined() {
     let Some(m) = Munged::start() else { return };
     let mut cfg = config(&m, 2, 1107, base());
     cfg.allowed_uids = vec![4_000_000];
@@ -285,7 +286,7 @@ fn a_credential_of_a_uid_outside_the_allowed_set_is_rejected() {
     let follower = spawn_rank(&cfg, 1);
     let err = follower.join().unwrap().unwrap_err();
     assert!(
-        matches!(err, RendezvousError::Rejected(ref r) if r.contains("is not allowed")),
+        matches!(err, RendezvousError::NoLeader { ref last, .. } if last.contains("not an allowed one")),
         "{err}"
     );
     let g = leader.join().unwrap().unwrap();
@@ -312,4 +313,200 @@ fn a_follower_skips_another_jobs_leader_on_its_port() {
         other_leader.join().unwrap().unwrap().missing,
         vec!["n2".to_string()]
     );
+}
+
+/// A listener on `port` that runs `serve` on each connection (a thread each), for up to `for_`.
+fn squat(
+    port: u16,
+    for_: Duration,
+    serve: impl Fn(TcpStream) + Send + Sync + 'static,
+) -> thread::JoinHandle<usize> {
+    let listener = std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let serve = std::sync::Arc::new(serve);
+    thread::spawn(move || {
+        let end = Instant::now() + for_;
+        let mut served = Vec::new();
+        while Instant::now() < end {
+            match listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    let serve = serve.clone();
+                    served.push(thread::spawn(move || serve(s)));
+                }
+                Err(_) => thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        let n = served.len();
+        for h in served {
+            h.join().unwrap();
+        }
+        n
+    })
+}
+
+#[test]
+fn a_squatter_on_the_leaders_port_is_sent_nothing_and_followers_reach_the_real_leader() {
+    let Some(m) = Munged::start() else { return };
+    let cfg = config(&m, 3, 1201, base());
+    let port = cfg.ports()[0];
+    let received = std::sync::Arc::new(AtomicU16::new(0));
+    let seen = received.clone();
+    // It says hello as a leader of this job would, but cannot sign it (an unsigned hello of the
+    // first protocol, then a made-up credential), and counts every byte it is sent.
+    let squatter = squat(port, Duration::from_secs(2), move |mut s| {
+        let hello = json!({"type":"hello","v":2,"job_id":1201,"leader":"n1",
+            "challenge":"00112233445566778899aabbccddeeff","credential":"MUNGE:forged:"});
+        let _ = writeln!(s, "{hello}");
+        s.set_read_timeout(Some(Duration::from_millis(800)))
+            .unwrap();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut s, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.fetch_add(n as u16, Ordering::SeqCst);
+        }
+    });
+    let leader = spawn_rank(&cfg, 0);
+    let followers: Vec<_> = (1..3).map(|r| spawn_rank(&cfg, r)).collect();
+    for f in followers {
+        let g = f.join().unwrap().unwrap();
+        assert_eq!(
+            g.port,
+            cfg.ports()[1],
+            "the real leader moved to the next port"
+        );
+    }
+    assert!(leader.join().unwrap().unwrap().missing.is_empty());
+    assert!(
+        squatter.join().unwrap() >= 2,
+        "every follower tried the squatter first"
+    );
+    assert_eq!(
+        received.load(Ordering::SeqCst),
+        0,
+        "bytes sent to the squatter"
+    );
+}
+
+#[test]
+fn a_listener_that_drips_its_hello_holds_a_follower_only_for_its_connection_budget() {
+    let Some(m) = Munged::start() else { return };
+    let cfg = config(&m, 2, 1202, base());
+    let dripper = squat(cfg.ports()[0], Duration::from_secs(2), |mut s| {
+        for b in br#"{"type":"hello","v":2,"job_id":1202,"leader":"n1","challenge":""#
+            .iter()
+            .cycle()
+            .take(80)
+        {
+            if s.write_all(&[*b]).is_err() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let t = Instant::now();
+    let leader = spawn_rank(&cfg, 0);
+    let g = spawn_rank(&cfg, 1).join().unwrap().unwrap();
+    assert_eq!(g.port, cfg.ports()[1]);
+    assert!(
+        t.elapsed() < cfg.timeout,
+        "the follower took {:?}",
+        t.elapsed()
+    );
+    assert!(leader.join().unwrap().unwrap().missing.is_empty());
+    dripper.join().unwrap();
+}
+
+#[test]
+fn a_follower_without_a_real_leader_gives_up_at_its_deadline_even_when_a_listener_drips() {
+    let Some(m) = Munged::start() else { return };
+    let mut cfg = config(&m, 2, 1203, base());
+    cfg.port_span = 1;
+    let dripper = squat(cfg.ports()[0], Duration::from_secs(2), |mut s| {
+        for _ in 0..80 {
+            if s.write_all(b" ").is_err() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(40));
+        }
+    });
+    let t = Instant::now();
+    let err = gather(&cfg, 1, &json!(null)).unwrap_err();
+    assert!(matches!(err, RendezvousError::NoLeader { .. }), "{err}");
+    assert!(
+        t.elapsed() < cfg.timeout + Duration::from_millis(300),
+        "the follower took {:?}",
+        t.elapsed()
+    );
+    dripper.join().unwrap();
+}
+
+#[test]
+fn a_peer_that_drips_its_join_is_cut_off_at_the_leaders_deadline() {
+    let Some(m) = Munged::start() else { return };
+    let cfg = config(&m, 2, 1204, base());
+    let port = cfg.ports()[0];
+    let leader = spawn_rank(&cfg, 0);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let stream = loop {
+        match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("leader never listened: {e}"),
+        }
+    };
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut hello = String::new();
+    reader.read_line(&mut hello).unwrap();
+    let mut w = stream;
+    let started = Instant::now();
+    let cut_off = loop {
+        if w.write_all(b"{").is_err() || started.elapsed() > Duration::from_secs(6) {
+            break started.elapsed();
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let g = leader.join().unwrap().unwrap();
+    assert_eq!(g.missing, vec!["n2".to_string()]);
+    assert!(
+        cut_off < cfg.timeout + Duration::from_millis(500),
+        "the leader kept reading a dripping peer for {cut_off:?}"
+    );
+    assert!(
+        g.rejected
+            .iter()
+            .any(|r| r.contains("did not finish in time")),
+        "{:?}",
+        g.rejected
+    );
+}
+
+#[test]
+fn a_join_line_longer_than_the_limit_is_refused_without_being_read() {
+    let Some(g) = leader_facing(1205, |_, port| {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let stream = loop {
+            match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+                Err(e) => panic!("leader never listened: {e}"),
+            }
+        };
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut hello = String::new();
+        reader.read_line(&mut hello).unwrap();
+        let mut w = stream;
+        w.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+        let big = vec![b'x'; 1 << 20];
+        let mut sent = 0usize;
+        while sent < 32 << 20 && w.write_all(&big).is_ok() {
+            sent += big.len();
+        }
+        assert!(sent < 32 << 20, "the leader took all of a 32 MiB line");
+    }) else {
+        return;
+    };
+    assert_turned_away(&g, "longer than");
 }

@@ -98,6 +98,59 @@ pub struct RunSummary {
     /// The records file exceeded the read bound; only its head and tail were summarised.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// Who wrote the records: always the job (`fabric-run` runs as the job's user). Shown,
+    /// never a reason to drain.
+    #[serde(default)]
+    pub reported_by: Reporter,
+}
+
+/// Who produced a part of the tag that root did not gather itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reporter {
+    /// The job's own processes (its user's files in the spool, its step gates): shown in the
+    /// tag, never a reason to drain a node, never counted by the mass-drain guard.
+    #[default]
+    Job,
+}
+
+/// The longest message kept in a [`SlowClaim`], in characters.
+pub const MAX_CLAIM_CHARS: usize = 200;
+
+/// A node that the job's own step gate named slow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SlowClaim {
+    /// The node named slow.
+    pub node: String,
+    /// The step whose gate named it.
+    pub step: u32,
+    /// The gate's message, bounded to [`MAX_CLAIM_CHARS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// What the job reported about itself: the step gates run as the job's user and write their
+/// results into the user-writable spool, so none of it is evidence root gathered. It is shown
+/// in the tag, marked `"reported_by":"job"`, and never drains a node or counts toward the
+/// mass-drain guard.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobReported {
+    /// Always [`Reporter::Job`].
+    #[serde(default)]
+    pub reported_by: Reporter,
+    /// The worst of the job's step gate collectives.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<CollectiveSummary>,
+    /// Nodes the job's step gates named slow.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slow: Vec<SlowClaim>,
+}
+
+impl JobReported {
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_none() && self.slow.is_empty()
+    }
 }
 
 fn is_zero_u32(n: &u32) -> bool {
@@ -163,10 +216,13 @@ pub struct JobTag {
     /// Counter rises during the job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub during: Vec<DuringJob>,
-    /// The cross-node collective (`--fabric-check=full`).
+    /// The cross-node collective the prolog ran as root (`--fabric-check=full`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collective: Option<CollectiveSummary>,
-    /// The fabric-run summary.
+    /// What the job reported about itself (step gates): shown, never trusted for a drain.
+    #[serde(default, skip_serializing_if = "JobReported::is_empty")]
+    pub job_reported: JobReported,
+    /// The fabric-run summary (written by the job: `reported_by` is `job`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<RunSummary>,
     /// Free-form notes from the writer (e.g. "probe timed out"), bounded.
@@ -223,6 +279,7 @@ impl JobTag {
                 .collect();
         }
         tag.during.truncate(8);
+        tag.job_reported.slow.truncate(4);
         json = serde_json::to_string(&tag).unwrap_or_default();
         while json.len() > MAX_TAG_BYTES && !tag.nodes.is_empty() {
             let keep = tag.nodes.len() / 2;

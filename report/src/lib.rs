@@ -7,6 +7,7 @@
 //! | [`cost`] | the cost model: cost per accepted run, from a TOML cost file |
 //! | [`report`] | `fabric-check report`: sacct parsing (JSON and `-P`) and side-by-side reports |
 //! | [`accept`] | `fabric-check accept`: nccl-tests parsing and the acceptance report |
+//! | [`jobs`] | `fabric-check jobs`: jobs from `sacct -X -P` with their fabric verdict, tag decoded |
 //!
 //! It depends on `fabric-core` only for the job tag and the bill of materials; neither the SPANK
 //! plugin nor the wrapper links it, so plotters and rust_decimal stay out of the `.so`.
@@ -14,4 +15,5 @@
 
 pub mod accept;
 pub mod cost;
+pub mod jobs;
 pub mod report;

@@ -295,18 +295,26 @@ pub extern "C" fn slurm_spank_job_prolog(
     })
 }
 
-/// Called as root in `slurmstepd spank epilog` on every node of the job after it ends.
+/// Called as root in `slurmstepd spank epilog` on every node of the job after it ends. Never
+/// fails: an error or a caught panic is logged, and Slurm would drain the node for it
+/// ([`plugin::script_rc`]).
 #[unsafe(no_mangle)]
 pub extern "C" fn slurm_spank_job_epilog(
     sp: sys::spank_t,
     ac: c_int,
     av: *mut *mut c_char,
 ) -> c_int {
-    guard("slurm_spank_job_epilog", || {
+    let rc = guard("slurm_spank_job_epilog", || {
         // SAFETY: as in `slurm_spank_init`.
         let words = unsafe { args(ac, av) };
         plugin::job_script(&SlurmHost { sp }, &words, plugin::Script::Epilog)
-    })
+    });
+    if rc != 0 {
+        log_error(
+            "fabric-check: epilog: the error above is logged, not returned: the node stays up",
+        );
+    }
+    plugin::script_rc(plugin::Script::Epilog, rc)
 }
 
 /// Called in each task of a step (as the job's user, before it execs): on Slurm 23.11+ a

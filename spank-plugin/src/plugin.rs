@@ -211,20 +211,56 @@ pub fn wants_check(mode: JobMode, asked: Option<FabricMode>) -> bool {
 /// Which job script is running (`slurm_spank_job_prolog` or `slurm_spank_job_epilog`).
 pub use fabric_proto::invocation::Script;
 
+/// What a job script reads from the environment slurmstepd gives it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScriptEnv {
+    /// `SLURMD_NODENAME`.
+    pub node: Option<String>,
+    /// `SLURM_JOB_NODELIST` (or `SLURM_NODELIST`).
+    pub nodes: Option<String>,
+    /// `SLURM_CONF`: slurmd's own setting, passed to the child.
+    pub slurm_conf: Option<String>,
+}
+
+impl ScriptEnv {
+    /// From this process's environment.
+    pub fn from_process() -> Self {
+        Self {
+            node: std::env::var("SLURMD_NODENAME").ok(),
+            nodes: std::env::var("SLURM_JOB_NODELIST")
+                .or_else(|_| std::env::var("SLURM_NODELIST"))
+                .ok(),
+            slurm_conf: std::env::var("SLURM_CONF").ok(),
+        }
+    }
+}
+
 /// `slurm_spank_job_prolog` and `slurm_spank_job_epilog`: read the request, log it, and when the
 /// job is checked run `fabric-check prolog|epilog` as a child with the plugin's hard timeout.
 ///
-/// Only the prolog ever fails (exit 2 of the child: this node failed and was drained, so Slurm
-/// requeues the job elsewhere). A child that could not run, crashed or timed out is logged and the
-/// job proceeds: "the probe could not look" is not a node failure.
+/// Only the prolog ever fails: when the child says this node failed and was drained (exit 2, or
+/// its decision line `fabric-check-exit=2` when the exit status is lost, it timed out or it was
+/// killed: the child prints that line as soon as the drain is applied), so Slurm requeues the
+/// job elsewhere. A child that could not run, crashed or timed out without a drain is logged and
+/// the job proceeds: "the probe could not look" is not a node failure.
 pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(), String> {
+    job_script_in(host, words, script, &ScriptEnv::from_process())
+}
+
+/// [`job_script`] with the environment given.
+pub fn job_script_in(
+    host: &dyn Host,
+    words: &[String],
+    script: Script,
+    env: &ScriptEnv,
+) -> Result<(), String> {
     let (args, problems) = parse_args(words);
     report_problems(host, &problems, script == Script::Prolog);
-    if script == Script::Prolog {
-        hooks::maybe_panic("job_prolog", Context::JobScript);
+    match script {
+        Script::Prolog => hooks::maybe_panic("job_prolog", Context::JobScript),
+        Script::Epilog => hooks::maybe_panic("job_epilog", Context::JobScript),
     }
-    let node = std::env::var("SLURMD_NODENAME").ok();
-    let req = read_request(host, node);
+    let req = read_request(host, env.node.clone());
     let job = req.job_id.map_or_else(|| "?".to_owned(), |j| j.to_string());
     let node = req.node.clone().unwrap_or_else(|| "?".to_owned());
     let checked = wants_check(args.mode, req.mode);
@@ -243,9 +279,7 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
         host.error(&format!("{tag}: no job id or SLURMD_NODENAME; not checked"));
         return Ok(());
     };
-    let nodes = std::env::var("SLURM_JOB_NODELIST")
-        .or_else(|_| std::env::var("SLURM_NODELIST"))
-        .unwrap_or_else(|_| node_name.clone());
+    let nodes = env.nodes.clone().unwrap_or_else(|| node_name.clone());
     let child_args = Invocation {
         script,
         job_id,
@@ -257,8 +291,9 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
     }
     .to_argv();
     // SLURM_CONF is slurmd's own setting, not the job's; nothing else is passed on.
-    let pass: Vec<(&str, String)> = std::env::var("SLURM_CONF")
-        .ok()
+    let pass: Vec<(&str, String)> = env
+        .slurm_conf
+        .clone()
         .map(|v| ("SLURM_CONF", v))
         .into_iter()
         .collect();
@@ -271,18 +306,27 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
         host.info(&format!("{tag}: {line}"));
     }
     let ms = ran.elapsed.as_millis();
+    let said = JobStepExit::from_output(&ran.output);
+    // The exit code when it is one of ours; otherwise (timed out, killed, reaped by slurmstepd,
+    // crashed) the last decision line the child printed.
+    let decision = match ran.outcome {
+        Outcome::Exited(c) => JobStepExit::from_code(c).or(said),
+        Outcome::Signalled(_) | Outcome::TimedOut => said,
+        Outcome::SpawnFailed(_) => None,
+    };
+    if script == Script::Prolog && decision == Some(JobStepExit::Drained) {
+        let how = match ran.outcome {
+            Outcome::Exited(_) => String::new(),
+            ref o => format!(", and then it ended early ({o:?})"),
+        };
+        return Err(format!(
+            "{tag}: this node failed its fabric check and is drained{how}; Slurm requeues the job ({ms} ms)"
+        ));
+    }
     match ran.outcome {
         Outcome::Exited(c) if JobStepExit::from_code(c) == Some(JobStepExit::Proceed) => {
             host.info(&format!("{tag}: done in {ms} ms"));
             Ok(())
-        }
-        Outcome::Exited(c)
-            if script == Script::Prolog
-                && JobStepExit::from_code(c) == Some(JobStepExit::Drained) =>
-        {
-            Err(format!(
-                "{tag}: this node failed its fabric check and is drained; Slurm requeues the job ({ms} ms)"
-            ))
         }
         Outcome::TimedOut => {
             host.error(&format!(
@@ -300,6 +344,20 @@ pub fn job_script(host: &dyn Host, words: &[String], script: Script) -> Result<(
             ));
             Ok(())
         }
+    }
+}
+
+/// What the plugin returns to Slurm for a job script whose callback returned `rc` (0, or -1 for
+/// an error or a caught panic, already logged).
+///
+/// Only the prolog may fail: that is how a node that failed its check keeps the job off it. A
+/// failing epilog is never a fabric fault (the epilog only delivers records and the tag), yet
+/// slurmd reports it and slurmctld drains the node with "Epilog error"; so an epilog problem is
+/// logged and the epilog succeeds.
+pub fn script_rc(script: Script, rc: i32) -> i32 {
+    match script {
+        Script::Prolog => rc,
+        Script::Epilog => 0,
     }
 }
 
@@ -517,6 +575,73 @@ mod tests {
             log.iter().any(|l| l.contains("option=none action=none")),
             "{log:?}"
         );
+    }
+
+    /// A prolog child that prints `body` (a shell script), run by the plugin with `timeout=1`.
+    fn prolog_with_child(body: &str) -> (Result<(), String>, Vec<String>) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let child = dir.path().join("fabric-check");
+        std::fs::write(&child, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&child, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let h = FakeHost {
+            opt: Some(Some("quick".into())),
+            ..FakeHost::default()
+        };
+        let env = ScriptEnv {
+            node: Some("n1".into()),
+            nodes: Some("n1".into()),
+            slurm_conf: None,
+        };
+        let words = [format!("probe={}", child.display()), "timeout=1".to_owned()];
+        let r = job_script_in(&h, &words, Script::Prolog, &env);
+        let log = h.log.borrow().clone();
+        (r, log)
+    }
+
+    #[test]
+    fn a_prolog_child_that_hangs_after_its_drain_fails_the_prolog_so_the_job_leaves_the_node() {
+        let (r, log) = prolog_with_child(
+            "echo 'drained n1: fabric-check: ib.port_state: x'; echo fabric-check-exit=2; exec sleep 30",
+        );
+        let err = r.expect_err("a timeout after a drain is not success");
+        assert!(err.contains("is drained"), "{err}");
+        assert!(err.contains("TimedOut"), "{err}");
+        assert!(log.iter().any(|l| l.contains("drained n1")), "{log:?}");
+    }
+
+    #[test]
+    fn a_prolog_child_killed_right_after_its_drain_fails_the_prolog() {
+        let (r, _) = prolog_with_child("echo fabric-check-exit=2; kill -KILL $$");
+        let err = r.expect_err("a killed child that drained is not success");
+        assert!(err.contains("Signalled(9)"), "{err}");
+    }
+
+    #[test]
+    fn a_drain_undone_by_the_guard_lets_the_job_proceed_on_the_last_decision_line() {
+        let (r, _) = prolog_with_child(
+            "echo fabric-check-exit=2; echo 'MASS-DRAIN GUARD: resuming n1'; echo fabric-check-exit=0; exec sleep 30",
+        );
+        assert!(r.is_ok(), "{r:?}");
+    }
+
+    #[test]
+    fn a_prolog_child_that_times_out_without_a_drain_lets_the_job_proceed_unchecked() {
+        let (r, log) = prolog_with_child("echo probing; exec sleep 30");
+        assert!(r.is_ok(), "{r:?}");
+        assert!(
+            log.iter()
+                .any(|l| l.starts_with("error") && l.contains("proceeds unchecked")),
+            "{log:?}"
+        );
+    }
+
+    #[test]
+    fn only_the_prolog_can_fail_a_job_script() {
+        assert_eq!(script_rc(Script::Prolog, -1), -1);
+        assert_eq!(script_rc(Script::Prolog, 0), 0);
+        assert_eq!(script_rc(Script::Epilog, -1), 0);
+        assert_eq!(script_rc(Script::Epilog, 0), 0);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Runs the `fabric-check` child from inside a SPANK callback without threads: spawn by absolute
 //! path with a scrubbed environment in a new process group, poll for its exit while draining its
-//! output through a non-blocking pipe, and kill the whole group at the deadline.
+//! output through a non-blocking pipe, and end the whole group at the deadline: `SIGTERM`, a
+//! grace of [`KILL_GRACE`], then `SIGKILL`. Every grandchild of the job step (probe, `scontrol`,
+//! `sinfo`, `sacctmgr`, `munge`, the collective) stays in that group, so none outlives the
+//! callback; the group is ended the same way after a normal exit, for anything left behind.
 //!
 //! slurmstepd may reap children itself (`wait3`); if our `waitpid` loses that race the exit
 //! status is unknown, so the child also prints its decision as its last line
@@ -21,6 +24,27 @@ use fabric_proto::invocation::{JobStepExit, SAFE_PATH};
 
 /// Most output kept from the child.
 const MAX_OUTPUT: usize = 64 * 1024;
+
+/// How long the group has between `SIGTERM` and `SIGKILL`.
+pub const KILL_GRACE: Duration = Duration::from_millis(500);
+
+/// Ends every process of group `pgid`: `SIGTERM`, then `SIGKILL` to whatever is still there
+/// after [`KILL_GRACE`]. `child` (the group's leader, ours to reap) is reaped meanwhile, so a
+/// zombie leader does not count as alive. Returns at once when the group is empty.
+fn end_group(pgid: Pid, child: &mut std::process::Child) {
+    if killpg(pgid, Signal::SIGTERM).is_err() {
+        return; // no process left in the group
+    }
+    let until = Instant::now() + KILL_GRACE;
+    while Instant::now() < until {
+        let _ = child.try_wait();
+        if killpg(pgid, None).is_err() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = killpg(pgid, Signal::SIGKILL);
+}
 
 /// How the child ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,7 +143,7 @@ pub fn run(program: &Path, args: &[String], pass_env: &[(&str, String)], limit: 
             }
             Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(2)),
             Ok(None) => {
-                let _ = killpg(pgid, Signal::SIGKILL);
+                end_group(pgid, &mut child);
                 let _ = child.wait();
                 break Outcome::TimedOut;
             }
@@ -128,7 +152,7 @@ pub fn run(program: &Path, args: &[String], pass_env: &[(&str, String)], limit: 
         }
     };
     // Leftovers of the group (a probe the child started) must not outlive the callback.
-    let _ = killpg(pgid, Signal::SIGKILL);
+    end_group(pgid, &mut child);
     drain(&mut reader, &mut buf);
     let output = String::from_utf8_lossy(&buf).into_owned();
     let outcome = match outcome {
@@ -172,6 +196,73 @@ mod tests {
         let r = sh("sleep 30 & sleep 30", 300);
         assert_eq!(r.outcome, Outcome::TimedOut);
         assert!(r.elapsed < Duration::from_secs(5), "{:?}", r.elapsed);
+    }
+
+    /// Whether `pid` is gone or a zombie waiting for its reaper.
+    fn is_dead(pid: i32) -> bool {
+        let until = Instant::now() + Duration::from_secs(2);
+        loop {
+            let gone = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                s.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().next())
+                    == Some("Z")
+            });
+            if gone || Instant::now() > until {
+                return gone;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn pid_in(path: &Path) -> i32 {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn after_a_timeout_no_process_of_ours_is_alive_not_even_a_grandchild_that_ignores_term() {
+        let dir = tempfile::tempdir().unwrap();
+        let (child, grandchild) = (dir.path().join("child"), dir.path().join("grandchild"));
+        let r = sh(
+            &format!(
+                "echo $$ > {c}; /bin/sh -c 'trap \"\" TERM; echo $$ > {g}; while :; do sleep 1; done' & sleep 30",
+                c = child.display(),
+                g = grandchild.display()
+            ),
+            300,
+        );
+        assert_eq!(r.outcome, Outcome::TimedOut);
+        assert!(
+            r.elapsed < KILL_GRACE + Duration::from_secs(2),
+            "{:?}",
+            r.elapsed
+        );
+        for pid in [pid_in(&child), pid_in(&grandchild)] {
+            assert!(is_dead(pid), "process {pid} outlived the plugin's kill");
+        }
+    }
+
+    #[test]
+    fn a_grandchild_left_behind_by_a_child_that_exited_is_ended_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let grandchild = dir.path().join("grandchild");
+        let r = sh(
+            &format!(
+                "/bin/sh -c 'trap \"\" TERM; echo $$ > {g}; exec sleep 30' </dev/null >/dev/null 2>&1 & \
+                 while [ ! -s {g} ]; do sleep 0.01; done; exit 0",
+                g = grandchild.display()
+            ),
+            5000,
+        );
+        assert_eq!(r.outcome, Outcome::Exited(0));
+        assert!(
+            is_dead(pid_in(&grandchild)),
+            "the leftover outlived the callback"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod bom;
 pub mod check_config;
 pub mod collective;
 pub mod dist;
+pub mod jobs;
 pub mod jobstep;
 pub mod nodes;
 pub mod probe;

@@ -312,7 +312,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             report.push(info(
                 "ib.counters",
                 format!(
-                    "cannot save {}: {e}; the next run has no baseline",
+                    "{}{}: {e}; the next run has no baseline",
+                    fabric_core::jobstep::results::SAVE_FAILED,
                     p.display()
                 ),
             ));

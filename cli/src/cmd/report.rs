@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use fabric_report::cost::CostFile;
 use fabric_report::report::aggregate::{self, Acc, Options};
 use fabric_report::report::render::{Format, render_report};
-use fabric_report::report::{GroupBy, ReportError, sacct_json, sacct_text};
+use fabric_report::report::{GroupBy, ReportError, Streamed, sacct_json, sacct_text};
 
 /// Arguments of `fabric-check report`.
 #[derive(Debug, clap::Args)]
@@ -121,7 +121,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             acc.add(j, &opts);
         }
     };
-    let accs = match &args.input {
+    let (streamed, source) = match &args.input {
         Some(path) => {
             let name = path.display().to_string();
             let mut reader: Box<dyn Read> = if path == Path::new("-") {
@@ -163,17 +163,22 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     each,
                 )
             };
-            result.map_err(|e: ReportError| {
+            let streamed = result.map_err(|e: ReportError| {
                 if path == Path::new("-") {
                     e
                 } else {
                     e.with_line_from(path)
                 }
-            })?
+            })?;
+            (streamed, name)
         }
-        None => run_sacct(&args, threads, &each)?,
+        None => (run_sacct(&args, threads, &each)?, "sacct".to_string()),
     };
-    let report = aggregate::finish(Acc::merge_all(accs), &opts, costs.as_ref());
+    let mut report = aggregate::finish(Acc::merge_all(streamed.accs), &opts, costs.as_ref());
+    report.note_input(&source, &streamed.notes);
+    for w in &report.inputs.warnings {
+        tracing::warn!("{w}");
+    }
     let text = render_report(&report, args.format);
     match &args.output {
         Some(p) => {
@@ -188,7 +193,7 @@ fn run_sacct(
     args: &Args,
     threads: usize,
     each: &(dyn Fn(&mut Acc, fabric_report::report::JobRecord) + Sync),
-) -> anyhow::Result<Vec<Acc>> {
+) -> anyhow::Result<Streamed<Acc>> {
     let mut cmd = Command::new(&args.sacct);
     cmd.args(["-X", "-D", "-P", "-o", sacct_text::FIELDS]);
     cmd.env("SLURM_TIME_FORMAT", "%s").env("TZ", "UTC");

@@ -1,6 +1,11 @@
 //! The job epilog: probe against the prolog's snapshot, counter rises over the job window, drains
-//! on a fatal rise or a step named slow, and the leader's merge of every node's rises, run
-//! summary and step results into the tag.
+//! on what root's own probe found, and the leader's merge of every node's rises, run summary and
+//! step results into the tag.
+//!
+//! What the job produced (its `fabric-run` records, its step gates' results, a step gate naming
+//! this node slow) lives in the user-writable spool: it goes into the tag marked as reported by
+//! the job (`"reported_by":"job"`, [`crate::tag::JobReported`]) and never drains a node, so it
+//! never counts toward the mass-drain guard either. A drain needs evidence root gathered.
 
 use std::path::Path;
 
@@ -9,13 +14,15 @@ use super::meet::meet;
 use super::payload::EpilogPayload;
 use super::prolog::{probe_limit, probe_request};
 use super::tag_write::write_tag;
-use crate::check_id;
 use crate::invocation::JobStepExit;
 use crate::plugin_args::Policy;
 use crate::probe::Baseline;
 use crate::record::{self, ReadLimits, RecordError};
 use crate::stepgate;
-use crate::tag::{CollectiveSummary, DuringJob, RunSummary, Verdict};
+use crate::tag::{CollectiveSummary, DuringJob, MAX_CLAIM_CHARS, RunSummary, SlowClaim, Verdict};
+
+/// The most slow-node claims of one node the tag keeps.
+const MAX_CLAIMS_PER_NODE: usize = 8;
 
 /// `fabric-check epilog`: always lets the job end normally.
 pub fn run(step: &JobStep<'_>) -> JobStepExit {
@@ -78,24 +85,34 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     }
     let run = read_run_summary(step);
     let step_results = read_step_results(step);
-    for r in step_results.iter().filter(|r| r.slow_here) {
-        let why = r
-            .message
-            .clone()
-            .unwrap_or_else(|| "slowest node of the ring".into());
+    // The step gates ran as the job's user and wrote these results into the user-writable
+    // spool: they are reported in the tag as the job's, never a reason to drain.
+    let slow: Vec<SlowClaim> = step_results
+        .iter()
+        .filter(|r| r.slow_here)
+        .take(MAX_CLAIMS_PER_NODE)
+        .map(|r| SlowClaim {
+            node: node.to_owned(),
+            step: r.step,
+            message: r
+                .message
+                .as_ref()
+                .map(|m| m.chars().take(MAX_CLAIM_CHARS).collect()),
+        })
+        .collect();
+    for c in &slow {
         step.say(&format!(
-            "step {job}.{}: {node} was named slow: {why}",
-            r.step
+            "step {job}.{}: the job's step gate named {node} slow (reported by the job, not a reason to drain)",
+            c.step
         ));
-        if plugin.policy == Policy::Enforce {
-            step.drain_self(
-                check_id::COLLECTIVE_SLOW_NODE,
-                &format!("step {job}.{}: {why}", r.step),
-            );
-        }
     }
     let steps: Vec<CollectiveSummary> = step_results.into_iter().map(|r| r.collective).collect();
-    let payload = EpilogPayload { during, run, steps };
+    let payload = EpilogPayload {
+        during,
+        run,
+        steps,
+        slow,
+    };
     if let Some(met) = meet(step, payload) {
         let runs: Vec<RunSummary> = met
             .payloads
@@ -108,6 +125,17 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             .values()
             .flat_map(|p| p.steps.iter().cloned())
             .collect();
+        // Each node's claims are bounded again here: a peer of another build may send more.
+        let mut slow: Vec<SlowClaim> = met
+            .payloads
+            .values()
+            .flat_map(|p| p.slow.iter().take(MAX_CLAIMS_PER_NODE).cloned())
+            .map(|mut c| {
+                c.message = c.message.map(|m| m.chars().take(MAX_CLAIM_CHARS).collect());
+                c
+            })
+            .collect();
+        slow.sort_by(|a, b| a.node.cmp(&b.node).then(a.step.cmp(&b.step)));
         let mut rows: Vec<DuringJob> = met
             .payloads
             .into_values()
@@ -115,7 +143,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             .filter(|d| !d.rises.is_empty() || d.verdict != Verdict::Pass)
             .collect();
         rows.sort_by(|a, b| a.node.cmp(&b.node));
-        if rows.is_empty() && run.is_none() && steps.is_empty() {
+        if rows.is_empty() && run.is_none() && steps.is_empty() && slow.is_empty() {
             step.say(&format!(
                 "job {job}: no counter rose and no fabric-run records; tag unchanged"
             ));
@@ -126,7 +154,9 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
                 if run.is_some() {
                     t.run = run;
                 }
-                t.collective = stepgate::worst(t.collective.take(), &steps);
+                let reported = &mut t.job_reported;
+                reported.steps = stepgate::worst(reported.steps.take(), &steps);
+                reported.slow.extend(slow);
                 t
             });
         }

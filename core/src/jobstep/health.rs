@@ -3,7 +3,9 @@
 //! node we drained after a streak of clean probes.
 //!
 //! The streak is a counter file in the node's state folder: a `fail` resets it, each `pass` or
-//! `warn` adds one, an `error` (the probe could not look) leaves it.
+//! `warn` adds one, an `error` (the probe could not look) leaves it. A prolog or epilog drain
+//! resets it too ([`reset_streak`]), so a node the epilog drained is not resumed by the next
+//! health run.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -80,8 +82,21 @@ impl HealthSetup {
 
     /// The clean-probe streak file.
     pub fn streak_path(&self) -> PathBuf {
-        self.state_dir.join("health-clean-streak")
+        streak_path(&self.state_dir)
     }
+}
+
+/// The clean-probe streak file in a node's state folder (the prolog's and the epilog's folder
+/// too: `state_dir=` expands alike for all three).
+pub fn streak_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("health-clean-streak")
+}
+
+/// Starts the clean-probe streak over: a prolog or epilog that drained the node (or found it
+/// drained by us already) has seen it fail, so `health` must see `clean_probes` clean runs from
+/// now before it resumes the node.
+pub fn reset_streak(state_dir: &Path) -> Result<(), HealthError> {
+    write_streak(&streak_path(state_dir), 0)
 }
 
 fn read_streak(path: &Path) -> u32 {
@@ -151,6 +166,7 @@ pub fn run(
                 },
                 &setup.deadline,
                 relay,
+                &|| {},
             );
         }
         Verdict::Pass | Verdict::Warn => {

@@ -2,7 +2,7 @@
 //! payload ([`meet`]), through a raw [`Meet`] (the real one is [`RendezvousMeet`]).
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -40,13 +40,11 @@ pub trait Meet {
 
 /// The real rendezvous: MUNGE-authenticated TCP at the first node.
 ///
-/// Followers dial the leader and nobody dials a follower (the verdicts go one way, the leader
-/// answers on the same connection), so only the leader's address is looked up, in this order
-/// ([`leader_addr`]): `hosts_file=`, the system resolver, and only for a leader neither knows,
-/// `scontrol show node` (a slurmctld call from every node of the job: the documented fallback,
-/// said in the log). A passing prolog therefore calls slurmctld on the leader only, to read and
-/// write the tag, whatever the job's size. Followers' addresses come from `hosts_file=` when it
-/// names them and are otherwise left unspecified (unused).
+/// Every node's address is looked up locally first: `hosts_file=`, then the system resolver
+/// ([`leader_addr`] for the first node), and only the names neither knows go to slurmctld, in
+/// one `scontrol show node` call per node (the documented fallback, said in the log). With the
+/// names resolvable, a passing prolog calls slurmctld on the leader only, to read and write the
+/// tag, whatever the job's size.
 pub struct RendezvousMeet<'a> {
     /// For the leader's `NodeAddr` when nothing else knows it.
     pub slurm: &'a dyn Slurm,
@@ -154,22 +152,42 @@ impl Meet for RendezvousMeet<'_> {
             .first()
             .ok_or_else(|| RendezvousError::Config("the participant list is empty".into()))?;
         let leader_ip = leader_addr(leader, &hosts, self.resolver, self.slurm, self.relay)?;
-        let unspecified = match leader_ip {
-            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-        };
-        let map = req
-            .nodes
-            .iter()
-            .map(|n| {
-                let ip = if n == leader {
-                    leader_ip
-                } else {
-                    hosts.get(n).copied().unwrap_or(unspecified)
-                };
-                (n.clone(), ip)
-            })
-            .collect();
+        // The leader admits connections only from the job's nodes' addresses, and a follower
+        // connects from its own: every name is resolved, locally first; the names nothing
+        // local knows go to slurmctld in one call (the documented fallback, logged).
+        let mut map: BTreeMap<String, IpAddr> = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for n in &req.nodes {
+            let ip = if n == leader {
+                Some(leader_ip)
+            } else {
+                hosts
+                    .get(n)
+                    .copied()
+                    .or_else(|| self.resolver.resolve(n).ok())
+            };
+            match ip {
+                Some(ip) => {
+                    map.insert(n.clone(), ip);
+                }
+                None => unknown.push(n.clone()),
+            }
+        }
+        if !unknown.is_empty() {
+            self.relay.line(&format!(
+                "{} of the job's nodes do not resolve here (first: {}); asking slurmctld for \
+                 their NodeAddr (name the nodes in hosts_file= or the resolver)",
+                unknown.len(),
+                unknown[0]
+            ));
+            if let Ok(pairs) = self.slurm.node_addrs(&unknown) {
+                for (n, a) in pairs {
+                    if let Ok(ip) = a.parse() {
+                        map.insert(n, ip);
+                    }
+                }
+            }
+        }
         let resolver = MapResolver::<SystemResolver> {
             map,
             fallback: None,
@@ -179,14 +197,18 @@ impl Meet for RendezvousMeet<'_> {
             .clone()
             .map(Munge::with_socket)
             .unwrap_or_default();
-        let mut cfg = RendezvousConfig::new(
+        // Name resolution is part of the rendezvous's time, not added before it.
+        let start = Instant::now();
+        let by = (start + req.timeout).min(req.deadline);
+        let mut cfg = RendezvousConfig::new_within(
             req.nodes.clone(),
             &resolver,
             u64::from(req.job_id),
             munge,
             vec![0],
+            by,
         )?;
-        cfg.timeout = req.timeout;
+        cfg.timeout = by.saturating_duration_since(Instant::now());
         cfg.hard_deadline = Some(req.deadline);
         crate::rendezvous::gather(&cfg, req.rank, &payload)
     }

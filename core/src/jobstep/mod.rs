@@ -41,7 +41,7 @@ pub use runner::{ProbeRunError, ProbeRunner, SubprocessRunner};
 
 pub use crate::deadline::Deadline;
 use crate::hostlist::Hostlist;
-use crate::invocation::{Invocation, Script};
+use crate::invocation::{Invocation, JobStepExit, Script};
 use crate::plugin_args::{PluginArgs, expand_node};
 pub use crate::slurm::Slurm;
 
@@ -237,9 +237,13 @@ impl JobStep<'_> {
     }
 
     /// Drains this node per policy and etiquette (see [`crate::drain::drain_node`]).
+    /// A drain that sticks (or finds our earlier drain) starts the clean-probe streak of
+    /// `health` over ([`health::reset_streak`]).
     pub fn drain_self(&self, check: &str, message: &str) -> crate::drain::DrainOutcome {
         let _span = tracing::info_span!("drain", check).entered();
-        crate::drain::drain_node(
+        let prolog = self.setup.script() == Script::Prolog;
+        let said_drained = std::cell::Cell::new(false);
+        let outcome = crate::drain::drain_node(
             self.seams.slurm,
             &crate::drain::DrainRequest {
                 node: self.node(),
@@ -250,7 +254,27 @@ impl JobStep<'_> {
             },
             self.deadline(),
             self.seams.relay,
-        )
+            &|| {
+                // The job must leave this node even if the child is killed from here on: the
+                // plugin honours the last decision line it saw.
+                if prolog {
+                    said_drained.set(true);
+                    self.say(&JobStepExit::Drained.line());
+                }
+            },
+        );
+        if said_drained.get() && !outcome.out_of_service() {
+            // The settle step undid it: the node is back in service, and so is the job.
+            self.say(&JobStepExit::Proceed.line());
+        }
+        if outcome.out_of_service()
+            && let Err(e) = health::reset_streak(&self.setup.state_dir)
+        {
+            self.say(&format!(
+                "cannot start the clean-probe streak over ({e}); health may resume this node early"
+            ));
+        }
+        outcome
     }
 }
 
@@ -264,3 +288,6 @@ pub fn now_unix() -> u64 {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod safety_tests;

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::tag::{CollectiveSummary, DuringJob, NodeResult, RunSummary};
+use crate::tag::{CollectiveSummary, DuringJob, NodeResult, RunSummary, SlowClaim};
 
 /// The prolog's payload: the node's verdict, its notes and (`full`) the collective's summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,6 +30,9 @@ pub struct EpilogPayload {
     /// This node's step gate results.
     #[serde(default)]
     pub steps: Vec<CollectiveSummary>,
+    /// Steps whose gate named this node slow (reported by the job, never a reason to drain).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slow: Vec<SlowClaim>,
 }
 
 #[cfg(test)]

@@ -101,7 +101,12 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         )
     };
     let (mut result, failing) = match ran {
-        Ok(report) => (super::node_result(&report), super::worst_finding(&report)),
+        Ok(report) => {
+            for why in super::results::save_failures(&report) {
+                step.say(&format!("{node}: {why}"));
+            }
+            (super::node_result(&report), super::worst_finding(&report))
+        }
         Err(why) => {
             let check = why.check_id();
             notes.push(format!("{node}: {why}"));

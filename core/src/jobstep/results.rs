@@ -39,6 +39,21 @@ pub fn node_result(report: &Report) -> NodeResult {
     }
 }
 
+/// How the probe's message starts when it could not save its snapshot (`fabric-check probe`
+/// reports it as an `info` finding, so it changes no verdict).
+pub const SAVE_FAILED: &str = "cannot save ";
+
+/// The probe's messages about snapshots it could not save (a full or read-only state folder):
+/// the job-window counters of this job will be missing, which the prolog says in its log.
+pub fn save_failures(report: &Report) -> Vec<&str> {
+    report
+        .findings
+        .iter()
+        .filter(|f| f.message.starts_with(SAVE_FAILED))
+        .map(|f| f.message.as_str())
+        .collect()
+}
+
 /// The first finding of the worst severity, as `(check, message)` for a drain reason.
 pub fn worst_finding(report: &Report) -> Option<(String, String)> {
     report
@@ -170,6 +185,35 @@ mod tests {
                 ("mlx5_0/1/np_cnp_sent".to_owned(), 7)
             ]
             .into()
+        );
+    }
+
+    #[test]
+    fn a_snapshot_the_probe_could_not_save_is_picked_out_of_its_findings() {
+        use fabric_proto::verdict::{Finding, Severity};
+        let f = |m: &str| {
+            Finding::new(
+                "ib.counters",
+                Severity::Info,
+                None,
+                None,
+                serde_json::Value::Null,
+                serde_json::Value::Null,
+                m.to_owned(),
+            )
+        };
+        let mut report = Report::error("n1", 1.0, String::new());
+        report.findings = vec![
+            f(
+                "cannot save /s/job-7.json: No space left on device (os error 28); the next run has no baseline",
+            ),
+            f("no baseline"),
+        ];
+        assert_eq!(
+            save_failures(&report),
+            vec![
+                "cannot save /s/job-7.json: No space left on device (os error 28); the next run has no baseline"
+            ]
         );
     }
 

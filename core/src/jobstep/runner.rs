@@ -129,7 +129,7 @@ pub trait ProbeRunner {
 }
 
 /// The real runner: `program` (the plugin's `probe=`) as a subprocess with a scrubbed
-/// environment, in its own process group.
+/// environment, in the job step's process group (see [`crate::exec`]).
 #[derive(Debug, Clone)]
 pub struct SubprocessRunner {
     /// The `fabric-check` binary.

@@ -511,6 +511,7 @@ pub fn summarize(recs: &Records) -> Option<RunSummary> {
         ranks: fin.ranks,
         lead_rank: job.lead_rank,
         truncated: recs.truncated,
+        reported_by: crate::tag::Reporter::Job,
     })
 }
 

@@ -9,9 +9,13 @@
 //!
 //! 1. The leader listens on `base_port + job_id % 1000`, or the next of `port_span` ports when one
 //!    is taken (`EADDRINUSE`). Followers try the same ports in order.
-//! 2. Leader → follower: `{"type":"hello","v":1,"job_id":J,"leader":NODE,"challenge":HEX}` with a
-//!    fresh random challenge per connection. A follower that reads another job id closes the
-//!    connection and tries the next port, so it never joins the wrong job.
+//! 2. Leader → follower: `{"type":"hello","v":2,"job_id":J,"leader":NODE,"challenge":HEX,
+//!    "credential":H}` with a fresh random challenge per connection; H is a MUNGE credential of
+//!    `{"purpose":"fabric-check/rendezvous/hello/v1","job_id","leader","port","challenge"}`. A
+//!    follower sends **nothing** until that credential decodes, comes from an allowed UID and names
+//!    this job, this leader, the port it connected to and the challenge beside it; anything else (a
+//!    squatter on the port, another job's leader, a silent or dripping listener) makes it close the
+//!    connection and try the next port, until its deadline.
 //! 3. Follower → leader: `{"type":"join","credential":C}`, C a MUNGE credential whose payload is
 //!    `{"purpose":"fabric-check/rendezvous/join/v1","job_id","node","rank","nonce","challenge",
 //!    "payload"}`. The leader decodes it with `unmunge` and accepts it only if munged says it is
@@ -19,27 +23,49 @@
 //!    the job id, the challenge of *this* connection, and the node name for that rank all match,
 //!    and the rank has not joined yet. Anything else gets `{"type":"reject","reason":..}`; a
 //!    rejected stranger does not count as the participant it claimed to be.
-//! 4. When every rank has joined, or at the deadline, the leader answers each joined follower with
-//!    `{"type":"done","credential":C}`, C binding the follower's nonce, the job id, the names of
-//!    missing participants and (with [`Share::All`]) every participant's payload. Followers check
-//!    the leader's credential the same way.
+//! 4. When every rank has joined, or at the deadline, the leader answers each joined follower.
+//!    With [`Share::All`]: `{"type":"done","credential":C}`, C binding the follower's nonce, the
+//!    job id, the names of missing participants and every participant's payload; followers check
+//!    it the same way. With [`Share::Ack`] (the prolog and epilog, whose followers act on nothing
+//!    in the answer): `{"type":"ack","job_id":J,"missing":[..]}`, unsigned, which saves the
+//!    leader one `munge` per follower.
+//!
+//! Every credential is encoded with `munge --restrict-uid` ([`RendezvousConfig::restrict_uid`],
+//! by default our own effective UID: root in the prolog, the job's user in a collective), so one
+//! that reaches a listener of another UID cannot be decoded there.
+//!
+//! # Limits: what a stranger can cost the leader
+//!
+//! The leader takes connections only from the job's node addresses, at most one more at a time
+//! from an address than the job has nodes there, and at most N−1+[`ADMIT_MARGIN`] waiting in
+//! all; the rest are closed at once. A fixed pool of [`RendezvousConfig::workers`] threads
+//! (small stacks; a failed `spawn` means fewer workers, never a panic) does only MUNGE work:
+//! sign a hello, check a join. Waiting for a follower's join is done by the leader's own poll
+//! loop, so a peer that says nothing, or drips a byte at a time, holds a descriptor and its
+//! address's place until the rendezvous's deadline, never a thread. A join line may have
+//! [`MAX_JOIN_BYTES`], a hello [`MAX_HELLO_BYTES`]; longer ones are refused without being
+//! buffered. A follower waits for a listener's hello at most [`RendezvousConfig::conn_budget`]
+//! (one deadline for all reads of that line), then tries the next port. Strings a peer sent pass
+//! through [`sanitise`] before they reach a log.
 //!
 //! # Waits and threads
 //!
 //! Every wait is bounded: the leader stops accepting at `timeout` after it started; a follower
-//! stops trying to connect at `timeout`, and waits for the leader's answer at most
-//! `timeout + grace` after it joined. The leader runs one `std::thread` per accepted connection
-//! (reads there are bounded by the same deadline) and collects them over an `mpsc` channel; it runs
-//! in the `fabric-check` child process, never in the SPANK plugin. Followers use no threads
-//! except the short-lived reader inside [`munge::Munge`].
+//! stops trying to connect at `timeout` (backing off with jitter between tries, so N followers
+//! do not arrive in one burst), and waits for the leader's answer at most `timeout + grace`
+//! after it joined. Name resolution ([`RendezvousConfig::new_within`]) runs on a helper thread
+//! and is abandoned at its deadline. The leader runs in the `fabric-check` child process, never
+//! in the SPANK plugin. Followers use no threads except the short-lived readers inside
+//! [`munge::Munge`].
 
 pub mod munge;
 pub mod typed;
 
-use std::collections::{BTreeMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -51,9 +77,30 @@ pub use munge::{Munge, MungeError};
 pub const DEFAULT_BASE_PORT: u16 = fabric_proto::invocation::ports::RENDEZVOUS_BASE;
 /// How many successive ports leader and followers try.
 pub const DEFAULT_PORT_SPAN: u16 = 4;
-/// The most bytes one protocol line may have (a gathered payload included).
-pub const MAX_LINE_BYTES: u64 = 16 << 20;
+/// The most bytes of a follower's join line (its credential, its payload inside).
+pub const MAX_JOIN_BYTES: usize = 16 * 1024;
+/// The most bytes of a leader's hello line.
+pub const MAX_HELLO_BYTES: usize = 4 * 1024;
+/// How many connections beyond the job's N−1 followers may wait for a worker at once.
+pub const ADMIT_MARGIN: usize = 8;
+/// The default number of leader threads that admit followers (and so of `unmunge` at once).
+pub const DEFAULT_WORKERS: usize = 8;
+/// The most characters of a peer-supplied string that reach a log.
+pub const MAX_LOGGED_CHARS: usize = 160;
+/// The protocol version in the hello.
+pub const PROTOCOL_VERSION: u32 = 2;
+/// How many greetings (each a `munge` call) one node's address may get in a rendezvous.
+const GREETS_PER_NODE: usize = 8;
+/// The leader's poll interval while nothing happens, in milliseconds.
+const POLL_MS: u16 = 5;
+/// The longest pause between a follower's tries.
+const MAX_BACKOFF: Duration = Duration::from_millis(200);
+/// Stack of a leader's worker thread (it parses JSON of at most a join line).
+const WORKER_STACK_BYTES: usize = 256 * 1024;
+/// How long name resolution may take by default ([`RendezvousConfig::new`]).
+pub const DEFAULT_RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
+const HELLO_PURPOSE: &str = "fabric-check/rendezvous/hello/v1";
 const JOIN_PURPOSE: &str = "fabric-check/rendezvous/join/v1";
 const DONE_PURPOSE: &str = "fabric-check/rendezvous/done/v1";
 
@@ -81,7 +128,7 @@ pub enum RendezvousError {
     },
     /// A follower found no leader for this job before the deadline.
     #[error(
-        "no leader for job {job_id} answered at {addr} on ports {ports:?} within {timeout_ms} ms (is {leader} up?)"
+        "no leader for job {job_id} answered at {addr} on ports {ports:?} within {timeout_ms} ms (is {leader} up?); last try: {last}"
     )]
     NoLeader {
         /// The job id.
@@ -93,7 +140,9 @@ pub enum RendezvousError {
         /// The ports tried.
         ports: Vec<u16>,
         /// The limit.
-        timeout_ms: u128,
+        timeout_ms: u64,
+        /// What the last try found (sanitised).
+        last: String,
     },
     /// The leader refused this follower.
     #[error("leader rejected this participant: {0}")]
@@ -116,6 +165,62 @@ pub enum RendezvousError {
 pub trait Resolve {
     /// The address of `node`, or why there is none.
     fn resolve(&self, node: &str) -> Result<IpAddr, String>;
+
+    /// The addresses of `nodes`, in order, given up at `deadline`. The default asks
+    /// [`Resolve::resolve`] in turn and cannot interrupt one slow answer; resolvers that may
+    /// block (the system's) run on a helper thread instead ([`resolve_bounded`]).
+    fn resolve_all(&self, nodes: &[String], deadline: Instant) -> Vec<Result<IpAddr, String>> {
+        nodes
+            .iter()
+            .map(|n| {
+                if Instant::now() >= deadline {
+                    Err("name resolution ran out of time".into())
+                } else {
+                    self.resolve(n)
+                }
+            })
+            .collect()
+    }
+}
+
+/// Resolves `nodes` with `resolver` on a helper thread and waits for it until `deadline`; names
+/// not resolved by then get an error. A helper stuck in `getaddrinfo` is left to finish on its
+/// own (it holds nothing of ours).
+pub fn resolve_bounded<R: Resolve + Send + 'static>(
+    resolver: R,
+    nodes: &[String],
+    deadline: Instant,
+) -> Vec<Result<IpAddr, String>> {
+    let (tx, rx) = mpsc::channel();
+    let names = nodes.to_vec();
+    let spawned = std::thread::Builder::new()
+        .name("rdv-resolve".into())
+        .stack_size(WORKER_STACK_BYTES)
+        .spawn(move || {
+            for (i, n) in names.iter().enumerate() {
+                if tx.send((i, resolver.resolve(n))).is_err() {
+                    break;
+                }
+            }
+        });
+    let mut out: Vec<Result<IpAddr, String>> = nodes
+        .iter()
+        .map(|_| Err("name resolution did not answer before the rendezvous deadline".into()))
+        .collect();
+    if let Err(e) = spawned {
+        for o in &mut out {
+            *o = Err(format!("cannot start name resolution: {e}"));
+        }
+        return out;
+    }
+    for _ in nodes {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok((i, r)) => out[i] = r,
+            Err(_) => break,
+        }
+    }
+    out
 }
 
 /// The system resolver (`getaddrinfo`: `/etc/hosts`, DNS), IPv4 first.
@@ -146,7 +251,7 @@ pub struct MapResolver<R = SystemResolver> {
     pub fallback: Option<R>,
 }
 
-impl<R: Resolve> Resolve for MapResolver<R> {
+impl<R: Resolve + Clone + Send + 'static> Resolve for MapResolver<R> {
     fn resolve(&self, node: &str) -> Result<IpAddr, String> {
         if let Some(ip) = self.map.get(node) {
             return Ok(*ip);
@@ -155,6 +260,34 @@ impl<R: Resolve> Resolve for MapResolver<R> {
             Some(r) => r.resolve(node),
             None => Err("not in the address map".into()),
         }
+    }
+
+    /// Names in the map at once; the others through the fallback on a helper thread, bounded by
+    /// `deadline`.
+    fn resolve_all(&self, nodes: &[String], deadline: Instant) -> Vec<Result<IpAddr, String>> {
+        let rest: Vec<String> = nodes
+            .iter()
+            .filter(|n| !self.map.contains_key(*n))
+            .cloned()
+            .collect();
+        let mut looked_up = match (&self.fallback, rest.is_empty()) {
+            (_, true) => Vec::new(),
+            (Some(r), false) => resolve_bounded(r.clone(), &rest, deadline),
+            (None, false) => rest
+                .iter()
+                .map(|_| Err("not in the address map".into()))
+                .collect(),
+        }
+        .into_iter();
+        nodes
+            .iter()
+            .map(|n| match self.map.get(n) {
+                Some(ip) => Ok(*ip),
+                None => looked_up
+                    .next()
+                    .unwrap_or_else(|| Err("not resolved".into())),
+            })
+            .collect()
     }
 }
 
@@ -193,16 +326,37 @@ pub struct RendezvousConfig {
     /// No wait runs past this instant (the job step's deadline), whatever `timeout` and the
     /// follower's grace say.
     pub hard_deadline: Option<Instant>,
+    /// Every credential we encode decodes only for this UID (`munge --restrict-uid`); by
+    /// default our own effective UID, since every participant runs as the same user.
+    pub restrict_uid: Option<u32>,
+    /// Leader threads admitting followers (each runs one `unmunge` at a time): size it to
+    /// munged's `--num-threads` (see docs/operations.md).
+    pub workers: usize,
 }
 
 impl RendezvousConfig {
-    /// Builds a configuration, resolving every node with `resolver`.
+    /// Builds a configuration, resolving every node with `resolver` within
+    /// [`DEFAULT_RESOLVE_TIMEOUT`].
     pub fn new(
         nodes: Vec<String>,
         resolver: &dyn Resolve,
         job_id: u64,
         munge: Munge,
         allowed_uids: Vec<u32>,
+    ) -> Result<Self, RendezvousError> {
+        let by = Instant::now() + DEFAULT_RESOLVE_TIMEOUT;
+        Self::new_within(nodes, resolver, job_id, munge, allowed_uids, by)
+    }
+
+    /// Builds a configuration, resolving every node with `resolver`, giving up at `resolve_by`
+    /// (a name that has not resolved by then is a [`RendezvousError::Resolve`]).
+    pub fn new_within(
+        nodes: Vec<String>,
+        resolver: &dyn Resolve,
+        job_id: u64,
+        munge: Munge,
+        allowed_uids: Vec<u32>,
+        resolve_by: Instant,
     ) -> Result<Self, RendezvousError> {
         if nodes.is_empty() {
             return Err(RendezvousError::Config(
@@ -224,13 +378,12 @@ impl RendezvousConfig {
         }
         let addrs = nodes
             .iter()
-            .map(|n| {
-                resolver
-                    .resolve(n)
-                    .map_err(|reason| RendezvousError::Resolve {
-                        node: n.clone(),
-                        reason,
-                    })
+            .zip(resolver.resolve_all(&nodes, resolve_by))
+            .map(|(n, r)| {
+                r.map_err(|reason| RendezvousError::Resolve {
+                    node: n.clone(),
+                    reason,
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
@@ -244,6 +397,8 @@ impl RendezvousConfig {
             allowed_uids,
             share: Share::Ack,
             hard_deadline: None,
+            restrict_uid: Some(nix::unistd::geteuid().as_raw()),
+            workers: DEFAULT_WORKERS,
         })
     }
 
@@ -264,6 +419,12 @@ impl RendezvousConfig {
 
     fn grace(&self) -> Duration {
         (self.timeout / 2).max(Duration::from_secs(1))
+    }
+
+    /// How long a follower waits for a listener's hello (one deadline for all its reads):
+    /// half of `timeout`, at least half a second; then it tries the next port.
+    pub fn conn_budget(&self) -> Duration {
+        (self.timeout / 2).max(Duration::from_millis(500))
     }
 
     /// `start + d`, never past [`RendezvousConfig::hard_deadline`].
@@ -306,6 +467,9 @@ enum Msg {
         job_id: u64,
         leader: String,
         challenge: String,
+        /// A MUNGE credential of a [`HelloClaim`]: the leader proves it is the job's leader
+        /// before a follower sends anything.
+        credential: String,
     },
     Join {
         credential: String,
@@ -316,6 +480,21 @@ enum Msg {
     Done {
         credential: String,
     },
+    /// The answer with [`Share::Ack`]: nothing a follower acts on, so not signed (a `munge` per
+    /// follower saved on the leader).
+    Ack {
+        job_id: u64,
+        missing: Vec<String>,
+    },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct HelloClaim {
+    purpose: String,
+    job_id: u64,
+    leader: String,
+    port: u16,
+    challenge: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -346,6 +525,31 @@ pub fn random_hex() -> Result<String, RendezvousError> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// A uniformly random duration in `[d/2, d]` (jitter for back-off); `d` when the OS gives no
+/// randomness.
+fn jittered(d: Duration) -> Duration {
+    let mut b = [0u8; 4];
+    if getrandom::fill(&mut b).is_err() {
+        return d;
+    }
+    let frac = f64::from(u32::from_le_bytes(b)) / f64::from(u32::MAX);
+    d.mul_f64(0.5 + frac / 2.0)
+}
+
+/// A peer-supplied string made safe to log: control characters (newlines, escapes, NUL) become
+/// `?`, and it is cut to [`MAX_LOGGED_CHARS`] characters (`…` marks the cut).
+pub fn sanitise(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .take(MAX_LOGGED_CHARS)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if s.chars().nth(MAX_LOGGED_CHARS).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 /// Meets the other participants: the leader (rank 0) collects every payload, followers join.
 pub fn gather(
     cfg: &RendezvousConfig,
@@ -372,51 +576,312 @@ pub fn gather(
     }
 }
 
-fn write_msg(stream: &mut TcpStream, msg: &Msg) -> Result<(), RendezvousError> {
-    let mut line = serde_json::to_vec(msg).map_err(|e| RendezvousError::Io(e.to_string()))?;
-    line.push(b'\n');
-    stream
-        .write_all(&line)
-        .map_err(|e| RendezvousError::Io(format!("send: {e}")))
+/// Why a line could not be read.
+#[derive(Debug)]
+enum ReadError {
+    Timeout,
+    TooLong(usize),
+    Closed,
+    Stopped,
+    Io(std::io::Error),
 }
 
-fn read_msg(
-    reader: &mut BufReader<TcpStream>,
-    deadline: Instant,
-    what: &str,
-) -> Result<Msg, RendezvousError> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(RendezvousError::Timeout(format!("waiting for {what}")));
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Timeout => write!(f, "did not finish in time"),
+            Self::TooLong(limit) => write!(f, "sent a line longer than {limit} bytes"),
+            Self::Closed => write!(f, "closed the connection"),
+            Self::Stopped => write!(f, "the rendezvous ended meanwhile"),
+            Self::Io(e) => write!(f, "socket error: {e}"),
+        }
     }
-    reader
-        .get_ref()
-        .set_read_timeout(Some(left))
-        .map_err(|e| RendezvousError::Io(e.to_string()))?;
-    let mut line = Vec::new();
-    let n = reader
-        .by_ref()
-        .take(MAX_LINE_BYTES)
-        .read_until(b'\n', &mut line)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                RendezvousError::Timeout(format!("waiting for {what}"))
+}
+
+/// One connection: lines are read with a byte limit and against one deadline for the whole line
+/// (a peer that drips a byte per read gains nothing), writes are bounded by the same deadline.
+struct Conn {
+    stream: TcpStream,
+    pending: Vec<u8>,
+}
+
+/// How long one blocking read or write may last before the deadline and the stop flag are
+/// looked at again.
+const SLICE: Duration = Duration::from_millis(100);
+
+impl Conn {
+    fn new(stream: TcpStream) -> Self {
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_nodelay(true);
+        Self {
+            stream,
+            pending: Vec::new(),
+        }
+    }
+
+    fn read_line(&mut self, limit: usize, deadline: Instant) -> Result<Vec<u8>, ReadError> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
+                let rest = self.pending.split_off(i + 1);
+                let mut line = std::mem::replace(&mut self.pending, rest);
+                line.pop();
+                return Ok(line);
             }
-            _ => RendezvousError::Io(format!("reading {what}: {e}")),
-        })?;
-    if n == 0 {
-        return Err(RendezvousError::Io(format!(
-            "connection closed while waiting for {what}"
-        )));
+            if self.pending.len() > limit {
+                return Err(ReadError::TooLong(limit));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ReadError::Timeout);
+            }
+            self.stream
+                .set_read_timeout(Some(left.min(SLICE)))
+                .map_err(ReadError::Io)?;
+            let want = (limit + 1 - self.pending.len()).min(chunk.len());
+            match self.stream.read(&mut chunk[..want]) {
+                Ok(0) => return Err(ReadError::Closed),
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(ReadError::Io(e)),
+            }
+        }
     }
-    serde_json::from_slice(&line).map_err(|e| RendezvousError::Io(format!("malformed {what}: {e}")))
+
+    /// What a non-blocking connection has sent so far: a complete line, `None` when there is
+    /// none yet, or why it is no good (too long, closed).
+    fn try_read_line(&mut self, limit: usize) -> Result<Option<Vec<u8>>, ReadError> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(i) = self.pending.iter().position(|b| *b == b'\n') {
+                let rest = self.pending.split_off(i + 1);
+                let mut line = std::mem::replace(&mut self.pending, rest);
+                line.pop();
+                return Ok(Some(line));
+            }
+            if self.pending.len() > limit {
+                return Err(ReadError::TooLong(limit));
+            }
+            let want = (limit + 1 - self.pending.len()).min(chunk.len());
+            match self.stream.read(&mut chunk[..want]) {
+                Ok(0) => return Err(ReadError::Closed),
+                Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ReadError::Io(e)),
+            }
+        }
+    }
+
+    fn read_msg(&mut self, limit: usize, deadline: Instant) -> Result<Msg, String> {
+        let line = self.read_line(limit, deadline).map_err(|e| e.to_string())?;
+        serde_json::from_slice(&line).map_err(|e| sanitise(&format!("malformed message: {e}")))
+    }
+
+    fn write_msg(&mut self, msg: &Msg, deadline: Instant) -> Result<(), String> {
+        let mut line = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        let mut sent = 0;
+        while sent < line.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err("the peer did not take our message in time".into());
+            }
+            self.stream
+                .set_write_timeout(Some(left.min(SLICE)))
+                .map_err(|e| e.to_string())?;
+            match self.stream.write(&line[sent..]) {
+                Ok(0) => return Err("the peer closed the connection".into()),
+                Ok(n) => sent += n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(format!("send: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    fn reject(&mut self, reason: &str, deadline: Instant) {
+        let _ = self.write_msg(
+            &Msg::Reject {
+                reason: reason.into(),
+            },
+            deadline.min(Instant::now() + SLICE),
+        );
+    }
+}
+
+/// The most bytes of a `done` line for `n` participants: every payload may come back.
+fn done_limit(n: usize, share: Share) -> usize {
+    match share {
+        Share::All => 8 * 1024 + n.saturating_mul(MAX_JOIN_BYTES * 2),
+        Share::Ack => 8 * 1024 + n.saturating_mul(512),
+    }
+}
+
+/// The listening socket, with a backlog for every follower (a burst of N connections is queued
+/// by the kernel, not refused).
+fn listen(ip: IpAddr, port: u16, backlog: usize) -> std::io::Result<TcpListener> {
+    use rustix::net::{AddressFamily, SocketType, bind, socket, sockopt};
+    let family = if ip.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = socket(family, SocketType::STREAM, None)?;
+    sockopt::set_socket_reuseaddr(&fd, true)?;
+    bind(&fd, &SocketAddr::new(ip, port))?;
+    rustix::net::listen(&fd, i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    Ok(TcpListener::from(fd))
+}
+
+/// Connects to `to` within `limit`, from `from` when that address is ours (so the leader sees
+/// the address it knows this node by), else from whatever address the kernel picks.
+fn connect_from(from: IpAddr, to: SocketAddr, limit: Duration) -> std::io::Result<TcpStream> {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType, bind, connect, socket_with};
+    let family = if to.is_ipv4() {
+        AddressFamily::INET
+    } else {
+        AddressFamily::INET6
+    };
+    let fd = socket_with(
+        family,
+        SocketType::STREAM,
+        SocketFlags::NONBLOCK | SocketFlags::CLOEXEC,
+        None,
+    )?;
+    // A bound client socket must not keep a listener (ours or another job's) off its port.
+    let _ = rustix::net::sockopt::set_socket_reuseaddr(&fd, true);
+    if from.is_ipv4() == to.is_ipv4() && !from.is_unspecified() {
+        // Not our address (a name that resolves elsewhere, NAT): connect from the default one.
+        let _ = bind(&fd, &SocketAddr::new(from, 0));
+    }
+    match connect(&fd, &to) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::INPROGRESS) => {
+            let mut fds = [nix::poll::PollFd::new(
+                std::os::fd::AsFd::as_fd(&fd),
+                nix::poll::PollFlags::POLLOUT,
+            )];
+            let ms = u16::try_from(limit.as_millis()).unwrap_or(u16::MAX);
+            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
+                Ok(0) => return Err(std::io::ErrorKind::TimedOut.into()),
+                Ok(_) => {}
+                Err(e) => return Err(std::io::Error::from(e)),
+            }
+            if let Err(e) = rustix::net::sockopt::socket_error(&fd)? {
+                return Err(e.into());
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    Ok(TcpStream::from(fd))
 }
 
 struct Joined {
     rank: usize,
     nonce: String,
     payload: Value,
-    stream: TcpStream,
+    conn: Conn,
+}
+
+/// A greeted connection: its challenge, and the join line once it has arrived.
+struct Greeted {
+    conn: Conn,
+    peer: SocketAddr,
+    challenge: String,
+    by: Instant,
+}
+
+/// Work for the leader's pool: CPU and MUNGE work only, never a wait for a peer.
+enum Job {
+    /// Sign and send the hello.
+    Greet(TcpStream, SocketAddr),
+    /// Check the join line that arrived on a greeted connection.
+    Check(Greeted, Vec<u8>),
+}
+
+/// What the pool hands back.
+enum Out {
+    /// The hello went out: wait (in the leader's poll loop) for the join.
+    Greeted(Greeted),
+    /// A verdict on a connection.
+    Done(Admitted),
+}
+
+/// The peer, and either a join or why it was turned away.
+type Admitted = (IpAddr, String, Result<Joined, String>);
+
+/// The leader's bookkeeping while followers join.
+struct Tally {
+    payloads: Vec<Option<Value>>,
+    joined: Vec<Joined>,
+    rejected: Vec<String>,
+    nonces: HashSet<String>,
+    /// Connections from an address not yet decided (greeting, waiting for a join, checking).
+    in_flight: HashMap<IpAddr, usize>,
+    /// Greetings an address may still get in this rendezvous (each costs a `munge`).
+    greets_left: HashMap<IpAddr, usize>,
+}
+
+impl Tally {
+    fn settle(&mut self, ip: IpAddr) {
+        if let Some(c) = self.in_flight.get_mut(&canonical(ip)) {
+            *c = c.saturating_sub(1);
+        }
+    }
+
+    fn take(&mut self, (ip, peer, r): Admitted, deadline: Instant) {
+        self.settle(ip);
+        match r {
+            Ok(mut j) if self.payloads[j.rank].is_some() => {
+                self.rejected
+                    .push(format!("{peer}: rank {} has already joined", j.rank));
+                j.conn.reject("this rank has already joined", deadline);
+            }
+            Ok(mut j) if !self.nonces.insert(j.nonce.clone()) => {
+                self.rejected.push(format!("{peer}: reused nonce"));
+                j.conn.reject("reused nonce", deadline);
+            }
+            Ok(j) => {
+                self.payloads[j.rank] = Some(j.payload.clone());
+                self.joined.push(j);
+            }
+            Err(reason) => self.rejected.push(format!("{peer}: {}", sanitise(&reason))),
+        }
+    }
+}
+
+fn work(cfg: &RendezvousConfig, port: u16, job: Job, stop: &AtomicBool, deadline: Instant) -> Out {
+    if stop.load(Ordering::Relaxed) {
+        let peer = match &job {
+            Job::Greet(_, peer) => *peer,
+            Job::Check(g, _) => g.peer,
+        };
+        let e = ReadError::Stopped.to_string();
+        return Out::Done((peer.ip(), peer.to_string(), Err(e)));
+    }
+    match job {
+        Job::Greet(stream, peer) => match greet(cfg, port, stream, peer, deadline) {
+            Ok(g) => Out::Greeted(g),
+            Err(e) => Out::Done((peer.ip(), peer.to_string(), Err(e))),
+        },
+        Job::Check(g, line) => {
+            let (ip, name) = (g.peer.ip(), g.peer.to_string());
+            Out::Done((ip, name, check_join(cfg, g, &line)))
+        }
+    }
 }
 
 fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousError> {
@@ -426,11 +891,16 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     };
+    let n = cfg.nodes.len();
+    let admit_cap = n.saturating_sub(1) + ADMIT_MARGIN;
     let ports = cfg.ports();
     let mut bound = None;
     let mut last_err = String::from("no port to try");
     for p in &ports {
-        match TcpListener::bind((unspecified, *p)) {
+        // The kernel queues connections until the poll loop takes them: room for a burst of
+        // strangers on top of every follower, so that a follower's SYN is not dropped (and
+        // retried only a second later) while the leader is busy.
+        match listen(unspecified, *p, (admit_cap * 4).clamp(128, 4096)) {
             Ok(l) => {
                 bound = Some((l, *p));
                 break;
@@ -446,51 +916,199 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
         .set_nonblocking(true)
         .map_err(|e| RendezvousError::Io(e.to_string()))?;
 
-    let n = cfg.nodes.len();
-    let mut payloads: Vec<Option<Value>> = vec![None; n];
-    payloads[0] = Some(payload.clone());
-    let mut joined: Vec<Joined> = Vec::new();
-    let mut rejected = Vec::new();
-    let (tx, rx) = mpsc::channel::<(String, Result<Joined, String>)>();
-    let mut nonces = HashSet::new();
+    // Connections are taken only from the job's nodes' addresses, at most as many undecided at
+    // a time from one address as the job has nodes there (a stranger on a node can cost that
+    // node its place, never another's), and at most N−1+ADMIT_MARGIN in all.
+    let mut per_addr: HashMap<IpAddr, usize> = HashMap::new();
+    for a in &cfg.addrs[1..] {
+        *per_addr.entry(canonical(*a)).or_default() += 1;
+    }
+    let mut tally = Tally {
+        payloads: vec![None; n],
+        joined: Vec::new(),
+        rejected: Vec::new(),
+        nonces: HashSet::new(),
+        in_flight: HashMap::new(),
+        greets_left: per_addr
+            .iter()
+            .map(|(ip, k)| (*ip, k * GREETS_PER_NODE))
+            .collect(),
+    };
+    tally.payloads[0] = Some(payload.clone());
+    let (work_tx, work_rx) = mpsc::channel::<Job>();
+    let work_rx = Mutex::new(work_rx);
+    let stop = AtomicBool::new(false);
 
-    while payloads.iter().any(Option::is_none) && Instant::now() < deadline {
-        loop {
-            match listener.accept() {
-                Ok((stream, peer)) => {
-                    let tx = tx.clone();
-                    let cfg = cfg.clone();
-                    std::thread::spawn(move || {
-                        let r = admit(&cfg, stream, deadline);
-                        let _ = tx.send((peer.to_string(), r));
-                    });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+    std::thread::scope(|scope| {
+        let (out_tx, out_rx) = mpsc::channel::<Out>();
+        let mut workers = 0;
+        for i in 0..cfg.workers.clamp(1, n.max(2) - 1) {
+            let out_tx = out_tx.clone();
+            let (work_rx, stop) = (&work_rx, &stop);
+            let spawned = std::thread::Builder::new()
+                .name(format!("rdv-admit-{i}"))
+                .stack_size(WORKER_STACK_BYTES)
+                .spawn_scoped(scope, move || {
+                    loop {
+                        // A poisoned lock only means another worker panicked; keep going.
+                        let next = work_rx
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .recv();
+                        let Ok(job) = next else { break };
+                        if out_tx.send(work(cfg, port, job, stop, deadline)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            match spawned {
+                Ok(_) => workers += 1,
                 Err(e) => {
-                    rejected.push(format!("accept: {e}"));
+                    // Fewer workers (none at worst: then the leader works inline) instead of a
+                    // panic when the system is out of threads.
+                    tally
+                        .rejected
+                        .push(format!("started {workers} admit workers, not more: {e}"));
                     break;
                 }
             }
         }
-        while let Ok((peer, r)) = rx.recv_timeout(Duration::from_millis(2)) {
-            match r {
-                Ok(j) if payloads[j.rank].is_some() => {
-                    rejected.push(format!("{peer}: rank {} has already joined", j.rank));
-                    reject(j.stream, "this rank has already joined");
+        drop(out_tx);
+        let dispatch = |job: Job, tally: &mut Tally, waiting: &mut Vec<Greeted>| {
+            let out = if workers == 0 {
+                work(cfg, port, job, &stop, deadline)
+            } else {
+                match work_tx.send(job) {
+                    Ok(()) => return,
+                    Err(mpsc::SendError(job)) => work(cfg, port, job, &stop, deadline),
                 }
-                Ok(j) if !nonces.insert(j.nonce.clone()) => {
-                    rejected.push(format!("{peer}: reused nonce"));
-                    reject(j.stream, "reused nonce");
+            };
+            match out {
+                Out::Greeted(g) => waiting.push(g),
+                Out::Done(a) => tally.take(a, deadline),
+            }
+        };
+        let mut waiting: Vec<Greeted> = Vec::new();
+        let mut undecided = 0usize;
+        while tally.payloads.iter().any(Option::is_none) && Instant::now() < deadline {
+            // Sleep until a connection arrives or a greeted one has something to read.
+            let ready: Vec<bool> = {
+                use std::os::fd::AsFd;
+                let mut fds = Vec::with_capacity(waiting.len() + 1);
+                fds.push(nix::poll::PollFd::new(
+                    listener.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                ));
+                for g in &waiting {
+                    fds.push(nix::poll::PollFd::new(
+                        g.conn.stream.as_fd(),
+                        nix::poll::PollFlags::POLLIN,
+                    ));
                 }
-                Ok(j) => {
-                    payloads[j.rank] = Some(j.payload.clone());
-                    joined.push(j);
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(POLL_MS));
+                fds.iter()
+                    .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                    .collect()
+            };
+            if ready[0] {
+                loop {
+                    match listener.accept() {
+                        Ok((stream, peer)) => {
+                            let ip = canonical(peer.ip());
+                            let Some(allowed) = per_addr.get(&ip).copied() else {
+                                tally
+                                    .rejected
+                                    .push(format!("{peer}: not an address of this job's nodes"));
+                                continue;
+                            };
+                            let now = tally.in_flight.get(&ip).copied().unwrap_or(0);
+                            let greets = tally.greets_left.entry(ip).or_default();
+                            let refused = if now >= allowed {
+                                Some("more connections at once than that address has nodes")
+                            } else if *greets == 0 {
+                                Some("too many connections from that address")
+                            } else if undecided >= admit_cap {
+                                Some("too many connections waiting")
+                            } else {
+                                None
+                            };
+                            if let Some(why) = refused {
+                                tally.rejected.push(format!("{peer}: {why}"));
+                                continue;
+                            }
+                            *greets -= 1;
+                            *tally.in_flight.entry(ip).or_default() += 1;
+                            undecided += 1;
+                            dispatch(Job::Greet(stream, peer), &mut tally, &mut waiting);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => {
+                            // Out of descriptors or similar: say so, try again on the next pass.
+                            tally.rejected.push(format!("accept: {e}"));
+                            break;
+                        }
+                    }
                 }
-                Err(reason) => rejected.push(format!("{peer}: {reason}")),
+            }
+            // Read what greeted connections sent; a complete join goes to the pool.
+            let now = Instant::now();
+            let mut still = Vec::with_capacity(waiting.len());
+            // Connections greeted since the poll come last and were not polled.
+            for (i, mut g) in std::mem::take(&mut waiting).into_iter().enumerate() {
+                let readable = ready.get(i + 1).copied().unwrap_or(false);
+                let got = if readable {
+                    g.conn.try_read_line(MAX_JOIN_BYTES)
+                } else {
+                    Ok(None)
+                };
+                match got {
+                    Ok(Some(line)) => dispatch(Job::Check(g, line), &mut tally, &mut still),
+                    Ok(None) if now < g.by => still.push(g),
+                    Ok(None) => {
+                        let e = ReadError::Timeout.to_string();
+                        g.conn.reject(&e, deadline);
+                        tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
+                    }
+                    Err(e) => {
+                        let e = e.to_string();
+                        g.conn.reject(&e, deadline);
+                        tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
+                    }
+                }
+            }
+            waiting = still;
+            while let Ok(out) = out_rx.try_recv() {
+                match out {
+                    Out::Greeted(g) => waiting.push(g),
+                    Out::Done(a) => tally.take(a, deadline),
+                }
+            }
+            undecided = tally.in_flight.values().sum();
+        }
+        drop(listener);
+        for g in waiting {
+            tally.settle(g.peer.ip());
+            tally
+                .rejected
+                .push(format!("{}: no join before the deadline", g.peer));
+        }
+        // Workers finish what they hold (MUNGE calls, bounded by its timeout), skip what is
+        // queued, and stop.
+        stop.store(true, Ordering::Relaxed);
+        drop(work_tx);
+        while let Ok(out) = out_rx.recv() {
+            if let Out::Done(a) = out {
+                tally.take(a, deadline);
             }
         }
-    }
-    drop(listener);
+    });
+    let Tally {
+        payloads,
+        joined,
+        rejected,
+        ..
+    } = tally;
+
     let missing: Vec<String> = (0..n)
         .filter(|r| payloads[*r].is_none())
         .map(|r| cfg.nodes[r].clone())
@@ -499,19 +1117,7 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
         Share::All => Some(payloads.clone()),
         Share::Ack => None,
     };
-    for mut j in joined {
-        let claim = DoneClaim {
-            purpose: DONE_PURPOSE.into(),
-            job_id: cfg.job_id,
-            nonce: j.nonce.clone(),
-            missing: missing.clone(),
-            payloads: shared.clone(),
-        };
-        let bytes = serde_json::to_vec(&claim).map_err(|e| RendezvousError::Io(e.to_string()))?;
-        let credential = cfg.munge.encode(&bytes)?;
-        // A follower that vanished meanwhile is its own problem; the others still get answers.
-        let _ = write_msg(&mut j.stream, &Msg::Done { credential });
-    }
+    answer_all(cfg, joined, &missing, shared.as_ref())?;
     Ok(Gathered {
         my_rank: 0,
         port,
@@ -521,84 +1127,233 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
     })
 }
 
-fn reject(mut stream: TcpStream, reason: &str) {
-    let _ = write_msg(
-        &mut stream,
-        &Msg::Reject {
-            reason: reason.into(),
-        },
-    );
+/// Sends every joined follower its `done`, encoding credentials on up to `cfg.workers` threads.
+fn answer_all(
+    cfg: &RendezvousConfig,
+    joined: Vec<Joined>,
+    missing: &[String],
+    shared: Option<&Vec<Option<Value>>>,
+) -> Result<(), RendezvousError> {
+    let answer = |mut j: Joined| -> Result<(), RendezvousError> {
+        let by = cfg.bounded(Instant::now(), Duration::from_secs(1));
+        if shared.is_none() {
+            let ack = Msg::Ack {
+                job_id: cfg.job_id,
+                missing: missing.to_vec(),
+            };
+            let _ = j.conn.write_msg(&ack, by);
+            return Ok(());
+        }
+        let claim = DoneClaim {
+            purpose: DONE_PURPOSE.into(),
+            job_id: cfg.job_id,
+            nonce: j.nonce.clone(),
+            missing: missing.to_vec(),
+            payloads: shared.cloned(),
+        };
+        let bytes = serde_json::to_vec(&claim).map_err(|e| RendezvousError::Io(e.to_string()))?;
+        let credential = cfg.munge.encode_for(&bytes, cfg.restrict_uid)?;
+        // A follower that vanished meanwhile is its own problem; the others still get answers.
+        let _ = j.conn.write_msg(&Msg::Done { credential }, by);
+        Ok(())
+    };
+    let queue = Mutex::new(joined);
+    let next = || {
+        queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+    };
+    let run = || -> Result<(), RendezvousError> {
+        while let Some(j) = next() {
+            answer(j)?;
+        }
+        Ok(())
+    };
+    std::thread::scope(|scope| {
+        let mut helpers = Vec::new();
+        for _ in 1..cfg.workers.max(1) {
+            match std::thread::Builder::new()
+                .stack_size(WORKER_STACK_BYTES)
+                .spawn_scoped(scope, run)
+            {
+                Ok(h) => helpers.push(h),
+                Err(_) => break,
+            }
+        }
+        let mut result = run();
+        for h in helpers {
+            match h.join() {
+                Ok(r) => result = result.and(r),
+                Err(_) => {
+                    result = result.and(Err(RendezvousError::Io(
+                        "a thread answering followers panicked".into(),
+                    )));
+                }
+            }
+        }
+        result
+    })
 }
 
-/// Runs on the leader, one thread per connection: greet, read the join, check the credential.
-fn admit(cfg: &RendezvousConfig, stream: TcpStream, deadline: Instant) -> Result<Joined, String> {
-    let _ = stream.set_nonblocking(false);
-    let mut writer = stream.try_clone().map_err(|e| e.to_string())?;
-    let mut reader = BufReader::new(stream);
+/// IPv4-mapped IPv6 addresses as IPv4, so one node has one key.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// On a leader's worker: sign the hello for this connection and send it.
+fn greet(
+    cfg: &RendezvousConfig,
+    port: u16,
+    stream: TcpStream,
+    peer: SocketAddr,
+    deadline: Instant,
+) -> Result<Greeted, String> {
+    // A greeted peer costs a descriptor and its address's place, no thread: it may take until
+    // the rendezvous's deadline (a follower slowed by a loaded node is not cut off).
+    let by = deadline;
+    let mut conn = Conn::new(stream);
     let challenge = random_hex().map_err(|e| e.to_string())?;
-    write_msg(
-        &mut writer,
+    let hello = HelloClaim {
+        purpose: HELLO_PURPOSE.into(),
+        job_id: cfg.job_id,
+        leader: cfg.nodes[0].clone(),
+        port,
+        challenge: challenge.clone(),
+    };
+    let bytes = serde_json::to_vec(&hello).map_err(|e| e.to_string())?;
+    let credential = cfg
+        .munge
+        .encode_for(&bytes, cfg.restrict_uid)
+        .map_err(|e| format!("cannot sign our hello: {e}"))?;
+    conn.write_msg(
         &Msg::Hello {
-            v: 1,
+            v: PROTOCOL_VERSION,
             job_id: cfg.job_id,
             leader: cfg.nodes[0].clone(),
             challenge: challenge.clone(),
+            credential,
         },
-    )
-    .map_err(|e| e.to_string())?;
-    let credential = match read_msg(&mut reader, deadline, "a join") {
+        by,
+    )?;
+    conn.stream
+        .set_nonblocking(true)
+        .map_err(|e| e.to_string())?;
+    Ok(Greeted {
+        conn,
+        peer,
+        challenge,
+        by,
+    })
+}
+
+/// On a leader's worker: check the follower's join (its credential, job, challenge and rank).
+fn check_join(cfg: &RendezvousConfig, g: Greeted, line: &[u8]) -> Result<Joined, String> {
+    let Greeted {
+        mut conn,
+        challenge,
+        by,
+        ..
+    } = g;
+    let _ = conn.stream.set_nonblocking(false);
+    let by = by.max(Instant::now() + SLICE);
+    let credential = match serde_json::from_slice::<Msg>(line) {
         Ok(Msg::Join { credential }) => credential,
         Ok(_) => {
-            reject(writer, "expected a join message");
+            conn.reject("expected a join message", by);
             return Err("sent something other than a join".into());
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => {
+            let e = sanitise(&format!("malformed message: {e}"));
+            conn.reject(&e, by);
+            return Err(e);
+        }
     };
-    let refuse = |writer: TcpStream, reason: String| {
-        reject(writer, &reason);
+    let mut refuse = |reason: String| {
+        let reason = sanitise(&reason);
+        conn.reject(&reason, by);
         Err(reason)
     };
     let decoded = match cfg.munge.decode(&credential) {
         Ok(d) => d,
-        Err(e) => return refuse(writer, e.to_string()),
+        Err(e) => return refuse(e.to_string()),
     };
     if !cfg.allowed_uids.contains(&decoded.uid) {
-        return refuse(
-            writer,
-            format!("credential of uid {} is not allowed", decoded.uid),
-        );
+        return refuse(format!("credential of uid {} is not allowed", decoded.uid));
     }
     let claim: JoinClaim = match serde_json::from_slice(&decoded.payload) {
         Ok(c) => c,
-        Err(e) => return refuse(writer, format!("credential payload is not a join: {e}")),
+        Err(e) => return refuse(format!("credential payload is not a join: {e}")),
     };
     if claim.purpose != JOIN_PURPOSE {
-        return refuse(writer, format!("credential is for {:?}", claim.purpose));
+        return refuse(format!("credential is for {:?}", claim.purpose));
     }
     if claim.job_id != cfg.job_id {
-        return refuse(
-            writer,
-            format!("credential is for job {}, not {}", claim.job_id, cfg.job_id),
-        );
+        return refuse(format!(
+            "credential is for job {}, not {}",
+            claim.job_id, cfg.job_id
+        ));
     }
     if claim.challenge != challenge {
-        return refuse(
-            writer,
-            "credential does not answer this connection's challenge (replayed?)".into(),
-        );
+        return refuse("credential does not answer this connection's challenge (replayed?)".into());
     }
     if claim.rank == 0 || claim.rank >= cfg.nodes.len() || cfg.nodes[claim.rank] != claim.node {
-        return refuse(
-            writer,
-            format!("node {} is not participant rank {}", claim.node, claim.rank),
-        );
+        return refuse(format!(
+            "node {} is not participant rank {}",
+            claim.node, claim.rank
+        ));
     }
     Ok(Joined {
         rank: claim.rank,
         nonce: claim.nonce,
         payload: claim.payload,
-        stream: writer,
+        conn,
     })
+}
+
+/// Checks a hello: the right job, and a credential from an allowed UID that names this job,
+/// this port and this connection's challenge. Returns the challenge to answer.
+fn check_hello(cfg: &RendezvousConfig, port: u16, msg: Msg) -> Result<String, String> {
+    let Msg::Hello {
+        v,
+        job_id,
+        challenge,
+        credential,
+        ..
+    } = msg
+    else {
+        return Err("did not start with a hello".into());
+    };
+    if v != PROTOCOL_VERSION {
+        return Err(format!("speaks protocol version {v}"));
+    }
+    if job_id != cfg.job_id {
+        return Err(format!("is the leader of job {job_id}"));
+    }
+    let decoded = cfg
+        .munge
+        .decode(&credential)
+        .map_err(|e| format!("its hello credential: {e}"))?;
+    if !cfg.allowed_uids.contains(&decoded.uid) {
+        return Err(format!(
+            "its hello is signed by uid {}, not an allowed one",
+            decoded.uid
+        ));
+    }
+    let claim: HelloClaim = serde_json::from_slice(&decoded.payload)
+        .map_err(|e| format!("its hello credential is not a hello: {e}"))?;
+    if claim.purpose != HELLO_PURPOSE
+        || claim.job_id != cfg.job_id
+        || claim.port != port
+        || claim.leader != cfg.nodes[0]
+        || claim.challenge != challenge
+    {
+        return Err("its hello credential is not for this job, port and connection".into());
+    }
+    Ok(challenge)
 }
 
 fn follow(
@@ -609,34 +1364,62 @@ fn follow(
     let start = Instant::now();
     let deadline = cfg.bounded(start, cfg.timeout);
     let leader = cfg.addrs[0];
+    let me = cfg.addrs[my_rank];
     let ports = cfg.ports();
     let nonce = random_hex()?;
+    let claim_len = serde_json::to_vec(payload).map_or(0, |p| p.len());
+    // The credential is base64 of the encrypted claim: about 4/3 of it, plus MUNGE's header.
+    if claim_len.saturating_mul(4) / 3 + 1024 > MAX_JOIN_BYTES {
+        return Err(RendezvousError::Config(format!(
+            "this node's payload is {claim_len} bytes; a join may have at most {MAX_JOIN_BYTES} bytes"
+        )));
+    }
+    let mut backoff = Duration::from_millis(10);
+    let mut last = String::from("nothing listened");
+    let mut found_listener = false;
     loop {
         for port in &ports {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
-            let Ok(stream) = TcpStream::connect_timeout(
-                &SocketAddr::new(leader, *port),
+            let stream = match connect_from(
+                me,
+                SocketAddr::new(leader, *port),
                 left.min(Duration::from_millis(500)),
-            ) else {
-                continue;
+            ) {
+                Ok(s) => s,
+                Err(e) => {
+                    if !found_listener {
+                        last = format!("port {port}: {e}");
+                    }
+                    continue;
+                }
             };
-            let _ = stream.set_nodelay(true);
-            let mut writer = stream
-                .try_clone()
-                .map_err(|e| RendezvousError::Io(e.to_string()))?;
-            let mut reader = BufReader::new(stream);
-            let challenge = match read_msg(&mut reader, deadline, "the leader's hello") {
-                Ok(Msg::Hello {
-                    v: 1,
-                    job_id,
-                    challenge,
-                    ..
-                }) if job_id == cfg.job_id => challenge,
-                // Another job's leader (or something else) on this port: try the next one.
-                _ => continue,
+            let conn_deadline = deadline.min(Instant::now() + cfg.conn_budget());
+            let mut conn = Conn::new(stream);
+            // Nothing is sent before the leader has proven itself.
+            let challenge = match conn
+                .read_msg(MAX_HELLO_BYTES, conn_deadline)
+                .and_then(|m| check_hello(cfg, *port, m))
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    // What a listener said matters more than the ports where none listened;
+                    // the first few different complaints are kept.
+                    let seen = format!("port {port}: the listener {}", sanitise(&e));
+                    if !found_listener {
+                        last.clear();
+                    }
+                    found_listener = true;
+                    if !last.contains(&seen) && last.matches("; ").count() < 2 {
+                        if !last.is_empty() {
+                            last.push_str("; ");
+                        }
+                        last.push_str(&seen);
+                    }
+                    continue;
+                }
             };
             let claim = JoinClaim {
                 purpose: JOIN_PURPOSE.into(),
@@ -649,13 +1432,41 @@ fn follow(
             };
             let bytes =
                 serde_json::to_vec(&claim).map_err(|e| RendezvousError::Io(e.to_string()))?;
-            let credential = cfg.munge.encode(&bytes)?;
-            write_msg(&mut writer, &Msg::Join { credential })?;
+            let credential = cfg.munge.encode_for(&bytes, cfg.restrict_uid)?;
+            // The leader is authenticated: from here on only the rendezvous's deadline counts.
+            conn.write_msg(&Msg::Join { credential }, deadline)
+                .map_err(RendezvousError::Io)?;
             let answer_by = cfg.bounded(Instant::now(), cfg.timeout + cfg.grace());
-            return match read_msg(&mut reader, answer_by, "the leader's answer")? {
-                Msg::Reject { reason } => Err(RendezvousError::Rejected(reason)),
-                Msg::Done { credential } => {
+            let answer = match conn.read_line(done_limit(cfg.nodes.len(), cfg.share), answer_by) {
+                Ok(line) => line,
+                Err(ReadError::Timeout) => {
+                    return Err(RendezvousError::Timeout(
+                        "waiting for the leader's answer".into(),
+                    ));
+                }
+                Err(e) => return Err(RendezvousError::Io(format!("the leader {e}"))),
+            };
+            return match serde_json::from_slice::<Msg>(&answer) {
+                Ok(Msg::Reject { reason }) => Err(RendezvousError::Rejected(sanitise(&reason))),
+                Ok(Msg::Done { credential }) => {
                     accept_done(cfg, my_rank, *port, &nonce, payload, &credential)
+                }
+                Ok(Msg::Ack { job_id, missing })
+                    if cfg.share == Share::Ack && job_id == cfg.job_id =>
+                {
+                    let mut payloads = vec![None; cfg.nodes.len()];
+                    payloads[my_rank] = Some(payload.clone());
+                    Ok(Gathered {
+                        my_rank,
+                        port: *port,
+                        payloads,
+                        missing: missing
+                            .iter()
+                            .take(cfg.nodes.len())
+                            .map(|m| sanitise(m))
+                            .collect(),
+                        rejected: Vec::new(),
+                    })
                 }
                 _ => Err(RendezvousError::BadLeader(
                     "answered with an unexpected message".into(),
@@ -668,10 +1479,14 @@ fn follow(
                 leader: cfg.nodes[0].clone(),
                 addr: leader,
                 ports,
-                timeout_ms: cfg.timeout.as_millis(),
+                timeout_ms: u64::try_from(cfg.timeout.as_millis()).unwrap_or(u64::MAX),
+                last,
             });
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // Back off with jitter, so that N followers retrying do not arrive in one burst.
+        let left = deadline.saturating_duration_since(Instant::now());
+        std::thread::sleep(jittered(backoff).min(left));
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
@@ -694,7 +1509,7 @@ fn accept_done(
         )));
     }
     let claim: DoneClaim = serde_json::from_slice(&decoded.payload)
-        .map_err(|e| RendezvousError::BadLeader(format!("payload: {e}")))?;
+        .map_err(|e| RendezvousError::BadLeader(sanitise(&format!("payload: {e}"))))?;
     if claim.purpose != DONE_PURPOSE || claim.job_id != cfg.job_id || claim.nonce != nonce {
         return Err(RendezvousError::BadLeader(
             "credential is not an answer to this join".into(),
@@ -719,7 +1534,7 @@ fn accept_done(
         my_rank,
         port,
         payloads,
-        missing: claim.missing,
+        missing: claim.missing.iter().map(|m| sanitise(m)).collect(),
         rejected: Vec::new(),
     })
 }
@@ -789,6 +1604,115 @@ mod tests {
         assert!(t.elapsed() < c.timeout);
     }
 
+    /// A resolver that never answers in time (a DNS server that drops queries).
+    #[derive(Clone)]
+    struct Hangs;
+
+    impl Resolve for Hangs {
+        fn resolve(&self, _node: &str) -> Result<IpAddr, String> {
+            std::thread::sleep(Duration::from_secs(30));
+            Err("too late".into())
+        }
+    }
+
+    #[test]
+    fn name_resolution_that_hangs_is_given_up_at_its_deadline_naming_the_node() {
+        let map = MapResolver {
+            map: [("a".to_string(), IpAddr::from([127, 0, 0, 1]))].into(),
+            fallback: Some(Hangs),
+        };
+        let t = Instant::now();
+        let err = RendezvousConfig::new_within(
+            vec!["a".into(), "b".into()],
+            &map,
+            1,
+            Munge::default(),
+            vec![0],
+            t + Duration::from_millis(200),
+        )
+        .unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(
+            matches!(err, RendezvousError::Resolve { ref node, ref reason }
+                if node == "b" && reason.contains("deadline")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn names_in_the_map_do_not_wait_for_the_fallback() {
+        let map = MapResolver {
+            map: [("a".to_string(), IpAddr::from([127, 0, 0, 1]))].into(),
+            fallback: Some(Hangs),
+        };
+        let t = Instant::now();
+        let c =
+            RendezvousConfig::new(vec!["a".into()], &map, 1, Munge::default(), vec![0]).unwrap();
+        assert_eq!(c.addrs, vec![IpAddr::from([127, 0, 0, 1])]);
+        assert!(t.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn peer_text_loses_its_control_characters_and_is_cut_for_the_log() {
+        assert_eq!(
+            sanitise("ok\nFAKE: drained\x1b[2J\0"),
+            "ok?FAKE: drained?[2J?"
+        );
+        let long = "x".repeat(10_000);
+        let s = sanitise(&long);
+        assert_eq!(s.chars().count(), MAX_LOGGED_CHARS + 1);
+        assert!(s.ends_with('…'));
+        assert_eq!(sanitise("n[1-4] é"), "n[1-4] é");
+    }
+
+    #[test]
+    fn a_line_longer_than_its_limit_is_refused_before_it_is_all_read() {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let addr = l.local_addr().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let _ = s.write_all(&vec![b'x'; 1 << 20]);
+        });
+        let (s, _) = l.accept().unwrap();
+        let mut c = Conn::new(s);
+        let err = c
+            .read_line(1024, Instant::now() + Duration::from_secs(5))
+            .unwrap_err();
+        assert!(matches!(err, ReadError::TooLong(1024)), "{err}");
+        assert!(c.pending.len() <= 1025, "buffered {}", c.pending.len());
+        drop(c);
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn one_deadline_bounds_a_whole_line_however_the_bytes_drip() {
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let addr = l.local_addr().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            for _ in 0..40 {
+                if s.write_all(b"x").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+        });
+        let (s, _) = l.accept().unwrap();
+        let mut c = Conn::new(s);
+        let t = Instant::now();
+        let err = c
+            .read_line(1024, t + Duration::from_millis(300))
+            .unwrap_err();
+        assert!(matches!(err, ReadError::Timeout), "{err}");
+        assert!(
+            t.elapsed() < Duration::from_millis(600),
+            "{:?}",
+            t.elapsed()
+        );
+        drop(c);
+        writer.join().unwrap();
+    }
+
     #[test]
     fn the_system_resolver_knows_localhost() {
         assert!(SystemResolver.resolve("localhost").unwrap().is_loopback());
@@ -799,9 +1723,16 @@ mod tests {
 /// bytes reach, with nothing else exposed.
 #[doc(hidden)]
 pub mod fuzzing {
-    /// Decodes `bytes` as every kind of message and claim the rendezvous reads from a peer.
+    /// Decodes `bytes` as every kind of message and claim the rendezvous reads from a peer, and
+    /// as text to log.
     pub fn decode_peer_bytes(bytes: &[u8]) {
+        let s = super::sanitise(&String::from_utf8_lossy(bytes));
+        assert!(
+            !s.chars().any(char::is_control),
+            "sanitised text has a control character"
+        );
         let _ = serde_json::from_slice::<super::Msg>(bytes);
+        let _ = serde_json::from_slice::<super::HelloClaim>(bytes);
         let _ = serde_json::from_slice::<super::JoinClaim>(bytes);
         let _ = serde_json::from_slice::<super::DoneClaim>(bytes);
     }

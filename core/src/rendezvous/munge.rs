@@ -131,8 +131,8 @@ impl Munge {
         }
     }
 
-    /// `program [-S SOCKET]` with a scrubbed environment in its own process group, so that
-    /// [`run_bounded`] can kill it and anything it started.
+    /// `program [-S SOCKET]` with a scrubbed environment in the job step's process group;
+    /// [`run_bounded`] kills it and anything it started at its limit.
     fn command(&self, program: &Path) -> Command {
         let mut cmd = safe_command(program);
         if let Some(socket) = &self.socket {
@@ -143,7 +143,23 @@ impl Munge {
 
     /// Encodes `payload` into a credential (`munge` reads the payload on stdin).
     pub fn encode(&self, payload: &[u8]) -> Result<String, MungeError> {
-        let out = self.run(&self.munge_bin, self.command(&self.munge_bin), payload)?;
+        self.encode_for(payload, None)
+    }
+
+    /// Encodes `payload` into a credential that only a process of `restrict_uid` can decode
+    /// (`munge --restrict-uid`; root included: a credential restricted to another UID does not
+    /// decode for root either). `munge -U` is something else: it sets the credential's *own* UID,
+    /// which only root may do.
+    pub fn encode_for(
+        &self,
+        payload: &[u8],
+        restrict_uid: Option<u32>,
+    ) -> Result<String, MungeError> {
+        let mut cmd = self.command(&self.munge_bin);
+        if let Some(uid) = restrict_uid {
+            cmd.arg("--restrict-uid").arg(uid.to_string());
+        }
+        let out = self.run(&self.munge_bin, cmd, payload)?;
         if out.status != 0 {
             return Err(MungeError::Encode {
                 status: out.status,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Gathered, RendezvousConfig, RendezvousError, gather};
+use super::{Gathered, RendezvousConfig, RendezvousError, gather, sanitise};
 
 /// A payload that did not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +49,8 @@ pub fn decode<T: DeserializeOwned>(nodes: &[String], gathered: Gathered) -> Met<
             }
             Err(e) => undecodable.push(Undecodable {
                 node: node.clone(),
-                reason: e.to_string(),
+                // serde quotes what it did not expect: the peer's text.
+                reason: sanitise(&e.to_string()),
             }),
         }
     }

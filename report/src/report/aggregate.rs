@@ -21,7 +21,7 @@ use rust_decimal::Decimal;
 use rust_decimal::prelude::FromPrimitive;
 use serde::Serialize;
 
-use super::{GroupBy, JobRecord, JobState, TagState};
+use super::{GroupBy, InputNotes, JobRecord, JobState, TagState};
 use crate::cost::{self, CostBreakdown, CostFile, UsageFigures};
 use fabric_core::tag::Verdict;
 
@@ -111,6 +111,10 @@ pub struct GroupAcc {
     pub drain_reasons: BTreeMap<String, u64>,
     /// Drains by day (days since 1970-01-01).
     pub drains_by_day: BTreeMap<i64, u64>,
+    /// Drains by day and first failing check.
+    pub drains_by_day_check: BTreeMap<(i64, String), u64>,
+    /// Usage by the day a job ended (for the cost over time).
+    pub by_day: BTreeMap<i64, DayUsage>,
     /// Per-run median step times, seconds.
     pub step_p50_s: Vec<f32>,
     /// Per-run p95 step times, seconds.
@@ -137,9 +141,57 @@ pub struct GroupAcc {
     pub last_end_s: i64,
 }
 
+/// One day's share of a group's usage: the jobs that ended that day (UTC).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct DayUsage {
+    /// GPU time allocated.
+    pub allocated: GpuTime,
+    /// GPU time wasted (failed, requeued, retries).
+    pub waste: GpuTime,
+    /// Accepted runs.
+    pub accepted: u64,
+    /// Node drains (by probe day).
+    pub drains: u64,
+}
+
+impl DayUsage {
+    fn merge(&mut self, o: &Self) {
+        self.allocated.merge(&o.allocated);
+        self.waste.merge(&o.waste);
+        self.accepted += o.accepted;
+        self.drains += o.drains;
+    }
+}
+
 impl GroupAcc {
+    fn wasted(&self) -> GpuTime {
+        let mut w = self.failed;
+        w.merge(&self.requeued);
+        w.merge(&self.retry);
+        w
+    }
+
     /// Adds one record.
     pub fn add(&mut self, job: &JobRecord, window: Option<(i64, i64)>) {
+        let (allocated, waste, accepted) = (self.allocated, self.wasted(), self.accepted);
+        self.add_record(job, window);
+        let end = if job.end_s > 0 {
+            job.end_s
+        } else {
+            job.start_s + job.elapsed_s as i64
+        };
+        if end > 0 && !job.state.is_live() {
+            let w = self.wasted();
+            let d = self.by_day.entry(end.div_euclid(86_400)).or_default();
+            d.allocated.gpu_s += self.allocated.gpu_s - allocated.gpu_s;
+            d.allocated.nogpu_node_s += self.allocated.nogpu_node_s - allocated.nogpu_node_s;
+            d.waste.gpu_s += w.gpu_s - waste.gpu_s;
+            d.waste.nogpu_node_s += w.nogpu_node_s - waste.nogpu_node_s;
+            d.accepted += self.accepted - accepted;
+        }
+    }
+
+    fn add_record(&mut self, job: &JobRecord, window: Option<(i64, i64)>) {
         self.records += 1;
         *self.states.entry(job.state).or_insert(0) += 1;
         if job.state.is_live() {
@@ -197,6 +249,11 @@ impl GroupAcc {
                 self.drains += 1;
                 *self.drain_reasons.entry(reason.clone()).or_insert(0) += 1;
                 *self.drains_by_day.entry(day).or_insert(0) += 1;
+                *self
+                    .drains_by_day_check
+                    .entry((day, reason.clone()))
+                    .or_insert(0) += 1;
+                self.by_day.entry(day).or_default().drains += 1;
             }
         }
         match job.state {
@@ -267,6 +324,12 @@ impl GroupAcc {
         }
         for (k, v) in o.drains_by_day {
             *self.drains_by_day.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in o.drains_by_day_check {
+            *self.drains_by_day_check.entry(k).or_insert(0) += v;
+        }
+        for (k, v) in o.by_day {
+            self.by_day.entry(k).or_default().merge(&v);
         }
         self.step_p50_s.extend(o.step_p50_s);
         self.step_p95_s.extend(o.step_p95_s);
@@ -401,6 +464,10 @@ pub struct GroupReport {
     pub top_drain_reasons: Vec<(String, u64)>,
     /// Drains per day (`YYYY-MM-DD`).
     pub drains_by_day: Vec<(String, u64)>,
+    /// Drains per day and first failing check: `(YYYY-MM-DD, check, drains)`.
+    pub drains_by_day_and_check: Vec<(String, String, u64)>,
+    /// Cost per accepted run period by period (needs a cost entry; empty without).
+    pub cost_over_time: Vec<PeriodCost>,
     /// Median over runs of each run's median step time, seconds.
     pub step_p50_s: Sampled,
     /// Median over runs of each run's p95 step time, seconds.
@@ -428,6 +495,32 @@ pub struct GroupReport {
     pub step_samples_s: Vec<f32>,
 }
 
+/// One period of the cost over time: the spend of its hours and the usage of the jobs that
+/// ended in it, priced like the whole window (docs/cost-model.md).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PeriodCost {
+    /// First day, `YYYY-MM-DD` (UTC).
+    pub start: String,
+    /// Length in days.
+    pub days: u32,
+    /// Accepted runs that ended in it.
+    pub accepted_runs: u64,
+    /// Total cost of the period, to the cent.
+    pub total: Decimal,
+    /// `total / accepted_runs`, to the cent (None when no run was accepted).
+    pub per_accepted_run: Option<Decimal>,
+}
+
+/// Days per period of the cost over time: a day for windows up to two weeks, a week up to
+/// half a year, 30 days beyond.
+pub fn period_days(window_days: i64) -> i64 {
+    match window_days {
+        ..=14 => 1,
+        15..=183 => 7,
+        _ => 30,
+    }
+}
+
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -441,6 +534,48 @@ pub struct Report {
     pub currency: String,
     /// One entry per group value, by name.
     pub groups: Vec<GroupReport>,
+    /// Whether the input was read whole.
+    pub inputs: Inputs,
+}
+
+/// How well the accounting input read: `readable` is `pass` when every record was read as it
+/// stands, `warn` when lines were skipped or read with trailing columns empty (the figures
+/// then leave those jobs out or read them partly; `warnings` says which).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Inputs {
+    /// `pass` or `warn`.
+    pub readable: &'static str,
+    /// Lines left out because they could not be read.
+    pub skipped_lines: u64,
+    /// Lines read with missing trailing columns taken as empty.
+    pub padded_lines: u64,
+    /// What a person should know, naming the input and the first lines.
+    pub warnings: Vec<String>,
+}
+
+impl Default for Inputs {
+    fn default() -> Self {
+        Self {
+            readable: "pass",
+            skipped_lines: 0,
+            padded_lines: 0,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+impl Report {
+    /// Records what reading `source_name` left out or padded (see [`InputNotes`]).
+    pub fn note_input(&mut self, source_name: &str, notes: &InputNotes) {
+        self.inputs.skipped_lines += notes.skipped;
+        self.inputs.padded_lines += notes.padded;
+        for w in notes.warnings() {
+            self.inputs.warnings.push(format!("{source_name}: {w}"));
+        }
+        if !notes.is_clean() {
+            self.inputs.readable = "warn";
+        }
+    }
 }
 
 fn h(s: u64) -> Decimal {
@@ -518,6 +653,9 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
                     },
                 )
             });
+            let cost_over_time = entry
+                .map(|(_, e)| cost_over_time(&currency, e, &g.by_day, start_s, end_s, gpn))
+                .unwrap_or_default();
             let mut reasons: Vec<(String, u64)> = g.drain_reasons.into_iter().collect();
             reasons.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
             let n50 = g.step_p50_s.len() as u64;
@@ -565,6 +703,12 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
                     .into_iter()
                     .map(|(d, n)| (super::sacct_text::utc_date(d), n))
                     .collect(),
+                drains_by_day_and_check: g
+                    .drains_by_day_check
+                    .into_iter()
+                    .map(|((d, c), n)| (super::sacct_text::utc_date(d), c, n))
+                    .collect(),
+                cost_over_time,
                 step_p50_s: Sampled { value: p50, n: n50 },
                 step_p95_s: Sampled {
                     value: median(&mut g.step_p95_s),
@@ -598,7 +742,59 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
         },
         currency,
         groups,
+        inputs: Inputs::default(),
     }
+}
+
+/// The window cut into [`period_days`] periods (the last one may be shorter), each priced with
+/// the entry over its own hours and the usage of the jobs that ended in it.
+fn cost_over_time(
+    currency: &str,
+    entry: &cost::FabricCost,
+    by_day: &BTreeMap<i64, DayUsage>,
+    start_s: i64,
+    end_s: i64,
+    gpus_per_node: Option<u32>,
+) -> Vec<PeriodCost> {
+    if end_s <= start_s {
+        return Vec::new();
+    }
+    let (d0, d1) = (start_s.div_euclid(86_400), (end_s - 1).div_euclid(86_400));
+    let step = period_days(d1 - d0 + 1);
+    let mut out = Vec::new();
+    let mut p0 = d0;
+    while p0 <= d1 {
+        let p1 = (p0 + step - 1).min(d1);
+        let mut u = DayUsage::default();
+        for (_, d) in by_day.range(p0..=p1) {
+            u.merge(d);
+        }
+        // The period's hours inside the window.
+        let from = (p0 * 86_400).max(start_s);
+        let to = ((p1 + 1) * 86_400).min(end_s);
+        let hours = Decimal::from(to - from) / Decimal::from(3600);
+        let c = cost::compute(
+            currency,
+            entry,
+            hours,
+            &UsageFigures {
+                allocated_gpu_s: u.allocated.resolve(gpus_per_node),
+                waste_gpu_s: u.waste.resolve(gpus_per_node),
+                drains: u.drains,
+                accepted_runs: u.accepted,
+                accepted_outputs: None,
+            },
+        );
+        out.push(PeriodCost {
+            start: super::sacct_text::utc_date(p0),
+            days: (p1 - p0 + 1) as u32,
+            accepted_runs: u.accepted,
+            total: c.total.round_dp(2).normalize(),
+            per_accepted_run: c.per_accepted_run.map(|d| d.round_dp(2).normalize()),
+        });
+        p0 = p1 + 1;
+    }
+    out
 }
 
 /// Converts a float to a Decimal for display arithmetic (None for non-finite).

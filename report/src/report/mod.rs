@@ -13,6 +13,7 @@
 
 pub mod aggregate;
 mod pool;
+pub use pool::{InputNotes, NAMED, Streamed};
 pub mod render;
 pub mod sacct_json;
 pub mod sacct_text;

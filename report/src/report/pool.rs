@@ -3,10 +3,137 @@
 //!
 //! The batches travel on a bounded `crossbeam-channel` (many receivers, no lock around the
 //! queue); spent buffers come back on a second one for the reader to reuse.
+//!
+//! A record the parser refuses either stops the run ([`OnBad::Stop`], the JSON reader: a broken
+//! document has no trustworthy rest) or is left out and counted ([`OnBad::Skip`], the text
+//! reader: one cut line does not spoil the others); the count and the first few records come
+//! back as [`InputNotes`] for the report to show.
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 
+use serde::Serialize;
+
 use super::{JobRecord, ReportError};
+
+/// How many skipped or padded records are named one by one; the rest are counted.
+pub const NAMED: usize = 5;
+
+/// What a parser made of one record.
+pub(crate) enum Parsed {
+    /// Nothing to fold (a comment, a blank line, a step).
+    Nothing,
+    /// A job.
+    Job(JobRecord),
+    /// A job read from a line shorter than the header, its trailing columns taken as empty.
+    Padded(JobRecord),
+}
+
+/// What to do with a record the parser refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnBad {
+    /// Stop the run with the earliest such record's error.
+    Stop,
+    /// Leave it out, count it and name the first [`NAMED`].
+    Skip,
+}
+
+/// Records of an input that were not read as they stand: left out, or read with their trailing
+/// columns empty. Positions are 1-based lines of the input.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct InputNotes {
+    /// Records left out because they could not be read.
+    pub skipped: u64,
+    /// The first [`NAMED`] of them: `(line, why)`, earliest first.
+    pub skipped_first: Vec<(u64, String)>,
+    /// Lines with fewer fields than the header, read with the missing trailing columns empty.
+    pub padded: u64,
+    /// The first [`NAMED`] of those lines.
+    pub padded_first: Vec<u64>,
+}
+
+impl InputNotes {
+    /// Nothing to say: every record was read as it stands.
+    pub fn is_clean(&self) -> bool {
+        self.skipped == 0 && self.padded == 0
+    }
+
+    fn skip(&mut self, line: u64, why: String) {
+        self.skipped += 1;
+        self.skipped_first.push((line, why));
+        self.skipped_first.sort_by_key(|(l, _)| *l);
+        self.skipped_first.truncate(NAMED);
+    }
+
+    fn pad(&mut self, line: u64) {
+        self.padded += 1;
+        self.padded_first.push(line);
+        self.padded_first.sort_unstable();
+        self.padded_first.truncate(NAMED);
+    }
+
+    /// Adds another worker's notes.
+    pub fn merge(&mut self, o: InputNotes) {
+        self.skipped += o.skipped;
+        self.skipped_first.extend(o.skipped_first);
+        self.skipped_first.sort_by_key(|(l, _)| *l);
+        self.skipped_first.truncate(NAMED);
+        self.padded += o.padded;
+        self.padded_first.extend(o.padded_first);
+        self.padded_first.sort_unstable();
+        self.padded_first.truncate(NAMED);
+    }
+
+    /// The warnings a person should see, one per kind (empty when clean):
+    /// `2 lines skipped: line 12: ...; line 30: ...`.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let plural = |n: u64| if n == 1 { "line" } else { "lines" };
+        if self.skipped > 0 {
+            let named: Vec<String> = self
+                .skipped_first
+                .iter()
+                .map(|(l, why)| format!("line {l}: {why}"))
+                .collect();
+            let more = self.skipped - self.skipped_first.len() as u64;
+            out.push(format!(
+                "{} {} skipped: {}{}",
+                self.skipped,
+                plural(self.skipped),
+                named.join("; "),
+                if more > 0 {
+                    format!("; and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        if self.padded > 0 {
+            let named: Vec<String> = self.padded_first.iter().map(u64::to_string).collect();
+            let more = self.padded - self.padded_first.len() as u64;
+            out.push(format!(
+                "{} {} shorter than the header, read with the missing trailing columns empty: line {}{}",
+                self.padded,
+                plural(self.padded),
+                named.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        out
+    }
+}
+
+/// The per-worker accumulators and what was noted about the input.
+#[derive(Debug)]
+pub struct Streamed<A> {
+    /// One accumulator per worker: merge them.
+    pub accs: Vec<A>,
+    /// Records skipped or padded.
+    pub notes: InputNotes,
+}
 
 /// Bytes per batch before it is handed to a worker.
 pub(crate) const BATCH_BYTES: usize = 4 << 20;
@@ -80,21 +207,25 @@ pub(crate) fn read_full<R: std::io::Read + ?Sized>(
     Ok(n)
 }
 
-/// Runs `produce` on this thread and `threads` workers; a record that `parse` refuses stops the
-/// run with `err(position, message)` for the earliest such record.
+/// Runs `produce` on this thread and `threads` workers. A record that `parse` refuses stops the
+/// run with `err(position, message)` for the earliest such record ([`OnBad::Stop`]), or is
+/// noted and left out ([`OnBad::Skip`]; when every record was refused the earliest one's error
+/// stops the run all the same: such an input is not this format at all).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run<A, I, F, P, G, E>(
     threads: usize,
+    on_bad: OnBad,
     init: I,
     each: F,
     parse: P,
     produce: G,
     err: E,
-) -> Result<Vec<A>, ReportError>
+) -> Result<Streamed<A>, ReportError>
 where
     A: Send,
     I: Fn() -> A + Sync,
     F: Fn(&mut A, JobRecord) + Sync,
-    P: Fn(&[u8], u64) -> Result<Option<JobRecord>, String> + Sync,
+    P: Fn(&[u8], u64) -> Result<Parsed, String> + Sync,
     G: FnOnce(&Sender<Batch>, &Recycler) -> Result<(), ReportError>,
     E: Fn(u64, String) -> ReportError,
 {
@@ -105,26 +236,38 @@ where
         rx: back_rx,
         spare_items: std::cell::RefCell::new(Vec::new()),
     };
+    type Worker<A> = Result<(A, InputNotes, u64), (u64, String)>;
     std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for _ in 0..threads {
             let rx = rx.clone();
             let back = back_tx.clone();
             let (init, each, parse) = (&init, &each, &parse);
-            handles.push(scope.spawn(move || -> Result<A, (u64, String)> {
+            handles.push(scope.spawn(move || -> Worker<A> {
                 let mut acc = init();
+                let mut notes = InputNotes::default();
+                let mut jobs = 0u64;
                 for batch in rx.iter() {
                     for &(a, b, at, index) in &batch.items {
                         match parse(&batch.data[a..b], index) {
-                            Ok(Some(job)) => each(&mut acc, job),
-                            Ok(None) => {}
+                            Ok(Parsed::Job(job)) => {
+                                jobs += 1;
+                                each(&mut acc, job);
+                            }
+                            Ok(Parsed::Padded(job)) => {
+                                jobs += 1;
+                                notes.pad(at);
+                                each(&mut acc, job);
+                            }
+                            Ok(Parsed::Nothing) => {}
+                            Err(message) if on_bad == OnBad::Skip => notes.skip(at, message),
                             Err(message) => return Err((at, message)),
                         }
                     }
                     // A full return channel just means enough spares: drop this one.
                     let _ = back.try_send((batch.data, batch.items));
                 }
-                Ok(acc)
+                Ok((acc, notes, jobs))
             }));
         }
         // Only the workers receive: the reader's send fails (and it stops) once they all quit.
@@ -132,10 +275,16 @@ where
         let produced = produce(&tx, &recycler);
         drop(tx);
         let mut accs = Vec::new();
+        let mut notes = InputNotes::default();
+        let mut jobs = 0u64;
         let mut first_err: Option<(u64, String)> = None;
         for h in handles {
             match h.join() {
-                Ok(Ok(a)) => accs.push(a),
+                Ok(Ok((a, n, j))) => {
+                    accs.push(a);
+                    notes.merge(n);
+                    jobs += j;
+                }
                 Ok(Err(e)) => {
                     if first_err.as_ref().is_none_or(|f| e.0 < f.0) {
                         first_err = Some(e);
@@ -148,6 +297,9 @@ where
             return Err(err(at, message));
         }
         produced?;
-        Ok(accs)
+        if let (0, Some((at, message))) = (jobs, notes.skipped_first.first()) {
+            return Err(err(*at, message.clone()));
+        }
+        Ok(Streamed { accs, notes })
     })
 }

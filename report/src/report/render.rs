@@ -382,7 +382,18 @@ fn dnum(d: Decimal, dp: u32) -> (f64, String) {
 
 /// The report as tables: the side-by-side worksheet, the cost breakdown and drain reasons.
 pub fn report_tables(r: &Report) -> Vec<Table> {
-    let cols: Vec<String> = r.groups.iter().map(|g| g.name.clone()).collect();
+    // A group whose field is empty in accounting (no partition recorded) gets a visible heading.
+    let cols: Vec<String> = r
+        .groups
+        .iter()
+        .map(|g| {
+            if g.name.is_empty() {
+                "(none)".to_string()
+            } else {
+                g.name.clone()
+            }
+        })
+        .collect();
     let cur = r.currency.as_str();
     let per = |f: &dyn Fn(&GroupReport) -> Option<(f64, String)>| {
         r.groups.iter().map(f).collect::<Vec<_>>()
@@ -554,6 +565,9 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
             .and_then(|v| v.as_str().map(String::from))
             .unwrap_or_default()
     )];
+    for w in &r.inputs.warnings {
+        notes.push(format!("input warning: {w}"));
+    }
     let small: Vec<&str> = r
         .groups
         .iter()
@@ -719,6 +733,8 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
         .build_cartesian_2d((0..n as u32).into_segmented(), 0f64..max * 1.35)?;
     chart
         .configure_mesh()
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 14))
         .disable_x_mesh()
         .x_label_formatter(&|x| match x {
             SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
@@ -726,6 +742,7 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
         })
         .y_label_formatter(&|v| format!("{:.0}k", v / 1000.0))
         .y_desc(format!("{} (thousands) over the window", r.currency))
+        .x_desc("fabric")
         .draw()?;
     let items: Vec<&'static str> = priced
         .first()
@@ -739,7 +756,7 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
         })
         .unwrap_or_default();
     for (k, item) in items.iter().enumerate() {
-        let colour = PALETTE[k % PALETTE.len()];
+        let colour = PART_PALETTE[k % PART_PALETTE.len()];
         let bars: Vec<Rectangle<(SegmentValue<u32>, f64)>> = priced
             .iter()
             .enumerate()
@@ -777,6 +794,7 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
     }
     chart
         .configure_series_labels()
+        .label_font(("sans-serif", 13))
         .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
@@ -785,141 +803,294 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
     Ok(())
 }
 
+/// Colours of the parts of a whole (cost items, drain checks): none is a fabric's colour, so a
+/// fabric's colour means that fabric on every chart.
+const PART_PALETTE: [RGBColor; 9] = [
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(127, 127, 127),
+    RGBColor(23, 190, 207),
+    RGBColor(188, 189, 34),
+    RGBColor(227, 119, 194),
+    RGBColor(214, 39, 40),
+    RGBColor(174, 199, 232),
+];
+
+/// The colour of the `k`-th fabric (group) on every chart.
+pub fn fabric_colour(k: usize) -> (u8, u8, u8) {
+    let c = PALETTE[k % PALETTE.len()];
+    (c.0, c.1, c.2)
+}
+
+/// A fabric's median step times as a box plot each: the box is the middle half of the runs,
+/// the whiskers the rest (1.5 IQR, plotters' Tukey rule), a fabric's colour per box.
 fn step_chart(r: &Report, svg: &mut String) -> ChartResult {
-    let root = SVGBackend::with_string(svg, (760, 320)).into_drawing_area();
+    let root = SVGBackend::with_string(svg, (760, 340)).into_drawing_area();
     root.fill(&WHITE)?;
-    let all: Vec<f32> = r
+    let with: Vec<(usize, &GroupReport)> = r
         .groups
         .iter()
-        .flat_map(|g| g.step_samples_s.iter().copied())
+        .enumerate()
+        .filter(|(_, g)| !g.step_samples_s.is_empty())
+        .collect();
+    let all: Vec<f32> = with
+        .iter()
+        .flat_map(|(_, g)| g.step_samples_s.iter().copied())
         .collect();
     let lo = all.iter().copied().fold(f32::INFINITY, f32::min);
     let hi = all.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let (lo, hi) = if lo.is_finite() && hi > lo {
-        (f64::from(lo), f64::from(hi))
+        let pad = (hi - lo) * 0.15;
+        ((lo - pad).max(0.0), hi + pad)
+    } else if lo.is_finite() {
+        ((lo * 0.8).max(0.0), lo * 1.2 + 0.1)
     } else {
         (0.0, 1.0)
     };
-    const BINS: usize = 24;
-    let width = (hi - lo) / BINS as f64;
-    let hist = |v: &[f32]| {
-        let mut c = vec![0u64; BINS];
-        for x in v {
-            let i = (((f64::from(*x) - lo) / width) as usize).min(BINS - 1);
-            c[i] += 1;
-        }
-        c
-    };
-    let series: Vec<(String, Vec<u64>)> = r
-        .groups
+    let n = with.len().max(1) as u32;
+    let names: Vec<String> = with
         .iter()
-        .map(|g| (g.name.clone(), hist(&g.step_samples_s)))
+        .map(|(_, g)| format!("{} (n={} runs)", g.name, g.step_samples_s.len()))
         .collect();
-    let ymax = series
-        .iter()
-        .flat_map(|(_, c)| c.iter().copied())
-        .max()
-        .unwrap_or(1)
-        .max(1);
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "Step time distribution (per-run median)",
+            "Step time per run (each run's median), by fabric",
+            ("sans-serif", 18),
+        )
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d((0..n - 1).into_segmented(), lo..hi)?;
+    chart
+        .configure_mesh()
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 14))
+        .disable_x_mesh()
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_label_formatter(&|v| format!("{v:.2}"))
+        .y_desc("step time (s)")
+        .x_desc("fabric")
+        .draw()?;
+    for (i, (k, g)) in with.iter().enumerate() {
+        let colour = PALETTE[k % PALETTE.len()];
+        let q = Quartiles::new(&g.step_samples_s);
+        chart
+            .draw_series(std::iter::once(
+                Boxplot::new_vertical(SegmentValue::CenterOf(i as u32), &q)
+                    .width(60)
+                    .whisker_width(0.5)
+                    .style(colour.stroke_width(2)),
+            ))?
+            .label(format!("{} median {:.3} s", g.name, q.median()))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+        // The runs themselves, faint, beside the box.
+        chart.draw_series(g.step_samples_s.iter().enumerate().map(|(j, v)| {
+            let jitter = (j % 7) as i32 * 3 - 9;
+            EmptyElement::at((SegmentValue::CenterOf(i as u32), *v))
+                + Circle::new((jitter + 45, 0), 2, colour.mix(0.5).filled())
+        }))?;
+    }
+    chart
+        .configure_series_labels()
+        .label_font(("sans-serif", 13))
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// The days of the report's window, `(first, last)` day numbers.
+fn window_days(r: &Report) -> (i64, i64) {
+    if r.window.end_s > r.window.start_s {
+        (
+            r.window.start_s.div_euclid(86_400),
+            (r.window.end_s - 1).div_euclid(86_400),
+        )
+    } else {
+        (0, 0)
+    }
+}
+
+fn day_of(s: &str) -> i64 {
+    super::sacct_text::parse_time(&format!("{s}T00:00:00")).unwrap_or(0) / 86_400
+}
+
+/// Drains per day over all fabrics, one bar a day stacked by the first failing check.
+fn drains_chart(r: &Report, svg: &mut String) -> ChartResult {
+    let root = SVGBackend::with_string(svg, (760, 340)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let (d0, d1) = window_days(r);
+    let mut by: std::collections::BTreeMap<(i64, &str), u64> = Default::default();
+    for g in &r.groups {
+        for (d, c, n) in &g.drains_by_day_and_check {
+            *by.entry((day_of(d), c.as_str())).or_insert(0) += n;
+        }
+    }
+    let mut checks: Vec<&str> = by.keys().map(|(_, c)| *c).collect();
+    checks.sort_unstable();
+    checks.dedup();
+    let mut per_day: std::collections::BTreeMap<i64, u64> = Default::default();
+    for ((d, _), n) in &by {
+        *per_day.entry(*d).or_insert(0) += n;
+    }
+    let ymax = per_day.values().copied().max().unwrap_or(1).max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Nodes drained per day, by first failing check (all fabrics)",
             ("sans-serif", 18),
         )
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(50)
-        .build_cartesian_2d(lo..hi, 0u64..ymax + ymax / 10 + 1)?;
+        .build_cartesian_2d(d0 as f64..(d1 + 1) as f64, 0u64..ymax + ymax / 3 + 1)?;
     chart
         .configure_mesh()
-        .x_desc("step time (s)")
-        .y_desc("runs")
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 14))
+        .disable_x_mesh()
+        .x_labels(((d1 - d0 + 2) as usize).min(8))
+        .x_label_formatter(&|d| super::sacct_text::utc_date(d.floor() as i64)[5..].to_string())
+        .y_label_formatter(&|v| v.to_string())
+        .x_desc("day (UTC, MM-DD)")
+        .y_desc("nodes drained")
         .draw()?;
-    for (k, (name, counts)) in series.iter().enumerate() {
-        let colour = PALETTE[k % PALETTE.len()];
-        let pts: Vec<(f64, u64)> = counts
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (lo + (i as f64 + 0.5) * width, *c))
+    for (k, check) in checks.iter().enumerate() {
+        let colour = PART_PALETTE[k % PART_PALETTE.len()];
+        let bars: Vec<Rectangle<(f64, u64)>> = (d0..=d1)
+            .filter_map(|d| {
+                let this = *by.get(&(d, *check))?;
+                let below: u64 = checks[..k].iter().filter_map(|c| by.get(&(d, *c))).sum();
+                Some(Rectangle::new(
+                    [(d as f64 + 0.15, below), (d as f64 + 0.85, below + this)],
+                    colour.filled(),
+                ))
+            })
             .collect();
+        let total: u64 = by
+            .iter()
+            .filter(|((_, c), _)| c == check)
+            .map(|(_, n)| n)
+            .sum();
         chart
-            .draw_series(LineSeries::new(pts, colour.stroke_width(2)))?
-            .label(format!("{name} (n={})", counts.iter().sum::<u64>()))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 14, y)], colour.stroke_width(2))
-            });
+            .draw_series(bars)?
+            .label(format!("{check} ({total})"))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    if !checks.is_empty() {
+        chart
+            .configure_series_labels()
+            .label_font(("sans-serif", 13))
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
     root.present()?;
     Ok(())
 }
 
-fn drains_chart(r: &Report, svg: &mut String) -> ChartResult {
-    let root = SVGBackend::with_string(svg, (760, 320)).into_drawing_area();
+/// A fabric's index (its colour), its figures and its points.
+type FabricLine<'a> = (usize, &'a GroupReport, Vec<(f64, f64)>);
+
+/// Cost per accepted run period by period, one line per priced fabric in its colour.
+fn cost_time_chart(r: &Report, svg: &mut String) -> ChartResult {
+    let root = SVGBackend::with_string(svg, (760, 340)).into_drawing_area();
     root.fill(&WHITE)?;
-    let day =
-        |s: &str| super::sacct_text::parse_time(&format!("{s}T00:00:00")).unwrap_or(0) / 86_400;
-    let (d0, d1) = if r.window.end_s > r.window.start_s {
-        (
-            r.window.start_s.div_euclid(86_400),
-            r.window.end_s.div_euclid(86_400),
-        )
-    } else {
-        (0, 1)
-    };
-    let d1 = d1.max(d0 + 1);
-    let ymax = r
+    let (d0, d1) = window_days(r);
+    let series: Vec<FabricLine<'_>> = r
         .groups
         .iter()
-        .flat_map(|g| g.drains_by_day.iter().map(|(_, n)| *n))
-        .max()
-        .unwrap_or(1)
-        .max(1);
+        .enumerate()
+        .filter(|(_, g)| !g.cost_over_time.is_empty())
+        .map(|(k, g)| {
+            let pts = g
+                .cost_over_time
+                .iter()
+                .filter_map(|p| {
+                    let v = p.per_accepted_run?.to_f64()?;
+                    Some((day_of(&p.start) as f64 + f64::from(p.days) / 2.0, v))
+                })
+                .collect();
+            (k, g, pts)
+        })
+        .collect();
+    let ymax = series
+        .iter()
+        .flat_map(|(_, _, p)| p.iter().map(|(_, v)| *v))
+        .fold(1.0, f64::max);
+    let period = series
+        .first()
+        .and_then(|(_, g, _)| g.cost_over_time.first())
+        .map_or(1, |p| p.days);
     let mut chart = ChartBuilder::on(&root)
-        .caption("Drains per day, by fabric", ("sans-serif", 18))
+        .caption(
+            format!(
+                "Cost per accepted run over time ({}, per {})",
+                r.currency,
+                if period == 1 {
+                    "day".to_string()
+                } else {
+                    format!("{period} days")
+                }
+            ),
+            ("sans-serif", 18),
+        )
         .margin(10)
         .x_label_area_size(35)
-        .y_label_area_size(50)
-        .build_cartesian_2d(d0 as f64..(d1 + 1) as f64, 0u64..ymax + 1)?;
+        .y_label_area_size(70)
+        .build_cartesian_2d(d0 as f64..(d1 + 1) as f64, 0f64..ymax * 1.3)?;
     chart
         .configure_mesh()
-        .disable_x_mesh()
-        // One tick per day (at most 10): fractional ticks would repeat a date.
-        .x_labels(((d1 - d0 + 2) as usize).min(10))
-        .x_label_formatter(&|d| super::sacct_text::utc_date(d.floor() as i64))
-        .x_desc("day (UTC)")
-        .y_desc("nodes drained")
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 14))
+        .x_labels(((d1 - d0 + 2) as usize).min(8))
+        .x_label_formatter(&|d| super::sacct_text::utc_date(d.floor() as i64)[5..].to_string())
+        .y_label_formatter(&|v| {
+            if ymax >= 10_000.0 {
+                format!("{:.0}k", v / 1000.0)
+            } else {
+                format!("{v:.0}")
+            }
+        })
+        .x_desc("day (UTC, MM-DD)")
+        .y_desc(if ymax >= 10_000.0 {
+            format!("{} (thousands) per accepted run", r.currency)
+        } else {
+            format!("{} per accepted run", r.currency)
+        })
         .draw()?;
-    // One bar per fabric and day, side by side within the day.
-    let n = r.groups.len().max(1) as f64;
-    for (k, g) in r.groups.iter().enumerate() {
+    for (k, g, pts) in &series {
         let colour = PALETTE[k % PALETTE.len()];
-        let by: std::collections::BTreeMap<i64, u64> =
-            g.drains_by_day.iter().map(|(s, n)| (day(s), *n)).collect();
-        let bars: Vec<Rectangle<(f64, u64)>> = by
-            .iter()
-            .filter(|(d, c)| (d0..=d1).contains(*d) && **c > 0)
-            .map(|(d, c)| {
-                let x0 = *d as f64 + 0.1 + 0.8 * k as f64 / n;
-                Rectangle::new([(x0, 0), (x0 + 0.8 / n, *c)], colour.filled())
-            })
-            .collect();
         chart
-            .draw_series(bars)?
-            .label(format!("{} (n={})", g.name, g.drains))
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
+            .draw_series(LineSeries::new(pts.clone(), colour.stroke_width(3)))?
+            .label(format!(
+                "{} (window: {})",
+                g.name,
+                g.cost
+                    .as_ref()
+                    .and_then(|c| c.per_accepted_run)
+                    .map_or("n/a".to_string(), |d| money(d, &r.currency))
+            ))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 14, y)], colour.stroke_width(3))
+            });
+        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 4, colour.filled())))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    if !series.is_empty() {
+        chart
+            .configure_series_labels()
+            .label_font(("sans-serif", 13))
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
     root.present()?;
     Ok(())
 }
@@ -945,6 +1116,7 @@ pub fn render_report(r: &Report, format: Format) -> String {
                 body.push_str(&t.to_html());
             }
             body.push_str(&figure("chart-cost", |s| cost_chart(r, s)));
+            body.push_str(&figure("chart-cost-time", |s| cost_time_chart(r, s)));
             body.push_str(&figure("chart-steps", |s| step_chart(r, s)));
             body.push_str(&figure("chart-drains", |s| drains_chart(r, s)));
             html_page("fabric-check report: cost per accepted run", &body)

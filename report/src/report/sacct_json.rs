@@ -275,7 +275,7 @@ pub fn parse_job_serde(bytes: &[u8]) -> Result<JobRecord, serde_json::Error> {
     serde_json::from_slice::<RawJob>(bytes).map(RawJob::into_record)
 }
 
-use super::pool::{Batch, Recycler, read_full, run};
+use super::pool::{Batch, OnBad, Parsed, Recycler, Streamed, read_full, run};
 
 /// Bytes read at a time: a chunk stays in the reading core's cache while it is framed.
 const READ_BYTES: usize = 1 << 20;
@@ -314,7 +314,7 @@ struct Framer {
 
 /// Streams `sacct --json` from `reader`, calling `each` on a worker thread for every job, with
 /// `threads` workers each owning an accumulator made by `init`. Returns the workers' accumulators
-/// (merge them). `source_name` names the input in errors; JSON errors carry a byte offset;
+/// (merge them; a JSON input has no skipped records: a job the decoder refuses stops the run). `source_name` names the input in errors; JSON errors carry a byte offset;
 /// [`ReportError::with_line_from`] turns it into a line.
 pub fn stream<R, A, I, F>(
     reader: R,
@@ -322,7 +322,7 @@ pub fn stream<R, A, I, F>(
     threads: usize,
     init: I,
     each: F,
-) -> Result<Vec<A>, ReportError>
+) -> Result<Streamed<A>, ReportError>
 where
     R: Read,
     A: Send,
@@ -340,7 +340,7 @@ fn stream_with<R, A, I, F>(
     decode: fn(&[u8]) -> Result<JobRecord, serde_json::Error>,
     init: I,
     each: F,
-) -> Result<Vec<A>, ReportError>
+) -> Result<Streamed<A>, ReportError>
 where
     R: Read,
     A: Send,
@@ -349,10 +349,11 @@ where
 {
     run(
         threads,
+        OnBad::Stop,
         init,
         each,
         |bytes: &[u8], index: u64| {
-            decode(bytes).map(Some).map_err(|e| {
+            decode(bytes).map(Parsed::Job).map_err(|e| {
                 format!(
                     "job #{} of the jobs array is not a Slurm job record: {e} (inside the job's \
                      JSON); is this `sacct --json` output?",
@@ -378,7 +379,8 @@ pub fn read_all<R: Read>(reader: R, source_name: &str) -> Result<Vec<JobRecord>,
         1,
         Vec::new,
         |v: &mut Vec<JobRecord>, j| v.push(j),
-    )?;
+    )?
+    .accs;
     Ok(v.pop().unwrap_or_default())
 }
 
@@ -814,15 +816,18 @@ mod tests {
                 (parse_job as fn(&[u8]) -> _, 3),
                 (parse_job_serde as fn(&[u8]) -> _, 1),
             ] {
-                let accs =
-                    stream_with(big.as_bytes(), file, threads, decode, Acc::default, each).unwrap();
+                let accs = stream_with(big.as_bytes(), file, threads, decode, Acc::default, each)
+                    .unwrap()
+                    .accs;
                 reports.push(finish(Acc::merge_all(accs), &opts, None));
             }
         }
         let text = std::fs::read_to_string(format!("{dir}history.txt")).unwrap();
         let (header, lines) = text.split_once('\n').unwrap();
         let big_text = format!("{header}\n{}", lines.repeat(times));
-        let accs = sacct_text::stream(big_text.as_bytes(), "t.txt", 3, Acc::default, each).unwrap();
+        let accs = sacct_text::stream(big_text.as_bytes(), "t.txt", 3, Acc::default, each)
+            .unwrap()
+            .accs;
         reports.push(finish(Acc::merge_all(accs), &opts, None));
         assert!(reports[0].groups.iter().map(|g| g.records).sum::<u64>() > 500);
         for r in &reports[1..] {

@@ -17,7 +17,9 @@
 
 use std::io::BufRead;
 
-use super::pool::{BATCH_BYTES, Batch, Recycler, read_full, run};
+use super::pool::{
+    BATCH_BYTES, Batch, InputNotes, OnBad, Parsed, Recycler, Streamed, read_full, run,
+};
 use super::{JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
 
 /// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
@@ -38,6 +40,8 @@ struct Columns {
     /// The field separator.
     delim: String,
     n: usize,
+    /// The header's names as written, for messages.
+    names: Vec<String>,
     job_id: usize,
     partition: Option<usize>,
     account: Option<usize>,
@@ -74,6 +78,30 @@ fn looks_like_header(line: &str, delim: &str) -> bool {
 }
 
 impl Columns {
+    /// The columns the report reads.
+    fn used(&self) -> impl Iterator<Item = usize> + '_ {
+        [
+            Some(self.job_id),
+            Some(self.state),
+            self.partition,
+            self.account,
+            self.user,
+            self.cluster,
+            self.qos,
+            self.submit,
+            self.eligible,
+            self.start,
+            self.end,
+            self.elapsed_raw,
+            self.elapsed,
+            self.nnodes,
+            self.alloc_tres,
+            self.admin_comment,
+        ]
+        .into_iter()
+        .flatten()
+    }
+
     fn from_header_with(line: &str, layout: &TextLayout) -> Result<Self, String> {
         let delim = match &layout.delimiter {
             Some(d) => d.clone(),
@@ -105,14 +133,12 @@ impl Columns {
     }
 
     fn from_names(line: &str, delim: &str, origin: &str, fix: &str) -> Result<Self, String> {
-        let mut names: Vec<String> = line
-            .split(delim)
-            .map(|s| s.trim().to_ascii_lowercase())
-            .collect();
+        let mut shown: Vec<String> = line.split(delim).map(|s| s.trim().to_string()).collect();
         // `--parsable` ends the header with the delimiter too.
-        if names.len() > 1 && names.last().is_some_and(String::is_empty) {
-            names.pop();
+        if shown.len() > 1 && shown.last().is_some_and(String::is_empty) {
+            shown.pop();
         }
+        let names: Vec<String> = shown.iter().map(|s| s.to_ascii_lowercase()).collect();
         let fix = fix.replace("FIELDS", FIELDS);
         let find = |n: &str| names.iter().position(|x| x == n);
         let need = |n: &str, what: &str| {
@@ -122,6 +148,7 @@ impl Columns {
         Ok(Self {
             delim: delim.to_string(),
             n: names.len(),
+            names: shown,
             job_id: need("JobID", "`JobID` (or `JobIDRaw`)")
                 .or_else(|e| find("jobidraw").ok_or(e))?,
             partition: find("partition"),
@@ -204,10 +231,10 @@ fn parse_elapsed(s: &str) -> Option<u64> {
 /// Fields a line is split into without allocating (more columns take a `Vec`).
 const MAX_FIELDS: usize = 48;
 
-fn parse_line(cols: &Columns, line: &str) -> Result<Option<JobRecord>, String> {
+fn parse_line(cols: &Columns, line: &str) -> Result<Parsed, String> {
     if line.starts_with('#') || line.trim().is_empty() {
         // Comments someone added to a saved output; sacct never starts a line with `#`.
-        return Ok(None);
+        return Ok(Parsed::Nothing);
     }
     // `--parsable` ends every line with the delimiter: one empty field too many.
     let delim = cols.delim.as_str();
@@ -215,16 +242,9 @@ fn parse_line(cols: &Columns, line: &str) -> Result<Option<JobRecord>, String> {
         Some(l) if line.matches(delim).count() == cols.n => l,
         _ => line,
     };
-    if delim != "|" {
-        let f: Vec<&str> = line.split(delim).collect();
-        if f.len() != cols.n {
-            return Err(field_count_error(f.len(), cols.n));
-        }
-        return parse_fields(cols, &f);
-    }
-    if cols.n > MAX_FIELDS {
+    if delim != "|" || cols.n > MAX_FIELDS {
         let f = split_fields_vec(cols, line)?;
-        return parse_fields(cols, &f);
+        return finish_line(cols, &f);
     }
     let mut f: [&str; MAX_FIELDS] = [""; MAX_FIELDS];
     let mut count = 0;
@@ -245,13 +265,70 @@ fn parse_line(cols: &Columns, line: &str) -> Result<Option<JobRecord>, String> {
         f[count] = &line[at..];
     }
     count += 1;
-    if count != cols.n {
+    if count > cols.n {
         match cols.admin_comment {
-            Some(c) if c == cols.n - 1 && count > cols.n => f[cols.n - 1] = &line[last_start..],
+            Some(c) if c == cols.n - 1 => f[cols.n - 1] = &line[last_start..],
             _ => return Err(field_count_error(count, cols.n)),
         }
+        count = cols.n;
     }
-    parse_fields(cols, &f[..cols.n])
+    finish_line(cols, &f[..count])
+}
+
+/// Reads the fields of a line; a line with fewer fields than the header is read with its
+/// missing trailing columns empty when that cannot change what it says (see [`short_line`]).
+fn finish_line(cols: &Columns, f: &[&str]) -> Result<Parsed, String> {
+    if f.len() == cols.n {
+        return Ok(match parse_fields(cols, f)? {
+            Some(job) => Parsed::Job(job),
+            None => Parsed::Nothing,
+        });
+    }
+    short_line(cols, f.len())?;
+    let mut padded: Vec<&str> = f.to_vec();
+    padded.resize(cols.n, "");
+    Ok(match parse_fields(cols, &padded)? {
+        Some(job) => Parsed::Padded(job),
+        None => Parsed::Nothing,
+    })
+}
+
+/// Whether a line of `count < cols.n` fields is unambiguous: its JobID and State are there
+/// and are not its last field, and neither is any other column the report reads (the last field
+/// of a cut line may itself be cut short). Then the columns after it were left off whole (an
+/// output made with a shorter `--format`, or a line cut just after a delimiter's field) and are
+/// read as empty. Otherwise the error says why the line cannot be read.
+fn short_line(cols: &Columns, count: usize) -> Result<(), String> {
+    let last = count.saturating_sub(1);
+    let name = |i: usize| cols.names.get(i).map_or("?", String::as_str);
+    if cols.job_id >= last || cols.state >= last {
+        return Err(short_error(
+            count,
+            cols.n,
+            &format!(
+                "its {} is missing or may be cut",
+                if cols.job_id >= last {
+                    "JobID"
+                } else {
+                    "State"
+                }
+            ),
+        ));
+    }
+    if cols.used().any(|i| i == last) {
+        return Err(short_error(
+            count,
+            cols.n,
+            &format!("its last field, {}, may be cut", name(last)),
+        ));
+    }
+    Ok(())
+}
+
+fn short_error(got: usize, want: usize, why: &str) -> String {
+    format!(
+        "{got} fields where the header has {want} and {why}; was the output cut or mixed with other text?"
+    )
 }
 
 fn field_count_error(got: usize, want: usize) -> String {
@@ -260,22 +337,18 @@ fn field_count_error(got: usize, want: usize) -> String {
     )
 }
 
-/// The fields of a line with more columns than [`MAX_FIELDS`].
+/// The fields of a line split into a `Vec` (other delimiters, or more columns than
+/// [`MAX_FIELDS`]), extra ones joined back into a last `AdminComment`.
 fn split_fields_vec<'a>(cols: &Columns, line: &'a str) -> Result<Vec<&'a str>, String> {
-    let mut f: Vec<&str> = Vec::with_capacity(cols.n + 1);
-    let mut at = 0;
-    for i in memchr::memchr_iter(b'|', line.as_bytes()) {
-        f.push(&line[at..i]);
-        at = i + 1;
-    }
-    f.push(&line[at..]);
-    if f.len() != cols.n {
+    let delim = cols.delim.as_str();
+    let mut f: Vec<&str> = line.split(delim).collect();
+    if f.len() > cols.n {
         match cols.admin_comment {
-            Some(c) if c == cols.n - 1 && f.len() > cols.n => {
+            Some(c) if c == cols.n - 1 => {
                 let joined_start = line
-                    .match_indices('|')
+                    .match_indices(delim)
                     .nth(cols.n - 2)
-                    .map_or(0, |(i, _)| i + 1);
+                    .map_or(0, |(i, _)| i + delim.len());
                 f.truncate(cols.n - 1);
                 f.push(&line[joined_start..]);
             }
@@ -290,17 +363,20 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
     if job_id.as_bytes().contains(&b'.') {
         return Ok(None);
     }
+    if job_id.is_empty() {
+        return Err("the JobID field is empty".into());
+    }
     let get = |c: Option<usize>| c.map_or("", |i| f[i]);
     let time =
         |c: Option<usize>, name: &str| parse_time(get(c)).map_err(|e| format!("{name}: {e}"));
     let elapsed_s = match (cols.elapsed_raw, cols.elapsed) {
-        (Some(i), _) => f[i]
+        (Some(i), _) if !f[i].is_empty() => f[i]
             .parse::<u64>()
             .map_err(|_| format!("ElapsedRaw `{}` is not a number of seconds", f[i]))?,
-        (None, Some(i)) => {
+        (_, Some(i)) if !f[i].is_empty() => {
             parse_elapsed(f[i]).ok_or_else(|| format!("Elapsed `{}` is not [D-]HH:MM:SS", f[i]))?
         }
-        (None, None) => 0,
+        _ => 0,
     };
     let nnodes = match cols.nnodes {
         Some(i) if !f[i].is_empty() => f[i]
@@ -333,14 +409,16 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
     }))
 }
 
-/// Streams `sacct -P` text like [`super::sacct_json::stream`]; errors name the 1-based line.
+/// Streams `sacct -P` text like [`super::sacct_json::stream`]. A line that cannot be read is
+/// left out and counted in [`Streamed::notes`] (with its 1-based line and why), so one cut line
+/// does not hide the rest; the run stops only when the header is wrong or no line at all reads.
 pub fn stream<R, A, I, F>(
     reader: R,
     source_name: &str,
     threads: usize,
     init: I,
     each: F,
-) -> Result<Vec<A>, ReportError>
+) -> Result<Streamed<A>, ReportError>
 where
     R: BufRead,
     A: Send,
@@ -365,7 +443,7 @@ pub fn stream_with<R, A, I, F>(
     threads: usize,
     init: I,
     each: F,
-) -> Result<Vec<A>, ReportError>
+) -> Result<Streamed<A>, ReportError>
 where
     R: BufRead,
     A: Send,
@@ -410,6 +488,7 @@ where
     let first_data_line = line_no + 1;
     run(
         threads,
+        OnBad::Skip,
         init,
         each,
         |bytes: &[u8], _index: u64| {
@@ -475,7 +554,8 @@ where
     )
 }
 
-/// Reads everything into [`JobRecord`]s (tests and small inputs).
+/// Reads everything into [`JobRecord`]s (tests and small inputs); a line that cannot be read is
+/// an error here (see [`read_all_noting`] for the lenient form the report uses).
 pub fn read_all<R: BufRead>(reader: R, source_name: &str) -> Result<Vec<JobRecord>, ReportError> {
     read_all_with(reader, source_name, &TextLayout::default())
 }
@@ -486,7 +566,24 @@ pub fn read_all_with<R: BufRead>(
     source_name: &str,
     layout: &TextLayout,
 ) -> Result<Vec<JobRecord>, ReportError> {
-    let mut v = stream_with(
+    let (jobs, notes) = read_all_noting(reader, source_name, layout)?;
+    match notes.skipped_first.into_iter().next() {
+        Some((line, message)) => Err(ReportError::Text {
+            source_name: source_name.to_string(),
+            line,
+            message,
+        }),
+        None => Ok(jobs),
+    }
+}
+
+/// Every job that reads, in input order, and what was skipped or padded on the way.
+pub fn read_all_noting<R: BufRead>(
+    reader: R,
+    source_name: &str,
+    layout: &TextLayout,
+) -> Result<(Vec<JobRecord>, InputNotes), ReportError> {
+    let mut s = stream_with(
         reader,
         source_name,
         layout,
@@ -494,13 +591,13 @@ pub fn read_all_with<R: BufRead>(
         Vec::new,
         |v: &mut Vec<JobRecord>, j| v.push(j),
     )?;
-    Ok(v.pop().unwrap_or_default())
+    Ok((s.accs.pop().unwrap_or_default(), s.notes))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::TagState;
+    use crate::report::{JobState, TagState};
 
     const HEADER: &str = "JobID|Partition|Account|User|Cluster|QOS|State|Submit|Eligible|Start|End|ElapsedRaw|NNodes|AllocTRES|AdminComment\n";
 
@@ -531,7 +628,7 @@ mod tests {
             .to_string();
         assert_eq!(
             err,
-            "t.txt:2: 2 fields where the header has 55; was the output cut or mixed with other text?"
+            "t.txt:2: 2 fields where the header has 55 and its JobID is missing or may be cut; was the output cut or mixed with other text?"
         );
     }
 
@@ -541,7 +638,99 @@ mod tests {
         let err = read_all(text.as_bytes(), "t.txt").unwrap_err().to_string();
         assert_eq!(
             err,
-            "t.txt:2: 3 fields where the header has 15; was the output cut or mixed with other text?"
+            "t.txt:2: 3 fields where the header has 15 and its State is missing or may be cut; was the output cut or mixed with other text?"
+        );
+    }
+
+    #[test]
+    fn a_cut_line_is_skipped_and_counted_while_the_lines_around_it_are_read() {
+        // Line 4 stops inside State, line 5 inside End (both read by the report): skipped.
+        // Line 6 stops after ExitCode, which the report does not read: only NNodes is gone,
+        // whole, and reads as empty.
+        let header = "JobID|State|Start|End|ExitCode|NNodes\n";
+        let text = format!(
+            "{header}1|COMPLETED|100|200|0:0|2\n2|FAILED|100|200|0:0|\n3|FAIL\n4|COMPLETED|100|20\n5|TIMEOUT|100|900|0:0\n6|COMPLETED|100|300|0:0|1\n"
+        );
+        let (jobs, notes) =
+            read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+        let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        assert_eq!(ids, ["1", "2", "5", "6"]);
+        assert_eq!((jobs[2].state, jobs[2].nnodes), (JobState::Timeout, 0));
+        assert_eq!(notes.skipped, 2);
+        let lines: Vec<u64> = notes.skipped_first.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, [4, 5]);
+        assert!(
+            notes.skipped_first[0]
+                .1
+                .contains("its State is missing or may be cut")
+        );
+        assert!(
+            notes.skipped_first[1]
+                .1
+                .contains("its last field, End, may be cut")
+        );
+        assert_eq!((notes.padded, notes.padded_first.clone()), (1, vec![6]));
+        let w = notes.warnings();
+        assert_eq!(w.len(), 2);
+        assert!(
+            w[0].starts_with("2 lines skipped: line 4: 2 fields"),
+            "{w:?}"
+        );
+        // The strict reader refuses the same input at the first cut line.
+        let err = read_all(text.as_bytes(), "t.txt").unwrap_err().to_string();
+        assert!(
+            err.starts_with("t.txt:4: 2 fields where the header has 6"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_line_missing_only_trailing_columns_after_an_unread_one_is_read_with_them_empty() {
+        // Partition added last to the --format halfway through a saved history.
+        let header = "JobID|State|ElapsedRaw|TotalCPU|Partition\n";
+        let text = format!("{header}1|COMPLETED|60|00:10|ib\n2|FAILED|30|00:05\n");
+        let (jobs, notes) =
+            read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!((jobs[1].state, jobs[1].elapsed_s), (JobState::Failed, 30));
+        assert_eq!(jobs[1].partition, "");
+        assert_eq!(
+            (notes.skipped, notes.padded, notes.padded_first.clone()),
+            (0, 1, vec![3])
+        );
+        assert_eq!(
+            notes.warnings(),
+            [
+                "1 line shorter than the header, read with the missing trailing columns empty: line 3"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_input_where_no_line_reads_is_an_error_not_an_empty_report() {
+        let text = "JobID|State|End\n1|COMP\n2|FAIL\n";
+        let err = stream(text.as_bytes(), "t.txt", 1, || (), |_: &mut (), _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.txt:2: 2 fields"), "{err}");
+    }
+
+    #[test]
+    fn more_skipped_lines_than_are_named_are_counted() {
+        let header = "JobID|State|End\n";
+        let mut text = format!("{header}1|COMPLETED|5\n");
+        for i in 0..8 {
+            text.push_str(&format!("{i}|X\n"));
+        }
+        let (_, notes) = read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+        assert_eq!(
+            (notes.skipped, notes.skipped_first.len()),
+            (8, crate::report::NAMED)
+        );
+        assert!(
+            notes.warnings()[0].ends_with("; and 3 more"),
+            "{:?}",
+            notes.warnings()
         );
     }
 

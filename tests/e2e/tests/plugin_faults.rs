@@ -167,3 +167,28 @@ fn a_misspelt_plugin_argument_is_named_in_the_slurmd_log() {
         );
     });
 }
+
+#[test]
+fn a_panic_in_the_job_epilog_is_logged_and_drains_no_node() {
+    let tb = Testbed::get();
+    let so = test_hooks_so(&tb);
+    with_plugstack(&tb, Some(so), "test_panic=job_epilog", || {
+        let before = tb.slurmd_log("n3").len();
+        let job = tb.sbatch_wait(&["-N1", "-w", "n3", "--fabric-check", "--wrap", "true"]);
+        let logged = wait_for(std::time::Duration::from_secs(60), || {
+            tb.slurmd_log("n3")
+                .split_off(before)
+                .contains("internal error in slurm_spank_job_epilog")
+                .then_some(())
+        });
+        assert!(logged.is_some(), "no panic message in the n3 slurmd log");
+        // Give slurmctld the epilog-complete message it would drain on.
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        let (state, reason) = tb.node_state("n3");
+        assert!(
+            !state.contains("drain") && !reason.contains("Epilog error"),
+            "job {job}: n3 is {state} ({reason})"
+        );
+        daemons_alive(&tb);
+    });
+}

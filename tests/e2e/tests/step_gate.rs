@@ -57,10 +57,11 @@ fn a_gated_step_checks_its_nodes_then_runs_every_task_and_the_epilog_tags_the_re
         "the first node's gate reports the step's collective: {output}"
     );
     let tag = wait_tag(&tb, job, Duration::from_secs(60), |t| {
-        t["collective"].is_object()
+        t["job_reported"]["steps"].is_object()
     })
-    .expect("the epilog puts the step's collective into the tag");
-    let c = &tag["collective"];
+    .expect("the epilog puts the step's collective into the tag, as reported by the job");
+    assert_eq!(tag["job_reported"]["reported_by"], "job", "{tag}");
+    let c = &tag["job_reported"]["steps"];
     assert_eq!(c["verdict"], "pass", "{tag}");
     assert_eq!(c["wrong"], 0, "{tag}");
     assert!(c["busbw_gb_s"].as_f64().unwrap_or(0.0) > 0.0, "{tag}");
@@ -125,10 +126,10 @@ fn a_full_step_on_part_of_the_job_is_gated_by_the_plugin_from_slurm_23_11_only()
     );
     if prepends {
         let tag = wait_tag(&tb, job, Duration::from_secs(60), |t| {
-            t["collective"].is_object()
+            t["job_reported"]["steps"].is_object()
         })
-        .expect("the epilog puts the step's collective into the tag");
-        assert_eq!(tag["collective"]["verdict"], "pass", "{tag}");
+        .expect("the epilog puts the step's collective into the tag, as reported by the job");
+        assert_eq!(tag["job_reported"]["steps"]["verdict"], "pass", "{tag}");
     }
     let _ = std::fs::remove_dir_all(&work);
 }

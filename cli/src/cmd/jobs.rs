@@ -1,0 +1,229 @@
+//! `fabric-check jobs`: the admin's question answered directly — which jobs ran on a degraded
+//! fabric, on which nodes, with which checks failing, what was drained and how the run went.
+//!
+//! Runs `/usr/bin/sacct -X -P -o <fabric_report::jobs::FIELDS>` (absolute path, separate
+//! arguments, no shell; times as Unix seconds) with the window and filters given, or reads a
+//! saved output of that command (`--sacct-file`, `-` for stdin). sacct is asked for the job or
+//! the array/het leader (`-j 123`) and the exact id (`123_4`, `123+1`) is kept afterwards, so a
+//! sibling never stands in for the job asked about.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, bail};
+use fabric_report::jobs::{self, JobFilter, JobId};
+use fabric_report::report::sacct_text;
+
+/// Output forms of `jobs`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Format {
+    /// An aligned table with a summary line.
+    Table,
+    /// A JSON array, one object per job, the tag decoded.
+    Json,
+    /// CSV with a header row, the table's columns.
+    Csv,
+}
+
+/// Arguments of `fabric-check jobs`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Jobs running at some time after this (Unix seconds, YYYY-MM-DD or `YYYY-MM-DDTHH:MM[:SS]`,
+    /// UTC); sacct's -S. Without --since, --until or --job, sacct's default (today).
+    #[arg(long)]
+    since: Option<String>,
+    /// Jobs that started before this (same forms); sacct's -E.
+    #[arg(long)]
+    until: Option<String>,
+    /// These jobs (comma-separated): `123` with all its array tasks or het components, `123_4`
+    /// one task, `123+1` one component.
+    #[arg(long, value_delimiter = ',')]
+    job: Vec<String>,
+    /// Jobs that ran on this node; sacct's -N.
+    #[arg(long)]
+    node: Option<String>,
+    /// Only these partitions (comma-separated); sacct's -r.
+    #[arg(long, value_delimiter = ',')]
+    partition: Vec<String>,
+    /// Only these users (comma-separated); sacct's -u (otherwise -a, all users).
+    #[arg(long, value_delimiter = ',')]
+    user: Vec<String>,
+    /// Only jobs with these fabric verdicts (comma-separated): pass, warn, fail, error, or none
+    /// (no readable tag).
+    #[arg(long, value_delimiter = ',', value_parser = ["pass", "warn", "fail", "error", "none"])]
+    verdict: Vec<String>,
+    /// Output form.
+    #[arg(long, short, value_enum, default_value = "table")]
+    format: Format,
+    /// Read this saved `sacct -X -P -o <FIELDS>` output (`-` for stdin) instead of running sacct.
+    #[arg(long, value_name = "FILE")]
+    sacct_file: Option<PathBuf>,
+    /// The sacct binary to run (absolute path).
+    #[arg(long, default_value = "/usr/bin/sacct", hide = true)]
+    sacct: PathBuf,
+}
+
+/// Unix seconds from the forms `--since`/`--until` take.
+fn parse_when(s: &str, flag: &str) -> anyhow::Result<i64> {
+    let full = match s.len() {
+        10 if s.as_bytes().get(4) == Some(&b'-') => format!("{s}T00:00:00"),
+        16 => format!("{s}:00"),
+        _ => s.to_string(),
+    };
+    sacct_text::parse_time(&full)
+        .map_err(|e| anyhow::anyhow!("{flag}: {e}; write YYYY-MM-DD[THH:MM[:SS]] or Unix seconds"))
+}
+
+/// The sacct arguments for `args`.
+fn sacct_args(args: &Args, filter: &JobFilter) -> anyhow::Result<Vec<String>> {
+    let mut a: Vec<String> = ["-X", "-P", "-o", jobs::FIELDS]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if let Some(s) = filter.since_s {
+        a.extend(["-S".into(), sacct_text::utc_text(s)]);
+    }
+    if let Some(u) = filter.until_s {
+        a.extend(["-E".into(), sacct_text::utc_text(u)]);
+    }
+    if !args.job.is_empty() {
+        let mut bases = Vec::new();
+        for j in &args.job {
+            let base = JobId::parse(j)
+                .base()
+                .with_context(|| format!("--job `{j}` is not a job id (123, 123_4 or 123+1)"))?;
+            if !bases.contains(&base) {
+                bases.push(base);
+            }
+        }
+        let list: Vec<String> = bases.iter().map(u64::to_string).collect();
+        // With -j and no -S, sacct searches from the epoch, not from today.
+        a.extend(["-j".into(), list.join(",")]);
+    }
+    if let Some(n) = &args.node {
+        a.extend(["-N".into(), n.clone()]);
+    }
+    if !args.partition.is_empty() {
+        a.extend(["-r".into(), args.partition.join(",")]);
+    }
+    if args.user.is_empty() {
+        a.push("-a".into());
+    } else {
+        a.extend(["-u".into(), args.user.join(",")]);
+    }
+    Ok(a)
+}
+
+/// Runs the subcommand and returns the exit code.
+pub fn run(args: Args) -> anyhow::Result<i32> {
+    let since_s = args
+        .since
+        .as_deref()
+        .map(|s| parse_when(s, "--since"))
+        .transpose()?;
+    let until_s = args
+        .until
+        .as_deref()
+        .map(|s| parse_when(s, "--until"))
+        .transpose()?;
+    if let (Some(a), Some(b)) = (since_s, until_s)
+        && b <= a
+    {
+        bail!("--until must be after --since");
+    }
+    let filter = JobFilter {
+        since_s,
+        until_s,
+        job_ids: args.job.clone(),
+        node: args.node.clone(),
+        partitions: args.partition.clone(),
+        users: args.user.clone(),
+        verdicts: args.verdict.clone(),
+    };
+    let (text, name) = match &args.sacct_file {
+        Some(p) if p.as_os_str() == "-" => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("cannot read stdin")?;
+            (s, "stdin".to_string())
+        }
+        Some(p) => (
+            std::fs::read_to_string(p).with_context(|| {
+                format!("cannot read {}; check the --sacct-file path", p.display())
+            })?,
+            p.display().to_string(),
+        ),
+        None => (run_sacct(&args, &filter)?, "sacct".to_string()),
+    };
+    let list = jobs::read(&text, &name, &filter)?;
+    for (line, why) in list.skipped.iter().take(fabric_report::report::NAMED) {
+        tracing::warn!("{name}:{line}: skipped: {why}");
+    }
+    if list.skipped.len() > fabric_report::report::NAMED {
+        tracing::warn!(
+            "{name}: {} more lines skipped",
+            list.skipped.len() - fabric_report::report::NAMED
+        );
+    }
+    let out = match args.format {
+        Format::Table => jobs::to_table(&list),
+        Format::Json => jobs::to_json(&list),
+        Format::Csv => jobs::to_csv(&list),
+    };
+    if !matches!(args.format, Format::Table) {
+        tracing::info!("{}", jobs::summary(&list));
+    }
+    std::io::stdout().lock().write_all(out.as_bytes())?;
+    Ok(0)
+}
+
+fn run_sacct(args: &Args, filter: &JobFilter) -> anyhow::Result<String> {
+    let out = Command::new(&args.sacct)
+        .args(sacct_args(args, filter)?)
+        .env("SLURM_TIME_FORMAT", "%s")
+        .env("TZ", "UTC")
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| {
+            format!(
+                "cannot run {}; is Slurm's client installed? (or pass --sacct-file)",
+                args.sacct.display()
+            )
+        })?;
+    if !out.status.success() {
+        bail!(
+            "sacct failed ({}): {}; check that slurmdbd is reachable and accounting is on",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    String::from_utf8(out.stdout).context("sacct printed text that is not UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    #[test]
+    fn sacct_is_asked_for_the_leader_of_an_array_task_or_het_component_once() {
+        let t = T::parse_from(["t", "--job", "123_4,123+1,77", "--user", "ann"]);
+        let f = JobFilter::default();
+        let a = sacct_args(&t.a, &f).unwrap();
+        let j = a.iter().position(|x| x == "-j").unwrap();
+        assert_eq!(a[j + 1], "123,77");
+        assert!(a.windows(2).any(|w| w == ["-u", "ann"]));
+        assert!(!a.contains(&"-a".to_string()));
+        assert_eq!(&a[..4], ["-X", "-P", "-o", jobs::FIELDS]);
+        let t = T::parse_from(["t", "--job", "abc"]);
+        assert!(sacct_args(&t.a, &f).is_err());
+    }
+}

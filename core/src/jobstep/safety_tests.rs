@@ -1,0 +1,424 @@
+//! Issue 12 on the fakes: what a job user can write never drains a node, and the mass-drain
+//! guard holds whatever the timing.
+
+use crate::invocation::{JobStepExit, Script};
+use crate::jobstep::{epilog, payload::EpilogPayload};
+use crate::stepgate::StepResult;
+use crate::tag::{self, CollectiveSummary, JobTag, Reporter, SlowClaim, Verdict};
+use crate::testing::{Call, FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
+
+const FOUR: &[&str] = &["n1", "n2", "n3", "n4"];
+
+fn tag_of(slurm: &FakeSlurm) -> JobTag {
+    tag::extract(&slurm.current_comment())
+        .expect("a fabric-check tag in AdminComment")
+        .expect("a readable tag")
+}
+
+fn drain_calls(slurm: &FakeSlurm) -> usize {
+    slurm
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Drain { .. }))
+        .count()
+}
+
+mod forged_drains {
+    use super::*;
+    use std::io::Write;
+
+    /// What a job user can leave in `<spool>/7/`: a step gate result naming the node slow with
+    /// the user's own text, and `fabric-run` records.
+    fn forge_spool(dir: &std::path::Path, node: &str) {
+        let spool = dir.join("spool/7");
+        std::fs::create_dir_all(&spool).unwrap();
+        let forged = StepResult {
+            step: 3,
+            node: node.into(),
+            collective: CollectiveSummary {
+                verdict: Some(Verdict::Fail),
+                outliers: vec![node.into()],
+                ..CollectiveSummary::default()
+            },
+            slow_here: true,
+            message: Some("ignore previous reason | drained by the user".into()),
+        };
+        std::fs::write(spool.join(format!("{node}.steps.jsonl")), forged.to_line()).unwrap();
+        let mut f = std::fs::File::create(spool.join(format!("{node}.jsonl"))).unwrap();
+        let meta = format!(
+            r#""v":1,"run":"a","node":"{node}","rank":0,"job_id":"7","step_id":"0","restart_count":0"#
+        );
+        for (ts, body) in [
+            (10.0, r#""type":"step_start","pid":1,"cmd":["train"]"#),
+            (11.0, r#""type":"step","duration_s":1.0"#),
+            (
+                13.0,
+                r#""type":"step_end","duration_s":3.0,"exit_code":0,"signal":null,"outcome":"completed","attempts":1,"on_time":true"#,
+            ),
+        ] {
+            writeln!(f, "{{\"ts\":{ts},{meta},{body}}}").unwrap();
+        }
+    }
+
+    #[test]
+    fn a_forged_slow_step_result_under_enforce_drains_nothing_and_is_tagged_as_reported_by_the_job()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        forge_spool(dir.path(), "n1");
+        let s = setup(
+            dir.path(),
+            Script::Epilog,
+            "n[1-2]",
+            "n1",
+            &["policy=enforce", "max_drain=1"],
+        );
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+        // The other node's epilog relays its own user's forged claim to the leader.
+        let peer = EpilogPayload {
+            slow: vec![SlowClaim {
+                node: "n2".into(),
+                step: 3,
+                message: Some("forged too".into()),
+            }],
+            ..EpilogPayload::default()
+        };
+        let meet = FakeMeet {
+            peers: [("n2".to_owned(), serde_json::to_value(peer).unwrap())].into(),
+            ..FakeMeet::default()
+        };
+        let lines = Lines::default();
+        let exit = epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert_eq!(drain_calls(&slurm), 0, "{}", lines.text());
+        assert!(!slurm.node("n1").unwrap().is_drained());
+        assert!(
+            lines.has("named n1 slow (reported by the job, not a reason to drain)"),
+            "{}",
+            lines.text()
+        );
+        let t = tag_of(&slurm);
+        assert_eq!(
+            t.collective, None,
+            "root's collective field is not the job's to fill"
+        );
+        assert_eq!(t.job_reported.reported_by, Reporter::Job);
+        let claimed: Vec<&str> = t
+            .job_reported
+            .slow
+            .iter()
+            .map(|c| c.node.as_str())
+            .collect();
+        assert_eq!(claimed, vec!["n1", "n2"], "{t:?}");
+        assert_eq!(
+            t.job_reported.steps.as_ref().and_then(|c| c.verdict),
+            Some(Verdict::Fail)
+        );
+        let run = t.run.expect("the records' summary");
+        assert_eq!(run.reported_by, Reporter::Job);
+        let json = tag::splice("", &tag_of(&slurm));
+        assert!(
+            json.contains(r#""job_reported":{"reported_by":"job""#),
+            "the tag says who reported it: {json}"
+        );
+    }
+
+    #[test]
+    fn forged_claims_on_every_node_leave_the_guard_free_for_a_real_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        for n in ["n2", "n3"] {
+            forge_spool(dir.path(), n);
+            let s = setup(
+                dir.path(),
+                Script::Epilog,
+                "n[2-3]",
+                n,
+                &["policy=enforce", "max_drain=1"],
+            );
+            let runner = FakeRunner::answering(vec![Ok(report(n, Verdict::Pass))]);
+            let meet = FakeMeet::default();
+            let lines = Lines::default();
+            epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        }
+        assert_eq!(drain_calls(&slurm), 0);
+        // A fault root's own probe finds still gets the one drain the guard allows.
+        let s = setup(
+            dir.path(),
+            Script::Epilog,
+            "n1",
+            "n1",
+            &["policy=enforce", "max_drain=1"],
+        );
+        std::fs::write(
+            s.state_dir.join("job-7.json"),
+            serde_json::to_vec(&report("n1", Verdict::Pass)).unwrap(),
+        )
+        .unwrap();
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert!(slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
+    }
+}
+
+mod health_after_a_job_drain {
+    use super::*;
+    use crate::jobstep::health::{self, HealthSetup};
+    use crate::plugin_args::PluginArgs;
+
+    #[test]
+    fn an_epilog_drain_starts_the_clean_probe_streak_over_so_health_does_not_resume_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = format!("state_dir={}/state/%n", dir.path().display());
+        let (plugin, _) = PluginArgs::parse([state.as_str()]);
+        let hs = HealthSetup::new("n1".into(), plugin, 3).unwrap();
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let lines = Lines::default();
+        let clean = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+        // Three clean health runs while the node is in service: a streak of 3.
+        for _ in 0..3 {
+            health::run(&hs, &slurm, &clean, &lines).unwrap();
+        }
+        // The epilog's own probe finds a fault and drains the node.
+        let s = setup(dir.path(), Script::Epilog, "n1", "n1", &["policy=enforce"]);
+        std::fs::write(
+            s.state_dir.join("job-7.json"),
+            serde_json::to_vec(&report("n1", Verdict::Pass)).unwrap(),
+        )
+        .unwrap();
+        let failing = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+        let meet = FakeMeet::default();
+        epilog::run(&step(&s, seams(&slurm, &failing, &meet, &lines)));
+        assert!(slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
+        // The next health run counts from zero and leaves the drain in place.
+        health::run(&hs, &slurm, &clean, &lines).unwrap();
+        assert!(
+            slurm.node("n1").unwrap().is_drained(),
+            "resumed right after the epilog's drain: {}",
+            lines.text()
+        );
+        assert!(
+            lines.has("n1: clean probe 1 of 3 before resuming"),
+            "{}",
+            lines.text()
+        );
+    }
+}
+
+mod mass_drain_storm {
+    use super::*;
+    use crate::drain::is_ours;
+    use crate::jobstep::health::{self, HealthSetup};
+    use crate::jobstep::prolog;
+    use crate::plugin_args::PluginArgs;
+    use crate::testing::{Fault, FaultPlan, SharedCluster};
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    /// Slurm calls that take up to 25 ms, and each fails (or, for a drain, lands but its client
+    /// times out) about one time in seven.
+    fn stormy(seed: u64) -> FaultPlan {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        Box::new(move |method| {
+            let delay = Duration::from_millis(rng.u64(0..25));
+            let fault = match (method, rng.u8(0..100)) {
+                (_, 0..15) => Fault::Fail,
+                ("drain", 15..30) => Fault::AppliedThenTimeout,
+                _ => Fault::None,
+            };
+            (delay, fault)
+        })
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Run {
+        Prolog,
+        Epilog,
+        Health,
+    }
+
+    /// One node's run of `what` on a common fault (every probe fails), through `cluster`.
+    fn fail_on(cluster: &SharedCluster, dir: &std::path::Path, node: &str, what: Run, seed: u64) {
+        let words = ["policy=enforce", "max_drain=1", "timeout=3"];
+        let runner = FakeRunner::answering(vec![Ok(report(node, Verdict::Fail))]);
+        let lines = Lines::default();
+        let meet = FakeMeet::default();
+        match what {
+            Run::Prolog | Run::Epilog => {
+                let script = if matches!(what, Run::Prolog) {
+                    Script::Prolog
+                } else {
+                    Script::Epilog
+                };
+                let s = setup(dir, script, node, node, &words);
+                if matches!(what, Run::Epilog) {
+                    std::fs::write(
+                        s.state_dir.join("job-7.json"),
+                        serde_json::to_vec(&report(node, Verdict::Pass)).unwrap(),
+                    )
+                    .unwrap();
+                }
+                let slurm = cluster.view(stormy(seed), s.deadline);
+                let st = step(
+                    &s,
+                    crate::jobstep::Seams {
+                        slurm: &slurm,
+                        runner: &runner,
+                        meet: &meet,
+                        relay: &lines,
+                    },
+                );
+                if matches!(what, Run::Prolog) {
+                    prolog::run(&st);
+                } else {
+                    epilog::run(&st);
+                }
+            }
+            Run::Health => {
+                let state = format!("state_dir={}/state/%n", dir.display());
+                let (plugin, _) = PluginArgs::parse(words.iter().copied().chain([state.as_str()]));
+                let hs = HealthSetup::new(node.into(), plugin, 3).unwrap();
+                let slurm = cluster.view(stormy(seed), hs.deadline);
+                let _ = health::run(&hs, &slurm, &runner, &lines);
+            }
+        }
+    }
+
+    fn drained_by_fabric_check(cluster: &SharedCluster) -> Vec<String> {
+        cluster
+            .nodes()
+            .into_iter()
+            .filter(|n| n.is_drained() && is_ours(&n.reason))
+            .map(|n| n.name)
+            .collect()
+    }
+
+    /// Four nodes fail at once (a common fault) in prologs, an epilog and health runs, with
+    /// `max_drain=1` and slow, failing and timing-out Slurm calls; 20 seeded repetitions with
+    /// varied start times and faults.
+    #[test]
+    fn a_storm_of_four_failures_through_prolog_epilog_and_health_drains_at_most_one_node() {
+        let mut drained_somewhere = 0;
+        for rep in 0..20u64 {
+            let dir = tempfile::tempdir().unwrap();
+            let cluster = SharedCluster::new(FOUR, Duration::from_millis(20));
+            let mut rng = fastrand::Rng::with_seed(rep);
+            let kinds = [Run::Prolog, Run::Epilog, Run::Health, Run::Health];
+            let start = Arc::new(Barrier::new(FOUR.len()));
+            let threads: Vec<_> = FOUR
+                .iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    let (cluster, start) = (cluster.clone(), start.clone());
+                    let dir = dir.path().to_owned();
+                    let node = (*node).to_owned();
+                    let what = kinds[(i + rep as usize) % kinds.len()];
+                    let jitter = Duration::from_millis(rng.u64(0..30));
+                    let seed = rep * 100 + i as u64;
+                    std::thread::spawn(move || {
+                        start.wait();
+                        std::thread::sleep(jitter);
+                        fail_on(&cluster, &dir, &node, what, seed);
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().expect("a job step thread panicked");
+            }
+            let drained = drained_by_fabric_check(&cluster);
+            assert!(
+                drained.len() <= 1,
+                "repetition {rep}: fabric-check drained {drained:?} with max_drain=1"
+            );
+            drained_somewhere += drained.len();
+        }
+        assert!(
+            drained_somewhere > 0,
+            "the guard must still let one node drain in some storm"
+        );
+    }
+}
+
+mod decision_line {
+    use super::*;
+    use crate::jobstep::prolog;
+    use crate::testing::NodesAnswer;
+
+    fn prolog_on_n1(slurm: &FakeSlurm) -> (JobStepExit, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Prolog, "n1", "n1", &["max_drain=2"]);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        let exit = prolog::run(&step(&s, seams(slurm, &runner, &meet, &lines)));
+        (exit, lines.text().lines().map(str::to_owned).collect())
+    }
+
+    #[test]
+    fn the_prolog_says_drained_as_soon_as_the_drain_is_applied_before_the_settle_step() {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let (exit, lines) = prolog_on_n1(&slurm);
+        assert_eq!(exit, JobStepExit::Drained);
+        let drained = lines
+            .iter()
+            .position(|l| l.starts_with("drained n1"))
+            .unwrap();
+        assert_eq!(
+            lines[drained + 1],
+            JobStepExit::Drained.line(),
+            "the decision line follows the drain at once: {lines:?}"
+        );
+        assert_eq!(lines.last(), Some(&JobStepExit::Drained.line()));
+    }
+
+    #[test]
+    fn a_drain_the_settle_step_undoes_is_followed_at_once_by_a_proceed_line() {
+        let slurm = FakeSlurm::with_nodes(FOUR).answer_nodes_call(
+            1,
+            NodesAnswer::Fail("Unable to contact slurm controller".into()),
+        );
+        let (exit, lines) = prolog_on_n1(&slurm);
+        assert_eq!(exit, JobStepExit::Proceed, "{lines:?}");
+        let said = lines
+            .iter()
+            .position(|l| *l == JobStepExit::Drained.line())
+            .expect("the decision line after the drain");
+        assert!(
+            lines[said..]
+                .iter()
+                .take_while(|l| !l.starts_with("timing:"))
+                .any(|l| *l == JobStepExit::Proceed.line()),
+            "the undo is said at once, before the later phases: {lines:?}"
+        );
+        assert_eq!(
+            JobStepExit::from_output(&lines.join("\n")),
+            Some(JobStepExit::Proceed)
+        );
+    }
+}
+
+mod settle_time {
+    use super::*;
+    use crate::jobstep::prolog;
+
+    #[test]
+    fn a_prolog_without_the_time_to_settle_a_drain_does_not_start_one() {
+        let dir = tempfile::tempdir().unwrap();
+        // timeout=2: a deadline 1.8 s out, less than the 1.5 s settle wait and its 0.5 s reserve.
+        let s = setup(dir.path(), Script::Prolog, "n1", "n1", &["timeout=2"]);
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        let exit = prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert_eq!(exit, JobStepExit::Proceed);
+        assert_eq!(drain_calls(&slurm), 0);
+        assert!(
+            lines.has("too little to settle a drain before the deadline"),
+            "{}",
+            lines.text()
+        );
+    }
+}

@@ -1,0 +1,613 @@
+//! `fabric-check jobs`: which jobs ran on a degraded fabric, on which nodes — one row per job
+//! from `sacct -X -P` with its tag decoded.
+//!
+//! The input is `sacct -X -P -o` [`FIELDS`] (with its header; columns are found by name, so any
+//! order and any subset that has `JobID`, `State` and `AdminComment` reads). Every job's
+//! `AdminComment` is decoded with the tag module's entry point ([`fabric_core::tag::extract`]),
+//! so whatever forms it reads (the JSON written live, the backtick form `sacctmgr` leaves) this
+//! reads too. Array tasks (`123_4`, a pending `123_[1-9]`) and heterogeneous components
+//! (`123+1`) keep their own id, and [`JobFilter::job_ids`] addresses them exactly: `123_4` is one
+//! task, `123` the whole array or het job (as `sacct -j 123` means it).
+
+use serde::Serialize;
+
+use fabric_core::hostlist::Hostlist;
+use fabric_core::tag::{JobTag, Verdict, extract};
+
+use crate::report::sacct_text::{parse_time, utc_text};
+
+/// The `--format` list `fabric-check jobs` asks sacct for (AdminComment last: other tools'
+/// free text there may hold the delimiter, and extra fields are joined back into it).
+pub const FIELDS: &str =
+    "JobID,JobIDRaw,User,Partition,State,Start,End,ElapsedRaw,NNodes,NodeList,AdminComment";
+
+/// Errors reading sacct output for `jobs`.
+#[derive(Debug, thiserror::Error)]
+pub enum JobsError {
+    /// The header lacks a column `jobs` needs.
+    #[error(
+        "{source_name}:1: the header has no `{column}` column; run `sacct -X -P -o {FIELDS}` (with the header, without -n)"
+    )]
+    MissingColumn {
+        /// The input's name.
+        source_name: String,
+        /// The column.
+        column: &'static str,
+    },
+    /// The input has no header line.
+    #[error(
+        "{source_name}: the input is empty; did sacct print anything? (run `sacct -X -P -o {FIELDS}`)"
+    )]
+    Empty {
+        /// The input's name.
+        source_name: String,
+    },
+}
+
+/// How a job id is composed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum JobId {
+    /// A plain job: `123`.
+    Plain {
+        /// The id.
+        id: u64,
+    },
+    /// An array task `123_4` (or a pending, unsplit `123_[1-9]`).
+    Array {
+        /// The array's job id (`ArrayJobId`).
+        array_job_id: u64,
+        /// The task: `4`, or `[1-9]` while pending.
+        task: String,
+    },
+    /// A heterogeneous job component `123+1`.
+    Het {
+        /// The het leader's id (`HetJobId`).
+        het_job_id: u64,
+        /// The component's offset.
+        offset: u32,
+    },
+    /// Anything else sacct printed.
+    Other,
+}
+
+impl JobId {
+    /// Parses sacct's `JobID` column.
+    pub fn parse(s: &str) -> Self {
+        if let Some((a, t)) = s.split_once('_') {
+            if let (Ok(array_job_id), false) = (a.parse(), t.is_empty()) {
+                return Self::Array {
+                    array_job_id,
+                    task: t.to_string(),
+                };
+            }
+        } else if let Some((h, o)) = s.split_once('+') {
+            if let (Ok(het_job_id), Ok(offset)) = (h.parse(), o.parse()) {
+                return Self::Het { het_job_id, offset };
+            }
+        } else if let Ok(id) = s.parse() {
+            return Self::Plain { id };
+        }
+        Self::Other
+    }
+
+    /// The id sacct's `-j` takes to find this job with its siblings (the array or het leader).
+    pub fn base(&self) -> Option<u64> {
+        match self {
+            Self::Plain { id } => Some(*id),
+            Self::Array { array_job_id, .. } => Some(*array_job_id),
+            Self::Het { het_job_id, .. } => Some(*het_job_id),
+            Self::Other => None,
+        }
+    }
+}
+
+/// A node of the job that did not pass.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FailingNode {
+    /// The node.
+    pub node: String,
+    /// Its verdict (`warn`, `fail` or `error`; a node whose verdict never arrived is `error`).
+    pub verdict: Verdict,
+    /// Its failing or warning checks.
+    pub checks: Vec<String>,
+    /// Drained because of this job's probe.
+    pub drained: bool,
+}
+
+/// One job with its fabric verdict.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobRow {
+    /// As sacct prints it (`123`, `123_4`, `123+1`).
+    pub job_id: String,
+    /// `JobIDRaw`, when read (the database id: an array task's own id).
+    pub job_id_raw: Option<String>,
+    /// How the id is composed.
+    pub id: JobId,
+    /// User.
+    pub user: String,
+    /// Partition.
+    pub partition: String,
+    /// Final (or current) state, as sacct prints it.
+    pub state: String,
+    /// Start, Unix seconds (None when not started or unknown).
+    pub start_s: Option<i64>,
+    /// End, Unix seconds (None while running or unknown).
+    pub end_s: Option<i64>,
+    /// Elapsed seconds.
+    pub elapsed_s: Option<u64>,
+    /// Allocated nodes.
+    pub nnodes: Option<u32>,
+    /// NodeList as sacct prints it (`n[1-4]`).
+    pub nodelist: String,
+    /// The job's fabric verdict (None without a readable tag).
+    pub verdict: Option<Verdict>,
+    /// Nodes that did not pass, with their checks.
+    pub failing: Vec<FailingNode>,
+    /// Nodes drained because of this job's probe.
+    pub drained: Vec<String>,
+    /// Nodes that did not pass in earlier attempts of this job (before a requeue).
+    pub earlier_failing: Vec<FailingNode>,
+    /// `tagged`, `untagged` or `unreadable`.
+    pub tag_status: &'static str,
+    /// Why the tag could not be decoded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag_error: Option<String>,
+    /// The decoded tag.
+    pub tag: Option<JobTag>,
+}
+
+impl JobRow {
+    /// Whether the job ran on `node`: NodeList (the tag's nodes when NodeList is unknown), or an
+    /// earlier attempt's failing node.
+    pub fn ran_on(&self, node: &str) -> bool {
+        let listed = !self.nodelist.is_empty() && self.nodelist != "None assigned";
+        // A key of the tag's maps may be a hostlist standing for several nodes.
+        let names = |key: &str| key == node || Hostlist::parse(key).is_ok_and(|h| h.matches(node));
+        // An earlier attempt (before a requeue) ran where the tag's `earlier` says.
+        if self.earlier_failing.iter().any(|f| names(&f.node)) {
+            return true;
+        }
+        if let (true, Ok(h)) = (listed, Hostlist::parse(&self.nodelist)) {
+            return h.matches(node);
+        }
+        self.tag
+            .as_ref()
+            .is_some_and(|t| t.nodes.keys().any(|k| names(k)) || t.missing.iter().any(|m| names(m)))
+    }
+
+    /// A one-line summary of the `fabric-run` record: `412 steps p50 1.2 s, accepted`.
+    pub fn run_summary(&self) -> String {
+        let Some(run) = self.tag.as_ref().and_then(|t| t.run.as_ref()) else {
+            return String::new();
+        };
+        let mut s = format!("{} steps", run.steps);
+        if let Some(p50) = run.step_p50_s {
+            s.push_str(&format!(" p50 {} s", round3(p50)));
+        }
+        if run.retries > 0 {
+            s.push_str(&format!(", {} retries", run.retries));
+        }
+        if !run.outcome.is_empty() {
+            s.push_str(&format!(", {}", run.outcome));
+        }
+        s
+    }
+}
+
+/// `x` rounded to 3 decimals, shortest form.
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0 + 0.0
+}
+
+/// Which jobs to keep.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    /// Keep jobs running at some time in `[since, until)` (Unix seconds).
+    pub since_s: Option<i64>,
+    /// See `since_s`.
+    pub until_s: Option<i64>,
+    /// Exact ids: `123_4` one task, `123+1` one component, `123` the job with all its tasks or
+    /// components.
+    pub job_ids: Vec<String>,
+    /// Jobs that ran on this node.
+    pub node: Option<String>,
+    /// Partitions.
+    pub partitions: Vec<String>,
+    /// Users.
+    pub users: Vec<String>,
+    /// Verdicts (`pass`, `warn`, `fail`, `error`, or `none` for jobs without a readable tag).
+    pub verdicts: Vec<String>,
+}
+
+impl JobFilter {
+    /// Whether `row` passes every filter given.
+    pub fn keep(&self, row: &JobRow) -> bool {
+        let id_ok = self.job_ids.is_empty()
+            || self.job_ids.iter().any(|want| {
+                want == &row.job_id
+                    || row.job_id_raw.as_deref() == Some(want.as_str())
+                    || want
+                        .parse::<u64>()
+                        .ok()
+                        .is_some_and(|b| row.id.base() == Some(b))
+            });
+        let list_ok = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
+        let verdict = row.verdict.map_or("none", Verdict::as_str);
+        let window_ok = {
+            let started_before_until = match (self.until_s, row.start_s) {
+                (Some(u), Some(s)) => s < u,
+                (Some(_), None) => false,
+                (None, _) => true,
+            };
+            let ended_after_since = match (self.since_s, row.end_s) {
+                (Some(s), Some(e)) => e > s,
+                _ => true,
+            };
+            started_before_until && ended_after_since
+        };
+        id_ok
+            && window_ok
+            && list_ok(&self.partitions, &row.partition)
+            && list_ok(&self.users, &row.user)
+            && list_ok(&self.verdicts, verdict)
+            && self.node.as_deref().is_none_or(|n| row.ran_on(n))
+    }
+}
+
+/// The jobs read, and how many had no tag or an unreadable one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct JobList {
+    /// The jobs kept, in input order.
+    pub jobs: Vec<JobRow>,
+    /// Kept jobs without a fabric-check segment.
+    pub untagged: u64,
+    /// Kept jobs whose segment does not decode.
+    pub unreadable: u64,
+    /// Lines that could not be read: `(line, why)`.
+    pub skipped: Vec<(u64, String)>,
+}
+
+struct Cols {
+    n: usize,
+    job_id: usize,
+    job_id_raw: Option<usize>,
+    user: Option<usize>,
+    partition: Option<usize>,
+    state: usize,
+    start: Option<usize>,
+    end: Option<usize>,
+    elapsed_raw: Option<usize>,
+    nnodes: Option<usize>,
+    nodelist: Option<usize>,
+    admin_comment: usize,
+}
+
+/// Reads `sacct -X -P` text (with its header) and keeps the jobs `filter` passes. Steps
+/// (`123.batch`) are passed over; a line that cannot be read is skipped and listed.
+pub fn read(text: &str, source_name: &str, filter: &JobFilter) -> Result<JobList, JobsError> {
+    let mut lines = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
+    let (_, header) = lines.next().ok_or_else(|| JobsError::Empty {
+        source_name: source_name.to_string(),
+    })?;
+    let mut names: Vec<String> = header
+        .split('|')
+        .map(|s| s.trim().to_ascii_lowercase())
+        .collect();
+    if names.len() > 1 && names.last().is_some_and(String::is_empty) {
+        names.pop();
+    }
+    let find = |n: &str| names.iter().position(|x| x == n);
+    let need = |n: &'static str| {
+        find(&n.to_ascii_lowercase()).ok_or_else(|| JobsError::MissingColumn {
+            source_name: source_name.to_string(),
+            column: n,
+        })
+    };
+    let cols = Cols {
+        n: names.len(),
+        job_id: need("JobID")?,
+        job_id_raw: find("jobidraw"),
+        user: find("user"),
+        partition: find("partition"),
+        state: need("State")?,
+        start: find("start"),
+        end: find("end"),
+        elapsed_raw: find("elapsedraw"),
+        nnodes: find("nnodes"),
+        nodelist: find("nodelist"),
+        admin_comment: need("AdminComment")?,
+    };
+    let mut out = JobList::default();
+    for (i, line) in lines {
+        let line = line.trim_end_matches('\r');
+        match row(&cols, line) {
+            Ok(None) => {}
+            Ok(Some(r)) => {
+                if filter.keep(&r) {
+                    match r.tag_status {
+                        "untagged" => out.untagged += 1,
+                        "unreadable" => out.unreadable += 1,
+                        _ => {}
+                    }
+                    out.jobs.push(r);
+                }
+            }
+            Err(why) => out.skipped.push((i as u64 + 1, why)),
+        }
+    }
+    Ok(out)
+}
+
+fn row(c: &Cols, line: &str) -> Result<Option<JobRow>, String> {
+    let mut f: Vec<&str> = line.split('|').collect();
+    // `--parsable` ends every line with the delimiter.
+    if f.len() == c.n + 1 && f.last() == Some(&"") && c.admin_comment != c.n - 1 {
+        f.pop();
+    }
+    if f.len() > c.n && c.admin_comment == c.n - 1 {
+        let start = line
+            .match_indices('|')
+            .nth(c.n - 2)
+            .map_or(0, |(i, _)| i + 1);
+        f.truncate(c.n - 1);
+        f.push(&line[start..]);
+    }
+    if f.len() != c.n {
+        return Err(format!(
+            "{} fields where the header has {}; was the output cut or mixed with other text?",
+            f.len(),
+            c.n
+        ));
+    }
+    let job_id = f[c.job_id];
+    if job_id.contains('.') {
+        return Ok(None);
+    }
+    if job_id.is_empty() {
+        return Err("the JobID field is empty".into());
+    }
+    let get = |i: Option<usize>| i.map_or("", |i| f[i]);
+    let time = |i: Option<usize>, name: &str| -> Result<Option<i64>, String> {
+        let t = parse_time(get(i)).map_err(|e| format!("{name}: {e}"))?;
+        Ok((t > 0).then_some(t))
+    };
+    let comment = f[c.admin_comment];
+    let (tag_status, tag, tag_error) = match extract(comment) {
+        None => ("untagged", None, None),
+        Some(Ok(t)) => ("tagged", Some(t), None),
+        Some(Err(e)) => ("unreadable", None, Some(e.to_string())),
+    };
+    let earlier_failing: Vec<FailingNode> = tag
+        .iter()
+        .flat_map(|t| t.earlier.iter())
+        .map(|(n, r)| FailingNode {
+            node: n.clone(),
+            verdict: r.verdict,
+            checks: r.checks.clone(),
+            drained: r.drained,
+        })
+        .collect();
+    let (verdict, failing, drained) = match &tag {
+        Some(t) => {
+            let mut failing: Vec<FailingNode> = t
+                .nodes
+                .iter()
+                .filter(|(_, r)| r.verdict != Verdict::Pass)
+                .map(|(n, r)| FailingNode {
+                    node: n.clone(),
+                    verdict: r.verdict,
+                    checks: r.checks.clone(),
+                    drained: r.drained,
+                })
+                .collect();
+            failing.extend(t.missing.iter().map(|n| FailingNode {
+                node: n.clone(),
+                verdict: Verdict::Error,
+                checks: vec![fabric_core::check_id::RENDEZVOUS_MISSING.into()],
+                drained: false,
+            }));
+            let drained = t
+                .nodes
+                .iter()
+                .filter(|(_, r)| r.drained)
+                .map(|(n, _)| n.clone())
+                .collect();
+            (t.verdict, failing, drained)
+        }
+        None => (None, Vec::new(), Vec::new()),
+    };
+    Ok(Some(JobRow {
+        job_id: job_id.to_string(),
+        job_id_raw: c.job_id_raw.map(|i| f[i].to_string()),
+        id: JobId::parse(job_id),
+        user: get(c.user).to_string(),
+        partition: get(c.partition).to_string(),
+        state: f[c.state].to_string(),
+        start_s: time(c.start, "Start")?,
+        end_s: time(c.end, "End")?,
+        elapsed_s: get(c.elapsed_raw).parse().ok(),
+        nnodes: get(c.nnodes).parse().ok(),
+        nodelist: get(c.nodelist).to_string(),
+        verdict,
+        failing,
+        drained,
+        earlier_failing,
+        tag_status,
+        tag_error,
+        tag,
+    }))
+}
+
+/// The headings of the table and CSV forms.
+pub const COLUMNS: [&str; 11] = [
+    "job",
+    "user",
+    "partition",
+    "state",
+    "start (UTC)",
+    "elapsed_s",
+    "nodes",
+    "verdict",
+    "failing (node: checks)",
+    "drained",
+    "run",
+];
+
+fn cells(r: &JobRow) -> [String; 11] {
+    let show = |f: &FailingNode| {
+        if f.checks.is_empty() {
+            format!("{}: {}", f.node, f.verdict.as_str())
+        } else {
+            format!("{}: {}", f.node, f.checks.join(" "))
+        }
+    };
+    let failing: Vec<String> = r
+        .failing
+        .iter()
+        .map(show)
+        .chain(
+            r.earlier_failing
+                .iter()
+                .map(|f| format!("earlier attempt {}", show(f))),
+        )
+        .collect();
+    [
+        r.job_id.clone(),
+        r.user.clone(),
+        r.partition.clone(),
+        r.state.clone(),
+        r.start_s.map(utc_text).unwrap_or_default(),
+        r.elapsed_s.map(|e| e.to_string()).unwrap_or_default(),
+        r.nodelist.clone(),
+        match (r.verdict, r.tag_status) {
+            (Some(v), _) => v.as_str().to_string(),
+            (None, "unreadable") => "unreadable".into(),
+            (None, "tagged") => "no probe".into(),
+            _ => "-".into(),
+        },
+        failing.join("; "),
+        r.drained.join(","),
+        r.run_summary(),
+    ]
+}
+
+/// The summary line: `12 jobs, 3 without a tag, 1 with an unreadable tag`.
+pub fn summary(list: &JobList) -> String {
+    let mut s = format!(
+        "{} job{}, {} without a fabric-check tag",
+        list.jobs.len(),
+        if list.jobs.len() == 1 { "" } else { "s" },
+        list.untagged
+    );
+    if list.unreadable > 0 {
+        s.push_str(&format!(", {} with an unreadable tag", list.unreadable));
+    }
+    s
+}
+
+/// An aligned text table, the summary line under it.
+pub fn to_table(list: &JobList) -> String {
+    let rows: Vec<[String; 11]> = list.jobs.iter().map(cells).collect();
+    let mut width: Vec<usize> = COLUMNS.iter().map(|c| c.chars().count()).collect();
+    for r in &rows {
+        for (w, c) in width.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut l = String::new();
+        for (i, c) in cells.enumerate() {
+            if i + 1 == COLUMNS.len() {
+                l.push_str(c);
+            } else {
+                l.push_str(&format!("{c:<w$}  ", w = width[i]));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut COLUMNS.iter().copied());
+    for r in &rows {
+        line(&mut r.iter().map(String::as_str));
+    }
+    out.push_str(&summary(list));
+    out.push('\n');
+    out
+}
+
+/// CSV (RFC 4180 quoting), one row per job, the same columns as the table.
+pub fn to_csv(list: &JobList) -> String {
+    let quote = |s: &str| {
+        if s.contains([',', '"', '\n', '\r']) {
+            format!("\"{}\"", s.replace('"', "\"\""))
+        } else {
+            s.to_string()
+        }
+    };
+    let mut out = COLUMNS.map(quote).join(",");
+    out.push('\n');
+    for r in &list.jobs {
+        out.push_str(&cells(r).map(|c| quote(&c)).join(","));
+        out.push('\n');
+    }
+    out
+}
+
+/// A JSON array, one object per job with its tag decoded.
+pub fn to_json(list: &JobList) -> String {
+    serde_json::to_string_pretty(&list.jobs).unwrap_or_default() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn array_and_het_ids_keep_their_parts() {
+        assert_eq!(JobId::parse("123"), JobId::Plain { id: 123 });
+        assert_eq!(
+            JobId::parse("123_4"),
+            JobId::Array {
+                array_job_id: 123,
+                task: "4".into()
+            }
+        );
+        assert_eq!(JobId::parse("123_[1-9%2]").base(), Some(123));
+        assert_eq!(
+            JobId::parse("123+1"),
+            JobId::Het {
+                het_job_id: 123,
+                offset: 1
+            }
+        );
+        assert_eq!(JobId::parse("x"), JobId::Other);
+    }
+
+    #[test]
+    fn without_a_node_list_the_tag_says_where_the_job_ran_hostlist_keys_included() {
+        let tag = |comment: &str| {
+            let text = format!("JobID|State|AdminComment\n7|COMPLETED|{comment}\n");
+            read(&text, "t", &JobFilter::default())
+                .unwrap()
+                .jobs
+                .remove(0)
+        };
+        let j = tag(
+            r#"fabric-check/v1 {"verdict":"pass","nnodes":3,"nodes":{"n[1-2]":{"verdict":"pass"}},"missing":["n9"]}"#,
+        );
+        assert!(j.ran_on("n2") && j.ran_on("n9"));
+        assert!(!j.ran_on("n3"));
+        assert!(!tag("JS1:abc").ran_on("n1"));
+    }
+
+    #[test]
+    fn negative_zero_never_reaches_the_summary() {
+        assert_eq!(round3(-0.0).to_string(), "0");
+        assert_eq!(round3(1.23456), 1.235);
+    }
+}
