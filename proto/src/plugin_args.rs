@@ -87,6 +87,10 @@ pub struct PluginArgs {
     /// `step_hosts=FILE`: the same for the step gate, which runs as the job's user in the
     /// tasks' network namespace (default: `collective_hosts`).
     pub step_hosts: Option<PathBuf>,
+    /// `hosts_file=FILE`: node addresses for the job step's rendezvous, in `/etc/hosts` form
+    /// (`address name...`) or `name address` lines; names not in it go to the system resolver,
+    /// and only then to `scontrol show node` (one slurmctld call per node per job).
+    pub hosts_file: Option<PathBuf>,
 }
 
 impl Default for PluginArgs {
@@ -107,6 +111,7 @@ impl Default for PluginArgs {
             collective_netns: None,
             collective_hosts: None,
             step_hosts: None,
+            hosts_file: None,
         }
     }
 }
@@ -128,6 +133,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "collective_netns",
     "collective_hosts",
     "step_hosts",
+    "hosts_file",
 ];
 
 /// Longest timeout accepted; Slurm's own `PrologEpilogTimeout` should be longer still.
@@ -284,6 +290,9 @@ impl PluginArgs {
                     .ok_or(bad(ABS)),
                 "step_hosts" => absolute_path(value)
                     .map(|p| args.step_hosts = Some(p))
+                    .ok_or(bad(ABS)),
+                "hosts_file" => absolute_path(value)
+                    .map(|p| args.hosts_file = Some(p))
                     .ok_or(bad(ABS)),
                 // Every key was checked against KNOWN_KEYS above.
                 _ => Ok(()),

@@ -13,6 +13,7 @@ use fabric_core::invocation::{Invocation, Script};
 use fabric_core::jobstep::{
     self, JobStep, RendezvousMeet, Seams, Setup, StdoutRelay, SubprocessRunner,
 };
+use fabric_core::rendezvous::SystemResolver;
 use fabric_core::slurm::SlurmCli;
 
 /// The words of `prolog` and `epilog`, as the plugin writes them: `--job-id N --node X --nodes L
@@ -37,6 +38,8 @@ fn run(script: Script, args: Args) -> anyhow::Result<i32> {
     };
     let meet = RendezvousMeet {
         slurm: &slurm,
+        resolver: &SystemResolver,
+        hosts_file: setup.plugin.hosts_file.clone(),
         munge_socket: setup.plugin.munge_socket.clone(),
         relay: &relay,
     };

@@ -2,6 +2,7 @@
 //! payload ([`meet`]), through a raw [`Meet`] (the real one is [`RendezvousMeet`]).
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -12,7 +13,7 @@ use serde_json::Value;
 use super::JobStep;
 use crate::rendezvous::typed::{Met, decode};
 use crate::rendezvous::{
-    Gathered, MapResolver, Munge, RendezvousConfig, RendezvousError, SystemResolver,
+    Gathered, MapResolver, Munge, RendezvousConfig, RendezvousError, Resolve, SystemResolver,
 };
 use crate::slurm::Slurm;
 
@@ -37,43 +38,159 @@ pub trait Meet {
     fn gather(&self, req: &MeetRequest, payload: Value) -> Result<Gathered, RendezvousError>;
 }
 
-/// The real rendezvous: MUNGE-authenticated TCP at the first node, node addresses from
-/// `scontrol show node` (falling back to name resolution).
+/// The real rendezvous: MUNGE-authenticated TCP at the first node.
+///
+/// Every node's address is looked up locally first: `hosts_file=`, then the system resolver
+/// ([`leader_addr`] for the first node), and only the names neither knows go to slurmctld, in
+/// one `scontrol show node` call per node (the documented fallback, said in the log). With the
+/// names resolvable, a passing prolog calls slurmctld on the leader only, to read and write the
+/// tag, whatever the job's size.
 pub struct RendezvousMeet<'a> {
-    /// For node addresses.
+    /// For the leader's `NodeAddr` when nothing else knows it.
     pub slurm: &'a dyn Slurm,
+    /// The system resolver (`getaddrinfo`); a map in tests.
+    pub resolver: &'a dyn Resolve,
+    /// `hosts_file=`: node addresses the node reads before asking the resolver.
+    pub hosts_file: Option<PathBuf>,
     /// MUNGE's socket, when not the default.
     pub munge_socket: Option<PathBuf>,
-    /// Where to say that addresses fell back to names.
+    /// Where to say that the leader's address came from slurmctld.
     pub relay: &'a dyn super::Relay,
 }
 
 impl std::fmt::Debug for RendezvousMeet<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RendezvousMeet")
+            .field("hosts_file", &self.hosts_file)
             .field("munge_socket", &self.munge_socket)
             .finish_non_exhaustive()
     }
 }
 
+/// The addresses of a `hosts_file=`: lines in `/etc/hosts` form (`address name [alias...]`) or
+/// `name address` (the form of `collective_hosts=`); `#` starts a comment; the first address a
+/// name gets is kept, as the resolver does; lines without an address are skipped.
+pub fn parse_hosts(text: &str) -> BTreeMap<String, IpAddr> {
+    let mut map = BTreeMap::new();
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or_default();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (ip, names): (IpAddr, &[&str]) = match words.as_slice() {
+            [first, rest @ ..] if !rest.is_empty() => match first.parse() {
+                Ok(ip) => (ip, rest),
+                Err(_) => match rest[0].parse() {
+                    Ok(ip) => (ip, &words[..1]),
+                    Err(_) => continue,
+                },
+            },
+            _ => continue,
+        };
+        for n in names {
+            map.entry((*n).to_owned()).or_insert(ip);
+        }
+    }
+    map
+}
+
+/// The leader's address: `hosts` (from `hosts_file=`), then `resolver`, then slurmctld's
+/// `NodeAddr` (`scontrol show node -o LEADER`, the only Slurm call, made when nothing local
+/// knows the name; said on `relay`).
+pub fn leader_addr(
+    leader: &str,
+    hosts: &BTreeMap<String, IpAddr>,
+    resolver: &dyn Resolve,
+    slurm: &dyn Slurm,
+    relay: &dyn super::Relay,
+) -> Result<IpAddr, RendezvousError> {
+    if let Some(ip) = hosts.get(leader) {
+        return Ok(*ip);
+    }
+    let local = match resolver.resolve(leader) {
+        Ok(ip) => return Ok(ip),
+        Err(e) => e,
+    };
+    relay.line(&format!(
+        "the first node {leader} does not resolve here ({local}); asking slurmctld for its \
+         NodeAddr (one call per node per job: name the nodes in hosts_file= or the resolver)"
+    ));
+    let from_slurm = slurm
+        .node_addrs(&[leader.to_owned()])
+        .map_err(|e| e.to_string())
+        .and_then(|pairs| {
+            pairs
+                .into_iter()
+                .find(|(n, _)| n == leader)
+                .ok_or_else(|| "scontrol does not list it".to_owned())
+                .and_then(|(_, a)| {
+                    a.parse::<IpAddr>()
+                        .map_err(|_| format!("its NodeAddr {a:?} is not an address"))
+                })
+        });
+    from_slurm.map_err(|slurm_said| RendezvousError::Resolve {
+        node: leader.to_owned(),
+        reason: format!("{local}; slurmctld: {slurm_said}"),
+    })
+}
+
 impl Meet for RendezvousMeet<'_> {
     fn gather(&self, req: &MeetRequest, payload: Value) -> Result<Gathered, RendezvousError> {
-        let mut map = BTreeMap::new();
-        match self.slurm.node_addrs(&req.nodes) {
-            Ok(pairs) => {
+        let hosts = match &self.hosts_file {
+            Some(path) => match std::fs::read_to_string(path) {
+                Ok(text) => parse_hosts(&text),
+                Err(e) => {
+                    self.relay.line(&format!(
+                        "cannot read hosts_file={} ({e}); resolving names",
+                        path.display()
+                    ));
+                    BTreeMap::new()
+                }
+            },
+            None => BTreeMap::new(),
+        };
+        let leader = req
+            .nodes
+            .first()
+            .ok_or_else(|| RendezvousError::Config("the participant list is empty".into()))?;
+        let leader_ip = leader_addr(leader, &hosts, self.resolver, self.slurm, self.relay)?;
+        // The leader admits connections only from the job's nodes' addresses, and a follower
+        // connects from its own: every name is resolved, locally first; the names nothing
+        // local knows go to slurmctld in one call (the documented fallback, logged).
+        let mut map: BTreeMap<String, IpAddr> = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for n in &req.nodes {
+            let ip = if n == leader {
+                Some(leader_ip)
+            } else {
+                hosts
+                    .get(n)
+                    .copied()
+                    .or_else(|| self.resolver.resolve(n).ok())
+            };
+            match ip {
+                Some(ip) => {
+                    map.insert(n.clone(), ip);
+                }
+                None => unknown.push(n.clone()),
+            }
+        }
+        if !unknown.is_empty() {
+            self.relay.line(&format!(
+                "{} of the job's nodes do not resolve here (first: {}); asking slurmctld for \
+                 their NodeAddr (name the nodes in hosts_file= or the resolver)",
+                unknown.len(),
+                unknown[0]
+            ));
+            if let Ok(pairs) = self.slurm.node_addrs(&unknown) {
                 for (n, a) in pairs {
                     if let Ok(ip) = a.parse() {
                         map.insert(n, ip);
                     }
                 }
             }
-            Err(e) => self
-                .relay
-                .line(&format!("no NodeAddr from scontrol ({e}); resolving names")),
         }
-        let resolver = MapResolver {
+        let resolver = MapResolver::<SystemResolver> {
             map,
-            fallback: Some(SystemResolver),
+            fallback: None,
         };
         let munge = self
             .munge_socket
@@ -188,5 +305,90 @@ pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) 
             step.say(&format!("rendezvous failed: {e}"));
             Delivery::Failed
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Call, FakeSlurm, Lines};
+
+    /// A resolver that knows only these names.
+    struct Known(&'static [(&'static str, &'static str)]);
+
+    impl Resolve for Known {
+        fn resolve(&self, node: &str) -> Result<IpAddr, String> {
+            self.0
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map(|(_, a)| a.parse().unwrap())
+                .ok_or_else(|| "Name or service not known".into())
+        }
+    }
+
+    #[test]
+    fn a_hosts_file_reads_etc_hosts_lines_and_node_address_lines() {
+        let map = parse_hosts(
+            "# testbed\n127.0.0.1 n1 n1.cluster # the first\nn2 10.0.0.2\n\
+             ::1 n3\n10.0.0.9 n1\njunk\nn4 not-an-address\n",
+        );
+        assert_eq!(map["n1"], "127.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(map["n1.cluster"], "127.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(map["n2"], "10.0.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(map["n3"], "::1".parse::<IpAddr>().unwrap());
+        assert!(!map.contains_key("n4") && !map.contains_key("junk"));
+    }
+
+    #[test]
+    fn the_leader_named_in_the_hosts_file_costs_no_resolver_and_no_slurm_call() {
+        let slurm = FakeSlurm::with_nodes(&["n1"]);
+        let hosts = parse_hosts("10.1.0.1 n1\n");
+        let lines = Lines::default();
+        let ip = leader_addr("n1", &hosts, &Known(&[("n1", "10.9.9.9")]), &slurm, &lines).unwrap();
+        assert_eq!(ip, "10.1.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(slurm.calls(), vec![]);
+    }
+
+    #[test]
+    fn a_leader_the_resolver_knows_costs_no_slurm_call() {
+        let slurm = FakeSlurm::with_nodes(&["n1"]);
+        let lines = Lines::default();
+        let ip = leader_addr(
+            "n1",
+            &BTreeMap::new(),
+            &Known(&[("n1", "10.9.9.9")]),
+            &slurm,
+            &lines,
+        )
+        .unwrap();
+        assert_eq!(ip, "10.9.9.9".parse::<IpAddr>().unwrap());
+        assert_eq!(slurm.calls(), vec![]);
+        assert_eq!(lines.text(), "");
+    }
+
+    #[test]
+    fn only_a_leader_nothing_local_knows_is_asked_of_slurmctld_and_the_log_says_so() {
+        let slurm = FakeSlurm::with_nodes(&["n1"]);
+        let lines = Lines::default();
+        let ip = leader_addr("n1", &BTreeMap::new(), &Known(&[]), &slurm, &lines).unwrap();
+        assert_eq!(ip, "127.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(slurm.calls(), vec![Call::NodeAddrs]);
+        assert!(
+            lines.has("asking slurmctld for its NodeAddr"),
+            "{}",
+            lines.text()
+        );
+    }
+
+    #[test]
+    fn a_leader_nobody_knows_is_a_resolve_error_naming_both_answers() {
+        let slurm = FakeSlurm::with_nodes(&["n1"]).failing("node_addrs");
+        let lines = Lines::default();
+        let err = leader_addr("n1", &BTreeMap::new(), &Known(&[]), &slurm, &lines).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("Name or service not known") && text.contains("slurmctld"),
+            "{text}"
+        );
     }
 }

@@ -517,6 +517,54 @@ mod prolog_tag {
         assert!(!slurm.calls().contains(&Call::AdminComment));
     }
 
+    /// The Slurm calls of a passing prolog on `node` of a job on `list` whose other nodes all pass.
+    fn passing_prolog_calls(list: &str, node: &str) -> Vec<Call> {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Prolog, list, node, &[]);
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report(node, Verdict::Pass));
+        let peers = s
+            .nodes
+            .iter()
+            .filter(|n| *n != node)
+            .map(|n| (n.clone(), payload(Verdict::Pass)))
+            .collect();
+        let meet = FakeMeet {
+            peers,
+            ..FakeMeet::default()
+        };
+        let lines = Lines::default();
+        let exit = prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert_eq!(exit, JobStepExit::Proceed, "{}", lines.text());
+        slurm.calls()
+    }
+
+    #[test]
+    fn a_passing_follower_calls_slurm_not_at_all_whatever_the_jobs_size() {
+        assert_eq!(passing_prolog_calls("n[1-4]", "n2"), vec![]);
+        assert_eq!(passing_prolog_calls("n[1-1024]", "n777"), vec![]);
+    }
+
+    #[test]
+    fn a_passing_leader_reads_and_writes_the_tag_and_nothing_more_whatever_the_jobs_size() {
+        let at_4 = passing_prolog_calls("n[1-4]", "n1");
+        assert!(
+            matches!(
+                at_4.as_slice(),
+                [Call::AdminComment, Call::SetAdminComment(_)]
+            ),
+            "{at_4:?}"
+        );
+        let at_1024 = passing_prolog_calls("n[1-1024]", "n1");
+        assert!(
+            matches!(
+                at_1024.as_slice(),
+                [Call::AdminComment, Call::SetAdminComment(_)]
+            ),
+            "{at_1024:?}"
+        );
+    }
+
     #[test]
     fn a_finished_jobs_tag_goes_to_the_database_in_lower_case() {
         let slurm = FakeSlurm::with_nodes(FOUR).job_finished();
