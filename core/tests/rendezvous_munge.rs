@@ -474,10 +474,13 @@ fn a_peer_that_drips_its_join_is_cut_off_at_the_leaders_deadline() {
         cut_off < cfg.timeout + Duration::from_millis(500),
         "the leader kept reading a dripping peer for {cut_off:?}"
     );
+    // Cut off either by its connection's deadline or, when the rendezvous's own deadline comes
+    // first (a loaded machine), as still waiting when the leader stopped.
     assert!(
         g.rejected
             .iter()
-            .any(|r| r.contains("did not finish in time")),
+            .any(|r| r.contains("did not finish in time")
+                || r.contains("no join before the deadline")),
         "{:?}",
         g.rejected
     );
