@@ -642,13 +642,7 @@ impl Conn {
             match self.stream.read(&mut chunk[..want]) {
                 Ok(0) => return Err(ReadError::Closed),
                 Ok(n) => self.pending.extend_from_slice(&chunk[..n]),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if try_again(&e) => {}
                 Err(e) => return Err(ReadError::Io(e)),
             }
         }
@@ -699,13 +693,7 @@ impl Conn {
             match self.stream.write(&line[sent..]) {
                 Ok(0) => return Err("the peer closed the connection".into()),
                 Ok(n) => sent += n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock
-                            | std::io::ErrorKind::TimedOut
-                            | std::io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if try_again(&e) => {}
                 Err(e) => return Err(format!("send: {e}")),
             }
         }
@@ -1553,6 +1541,17 @@ pub fn join_claim_json(
         "purpose": JOIN_PURPOSE, "job_id": job_id, "node": node, "rank": rank,
         "nonce": nonce, "challenge": challenge, "payload": payload,
     })
+}
+
+/// A read or write that returned without progress but may make some on the next try (the
+/// socket's timeout, a signal); the caller's deadline decides when to stop.
+fn try_again(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock
+            | std::io::ErrorKind::TimedOut
+            | std::io::ErrorKind::Interrupted
+    )
 }
 
 #[cfg(test)]
