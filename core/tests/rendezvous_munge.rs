@@ -56,17 +56,22 @@ fn spawn_rank(
     thread::spawn(move || gather(&cfg, rank, &json!({ "rank": rank, "verdict": "pass" })))
 }
 
-/// Speaks the protocol by hand: reads the hello, sends `join` with `credential(challenge)`, and
-/// returns the leader's answer line.
-fn forge(port: u16, credential: impl FnOnce(&Value) -> String) -> Value {
+/// Connects to the leader's port, waiting up to 3 s for it to listen.
+fn connect_to_leader(port: u16) -> TcpStream {
     let deadline = Instant::now() + Duration::from_secs(3);
-    let stream = loop {
+    loop {
         match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
-            Ok(s) => break s,
+            Ok(s) => return s,
             Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
             Err(e) => panic!("leader never listened: {e}"),
         }
-    };
+    }
+}
+
+/// Speaks the protocol by hand: reads the hello, sends `join` with `credential(challenge)`, and
+/// returns the leader's answer line.
+fn forge(port: u16, credential: impl FnOnce(&Value) -> String) -> Value {
+    let stream = connect_to_leader(port);
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
@@ -449,14 +454,7 @@ fn a_peer_that_drips_its_join_is_cut_off_at_the_leaders_deadline() {
     let cfg = config(&m, 2, 1204, base());
     let port = cfg.ports()[0];
     let leader = spawn_rank(&cfg, 0);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let stream = loop {
-        match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
-            Ok(s) => break s,
-            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
-            Err(e) => panic!("leader never listened: {e}"),
-        }
-    };
+    let stream = connect_to_leader(port);
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut hello = String::new();
     reader.read_line(&mut hello).unwrap();
@@ -489,14 +487,7 @@ fn a_peer_that_drips_its_join_is_cut_off_at_the_leaders_deadline() {
 #[test]
 fn a_join_line_longer_than_the_limit_is_refused_without_being_read() {
     let Some(g) = leader_facing(1205, |_, port| {
-        let deadline = Instant::now() + Duration::from_secs(3);
-        let stream = loop {
-            match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
-                Ok(s) => break s,
-                Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
-                Err(e) => panic!("leader never listened: {e}"),
-            }
-        };
+        let stream = connect_to_leader(port);
         let mut reader = BufReader::new(stream.try_clone().unwrap());
         let mut hello = String::new();
         reader.read_line(&mut hello).unwrap();
