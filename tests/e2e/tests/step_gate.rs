@@ -9,6 +9,31 @@ use std::time::Duration;
 
 use fabric_e2e::{Testbed, heal_all, wait_job_end, wait_tag};
 
+/// Submits `script` as a 4-node batch job (2 tasks a node) with `option`, waits for it, and
+/// checks that it completed; returns its id and its output.
+fn run_to_completion(
+    tb: &Testbed,
+    work: &std::path::Path,
+    script: &str,
+    option: &str,
+) -> (u32, String) {
+    let batch = work.join("job.sh");
+    std::fs::write(&batch, script).unwrap();
+    let out = work.join("out.txt");
+    let job = tb.sbatch(&[
+        "-N4",
+        "--ntasks-per-node=2",
+        option,
+        "-o",
+        out.to_str().unwrap(),
+        batch.to_str().unwrap(),
+    ]);
+    let state = wait_job_end(tb, job, Duration::from_secs(180));
+    let output = std::fs::read_to_string(&out).unwrap_or_default();
+    assert_eq!(state.as_deref(), Some("COMPLETED"), "{output}");
+    (job, output)
+}
+
 #[test]
 fn a_gated_step_checks_its_nodes_then_runs_every_task_and_the_epilog_tags_the_result() {
     let tb = Testbed::get();
@@ -30,20 +55,7 @@ fn a_gated_step_checks_its_nodes_then_runs_every_task_and_the_epilog_tags_the_re
         args = gate_args.join(" "),
         work = work.display(),
     );
-    let batch = work.join("job.sh");
-    std::fs::write(&batch, script).unwrap();
-    let out = work.join("out.txt");
-    let job = tb.sbatch(&[
-        "-N4",
-        "--ntasks-per-node=2",
-        "--fabric-check",
-        "-o",
-        out.to_str().unwrap(),
-        batch.to_str().unwrap(),
-    ]);
-    let state = wait_job_end(&tb, job, Duration::from_secs(180));
-    let output = std::fs::read_to_string(&out).unwrap_or_default();
-    assert_eq!(state.as_deref(), Some("COMPLETED"), "{output}");
+    let (job, output) = run_to_completion(&tb, &work, &script, "--fabric-check");
     for n in ["n1", "n2", "n3", "n4"] {
         for local in [0, 1] {
             assert!(
@@ -91,20 +103,7 @@ fn a_full_step_on_part_of_the_job_is_gated_by_the_plugin_from_slurm_23_11_only()
          /bin/sh -c 'touch {work}/ran-$SLURMD_NODENAME-$SLURM_LOCALID'\n",
         work = work.display(),
     );
-    let batch = work.join("job.sh");
-    std::fs::write(&batch, script).unwrap();
-    let out = work.join("out.txt");
-    let job = tb.sbatch(&[
-        "-N4",
-        "--ntasks-per-node=2",
-        "--fabric-check=full",
-        "-o",
-        out.to_str().unwrap(),
-        batch.to_str().unwrap(),
-    ]);
-    let state = wait_job_end(&tb, job, Duration::from_secs(180));
-    let output = std::fs::read_to_string(&out).unwrap_or_default();
-    assert_eq!(state.as_deref(), Some("COMPLETED"), "{output}");
+    let (job, output) = run_to_completion(&tb, &work, &script, "--fabric-check=full");
     let ran = std::fs::read_dir(&work)
         .unwrap()
         .flatten()
