@@ -42,7 +42,7 @@ pub const MAX_ASKED: usize = 100;
 pub const FORGET_AFTER_S: u64 = 7 * 24 * 3600;
 
 /// The section of docs/operations.md that names the setup.
-pub const SETUP_DOC: &str = "docs/operations.md#next-to-jobstats-and-other-admincomment-writers";
+pub const SETUP_DOC: &str = "docs/operations.md#next-to-jobstats-the-supported-setup";
 
 /// One tag write.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
