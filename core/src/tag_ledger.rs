@@ -123,7 +123,9 @@ fn open_locked(state_dir: &Path) -> Result<std::fs::File, LedgerError> {
         .create(true)
         .open(&path)
         .map_err(io)?;
-    f.lock().map_err(io)?;
+    // Released when the file is closed.
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| io(std::io::Error::from(e)))?;
     Ok(f)
 }
 
@@ -335,8 +337,10 @@ mod tests {
     }
 
     fn ours() -> String {
-        let mut t = JobTag::default();
-        t.verdict = Some(Verdict::Pass);
+        let t = JobTag {
+            verdict: Some(Verdict::Pass),
+            ..JobTag::default()
+        };
         tag::segment(&t, Form::Live)
     }
 
