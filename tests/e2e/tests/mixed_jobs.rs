@@ -180,6 +180,30 @@ fn jobs_json(tb: &Testbed, args: &[&str]) -> BTreeMap<String, Value> {
         .collect()
 }
 
+/// The last writes of each job over every node's tag ledger (`state/<node>/tags-written.jsonl`):
+/// those of the latest second (two nodes may write within one).
+fn ledgers(tb: &Testbed) -> BTreeMap<String, Vec<Value>> {
+    let mut last: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for n in ["n1", "n2", "n3", "n4"] {
+        let path = tb.dir.join(format!("state/{n}/tags-written.jsonl"));
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for w in text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        {
+            let job = w["job"].as_str().unwrap_or_default().to_owned();
+            let at = w["at_s"].as_u64();
+            let entry = last.entry(job).or_default();
+            match entry.first().map(|l| l["at_s"].as_u64()) {
+                Some(t) if t > at => {}
+                Some(t) if t == at => entry.push(w),
+                _ => *entry = vec![w],
+            }
+        }
+    }
+    last
+}
+
 /// Submits the fifty jobs; returns (sacct id, kind, records it makes).
 fn submit_fifty(tb: &Testbed, work: &Path) -> Vec<(u32, Kind, usize)> {
     let run = fabric_run_script(tb, work);
@@ -306,6 +330,7 @@ fn fifty_mixed_jobs_each_keep_their_own_tag_as_json_and_fabric_check_jobs_finds_
         .unwrap_or_else(|| panic!("not every job ended tagged: {:#?}", records(&tb, &ids)));
         eprintln!("fifty jobs ended and tagged after {:?}", t0.elapsed());
 
+        let written = ledgers(&tb);
         let mut tags: BTreeMap<String, Value> = BTreeMap::new();
         for r in &recs {
             let kind = kind_of(r);
@@ -320,6 +345,19 @@ fn fifty_mixed_jobs_each_keep_their_own_tag_as_json_and_fabric_check_jobs_finds_
                 continue;
             }
             let tag = strict_tag(&r.id, &r.comment);
+            // The segment in accounting is the one written last for this job (the writers'
+            // ledgers record its length and verdict), byte for byte as long.
+            let segment = &r.comment[r.comment.find("fabric-check/v1 ").unwrap()..];
+            let last = written
+                .get(&r.id)
+                .unwrap_or_else(|| panic!("job {}: no write in any node's ledger", r.id));
+            assert!(
+                last.iter()
+                    .any(|w| w["bytes"].as_u64() == Some(segment.len() as u64)
+                        && w["verdict"] == tag["verdict"]),
+                "job {}: written {last:?}, in accounting {segment}",
+                r.id
+            );
             // Its own nodes, no sibling's: the tag names exactly the record's NodeList.
             let named: Vec<String> = tag["nodes"]
                 .as_object()
