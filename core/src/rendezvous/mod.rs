@@ -93,7 +93,7 @@ pub const PROTOCOL_VERSION: u32 = 2;
 const GREETS_PER_NODE: usize = 8;
 /// The leader's poll interval while nothing happens, in milliseconds.
 const POLL_MS: u16 = 5;
-/// The longest pause between a follower's tries, for the largest jobs (see [`max_backoff`]).
+/// The longest pause between a follower's tries, for the largest jobs (see `max_backoff`).
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
 /// The longest pause between a follower's tries in a small job.
 const MIN_MAX_BACKOFF: Duration = Duration::from_millis(20);
@@ -539,12 +539,11 @@ fn jittered(d: Duration) -> Duration {
 }
 
 /// The cap of a follower's back-off in a job of `n` nodes: a quarter of a millisecond per node,
-/// from [`MIN_MAX_BACKOFF`] to [`MAX_BACKOFF`]. Followers whose probe finished before the
-/// leader's knock on a port nobody listens on yet; each pause they take past the moment the
-/// leader listens is time added to the prolog of every node. A small job's few refused knocks
-/// cost nothing, so its followers retry within 20 ms (a 4-node job: at most some 15 refused
-/// connections a second per follower); a job of a thousand nodes spreads them over 200 ms, so
-/// the leader's node sees about N / 150 ms of them, not a burst.
+/// from 20 ms to 200 ms. A follower whose probe finished before the leader's knocks on ports
+/// nobody listens on yet; every pause it takes past the moment the leader listens adds to the
+/// prolog of every node. A small job's few refused knocks cost nothing, so its followers come
+/// back within 20 ms; a job of a thousand nodes spreads its followers' knocks over 200 ms, so
+/// that the leader's node is not hit by all of them at once.
 pub fn max_backoff(n: usize) -> Duration {
     let per_node = Duration::from_micros(250);
     per_node
