@@ -94,8 +94,10 @@ pub const PROTOCOL_VERSION: u32 = 2;
 const GREETS_PER_NODE: usize = 8;
 /// The leader's poll interval while nothing happens, in milliseconds.
 const POLL_MS: u16 = 5;
-/// The longest pause between a follower's tries.
+/// The longest pause between a follower's tries, for the largest jobs (see `max_backoff`).
 const MAX_BACKOFF: Duration = Duration::from_millis(200);
+/// The longest pause between a follower's tries in a small job.
+const MIN_MAX_BACKOFF: Duration = Duration::from_millis(20);
 /// Stack of a leader's worker thread (it parses JSON of at most a join line).
 const WORKER_STACK_BYTES: usize = 256 * 1024;
 /// How long name resolution may take by default ([`RendezvousConfig::new`]).
@@ -537,6 +539,19 @@ fn jittered(d: Duration) -> Duration {
     d.mul_f64(0.5 + frac / 2.0)
 }
 
+/// The cap of a follower's back-off in a job of `n` nodes: a quarter of a millisecond per node,
+/// from 20 ms to 200 ms. A follower whose probe finished before the leader's knocks on ports
+/// nobody listens on yet; every pause it takes past the moment the leader listens adds to the
+/// prolog of every node. A small job's few refused knocks cost nothing, so its followers come
+/// back within 20 ms; a job of a thousand nodes spreads its followers' knocks over 200 ms, so
+/// that the leader's node is not hit by all of them at once.
+pub fn max_backoff(n: usize) -> Duration {
+    let per_node = Duration::from_micros(250);
+    per_node
+        .saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))
+        .clamp(MIN_MAX_BACKOFF, MAX_BACKOFF)
+}
+
 /// A peer-supplied string made safe to log: control characters (newlines, escapes, NUL) become
 /// `?`, and it is cut to [`MAX_LOGGED_CHARS`] characters (`…` marks the cut).
 pub fn sanitise(s: &str) -> String {
@@ -776,6 +791,11 @@ fn connect_from(from: IpAddr, to: SocketAddr, limit: Duration) -> std::io::Resul
         Err(e) => return Err(e.into()),
     }
     Ok(TcpStream::from(fd))
+}
+
+/// Whether `s` is connected to itself (TCP self-connect: its local and peer address are one).
+fn is_self_connected(s: &TcpStream) -> bool {
+    matches!((s.local_addr(), s.peer_addr()), (Ok(l), Ok(p)) if l == p)
 }
 
 struct Joined {
@@ -1364,6 +1384,7 @@ fn follow(
         )));
     }
     let mut backoff = Duration::from_millis(10);
+    let cap = max_backoff(cfg.nodes.len());
     let mut last = String::from("nothing listened");
     let mut found_listener = false;
     loop {
@@ -1377,6 +1398,16 @@ fn follow(
                 SocketAddr::new(leader, *port),
                 left.min(Duration::from_millis(500)),
             ) {
+                // A connection to itself: the kernel gave our socket the very port we asked for
+                // while nothing listened there (the rendezvous ports lie in the ephemeral range;
+                // likely only when nodes share an address, as virtual nodes do). It would wait a
+                // whole conn_budget for a hello it can only send itself.
+                Ok(s) if is_self_connected(&s) => {
+                    if !found_listener {
+                        last = format!("port {port}: nothing listened (connected to itself)");
+                    }
+                    continue;
+                }
                 Ok(s) => s,
                 Err(e) => {
                     if !found_listener {
@@ -1475,7 +1506,7 @@ fn follow(
         // Back off with jitter, so that N followers retrying do not arrive in one burst.
         let left = deadline.saturating_duration_since(Instant::now());
         std::thread::sleep(jittered(backoff).min(left));
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        backoff = (backoff * 2).min(cap);
     }
 }
 
@@ -1711,6 +1742,38 @@ mod tests {
         );
         drop(c);
         writer.join().unwrap();
+    }
+
+    #[test]
+    fn followers_of_a_small_job_retry_within_20_ms_and_of_a_thousand_nodes_within_200() {
+        assert_eq!(max_backoff(2), Duration::from_millis(20));
+        assert_eq!(max_backoff(32), Duration::from_millis(20));
+        assert_eq!(max_backoff(256), Duration::from_millis(64));
+        assert_eq!(max_backoff(1024), Duration::from_millis(200));
+        assert_eq!(max_backoff(usize::MAX), Duration::from_millis(200));
+    }
+
+    #[test]
+    fn a_socket_connected_to_itself_is_told_apart_from_one_to_a_listener() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let to_listener = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        assert!(!is_self_connected(&to_listener));
+        // A self-connect on demand: bind a port, then connect to that same port.
+        let port = {
+            let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap().port()
+        };
+        let to = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+        let sock = rustix::net::socket(
+            rustix::net::AddressFamily::INET,
+            rustix::net::SocketType::STREAM,
+            None,
+        )
+        .unwrap();
+        rustix::net::sockopt::set_socket_reuseaddr(&sock, true).unwrap();
+        rustix::net::bind(&sock, &to).unwrap();
+        rustix::net::connect(&sock, &to).unwrap();
+        assert!(is_self_connected(&TcpStream::from(sock)));
     }
 
     #[test]
