@@ -293,6 +293,7 @@ pub fn job_script_in(
         nodes,
         option: req.mode.unwrap_or(FabricMode::Quick),
         job_uid: host.job_uid(),
+        step_id: None,
         plugin_args: hooks::take_hook_args(words),
     }
     .to_argv();
