@@ -373,6 +373,7 @@ pub fn user_init(host: &dyn Host, words: &[String]) -> Result<(), String> {
     if args.mode == JobMode::Off {
         return Ok(());
     }
+    remember_step_request(read_request(host, None).mode);
     let Some(dir) = args.spool_dir.to_str() else {
         host.error("fabric-check: spool_dir= is not UTF-8; fabric-run is not told where to record");
         return Ok(());
@@ -448,6 +449,22 @@ pub fn task_init(host: &dyn Host, words: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// The step's `--fabric-check` request as `slurm_spank_user_init` read it: Slurm refuses
+/// `spank_option_getopt` in `slurm_spank_exit` (`ESPANK_NOT_AVAIL` in the `SPANK_EXIT` phase,
+/// `src/common/plugstack.c` / `spank.c`), so the step's end uses what its start saw. One
+/// slurmstepd per step, no threads: a process-wide cell is the step's own.
+static STEP_REQUEST: std::sync::Mutex<Option<FabricMode>> = std::sync::Mutex::new(None);
+
+fn remember_step_request(mode: Option<FabricMode>) {
+    if let Ok(mut g) = STEP_REQUEST.lock() {
+        *g = mode;
+    }
+}
+
+fn remembered_step_request() -> Option<FabricMode> {
+    STEP_REQUEST.lock().ok().and_then(|g| *g)
+}
+
 /// `slurm_spank_exit` in slurmstepd (remote context, as root, once the step's tasks have
 /// ended and before slurmstepd reports the step complete, the job still running): on the step's
 /// first node (`S_JOB_NODEID` 0) of a checked job, when that node holds `fabric-run` records for
@@ -455,18 +472,29 @@ pub fn task_init(host: &dyn Host, words: &[String]) -> Result<(), String> {
 /// Every other step (the batch script, the extern step, a step without records) spawns nothing
 /// and makes no Slurm call. Never fails the step: what goes wrong is logged.
 pub fn step_exit(host: &dyn Host, words: &[String]) -> Result<(), String> {
-    step_exit_in(host, words, &ScriptEnv::from_process())
+    step_exit_in(
+        host,
+        words,
+        &ScriptEnv::from_process(),
+        remembered_step_request(),
+    )
 }
 
 /// [`step_exit`] with the environment given (slurmstepd sets `SLURMD_NODENAME` in its own
-/// environment, `src/slurmd/slurmstepd/slurmstepd.c`; the job's environment is never read).
-pub fn step_exit_in(host: &dyn Host, words: &[String], env: &ScriptEnv) -> Result<(), String> {
+/// environment, `src/slurmd/slurmstepd/slurmstepd.c`; the job's environment is never read) and
+/// the request `slurm_spank_user_init` saw (used when Slurm no longer answers the option).
+pub fn step_exit_in(
+    host: &dyn Host,
+    words: &[String],
+    env: &ScriptEnv,
+    seen_at_start: Option<FabricMode>,
+) -> Result<(), String> {
     if host.context() != Context::Remote {
         return Ok(());
     }
     hooks::maybe_panic("exit", Context::Remote);
     let (args, _) = parse_args(words);
-    let asked = read_request(host, None).mode;
+    let asked = read_request(host, None).mode.or(seen_at_start);
     if !wants_check(args.mode, asked) {
         return Ok(());
     }
@@ -830,7 +858,11 @@ mod tests {
 
     /// The step end on a stand-in child that writes its words to `argv.txt` beside it, with a
     /// records file of node `n1` for job 42 when `records`.
-    fn step_exit_with_child(host: &FakeHost, records: bool) -> (Option<String>, Vec<String>) {
+    fn step_exit_with_child(
+        host: &FakeHost,
+        records: bool,
+        seen: Option<FabricMode>,
+    ) -> (Option<String>, Vec<String>) {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let child = dir.path().join("fabric-check");
@@ -859,7 +891,7 @@ mod tests {
             format!("spool_dir={}", spool.display()),
             "timeout=5".to_owned(),
         ];
-        step_exit_in(host, &words, &env).unwrap();
+        step_exit_in(host, &words, &env, seen).unwrap();
         let log = host.log.borrow().clone();
         (std::fs::read_to_string(&out).ok(), log)
     }
@@ -877,7 +909,7 @@ mod tests {
     #[test]
     fn a_steps_end_on_its_first_node_with_records_runs_step_end_as_a_child_and_logs_its_lines() {
         let h = step_host(Context::Remote, 3, 0);
-        let (argv, log) = step_exit_with_child(&h, true);
+        let (argv, log) = step_exit_with_child(&h, true, None);
         let argv = argv.expect("the child ran");
         let words: Vec<&str> = argv.split_whitespace().collect();
         assert_eq!(words[0], "step-end", "{argv}");
@@ -892,6 +924,19 @@ mod tests {
             "{log:?}"
         );
         assert!(log.iter().any(|l| l.contains("done in")), "{log:?}");
+    }
+
+    #[test]
+    fn at_exit_where_slurm_no_longer_answers_the_option_the_request_seen_at_the_steps_start_counts()
+    {
+        let h = FakeHost {
+            opt: None,
+            ..step_host(Context::Remote, 3, 0)
+        };
+        let (argv, log) = step_exit_with_child(&h, true, Some(FabricMode::Full));
+        let argv = argv.unwrap_or_else(|| panic!("no child: {log:?}"));
+        assert!(argv.contains("--option full"), "{argv}");
+        // (user_init is where it is seen: the e2e suite's live_summary runs it for real.)
     }
 
     #[test]
@@ -919,7 +964,7 @@ mod tests {
                 "the job did not ask",
             ),
         ] {
-            let (argv, log) = step_exit_with_child(&h, records);
+            let (argv, log) = step_exit_with_child(&h, records, None);
             assert_eq!(argv, None, "{why}: {log:?}");
         }
     }
@@ -945,7 +990,7 @@ mod tests {
             "timeout=1".to_owned(),
         ];
         let started = std::time::Instant::now();
-        assert!(step_exit_in(&h, &words, &env).is_ok());
+        assert!(step_exit_in(&h, &words, &env, None).is_ok());
         assert!(started.elapsed() < std::time::Duration::from_secs(10));
         let log = h.log.borrow();
         assert!(

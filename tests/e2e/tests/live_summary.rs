@@ -168,8 +168,7 @@ fn build_where(tb: &Testbed, out: &Path) {
 }
 
 #[test]
-fn each_spank_callback_of_a_step_is_measured_and_only_slurmstepds_exit_is_root_with_the_job_running()
- {
+fn each_spank_callback_of_a_step_is_measured_and_slurmstepds_exit_is_root_with_the_job_running() {
     let tb = Testbed::get();
     heal_all(&tb);
     let dir = tb.work_dir("where");
@@ -253,10 +252,12 @@ fn each_spank_callback_of_a_step_is_measured_and_only_slurmstepds_exit_is_root_w
     assert_eq!(exit.get("state"), "RUNNING", "{table}");
     assert_eq!(exit.get("update"), "0", "{table}");
     assert_eq!(exit.get("stored"), "yes", "{table}");
-    // The step's user-side callbacks run as the job's user: no admin write there.
+    // user_init runs with the job user's euid (its real uid stays root); the tasks are the user.
     let user = step0("user_init", "remote");
     assert_ne!(user.get("euid"), "0", "{table}");
-    assert_ne!(user.get("update"), "0", "{table}");
+    let task = step0("task_init", "remote");
+    assert_ne!(task.get("uid"), "0", "{table}");
+    assert_ne!(task.get("update"), "0", "{table}");
     // The job epilog is root but the job is no longer live: scontrol update is refused.
     let epilog = seen
         .iter()
