@@ -17,6 +17,11 @@ pub const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 /// The marker of the child's decision line (`fabric-check-exit=N`).
 pub const EXIT_MARKER: &str = "fabric-check-exit=";
 
+/// Slurm's id of the batch script's step (`SLURM_BATCH_SCRIPT`, `0xfffffffb`): its end is the
+/// job's last moment as `RUNNING` (slurmstepd reports the batch script complete only after its
+/// `slurm_spank_exit`), so `step-end` there writes the summary of every step of its node.
+pub const BATCH_STEP_ID: u32 = 0xffff_fffb;
+
 /// TCP port bases of the job step's cross-node phases; each adds `job_id % span` so that
 /// concurrent jobs sharing a node do not collide (see `docs/architecture.md`).
 pub mod ports {

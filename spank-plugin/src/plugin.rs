@@ -1,7 +1,7 @@
 //! What each SPANK callback does, written against [`Host`] so it can be tested without Slurm.
 
 use fabric_proto::fabric_option::FabricMode;
-use fabric_proto::invocation::{Invocation, JobStepExit};
+use fabric_proto::invocation::{BATCH_STEP_ID, Invocation, JobStepExit};
 use fabric_proto::plugin_args::{ArgProblem, JobMode, PluginArgs};
 use fabric_proto::record::PLUGIN_SPOOL_ENV;
 
@@ -469,8 +469,9 @@ fn remembered_step_request() -> Option<FabricMode> {
 /// ended and before slurmstepd reports the step complete, the job still running): on the step's
 /// first node (`S_JOB_NODEID` 0) of a checked job, when that node holds `fabric-run` records for
 /// the job, runs `fabric-check step-end`, which puts the node's run summary into the live tag.
-/// Every other step (the batch script, the extern step, a step without records) spawns nothing
-/// and makes no Slurm call. Never fails the step: what goes wrong is logged.
+/// The batch script's step counts too (its end is the job's last live moment); the extern step
+/// (it ends with the job) and a step without records spawn nothing and make no Slurm call.
+/// Never fails the step: what goes wrong is logged.
 pub fn step_exit(host: &dyn Host, words: &[String]) -> Result<(), String> {
     step_exit_in(
         host,
@@ -501,7 +502,8 @@ pub fn step_exit_in(
     let (Some(job_id), Some(step_id)) = (host.job_id(), host.step_id()) else {
         return Ok(());
     };
-    if step_id >= FIRST_SPECIAL_STEP_ID || host.node_id() != Some(0) {
+    let counted = step_id < FIRST_SPECIAL_STEP_ID || step_id == BATCH_STEP_ID;
+    if !counted || host.node_id() != Some(0) {
         return Ok(());
     }
     let Some(node) = env.node.clone() else {
@@ -940,14 +942,17 @@ mod tests {
     }
 
     #[test]
-    fn no_child_runs_for_other_nodes_special_steps_steps_without_records_or_outside_slurmstepd() {
+    fn the_batch_scripts_end_runs_step_end_too_since_the_job_is_still_running_there() {
+        let h = step_host(Context::Remote, BATCH_STEP_ID, 0);
+        let (argv, log) = step_exit_with_child(&h, true, None);
+        let argv = argv.unwrap_or_else(|| panic!("no child: {log:?}"));
+        assert!(argv.contains("--step-id 4294967291"), "{argv}");
+    }
+
+    #[test]
+    fn no_child_runs_for_other_nodes_the_extern_step_steps_without_records_or_outside_slurmstepd() {
         for (h, records, why) in [
             (step_host(Context::Remote, 3, 1), true, "not the first node"),
-            (
-                step_host(Context::Remote, 0xffff_fffb, 0),
-                true,
-                "the batch step",
-            ),
             (
                 step_host(Context::Remote, 0xffff_fffc, 0),
                 true,

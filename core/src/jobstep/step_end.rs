@@ -11,7 +11,10 @@
 //!
 //! - reads this node's `fabric-run` records (`<spool_dir>/<job>/<node>.jsonl`, the job user's
 //!   file, read with the epilog's rules: no links, the job's owner, bounded sizes); when none of
-//!   them names this step (`step_id`), it stops without one Slurm call;
+//!   them names this step (`step_id`), it stops without one Slurm call (the batch script's step,
+//!   [`BATCH_STEP_ID`], ends after every step it started and takes any record: a batch script
+//!   whose last command is `srun fabric-run` ends, and the job with it, while that step's own
+//!   end may still be running, which then finds the job completing);
 //! - summarises the whole file (every step so far on this node: the summary is a function of the
 //!   records, not a running sum, so writing it again never counts a step twice);
 //! - writes it as the tag's `run` (reported by the job, never a reason to drain) through the
@@ -25,7 +28,7 @@
 
 use super::JobStep;
 use super::tag_write::{TagWrite, Target, write_tag_to};
-use crate::invocation::JobStepExit;
+use crate::invocation::{BATCH_STEP_ID, JobStepExit};
 use crate::plugin_args::Policy;
 use crate::record::{self, JobDir, ReadLimits, RecordError};
 
@@ -86,11 +89,13 @@ pub fn end_of_step(step: &JobStep<'_>) -> StepEnd {
             return StepEnd::NoRecords;
         }
     };
+    // The batch script's end comes after every step it started: any record will do there.
     let this_step = step_id.to_string();
-    if !recs
-        .records
-        .iter()
-        .any(|r| r.meta.step_id.as_deref() == Some(this_step.as_str()))
+    if step_id != BATCH_STEP_ID
+        && !recs
+            .records
+            .iter()
+            .any(|r| r.meta.step_id.as_deref() == Some(this_step.as_str()))
     {
         return StepEnd::NoRecords;
     }

@@ -195,6 +195,17 @@ fn hostile_records_never_drain_and_a_linked_records_file_is_not_read() {
 }
 
 #[test]
+fn the_batch_scripts_end_summarises_every_step_of_its_node_in_the_live_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n1", &run_lines("n1", "0", 2, "accepted"));
+    append(dir.path(), "n1", &run_lines("n1", "1", 3, "accepted"));
+    let slurm = FakeSlurm::with_nodes(&["n1"]);
+    let (done, lines) = step_end_on(dir.path(), crate::invocation::BATCH_STEP_ID, &slurm);
+    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
+    assert_eq!(live_json(&slurm)["run"]["steps"], 5);
+}
+
+#[test]
 fn a_job_already_completing_is_left_to_its_epilog_and_nothing_goes_to_the_database() {
     let dir = tempfile::tempdir().unwrap();
     append(dir.path(), "n1", &run_lines("n1", "0", 3, "accepted"));

@@ -112,13 +112,54 @@ fn a_fabric_run_steps_summary_is_in_the_live_tag_as_plain_json_before_the_job_en
         tag_text(&tb.admin_comment(job)).is_some(),
         "sacct -X -P -o AdminComment holds the segment"
     );
-    let lines = tb.prolog_lines("n1", job);
+    let log = tb.slurmd_log("n1");
+    let mine = format!("step-end job={job}.0 node=n1: done in");
     assert!(
-        lines
-            .iter()
-            .any(|l| l.contains(&format!("step-end job={job}.0 node=n1")) && l.contains("done in")),
-        "{lines:?}"
+        log.lines().any(|l| l.contains(&mine)),
+        "no {mine:?} in n1's log"
     );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn a_batch_script_ending_with_srun_fabric_run_keeps_its_summary_in_sacct_as_plain_json() {
+    let tb = Testbed::get();
+    heal_all(&tb);
+    let work = tb.work_dir("last");
+    let batch = work.join("job.sh");
+    std::fs::write(
+        &batch,
+        format!(
+            "#!/bin/sh\nexport PATH={}\nsrun -N1 fabric-run --step-regex '^step ([0-9]+)' -- {} --steps 3 --step-sleep 0.1\n",
+            bin_path(&tb),
+            tb.dir.join("bin/fake-train").display()
+        ),
+    )
+    .unwrap();
+    let job = tb.sbatch_wait(&["-N1", "--fabric-check", batch.to_str().unwrap()]);
+    // The batch script's own end (the job still running) wrote it live; the epilog found the
+    // same summary and left it as it was.
+    let tag = wait_tag(&tb, job, Duration::from_secs(60), |t| t["run"].is_object())
+        .unwrap_or_else(|| panic!("sacct: {:?}", tb.admin_comment(job)));
+    assert_eq!(tag["run"]["steps"], 3, "{tag}");
+    let comment = tb.admin_comment(job);
+    let json = comment
+        .split_once("fabric-check/v1 ")
+        .map(|(_, t)| t)
+        .unwrap_or_default();
+    assert!(
+        json.starts_with('{'),
+        "sacct holds the live plain-JSON form: {comment}"
+    );
+    let v: serde_json::Value = serde_json::Deserializer::from_str(json)
+        .into_iter::<serde_json::Value>()
+        .next()
+        .expect("a JSON value")
+        .expect("valid JSON");
+    assert_eq!(v["run"]["steps"], 3, "{v}");
+    let log = tb.slurmd_log("n1");
+    let batch_end = format!("step-end job={job}.4294967291 node=");
+    assert!(log.contains(&batch_end), "no {batch_end:?} in n1's log");
     let _ = std::fs::remove_dir_all(&work);
 }
 
