@@ -41,6 +41,15 @@ fn state_of(job: &serde_json::Value) -> String {
     })
 }
 
+/// Every virtual node's slurmd log, one after the other.
+fn all_logs(tb: &Testbed) -> String {
+    ["n1", "n2", "n3", "n4"]
+        .iter()
+        .map(|n| tb.slurmd_log(n))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn bin_path(tb: &Testbed) -> String {
     format!(
         "{}:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -112,11 +121,12 @@ fn a_fabric_run_steps_summary_is_in_the_live_tag_as_plain_json_before_the_job_en
         tag_text(&tb.admin_comment(job)).is_some(),
         "sacct -X -P -o AdminComment holds the segment"
     );
-    let log = tb.slurmd_log("n1");
-    let mine = format!("step-end job={job}.0 node=n1: done in");
+    let log = all_logs(&tb);
+    let mine = format!("step-end job={job}.0 node=");
     assert!(
-        log.lines().any(|l| l.contains(&mine)),
-        "no {mine:?} in n1's log"
+        log.lines()
+            .any(|l| l.contains(&mine) && l.contains("run summary of")),
+        "no {mine:?} in the slurmd logs"
     );
     let _ = std::fs::remove_dir_all(&work);
 }
@@ -157,9 +167,12 @@ fn a_batch_script_ending_with_srun_fabric_run_keeps_its_summary_in_sacct_as_plai
         .expect("a JSON value")
         .expect("valid JSON");
     assert_eq!(v["run"]["steps"], 3, "{v}");
-    let log = tb.slurmd_log("n1");
+    let log = all_logs(&tb);
     let batch_end = format!("step-end job={job}.4294967291 node=");
-    assert!(log.contains(&batch_end), "no {batch_end:?} in n1's log");
+    assert!(
+        log.contains(&batch_end),
+        "no {batch_end:?} in the slurmd logs"
+    );
     let _ = std::fs::remove_dir_all(&work);
 }
 
@@ -168,8 +181,9 @@ fn a_step_without_fabric_run_spawns_no_step_end() {
     let tb = Testbed::get();
     heal_all(&tb);
     let job = tb.sbatch_wait(&["-N1", "--fabric-check", "--wrap", "srun -N1 /bin/true"]);
-    let lines = tb.prolog_lines("n1", job);
-    assert!(!lines.iter().any(|l| l.contains("step-end")), "{lines:?}");
+    let log = all_logs(&tb);
+    let mine = format!("step-end job={job}.");
+    assert!(!log.contains(&mine), "a step-end ran for job {job}");
 }
 
 /// One line of the measuring plugin's log, as `key=value` words.
