@@ -8,7 +8,13 @@
 //! alternating rounds): PIE 215-219 page faults and 1.46/1.72/2.36 ms of CPU, `-no-pie` 157-159
 //! page faults and 1.54/1.46/1.36 ms (coreutils `timeout 1d true`: 163 faults). The faults are
 //! the steady figure on a shared machine; the CPU times follow them. fabric-run runs as the
-//! job's user, not as root; shared libraries and the stack keep ASLR.
+//! job's user, not as root; its stack, heap and mappings (and a dynamic build's libraries)
+//! keep ASLR.
+//!
+//! What ships goes one step further: `scripts/build-fabric-run` links the same executable
+//! statically (`crt-static` with `relocation-model=static`, which `-no-pie` needs: a PIC static
+//! build under `-no-pie` crashes at start), so no dynamic loader runs at all
+//! (`docs/benchmarks.md`, "Wrapper start-up").
 fn main() {
     println!("cargo:rustc-link-arg-bins=-no-pie");
 }

@@ -355,6 +355,8 @@ pub struct FakeRunner {
     collective: Result<collective::Report, ProbeRunError>,
     /// Each probe request with the limit it got.
     pub probes: RefCell<Vec<(ProbeRequest, Duration)>>,
+    /// Each collective request.
+    pub collectives: RefCell<Vec<CollectiveRequest>>,
 }
 
 impl FakeRunner {
@@ -368,6 +370,7 @@ impl FakeRunner {
                 reason: "no collective in this test".into(),
             }),
             probes: RefCell::new(Vec::new()),
+            collectives: RefCell::new(Vec::new()),
         }
     }
 
@@ -417,9 +420,10 @@ impl ProbeRunner for FakeRunner {
 
     fn collective(
         &self,
-        _req: &CollectiveRequest,
+        req: &CollectiveRequest,
         _limit: Duration,
     ) -> Result<collective::Report, ProbeRunError> {
+        self.collectives.borrow_mut().push(req.clone());
         self.collective.clone()
     }
 }

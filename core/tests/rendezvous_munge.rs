@@ -196,7 +196,7 @@ fn a_participant_without_a_credential_is_rejected() {
     }) else {
         return;
     };
-    assert_turned_away(&g, "rejected by unmunge");
+    assert_turned_away(&g, "rejected by MUNGE");
 }
 
 #[test]
@@ -213,7 +213,7 @@ fn a_credential_from_another_munge_key_is_rejected() {
     }) else {
         return;
     };
-    assert_turned_away(&g, "rejected by unmunge");
+    assert_turned_away(&g, "rejected by MUNGE");
 }
 
 #[test]

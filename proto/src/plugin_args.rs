@@ -82,7 +82,7 @@ pub struct PluginArgs {
     /// expands; for testbeds whose virtual nodes live in namespaces).
     pub collective_netns: Option<String>,
     /// `collective_hosts=FILE`: `node address` lines for the collective's data path (default:
-    /// each node's `NodeAddr`).
+    /// the job's nodes as `hosts_file=` lists them, then the system resolver).
     pub collective_hosts: Option<PathBuf>,
     /// `step_hosts=FILE`: the same for the step gate, which runs as the job's user in the
     /// tasks' network namespace (default: `collective_hosts`).

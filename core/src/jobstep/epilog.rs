@@ -79,6 +79,11 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         ));
     }
     if plugin.policy == Policy::Observe {
+        // Observe tags nothing, so nothing reads this node's fabric-run records; they are still
+        // ours to clear, or the spool fills with one folder per job.
+        if let Some(dir) = open_job_dir(step) {
+            remove_node_files(node, &dir);
+        }
         return JobStepExit::Proceed;
     }
     let spool = open_job_dir(step);

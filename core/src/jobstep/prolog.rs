@@ -65,6 +65,18 @@ fn collective_request(step: &JobStep<'_>) -> Result<CollectiveRequest, String> {
         let text = std::fs::read_to_string(hosts)
             .map_err(|e| format!("cannot read {}: {e}", hosts.display()))?;
         addrs = crate::stepgate::parse_hosts_file(&text);
+    } else if let Some(hosts) = &plugin.hosts_file {
+        // No data-path addresses of its own: the collective uses the rendezvous's `hosts_file=`
+        // (only the job's nodes go on its command line), then the system resolver.
+        let text = std::fs::read_to_string(hosts)
+            .map_err(|e| format!("cannot read hosts_file={}: {e}", hosts.display()))?;
+        let map = super::meet::parse_hosts(&text);
+        addrs = step
+            .setup
+            .nodes
+            .iter()
+            .filter_map(|n| map.get(n).map(|ip| (n.clone(), ip.to_string())))
+            .collect();
     }
     Ok(CollectiveRequest {
         nodes: step.setup.inv.nodes.clone(),

@@ -119,3 +119,24 @@ fn the_prolog_makes_the_jobs_spool_folder() {
     assert_eq!(md.mode() & 0o777, 0o700);
     assert_eq!(md.uid(), nix::unistd::getuid().as_raw());
 }
+
+#[test]
+fn under_observe_the_epilog_tags_nothing_and_still_clears_the_nodes_records_and_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = records(dir.path(), "n1");
+    let slurm = FakeSlurm::with_nodes(TWO);
+    let s = setup(dir.path(), Script::Epilog, "n1", "n1", &["policy=observe"]);
+    let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+    let lines = Lines::default();
+    epilog::run(&step(
+        &s,
+        seams(&slurm, &runner, &FakeMeet::default(), &lines),
+    ));
+    assert_eq!(slurm.calls(), vec![], "observe touches nothing in Slurm");
+    assert!(!path.exists(), "records left behind: {}", lines.text());
+    assert!(
+        !path.parent().unwrap().exists(),
+        "the job's folder is left behind: {}",
+        lines.text()
+    );
+}

@@ -921,3 +921,57 @@ mod health_streaks {
         assert!(lines.has("clean probe 2 of 3"), "{}", lines.text());
     }
 }
+
+mod collective_addresses {
+    use super::*;
+    use crate::fabric_option::FabricMode;
+
+    /// The `full` prolog of a two-node job on n1; returns the collective's addresses.
+    fn collective_addrs(words: &[&str]) -> Vec<(String, String)> {
+        let dir = tempfile::tempdir().unwrap();
+        let words: Vec<String> = words
+            .iter()
+            .map(|w| w.replace("DIR", &dir.path().display().to_string()))
+            .collect();
+        std::fs::write(
+            dir.path().join("hosts"),
+            "# the admin's file\n10.0.0.1 n1 n1.cluster\n10.0.0.2 n2\n10.0.0.9 n9\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("data-hosts"), "n1 10.1.0.1\nn2 10.1.0.2\n").unwrap();
+        let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+        let mut s = setup(dir.path(), Script::Prolog, "n[1-2]", "n1", &refs);
+        s.inv.option = FabricMode::Full;
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = answering(report("n1", Verdict::Pass));
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        let reqs = runner.collectives.borrow();
+        assert_eq!(reqs.len(), 1, "one collective run: {}", lines.text());
+        reqs[0].addrs.clone()
+    }
+
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(n, a)| ((*n).to_owned(), (*a).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn without_collective_hosts_the_collective_uses_the_job_nodes_of_hosts_file() {
+        let got = collective_addrs(&["hosts_file=DIR/hosts"]);
+        assert_eq!(got, pairs(&[("n1", "10.0.0.1"), ("n2", "10.0.0.2")]));
+    }
+
+    #[test]
+    fn collective_hosts_wins_over_hosts_file_for_the_data_path() {
+        let got = collective_addrs(&["hosts_file=DIR/hosts", "collective_hosts=DIR/data-hosts"]);
+        assert_eq!(got, pairs(&[("n1", "10.1.0.1"), ("n2", "10.1.0.2")]));
+    }
+
+    #[test]
+    fn with_neither_file_the_collective_gets_no_addresses_and_resolves_names_itself() {
+        assert_eq!(collective_addrs(&[]), vec![]);
+    }
+}

@@ -18,7 +18,7 @@
 //!    connection and try the next port, until its deadline.
 //! 3. Follower → leader: `{"type":"join","credential":C}`, C a MUNGE credential whose payload is
 //!    `{"purpose":"fabric-check/rendezvous/join/v1","job_id","node","rank","nonce","challenge",
-//!    "payload"}`. The leader decodes it with `unmunge` and accepts it only if munged says it is
+//!    "payload"}`. The leader decodes it (libmunge, or `unmunge`) and accepts it only if munged says it is
 //!    valid (right key, not expired, not replayed on this host), its UID is in the allowed set,
 //!    the job id, the challenge of *this* connection, and the node name for that rank all match,
 //!    and the rank has not joined yet. Anything else gets `{"type":"reject","reason":..}`; a
@@ -58,6 +58,7 @@
 //! in the SPANK plugin. Followers use no threads except the short-lived readers inside
 //! [`munge::Munge`].
 
+mod libmunge;
 pub mod munge;
 pub mod typed;
 
@@ -83,7 +84,7 @@ pub const MAX_JOIN_BYTES: usize = 16 * 1024;
 pub const MAX_HELLO_BYTES: usize = 4 * 1024;
 /// How many connections beyond the job's N−1 followers may wait for a worker at once.
 pub const ADMIT_MARGIN: usize = 8;
-/// The default number of leader threads that admit followers (and so of `unmunge` at once).
+/// The default number of leader threads that admit followers (and so of MUNGE decodes at once).
 pub const DEFAULT_WORKERS: usize = 8;
 /// The most characters of a peer-supplied string that reach a log.
 pub const MAX_LOGGED_CHARS: usize = 160;
@@ -329,7 +330,7 @@ pub struct RendezvousConfig {
     /// Every credential we encode decodes only for this UID (`munge --restrict-uid`); by
     /// default our own effective UID, since every participant runs as the same user.
     pub restrict_uid: Option<u32>,
-    /// Leader threads admitting followers (each runs one `unmunge` at a time): size it to
+    /// Leader threads admitting followers (each runs one MUNGE decode at a time): size it to
     /// munged's `--num-threads` (see docs/operations.md).
     pub workers: usize,
 }

@@ -1,10 +1,15 @@
-//! MUNGE credentials through the `munge` and `unmunge` client programs.
+//! MUNGE credentials: through `libmunge` where the host has it, else the `munge` and `unmunge`
+//! client programs.
 //!
-//! Why the programs and not `libmunge`: the workspace denies `unsafe`, and the programs are what
-//! every MUNGE installation ships (`munge(1)`, `unmunge(1)`). They are run by absolute path with
-//! separate arguments, never through a shell; `-S SOCKET` is passed through so tests and the
-//! testbed can use a private `munged`. Every call is bounded in time: a hung `munged` turns into
-//! [`MungeError::Timeout`], and the child is killed.
+//! The library ([`Backend::Library`], loaded at run time by `libmunge.rs`, the one unsafe file
+//! here) is one round trip to munged per call; a program start costs some 3 ms of CPU, which
+//! the rendezvous leader paid once per follower. The programs ([`Backend::Programs`]) are what
+//! every MUNGE installation ships (`munge(1)`, `unmunge(1)`) and stay the fallback: they are run
+//! by absolute path with separate arguments, never through a shell. `-S SOCKET` (or the
+//! library's socket option) is passed through so tests and the testbed can use a private
+//! `munged`. Every call is bounded in time: a hung `munged` turns into [`MungeError::Timeout`]
+//! (a program is killed; a library call is left on the thread it ran on, which the process's
+//! own end takes with it).
 //!
 //! `unmunge` exits with the MUNGE error code (`munge.h`: 15 expired, 16 rewound, 17 replayed,
 //! 18 unauthorized, 8–14 a bad or foreign credential) and still prints the metadata block.
@@ -50,7 +55,7 @@ pub enum MungeError {
         stderr: String,
     },
     /// `unmunge` rejected the credential (bad key, expired, replayed, ...).
-    #[error("credential rejected by unmunge (munge status {status}: {reason})")]
+    #[error("credential rejected by MUNGE (munge status {status}: {reason})")]
     Rejected {
         /// The MUNGE error code.
         status: i32,
@@ -73,9 +78,31 @@ pub struct Decoded {
     pub payload: Vec<u8>,
 }
 
-/// How to reach MUNGE: the client programs, the `munged` socket and a time limit per call.
+/// Which MUNGE client a [`Munge`] uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `libmunge.so.2`, loaded at run time (falls back to the programs where it cannot load).
+    Library,
+    /// The `munge` and `unmunge` programs.
+    Programs,
+}
+
+impl Backend {
+    /// The library where this host has it, else the programs.
+    pub fn best() -> Self {
+        if super::libmunge::available() {
+            Self::Library
+        } else {
+            Self::Programs
+        }
+    }
+}
+
+/// How to reach MUNGE: the client, the `munged` socket and a time limit per call.
 #[derive(Debug, Clone)]
 pub struct Munge {
+    /// The library or the programs ([`Backend::best`] by default).
+    pub backend: Backend,
     /// Path of `munge`.
     pub munge_bin: PathBuf,
     /// Path of `unmunge`.
@@ -89,6 +116,7 @@ pub struct Munge {
 impl Default for Munge {
     fn default() -> Self {
         Self {
+            backend: Backend::best(),
             munge_bin: PathBuf::from(MUNGE_BIN),
             unmunge_bin: PathBuf::from(UNMUNGE_BIN),
             socket: None,
@@ -155,6 +183,18 @@ impl Munge {
         payload: &[u8],
         restrict_uid: Option<u32>,
     ) -> Result<String, MungeError> {
+        if self.backend == Backend::Library {
+            let (socket, payload) = (self.socket.clone(), payload.to_vec());
+            let call = move || super::libmunge::encode(socket.as_deref(), &payload, restrict_uid);
+            if let Some(done) = self.bounded("munge_encode", call) {
+                return done.and_then(|r| {
+                    r.map_err(|e| MungeError::Encode {
+                        status: e.status,
+                        stderr: e.detail,
+                    })
+                });
+            }
+        }
         let mut cmd = self.command(&self.munge_bin);
         if let Some(uid) = restrict_uid {
             cmd.arg("--restrict-uid").arg(uid.to_string());
@@ -173,6 +213,19 @@ impl Munge {
 
     /// Decodes and validates a credential with `unmunge -N`.
     pub fn decode(&self, credential: &str) -> Result<Decoded, MungeError> {
+        if self.backend == Backend::Library {
+            let (socket, credential) = (self.socket.clone(), credential.to_owned());
+            let call = move || super::libmunge::decode(socket.as_deref(), &credential);
+            if let Some(done) = self.bounded("munge_decode", call) {
+                return done.and_then(|r| {
+                    r.map(|(uid, gid, payload)| Decoded { uid, gid, payload })
+                        .map_err(|e| MungeError::Rejected {
+                            status: e.status,
+                            reason: status_reason(e.status).to_string(),
+                        })
+                });
+            }
+        }
         let mut cmd = self.command(&self.unmunge_bin);
         cmd.arg("-N");
         let out = self.run(&self.unmunge_bin, cmd, credential.as_bytes())?;
@@ -183,6 +236,35 @@ impl Munge {
             });
         }
         parse_unmunge(&out.stdout)
+    }
+
+    /// Runs one library call on its own small thread and waits at most [`Munge::timeout`]:
+    /// libmunge has no time limit of its own (it retries a busy socket), so a hung munged
+    /// leaves that thread behind instead of the caller. `None`: the library is not loaded, or
+    /// no thread could be started; the caller uses the programs.
+    fn bounded<T: Send + 'static>(
+        &self,
+        what: &str,
+        call: impl FnOnce() -> Option<T> + Send + 'static,
+    ) -> Option<Result<T, MungeError>> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        std::thread::Builder::new()
+            .name("libmunge".into())
+            .stack_size(128 * 1024)
+            .spawn(move || {
+                let _ = tx.send(call());
+            })
+            .ok()?;
+        match rx.recv_timeout(self.timeout) {
+            Ok(answer) => answer.map(Ok),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Some(Err(MungeError::Timeout {
+                program: format!("libmunge {what}"),
+                timeout_ms: self.timeout.as_millis(),
+            })),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Some(Err(
+                MungeError::Malformed(format!("libmunge {what} ended without an answer")),
+            )),
+        }
     }
 
     fn run(&self, program: &Path, cmd: Command, input: &[u8]) -> Result<RunOutput, MungeError> {
@@ -256,6 +338,7 @@ mod tests {
     #[test]
     fn a_missing_munge_binary_is_a_spawn_error_naming_it() {
         let m = Munge {
+            backend: Backend::Programs,
             munge_bin: PathBuf::from("/nonexistent/munge"),
             ..Munge::default()
         };
