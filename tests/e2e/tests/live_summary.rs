@@ -306,14 +306,8 @@ fn each_spank_callback_of_a_step_is_measured_and_slurmstepds_exit_is_root_with_t
     assert_eq!(exit.get("euid"), "0", "{table}");
     assert_eq!(exit.get("state"), "RUNNING", "{table}");
     assert_eq!(exit.get("update"), "0", "{table}");
-    // Both nodes write at about the same moment: one of them reads its own write back.
-    assert!(
-        seen.iter().any(|s| s.get("cb") == "exit"
-            && s.get("ctx") == "remote"
-            && s.get("step") == "0"
-            && s.get("stored") == "yes"),
-        "{table}"
-    );
+    // (`stored` is only informative: the other node's callbacks and the batch step write at
+    // the same moments, so a read-back may see their comment; `update` is slurmctld's answer.)
     // user_init runs with the job user's euid (its real uid stays root); the tasks are the user.
     let user = step0("user_init", "remote");
     assert_ne!(user.get("euid"), "0", "{table}");
