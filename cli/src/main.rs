@@ -44,7 +44,7 @@ enum Command {
     Drain(cmd::nodes::DrainArgs),
     /// Resume nodes drained by fabric-check (only those).
     Resume(cmd::nodes::ResumeArgs),
-    /// HealthCheckProgram mode: probe an idle node, drain on fail, resume after clean probes.
+    /// HealthCheckProgram mode: probe an idle node, drain on fail, resume after clean probes, report lost job tags.
     Health(cmd::nodes::HealthArgs),
     /// Run by the SPANK plugin in the job prolog (as root).
     #[command(hide = true)]

@@ -43,6 +43,7 @@ pub mod rendezvous;
 pub mod slurm;
 pub mod stats;
 pub mod stepgate;
+pub mod tag_ledger;
 #[cfg(any(test, feature = "test-fakes"))]
 pub mod testing;
 

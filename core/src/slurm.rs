@@ -30,6 +30,16 @@ pub trait Slurm {
     /// Writes the `AdminComment` of a finished job, in the accounting database; `job` as
     /// [`JobComment::job`] names it.
     fn set_admin_comment_db(&self, job: &str, text: &str) -> Result<(), SlurmError>;
+    /// Accounting's record of each of `jobs` (exact names, as [`JobComment::job`]), for the
+    /// check that finds lost tags ([`crate::tag_ledger`]): one call, never from a prolog.
+    fn job_records(&self, jobs: &[String]) -> Result<Vec<JobRecord>, SlurmError> {
+        let _ = jobs;
+        Err(SlurmError::Failed {
+            command: "sacct".into(),
+            code: -1,
+            stderr: "this Slurm adapter does not read accounting".into(),
+        })
+    }
     /// How finely `sinfo` tells when a reason was set (`%H`: whole seconds). The drain's settle
     /// step waits one and a half of these (see `drain::settle_wait`).
     fn reason_time_resolution(&self) -> Duration {
@@ -57,6 +67,19 @@ impl JobComment {
             text: text.to_owned(),
         }
     }
+}
+
+/// One job as accounting records it (`sacct -X`), for the lost-tag check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRecord {
+    /// `JobID` as sacct prints it (`123`, `123_4`, `123+1`).
+    pub job: String,
+    /// `State` (`COMPLETED`, `CANCELLED by 0`, `RUNNING`, ...).
+    pub state: String,
+    /// `End`, Unix seconds; `None` while the job runs.
+    pub end_s: Option<u64>,
+    /// `AdminComment`.
+    pub comment: String,
 }
 
 /// Why a Slurm command failed.
@@ -143,6 +166,15 @@ impl SlurmCli {
     }
 
     fn run(&self, program: &str, args: &[&str]) -> Result<String, SlurmError> {
+        self.run_env(program, args, &[])
+    }
+
+    fn run_env(
+        &self,
+        program: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<String, SlurmError> {
         let limit = self
             .deadline
             .map_or(self.timeout, |d| d.limit(self.timeout));
@@ -153,6 +185,9 @@ impl SlurmCli {
         }
         let mut cmd = safe_command(self.bin_dir.join(program));
         cmd.args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         let done = run_bounded(cmd, None, limit)?;
         if !done.status.success() {
             return Err(SlurmError::Failed {
@@ -252,21 +287,36 @@ impl SlurmCli {
     }
 
     /// The job's `AdminComment` and exact name, from structured output only: slurmctld's JSON
-    /// (`scontrol --json show job`, or on Slurm 22.05, which has no `scontrol --json`,
-    /// `squeue --json`, which there lists every job), the record whose `job_id` is `job_id`;
-    /// when slurmctld no longer knows the job, accounting (`sacct -P` of `JobIDRaw`, `JobID`,
-    /// `AdminComment`, the comment last: no field the job's owner controls is printed).
+    /// (`scontrol --json show job`), the record whose `job_id` is `job_id`; on Slurm 22.05,
+    /// which has no `scontrol --json` (and whose `squeue --json` ignores every filter and lists
+    /// all the jobs slurmctld holds), `squeue -h --jobs=ID --states=all -O` [`SQUEUE_FIELDS`]:
+    /// one job's records (one RPC for that job), the raw id, the exact name and the comment
+    /// last, no field the job's owner controls; when slurmctld no longer knows the job,
+    /// accounting (`sacct -P` of `JobIDRaw`, `JobID`, `AdminComment`, the same layout).
     pub fn admin_comment(&self, job_id: u32) -> Result<JobComment, SlurmError> {
         let id = job_id.to_string();
         let live = match self.run("scontrol", &["--json", "show", "job", &id]) {
             Err(SlurmError::Failed { stderr, .. }) if stderr.contains("unrecognized option") => {
-                self.run("squeue", &["--json", "--jobs", &id])
-                    .map(|text| ("squeue --json", text))
+                let jobs = format!("--jobs={id}");
+                let text = self.run(
+                    "squeue",
+                    &["-h", &jobs, "--states=all", "-O", SQUEUE_FIELDS],
+                );
+                match text {
+                    Ok(text) => {
+                        if let Some(found) = comment_from_squeue(&text, job_id) {
+                            return Ok(found);
+                        }
+                        Ok(("squeue", None))
+                    }
+                    Err(e) => Err(e),
+                }
             }
-            other => other.map(|text| ("scontrol --json show job", text)),
+            other => other.map(|text| ("scontrol --json show job", Some(text))),
         };
         match live {
-            Ok((command, text)) => match comment_from_json(&text, job_id) {
+            Ok((_, None)) => {}
+            Ok((command, Some(text))) => match comment_from_json(&text, job_id) {
                 Ok(Some(found)) => return Ok(found),
                 Ok(None) => {}
                 Err(reason) => {
@@ -296,6 +346,26 @@ impl SlurmCli {
             command: "sacct".into(),
             reason: format!("neither slurmctld nor accounting knows job {job_id}"),
         })
+    }
+
+    /// `sacct -n -P -X -j JOBS -o JobID,State,End,AdminComment` (End in Unix seconds), the
+    /// records whose `JobID` is one of `jobs` exactly.
+    pub fn job_records(&self, jobs: &[String]) -> Result<Vec<JobRecord>, SlurmError> {
+        let list = jobs.join(",");
+        let text = self.run_env(
+            "sacct",
+            &[
+                "-n",
+                "-P",
+                "-X",
+                "-j",
+                &list,
+                "-o",
+                "JobID,State,End,AdminComment",
+            ],
+            &[("SLURM_TIME_FORMAT", "%s")],
+        )?;
+        Ok(records_from_sacct(&text, jobs))
     }
 
     /// `scontrol update JobId=JOB AdminComment=TEXT` (live jobs; `JOB` as
@@ -330,6 +400,38 @@ impl SlurmCli {
         )
         .map(drop)
     }
+}
+
+/// The lines of `sacct -n -P -X -o JobID,State,End,AdminComment` (End as Unix seconds) whose
+/// `JobID` is one of `jobs`.
+pub fn records_from_sacct(text: &str, jobs: &[String]) -> Vec<JobRecord> {
+    text.lines()
+        .filter_map(|line| {
+            let mut it = line.splitn(4, '|');
+            let (job, state, end, comment) = (it.next()?, it.next()?, it.next()?, it.next()?);
+            jobs.iter().any(|j| j == job).then(|| JobRecord {
+                job: job.to_owned(),
+                state: state.to_owned(),
+                end_s: end.parse().ok(),
+                comment: comment.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// The `squeue -O` fields of the 22.05 live read: the raw job id, the exact name (`A_T`,
+/// `H+O`, else the id) and the `AdminComment`, each unpadded (width 0) and ended by `|`, the
+/// comment last (it may hold `|`).
+pub const SQUEUE_FIELDS: &str = "jobid:0|,jobarrayid:0|,admin_comment:0";
+
+/// The record of job `job_id` in `squeue -h -O` [`SQUEUE_FIELDS`] output (one line per record
+/// of the job and its array or het siblings); squeue prints an unset comment as `(null)`.
+pub fn comment_from_squeue(text: &str, job_id: u32) -> Option<JobComment> {
+    let mut found = comment_from_sacct(text, job_id)?;
+    if found.text == "(null)" {
+        found.text.clear();
+    }
+    Some(found)
 }
 
 /// A number of Slurm's JSON: plain (data parser v0.0.38, Slurm 22.05) or
@@ -418,6 +520,9 @@ impl Slurm for SlurmCli {
     fn set_admin_comment_db(&self, job: &str, text: &str) -> Result<(), SlurmError> {
         SlurmCli::set_admin_comment_db(self, job, text)
     }
+    fn job_records(&self, jobs: &[String]) -> Result<Vec<JobRecord>, SlurmError> {
+        SlurmCli::job_records(self, jobs)
+    }
 }
 
 #[cfg(test)]
@@ -471,6 +576,16 @@ mod tests {
     }
 
     #[test]
+    fn accounting_records_are_those_of_the_jobs_asked_with_end_in_seconds() {
+        let text = "8_1|COMPLETED|1764600000|JS1:a|b\n8_3|RUNNING|Unknown|\n9|FAILED|17|x\n";
+        let r = records_from_sacct(text, &["8_1".into(), "8_3".into()]);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].end_s, Some(1_764_600_000));
+        assert_eq!(r[0].comment, "JS1:a|b");
+        assert_eq!((r[1].state.as_str(), r[1].end_s), ("RUNNING", None));
+    }
+
+    #[test]
     fn the_sacct_line_of_the_job_itself_is_taken_not_a_siblings() {
         let text = "5|2_1|\n6|2_2|arr2 a|b\n2|2_3|x\n";
         assert_eq!(
@@ -497,13 +612,18 @@ mod tests {
     }
 
     #[test]
-    fn on_22_05_the_comment_comes_from_squeue_json_and_from_sacct_once_the_job_is_gone() {
-        // scontrol refuses --json as 22.05's does; squeue lists jobs 7 and 8_3; sacct knows 12.
+    fn on_22_05_the_comment_comes_from_squeue_of_that_one_job_and_from_sacct_once_it_is_gone() {
+        // scontrol refuses --json as 22.05's does. squeue answers only when asked for one job
+        // with the -O fields (as 22.05 prints them: `(null)` for no comment), as every record of
+        // an array whose id is asked; sacct knows 12.
         let dir = stand_in(
-            r#"case "$0" in
-  */scontrol) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
-  */squeue) echo '{"jobs":[{"job_id":7,"admin_comment":"JS1:Ab","array_job_id":0,"het_job_id":0},{"job_id":8,"admin_comment":"","array_job_id":8,"array_task_id":3,"het_job_id":0}]}' ;;
-  */sacct) echo '11|2_1|x'; echo '12|2_2|JS1:b fabric-check/v1 {}' ;;
+            r#"case "$0 $*" in
+  */scontrol*) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+  */squeue*--json*) echo "squeue --json lists every job: not to be asked" >&2; exit 1 ;;
+  *"/squeue -h --jobs=7 --states=all -O jobid:0|,jobarrayid:0|,admin_comment:0") echo '7|7|JS1:Ab|c' ;;
+  *"/squeue -h --jobs=8 --states=all -O jobid:0|,jobarrayid:0|,admin_comment:0") printf '9|8_1|x\n8|8_3|(null)\n' ;;
+  */squeue*) echo "squeue: error: Invalid job id specified" >&2; exit 1 ;;
+  */sacct*) echo '11|2_1|x'; echo '12|2_2|JS1:b fabric-check/v1 {}' ;;
 esac"#,
         );
         let cli = SlurmCli {
@@ -512,9 +632,15 @@ esac"#,
         };
         assert_eq!(
             cli.admin_comment(7).unwrap(),
-            JobComment::plain(7, "JS1:Ab")
+            JobComment::plain(7, "JS1:Ab|c")
         );
-        assert_eq!(cli.admin_comment(8).unwrap().job, "8_3");
+        assert_eq!(
+            cli.admin_comment(8).unwrap(),
+            JobComment {
+                job: "8_3".into(),
+                text: String::new()
+            }
+        );
         let gone = cli.admin_comment(12).unwrap();
         assert_eq!(
             (gone.job.as_str(), gone.text.as_str()),

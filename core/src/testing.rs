@@ -20,7 +20,7 @@ use crate::jobstep::{
 };
 use crate::probe::{Finding, Report, Severity};
 use crate::rendezvous::{Gathered, RendezvousError};
-use crate::slurm::{JobComment, NodeInfo, Slurm, SlurmError};
+use crate::slurm::{JobComment, JobRecord, NodeInfo, Slurm, SlurmError};
 use crate::tag::Verdict;
 
 /// One call the fake Slurm saw.
@@ -72,6 +72,8 @@ struct SlurmState {
     nodes_answers: BTreeMap<usize, NodesAnswer>,
     nodes_calls: usize,
     clock: u32,
+    job_records: Vec<JobRecord>,
+    asked_job_records: Vec<Vec<String>>,
 }
 
 /// A Slurm in memory.
@@ -106,6 +108,16 @@ impl FakeSlurm {
         let s = Self::default();
         s.state.borrow_mut().nodes = names.iter().map(|n| idle(n)).collect();
         s
+    }
+
+    /// Accounting holds these job records (what `job_records` answers from).
+    pub fn set_job_records(&self, records: Vec<JobRecord>) {
+        self.state.borrow_mut().job_records = records;
+    }
+
+    /// The job lists `job_records` was asked for, call by call.
+    pub fn asked_job_records(&self) -> Vec<Vec<String>> {
+        self.state.borrow().asked_job_records.clone()
     }
 
     /// The job's `AdminComment` starts as `text`.
@@ -242,6 +254,16 @@ impl FakeSlurm {
 }
 
 impl Slurm for FakeSlurm {
+    fn job_records(&self, jobs: &[String]) -> Result<Vec<JobRecord>, SlurmError> {
+        let mut s = self.state.borrow_mut();
+        s.asked_job_records.push(jobs.to_vec());
+        Ok(s.job_records
+            .iter()
+            .filter(|r| jobs.contains(&r.job))
+            .cloned()
+            .collect())
+    }
+
     fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
         self.call("nodes", Call::Nodes)?;
         let mut s = self.state.borrow_mut();

@@ -57,6 +57,10 @@ pub struct HealthArgs {
     /// Consecutive clean probes before a node drained by fabric-check is resumed.
     #[arg(long, default_value_t = 3)]
     pub clean_probes: u32,
+    /// Seconds after a job's end before the tags this node wrote are compared with accounting
+    /// (a tag gone by then is logged as lost; see docs/operations.md).
+    #[arg(long, default_value_t = fabric_core::jobstep::health::TAG_GRACE.as_secs())]
+    pub tag_grace_s: u64,
 }
 
 /// `fabric-check drain`.
@@ -159,7 +163,8 @@ pub fn health(args: HealthArgs) -> anyhow::Result<i32> {
         .node
         .or_else(|| std::env::var("SLURMD_NODENAME").ok())
         .unwrap_or_else(short_hostname);
-    let setup = HealthSetup::new(node, plugin, args.clean_probes)?;
+    let mut setup = HealthSetup::new(node, plugin, args.clean_probes)?;
+    setup.tag_grace = std::time::Duration::from_secs(args.tag_grace_s);
     let slurm = SlurmCli {
         deadline: Some(setup.deadline),
         ..SlurmCli::default()

@@ -37,7 +37,14 @@ pub struct HealthSetup {
     pub clean_probes: u32,
     /// The run's one deadline: `timeout=` for the probe plus [`SLURM_BUDGET`].
     pub deadline: Deadline,
+    /// How long after a job's end its tag is checked against accounting
+    /// ([`crate::tag_ledger`]; [`TAG_GRACE`] unless set).
+    pub tag_grace: Duration,
 }
+
+/// The default [`HealthSetup::tag_grace`]: other tools' `EpilogSlurmctld` writes (jobstats
+/// sleeps 5 s) and our own post-job writes are done well before.
+pub const TAG_GRACE: Duration = Duration::from_secs(120);
 
 /// Why a health run could not decide.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +84,7 @@ impl HealthSetup {
             state_dir,
             clean_probes,
             deadline,
+            tag_grace: TAG_GRACE,
         })
     }
 
@@ -195,5 +203,29 @@ pub fn run(
         }
         Verdict::Error => relay.line(&format!("{node}: probe error; node state unchanged")),
     }
+    check_tags(setup, slurm, relay);
     Ok(report.verdict.exit_code())
+}
+
+/// Compares the tags this node wrote with accounting and logs every one that is gone
+/// ([`crate::tag_ledger`]); a check that cannot run is logged and changes nothing.
+fn check_tags(setup: &HealthSetup, slurm: &dyn Slurm, relay: &dyn Relay) {
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    match crate::tag_ledger::check(&setup.state_dir, slurm, now_s, setup.tag_grace.as_secs()) {
+        Ok(losses) => {
+            for loss in losses {
+                tracing::error!(job = %loss.job, "{loss}");
+                relay.line(&loss.to_string());
+            }
+        }
+        Err(e) => {
+            tracing::warn!("cannot compare the tags written here with accounting: {e}");
+            relay.line(&format!(
+                "{}: cannot compare the tags written here with accounting: {e}",
+                setup.node
+            ));
+        }
+    }
 }

@@ -160,6 +160,12 @@ pub fn write_tag_to(
             TagWrite::Database
         }
     };
+    let form = if written == TagWrite::Live {
+        Form::Live
+    } else {
+        Form::Database
+    };
+    remember(step, &name, &new, form);
     step.say_phase(
         "tag",
         &format!(
@@ -168,4 +174,27 @@ pub fn write_tag_to(
         ),
     );
     written
+}
+
+/// Appends the write to this node's ledger ([`crate::tag_ledger`]): a local file, no Slurm call.
+/// A ledger that cannot be written is said and changes nothing else.
+fn remember(step: &JobStep<'_>, name: &str, new: &JobTag, form: Form) {
+    let w = crate::tag_ledger::Written {
+        job: name.to_owned(),
+        at_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        form: match form {
+            Form::Live => "live",
+            Form::Database => "database",
+        }
+        .to_owned(),
+        verdict: new.verdict.map_or("none", Verdict::as_str).to_owned(),
+        bytes: tag::segment(new, form).len(),
+    };
+    if let Err(e) = crate::tag_ledger::record(&step.setup.state_dir, &w) {
+        step.say(&format!(
+            "the tag of job {name} is written but not recorded, so its loss would go unnoticed: {e}"
+        ));
+    }
 }

@@ -603,6 +603,38 @@ mod tag_writes {
         (written, lines)
     }
 
+    #[test]
+    fn every_tag_write_is_recorded_in_the_node_ledger_live_or_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Epilog, "n1", "n1", &[]);
+        let (runner, meet, lines) = (
+            answering(report("n1", Verdict::Pass)),
+            FakeMeet::default(),
+            Lines::default(),
+        );
+        let tag = noted();
+        let live = FakeSlurm::with_nodes(&["n1"]).job_named("8_3");
+        write_tag(&step(&s, seams(&live, &runner, &meet, &lines)), |_| {
+            tag.clone()
+        });
+        let ended = FakeSlurm::with_nodes(&["n1"])
+            .job_named("8_3")
+            .job_finished();
+        write_tag(&step(&s, seams(&ended, &runner, &meet, &lines)), |_| {
+            tag.clone()
+        });
+        let ledger = crate::tag_ledger::entries(&s.state_dir).unwrap();
+        let forms: Vec<(&str, &str, &str)> = ledger
+            .iter()
+            .map(|w| (w.job.as_str(), w.form.as_str(), w.verdict.as_str()))
+            .collect();
+        assert_eq!(
+            forms,
+            [("8_3", "live", "fail"), ("8_3", "database", "fail")]
+        );
+        assert!(ledger.iter().all(|w| w.bytes > 20 && w.at_s > 0));
+    }
+
     /// A tag with upper-case node names and a note holding both quotes (a probe panic's).
     fn noted() -> JobTag {
         let mut t = JobTag {
@@ -831,6 +863,38 @@ mod health_streaks {
     fn run(setup: &HealthSetup, slurm: &FakeSlurm, verdict: Verdict, lines: &Lines) -> i32 {
         let runner = answering(report("n1", verdict));
         health::run(setup, slurm, &runner, lines).unwrap()
+    }
+
+    #[test]
+    fn a_health_run_reports_a_job_whose_tag_jobstats_replaced_naming_job_writer_and_setup() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = health_setup(dir.path());
+        let long_ago = crate::tag_ledger::Written {
+            job: "41".into(),
+            at_s: 1_000,
+            form: "live".into(),
+            verdict: "pass".into(),
+            bytes: 90,
+        };
+        crate::tag_ledger::record(&s.state_dir, &long_ago).unwrap();
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        slurm.set_job_records(vec![crate::slurm::JobRecord {
+            job: "41".into(),
+            state: "COMPLETED".into(),
+            end_s: Some(1_010),
+            comment: "JS1:H4sIAAAAAAAAA6tWSkktLlGyUlAqS8wpTVWqBQCb1RwVEQAAAA==".into(),
+        }]);
+        let lines = Lines::default();
+        assert_eq!(run(&s, &slurm, Verdict::Pass, &lines), 0);
+        let text = lines.text();
+        assert!(text.contains("TAG LOST: job 41"), "{text}");
+        assert!(text.contains("jobstats `JS1:` segment"), "{text}");
+        assert!(text.contains("fabric-check epilog-slurmctld"), "{text}");
+        assert!(crate::tag_ledger::entries(&s.state_dir).unwrap().is_empty());
+        // Reported once: the next run has nothing to ask.
+        let again = Lines::default();
+        run(&s, &slurm, Verdict::Pass, &again);
+        assert!(!again.text().contains("TAG LOST"), "{}", again.text());
     }
 
     #[test]

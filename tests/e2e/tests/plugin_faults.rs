@@ -12,27 +12,38 @@ use fabric_e2e::{Testbed, wait_for};
 
 static BUILD: Once = Once::new();
 
-/// Builds the plugin with `--features test-hooks` into its own target folder.
+/// Builds the plugin with `--features test-hooks` and keeps it as
+/// `target/test-hooks/libspank_fabric_check.so`.
+///
+/// It is built in the workspace's own target folder, where every dependency is compiled
+/// already: a target folder of its own rebuilt them all (bindgen and clang-sys included), a
+/// minute or two on a cold CI machine. Cargo writes the result where the normal plugin goes,
+/// so it is copied aside (by rename, never over a file a slurmd may have mapped) and the
+/// normal build is put back at once.
 fn test_hooks_so(tb: &Testbed) -> PathBuf {
-    let target = tb.repo.join("target/test-hooks");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(tb.repo.join("target"), PathBuf::from);
+    let kept = target.join("test-hooks/libspank_fabric_check.so");
     BUILD.call_once(|| {
-        let st = Command::new(env!("CARGO"))
-            .current_dir(&tb.repo)
-            .args([
-                "build",
-                "-q",
-                "-p",
-                "fabric-spank",
-                "--features",
-                "test-hooks",
-                "--target-dir",
-            ])
-            .arg(&target)
-            .status()
-            .expect("run cargo");
-        assert!(st.success(), "building the test-hooks plugin failed");
+        let cargo = |extra: &[&str]| {
+            Command::new(env!("CARGO"))
+                .current_dir(&tb.repo)
+                .args(["build", "-q", "--locked", "-p", "fabric-spank"])
+                .args(extra)
+                .status()
+                .expect("run cargo")
+        };
+        assert!(
+            cargo(&["--features", "test-hooks"]).success(),
+            "building the test-hooks plugin failed"
+        );
+        std::fs::create_dir_all(kept.parent().unwrap()).expect("make target/test-hooks");
+        let fresh = kept.with_extension("so.new");
+        std::fs::copy(target.join("debug/libspank_fabric_check.so"), &fresh)
+            .expect("copy the test-hooks plugin aside");
+        std::fs::rename(&fresh, &kept).expect("keep the test-hooks plugin");
+        assert!(cargo(&[]).success(), "rebuilding the normal plugin failed");
     });
-    target.join("debug/libspank_fabric_check.so")
+    kept
 }
 
 fn with_plugstack(tb: &Testbed, so: Option<PathBuf>, words: &str, f: impl FnOnce()) {
