@@ -52,6 +52,9 @@ enum Command {
     /// Run by the SPANK plugin in the job epilog (as root).
     #[command(hide = true)]
     Epilog(cmd::jobstep::Args),
+    /// Run by the SPANK plugin at the end of a step, on its first node (as root).
+    #[command(hide = true)]
+    StepEnd(cmd::jobstep::Args),
     /// One rank of a ring all-reduce among a job's nodes: figures, #wrong, slow nodes.
     Collective(cmd::collective::Args),
     /// Prepended by the SPANK plugin to a `--fabric-check=full` step's tasks (Slurm 23.11+).
@@ -94,6 +97,7 @@ fn main() {
         Command::Health(a) => cmd::nodes::health(a),
         Command::Prolog(a) => cmd::jobstep::prolog(a),
         Command::Epilog(a) => cmd::jobstep::epilog(a),
+        Command::StepEnd(a) => cmd::jobstep::step_end(a),
         Command::EpilogSlurmctld(a) => cmd::coexist::run(a),
         Command::SacctmgrShim(a) => cmd::coexist::shim(a),
         Command::Dist(a) => cmd::dist::run(a, Cli::command()),

@@ -45,6 +45,7 @@ fn after_the_plugins_group_kill_no_process_of_the_job_step_is_alive() {
         nodes: "n1".into(),
         option: fabric_core::fabric_option::FabricMode::Quick,
         job_uid: None,
+        step_id: None,
         plugin_args: vec![
             format!("probe={}", probe.display()),
             "timeout=30".into(),

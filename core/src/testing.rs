@@ -145,6 +145,11 @@ impl FakeSlurm {
         self.state.borrow().written_to.clone()
     }
 
+    /// The job ends now (for a test that writes while it runs and then after it ended).
+    pub fn finish(&self) {
+        self.state.borrow_mut().job_finished = true;
+    }
+
     /// The job has finished: `scontrol update JobId` fails, `sacctmgr` works.
     pub fn job_finished(self) -> Self {
         self.state.borrow_mut().job_finished = true;
@@ -575,6 +580,7 @@ pub fn setup(dir: &Path, script: Script, nodes: &str, node: &str, words: &[&str]
         nodes: nodes.into(),
         option: FabricMode::Quick,
         job_uid: Some(nix::unistd::getuid().as_raw()),
+        step_id: None,
         plugin_args,
     };
     Setup::resolve(inv, Instant::now(), &Lines::default()).expect("a valid test setup")

@@ -1,5 +1,5 @@
-//! The job-step invocation: how the SPANK plugin runs `fabric-check prolog|epilog`, and how the
-//! child answers.
+//! The job-step invocation: how the SPANK plugin runs `fabric-check prolog|epilog|step-end`, and
+//! how the child answers.
 //!
 //! The plugin builds an [`Invocation`] and spawns `<probe> <argv>` with [`Invocation::to_argv`];
 //! the child parses the same words back with [`Invocation::parse`]. The child's answer is its
@@ -16,6 +16,11 @@ pub const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The marker of the child's decision line (`fabric-check-exit=N`).
 pub const EXIT_MARKER: &str = "fabric-check-exit=";
+
+/// Slurm's id of the batch script's step (`SLURM_BATCH_SCRIPT`, `0xfffffffb`): its end is the
+/// job's last moment as `RUNNING` (slurmstepd reports the batch script complete only after its
+/// `slurm_spank_exit`), so `step-end` there writes the summary of every step of its node.
+pub const BATCH_STEP_ID: u32 = 0xffff_fffb;
 
 /// TCP port bases of the job step's cross-node phases; each adds `job_id % span` so that
 /// concurrent jobs sharing a node do not collide (see `docs/architecture.md`).
@@ -35,14 +40,18 @@ pub enum Script {
     Prolog,
     /// After the job: counter rises, records, run summary.
     Epilog,
+    /// At the end of one step, on the step's first node (slurmstepd's `slurm_spank_exit`, as
+    /// root, the job still running): that node's run summary into the live tag.
+    StepEnd,
 }
 
 impl Script {
-    /// The subcommand name: `prolog` or `epilog`.
+    /// The subcommand name: `prolog`, `epilog` or `step-end`.
     pub fn as_str(self) -> &'static str {
         match self {
             Script::Prolog => "prolog",
             Script::Epilog => "epilog",
+            Script::StepEnd => "step-end",
         }
     }
 }
@@ -102,7 +111,8 @@ impl JobStepExit {
     }
 }
 
-/// `fabric-check prolog|epilog --job-id N --node X --nodes L --option M [--job-uid U] -- WORDS`.
+/// `fabric-check prolog|epilog|step-end --job-id N --node X --nodes L --option M [--job-uid U]
+/// [--step-id S] -- WORDS`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
     /// Prolog or epilog.
@@ -117,6 +127,8 @@ pub struct Invocation {
     pub option: FabricMode,
     /// The job owner's uid: `fabric-run` records must belong to it.
     pub job_uid: Option<u32>,
+    /// The step that ended (`S_JOB_STEPID`), for `step-end`.
+    pub step_id: Option<u32>,
     /// The plugin's `plugstack.conf` words, after `--`.
     pub plugin_args: Vec<String>,
 }
@@ -124,8 +136,10 @@ pub struct Invocation {
 /// Words that are not a job-step invocation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum InvocationError {
-    /// The first word is not `prolog` or `epilog`.
-    #[error("expected `prolog` or `epilog`, got {0:?}: this command is run by the SPANK plugin")]
+    /// The first word is not `prolog`, `epilog` or `step-end`.
+    #[error(
+        "expected `prolog`, `epilog` or `step-end`, got {0:?}: this command is run by the SPANK plugin"
+    )]
     Script(String),
     /// A flag this version does not know.
     #[error(
@@ -168,6 +182,9 @@ impl Invocation {
         if let Some(uid) = self.job_uid {
             argv.extend(["--job-uid".to_owned(), uid.to_string()]);
         }
+        if let Some(step) = self.step_id {
+            argv.extend(["--step-id".to_owned(), step.to_string()]);
+        }
         argv.push("--".to_owned());
         argv.extend(self.plugin_args.iter().cloned());
         argv
@@ -183,6 +200,7 @@ impl Invocation {
         let script = match words.next().as_deref() {
             Some("prolog") => Script::Prolog,
             Some("epilog") => Script::Epilog,
+            Some("step-end") => Script::StepEnd,
             other => return Err(InvocationError::Script(other.unwrap_or("").to_owned())),
         };
         Self::parse_flags(script, words)
@@ -196,7 +214,7 @@ impl Invocation {
     {
         let mut words = words.into_iter().map(Into::into);
         let (mut job_id, mut node, mut nodes) = (None, None, None);
-        let (mut option, mut job_uid) = (FabricMode::Quick, None);
+        let (mut option, mut job_uid, mut step_id) = (FabricMode::Quick, None, None);
         let mut plugin_args = Vec::new();
         let number = |flag: &'static str, v: String| {
             v.parse::<u32>()
@@ -213,6 +231,7 @@ impl Invocation {
                 "--nodes" => "--nodes",
                 "--option" => "--option",
                 "--job-uid" => "--job-uid",
+                "--step-id" => "--step-id",
                 _ => return Err(InvocationError::UnknownFlag(w)),
             };
             let v = words.next().ok_or(InvocationError::MissingValue(flag))?;
@@ -221,6 +240,7 @@ impl Invocation {
                 "--node" => node = Some(v),
                 "--nodes" => nodes = Some(v),
                 "--option" => option = v.parse()?,
+                "--step-id" => step_id = Some(number(flag, v)?),
                 _ => job_uid = Some(number(flag, v)?),
             }
         }
@@ -231,6 +251,7 @@ impl Invocation {
             nodes: nodes.ok_or(InvocationError::Required("--nodes"))?,
             option,
             job_uid,
+            step_id,
             plugin_args,
         })
     }
@@ -248,6 +269,7 @@ mod tests {
             nodes: "n[1-4]".into(),
             option: FabricMode::Full,
             job_uid: Some(1000),
+            step_id: None,
             plugin_args: vec!["policy=enforce".into(), "--odd".into()],
         }
     }
@@ -263,6 +285,14 @@ mod tests {
             ..inv
         };
         assert_eq!(Invocation::parse(epilog.to_argv()).unwrap(), epilog);
+        let step_end = Invocation {
+            script: Script::StepEnd,
+            step_id: Some(3),
+            ..sample()
+        };
+        let argv = step_end.to_argv();
+        assert_eq!(argv[0], "step-end");
+        assert_eq!(Invocation::parse(argv).unwrap(), step_end);
     }
 
     #[test]

@@ -197,6 +197,15 @@ impl Host for SlurmHost {
         (rc == sys::ESPANK_SUCCESS).then_some(id)
     }
 
+    fn node_id(&self) -> Option<u32> {
+        let mut id: u32 = 0;
+        // SAFETY: S_JOB_NODEID takes one `uint32_t *` (spank.h).
+        let rc = unsafe {
+            sys::spank_get_item(self.sp, sys::spank_item_S_JOB_NODEID, &mut id as *mut u32)
+        };
+        (rc == sys::ESPANK_SUCCESS).then_some(id)
+    }
+
     fn can_prepend_task_argv(&self) -> bool {
         prepend_fn().is_some()
     }
@@ -358,4 +367,20 @@ pub extern "C" fn slurm_spank_task_init(
         let words = unsafe { args(ac, av) };
         plugin::task_init(&SlurmHost { sp }, &words)
     })
+}
+
+/// Called in srun, sbatch/salloc and slurmstepd when the plugin is unloaded; in slurmstepd (as
+/// root, the step's tasks ended, the job still running) the step's first node writes its run
+/// summary into the live tag. Never fails the step.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_exit(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    let rc = guard("slurm_spank_exit", || {
+        // SAFETY: as in `slurm_spank_init`.
+        let words = unsafe { args(ac, av) };
+        plugin::step_exit(&SlurmHost { sp }, &words)
+    });
+    if rc != 0 {
+        log_error("fabric-check: step end: the error above is logged, not returned");
+    }
+    0
 }

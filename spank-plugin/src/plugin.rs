@@ -1,7 +1,7 @@
 //! What each SPANK callback does, written against [`Host`] so it can be tested without Slurm.
 
 use fabric_proto::fabric_option::FabricMode;
-use fabric_proto::invocation::{Invocation, JobStepExit};
+use fabric_proto::invocation::{BATCH_STEP_ID, Invocation, JobStepExit};
 use fabric_proto::plugin_args::{ArgProblem, JobMode, PluginArgs};
 use fabric_proto::record::PLUGIN_SPOOL_ENV;
 
@@ -67,6 +67,10 @@ pub trait Host {
     fn debug(&self, msg: &str);
     /// The step id (`S_JOB_STEPID`), in a task.
     fn step_id(&self) -> Option<u32> {
+        None
+    }
+    /// This node's index among the step's nodes (`S_JOB_NODEID`), in slurmstepd.
+    fn node_id(&self) -> Option<u32> {
         None
     }
     /// Whether the host offers `spank_prepend_task_argv` (Slurm 23.11 and newer), found at run
@@ -265,6 +269,7 @@ pub fn job_script_in(
     match script {
         Script::Prolog => hooks::maybe_panic("job_prolog", Context::JobScript),
         Script::Epilog => hooks::maybe_panic("job_epilog", Context::JobScript),
+        Script::StepEnd => hooks::maybe_panic("exit", Context::Remote),
     }
     let req = read_request(host, env.node.clone());
     let job = req.job_id.map_or_else(|| "?".to_owned(), |j| j.to_string());
@@ -293,6 +298,7 @@ pub fn job_script_in(
         nodes,
         option: req.mode.unwrap_or(FabricMode::Quick),
         job_uid: host.job_uid(),
+        step_id: None,
         plugin_args: hooks::take_hook_args(words),
     }
     .to_argv();
@@ -367,6 +373,7 @@ pub fn user_init(host: &dyn Host, words: &[String]) -> Result<(), String> {
     if args.mode == JobMode::Off {
         return Ok(());
     }
+    remember_step_request(read_request(host, None).mode);
     let Some(dir) = args.spool_dir.to_str() else {
         host.error("fabric-check: spool_dir= is not UTF-8; fabric-run is not told where to record");
         return Ok(());
@@ -389,7 +396,7 @@ pub fn user_init(host: &dyn Host, words: &[String]) -> Result<(), String> {
 pub fn script_rc(script: Script, rc: i32) -> i32 {
     match script {
         Script::Prolog => rc,
-        Script::Epilog => 0,
+        Script::Epilog | Script::StepEnd => 0,
     }
 }
 
@@ -442,6 +449,117 @@ pub fn task_init(host: &dyn Host, words: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// The step's `--fabric-check` request as `slurm_spank_user_init` read it: Slurm refuses
+/// `spank_option_getopt` in `slurm_spank_exit` (`ESPANK_NOT_AVAIL` in the `SPANK_EXIT` phase,
+/// `src/common/plugstack.c` / `spank.c`), so the step's end uses what its start saw. One
+/// slurmstepd per step, no threads: a process-wide cell is the step's own.
+static STEP_REQUEST: std::sync::Mutex<Option<FabricMode>> = std::sync::Mutex::new(None);
+
+fn remember_step_request(mode: Option<FabricMode>) {
+    if let Ok(mut g) = STEP_REQUEST.lock() {
+        *g = mode;
+    }
+}
+
+fn remembered_step_request() -> Option<FabricMode> {
+    STEP_REQUEST.lock().ok().and_then(|g| *g)
+}
+
+/// `slurm_spank_exit` in slurmstepd (remote context, as root, once the step's tasks have
+/// ended and before slurmstepd reports the step complete, the job still running): on the step's
+/// first node (`S_JOB_NODEID` 0) of a checked job, when that node holds `fabric-run` records for
+/// the job, runs `fabric-check step-end`, which puts the node's run summary into the live tag.
+/// The batch script's step counts too (its end is the job's last live moment); the extern step
+/// (it ends with the job) and a step without records spawn nothing and make no Slurm call.
+/// Never fails the step: what goes wrong is logged.
+pub fn step_exit(host: &dyn Host, words: &[String]) -> Result<(), String> {
+    step_exit_in(
+        host,
+        words,
+        &ScriptEnv::from_process(),
+        remembered_step_request(),
+    )
+}
+
+/// [`step_exit`] with the environment given (slurmstepd sets `SLURMD_NODENAME` in its own
+/// environment, `src/slurmd/slurmstepd/slurmstepd.c`; the job's environment is never read) and
+/// the request `slurm_spank_user_init` saw (used when Slurm no longer answers the option).
+pub fn step_exit_in(
+    host: &dyn Host,
+    words: &[String],
+    env: &ScriptEnv,
+    seen_at_start: Option<FabricMode>,
+) -> Result<(), String> {
+    if host.context() != Context::Remote {
+        return Ok(());
+    }
+    hooks::maybe_panic("exit", Context::Remote);
+    let (args, _) = parse_args(words);
+    let asked = read_request(host, None).mode.or(seen_at_start);
+    if !wants_check(args.mode, asked) {
+        return Ok(());
+    }
+    let (Some(job_id), Some(step_id)) = (host.job_id(), host.step_id()) else {
+        return Ok(());
+    };
+    let counted = step_id < FIRST_SPECIAL_STEP_ID || step_id == BATCH_STEP_ID;
+    if !counted || host.node_id() != Some(0) {
+        return Ok(());
+    }
+    let Some(node) = env.node.clone() else {
+        host.debug("fabric-check: step end: no SLURMD_NODENAME in slurmstepd; left to the epilog");
+        return Ok(());
+    };
+    // The cheap test first: no records file of this node, no child and no Slurm call.
+    let has_records =
+        fabric_proto::record::node_records_path(&args.spool_dir, &job_id.to_string(), &node)
+            .is_some_and(|p| std::fs::symlink_metadata(p).is_ok());
+    if !has_records {
+        return Ok(());
+    }
+    let child_args = Invocation {
+        script: Script::StepEnd,
+        job_id,
+        nodes: node.clone(),
+        node: node.clone(),
+        option: asked.unwrap_or(FabricMode::Quick),
+        job_uid: host.job_uid(),
+        step_id: Some(step_id),
+        plugin_args: hooks::take_hook_args(words),
+    }
+    .to_argv();
+    let pass: Vec<(&str, String)> = env
+        .slurm_conf
+        .clone()
+        .map(|v| ("SLURM_CONF", v))
+        .into_iter()
+        .collect();
+    let tag = format!("fabric-check: step-end job={job_id}.{step_id} node={node}");
+    let ran = spawn::run(&args.probe, &child_args, &pass, args.timeout);
+    for line in ran
+        .output
+        .lines()
+        .filter(|l| !JobStepExit::is_line(l) && !l.trim().is_empty())
+    {
+        host.info(&format!("{tag}: {line}"));
+    }
+    let ms = ran.elapsed.as_millis();
+    match ran.outcome {
+        Outcome::Exited(c) if JobStepExit::from_code(c) == Some(JobStepExit::Proceed) => {
+            host.info(&format!("{tag}: done in {ms} ms"));
+        }
+        Outcome::TimedOut => host.error(&format!(
+            "{tag}: timed out after {} s and was killed; the epilog writes the run summary",
+            args.timeout.as_secs()
+        )),
+        other => host.error(&format!(
+            "{tag}: {} step-end failed ({other:?}); the epilog writes the run summary",
+            args.probe.display()
+        )),
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,6 +572,7 @@ mod tests {
         log: RefCell<Vec<String>>,
         registered: RefCell<u32>,
         step: Option<u32>,
+        node_id: Option<u32>,
         prepend: bool,
         prepended: RefCell<Vec<Vec<String>>>,
         env: RefCell<Vec<(String, String)>>,
@@ -487,6 +606,9 @@ mod tests {
         }
         fn step_id(&self) -> Option<u32> {
             self.step
+        }
+        fn node_id(&self) -> Option<u32> {
+            self.node_id
         }
         fn can_prepend_task_argv(&self) -> bool {
             self.prepend
@@ -734,5 +856,152 @@ mod tests {
         assert!(wants_check(JobMode::Always, None));
         assert!(!wants_check(JobMode::Always, Some(Off)));
         assert!(!wants_check(JobMode::Off, Some(Full)));
+    }
+
+    /// The step end on a stand-in child that writes its words to `argv.txt` beside it, with a
+    /// records file of node `n1` for job 42 when `records`.
+    fn step_exit_with_child(
+        host: &FakeHost,
+        records: bool,
+        seen: Option<FabricMode>,
+    ) -> (Option<String>, Vec<String>) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let child = dir.path().join("fabric-check");
+        let out = dir.path().join("argv.txt");
+        std::fs::write(
+            &child,
+            format!(
+                "#!/bin/sh\necho \"$@\" > {}\necho 'run summary in the live tag'\necho fabric-check-exit=0\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&child, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let spool = dir.path().join("spool");
+        std::fs::create_dir_all(spool.join("42")).unwrap();
+        if records {
+            std::fs::write(spool.join("42/n1.jsonl"), "{}\n").unwrap();
+        }
+        let env = ScriptEnv {
+            node: Some("n1".into()),
+            nodes: None,
+            slurm_conf: Some("/etc/slurm/slurm.conf".into()),
+        };
+        let words = [
+            format!("probe={}", child.display()),
+            format!("spool_dir={}", spool.display()),
+            "timeout=5".to_owned(),
+        ];
+        step_exit_in(host, &words, &env, seen).unwrap();
+        let log = host.log.borrow().clone();
+        (std::fs::read_to_string(&out).ok(), log)
+    }
+
+    fn step_host(ctx: Context, step: u32, node_id: u32) -> FakeHost {
+        FakeHost {
+            ctx: Some(ctx),
+            opt: Some(Some("quick".to_owned())),
+            step: Some(step),
+            node_id: Some(node_id),
+            ..FakeHost::default()
+        }
+    }
+
+    #[test]
+    fn a_steps_end_on_its_first_node_with_records_runs_step_end_as_a_child_and_logs_its_lines() {
+        let h = step_host(Context::Remote, 3, 0);
+        let (argv, log) = step_exit_with_child(&h, true, None);
+        let argv = argv.expect("the child ran");
+        let words: Vec<&str> = argv.split_whitespace().collect();
+        assert_eq!(words[0], "step-end", "{argv}");
+        let after = |flag: &str| words.iter().position(|w| *w == flag).map(|i| words[i + 1]);
+        assert_eq!(after("--job-id"), Some("42"), "{argv}");
+        assert_eq!(after("--step-id"), Some("3"), "{argv}");
+        assert_eq!(after("--node"), Some("n1"), "{argv}");
+        assert_eq!(after("--job-uid"), Some("1000"), "{argv}");
+        assert!(
+            log.iter()
+                .any(|l| l.contains("step-end job=42.3 node=n1: run summary in the live tag")),
+            "{log:?}"
+        );
+        assert!(log.iter().any(|l| l.contains("done in")), "{log:?}");
+    }
+
+    #[test]
+    fn at_exit_where_slurm_no_longer_answers_the_option_the_request_seen_at_the_steps_start_counts()
+    {
+        let h = FakeHost {
+            opt: None,
+            ..step_host(Context::Remote, 3, 0)
+        };
+        let (argv, log) = step_exit_with_child(&h, true, Some(FabricMode::Full));
+        let argv = argv.unwrap_or_else(|| panic!("no child: {log:?}"));
+        assert!(argv.contains("--option full"), "{argv}");
+        // (user_init is where it is seen: the e2e suite's live_summary runs it for real.)
+    }
+
+    #[test]
+    fn the_batch_scripts_end_runs_step_end_too_since_the_job_is_still_running_there() {
+        let h = step_host(Context::Remote, BATCH_STEP_ID, 0);
+        let (argv, log) = step_exit_with_child(&h, true, None);
+        let argv = argv.unwrap_or_else(|| panic!("no child: {log:?}"));
+        assert!(argv.contains("--step-id 4294967291"), "{argv}");
+    }
+
+    #[test]
+    fn no_child_runs_for_other_nodes_the_extern_step_steps_without_records_or_outside_slurmstepd() {
+        for (h, records, why) in [
+            (step_host(Context::Remote, 3, 1), true, "not the first node"),
+            (
+                step_host(Context::Remote, 0xffff_fffc, 0),
+                true,
+                "the extern step",
+            ),
+            (step_host(Context::Remote, 3, 0), false, "no records file"),
+            (step_host(Context::Local, 3, 0), true, "srun"),
+            (
+                FakeHost {
+                    opt: None,
+                    ..step_host(Context::Remote, 3, 0)
+                },
+                true,
+                "the job did not ask",
+            ),
+        ] {
+            let (argv, log) = step_exit_with_child(&h, records, None);
+            assert_eq!(argv, None, "{why}: {log:?}");
+        }
+    }
+
+    #[test]
+    fn a_step_end_child_that_hangs_is_killed_at_the_timeout_and_the_step_still_succeeds() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let child = dir.path().join("fabric-check");
+        std::fs::write(&child, "#!/bin/sh\nexec sleep 30\n").unwrap();
+        std::fs::set_permissions(&child, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let spool = dir.path().join("spool");
+        std::fs::create_dir_all(spool.join("42")).unwrap();
+        std::fs::write(spool.join("42/n1.jsonl"), "{}\n").unwrap();
+        let h = step_host(Context::Remote, 1, 0);
+        let env = ScriptEnv {
+            node: Some("n1".into()),
+            ..ScriptEnv::default()
+        };
+        let words = [
+            format!("probe={}", child.display()),
+            format!("spool_dir={}", spool.display()),
+            "timeout=1".to_owned(),
+        ];
+        let started = std::time::Instant::now();
+        assert!(step_exit_in(&h, &words, &env, None).is_ok());
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+        let log = h.log.borrow();
+        assert!(
+            log.iter()
+                .any(|l| l.starts_with("error") && l.contains("timed out")),
+            "{log:?}"
+        );
     }
 }

@@ -166,6 +166,57 @@ fn the_prolog_logs_the_request_and_names_bad_plugin_arguments() {
 }
 
 #[test]
+fn a_steps_end_in_slurmstepd_spawns_step_end_on_the_first_node_only_when_it_holds_records() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let child = dir.path().join("fabric-check");
+    let seen = dir.path().join("argv.txt");
+    std::fs::write(
+        &child,
+        format!(
+            "#!/bin/sh\necho \"$@\" > {}\necho fabric-check-exit=0\n",
+            seen.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&child, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let spool = dir.path().join("spool");
+    std::fs::create_dir_all(spool.join("4242")).unwrap();
+    std::fs::write(spool.join("4242/n1.jsonl"), "{}\n").unwrap();
+    let probe = format!("probe={}", child.display());
+    let spool_word = format!("spool_dir={}", spool.display());
+    let args = [probe.as_str(), spool_word.as_str(), "timeout=5"];
+    let run = |nodeid: &str, node: &str| {
+        let _ = std::fs::remove_file(&seen);
+        let text = run_host(
+            &[
+                ("STUB_CTX", "remote"),
+                ("STUB_CALL", "exit"),
+                ("STUB_OPT", "quick"),
+                ("STUB_STEP", "2"),
+                ("STUB_NODEID", nodeid),
+                ("SLURMD_NODENAME", node),
+            ],
+            &args,
+        );
+        assert!(text.contains("rc=0"), "{text}");
+        (std::fs::read_to_string(&seen).ok(), text)
+    };
+    let (argv, text) = run("0", "n1");
+    let argv = argv.unwrap_or_else(|| panic!("no child ran: {text}"));
+    assert!(
+        argv.starts_with("step-end --job-id 4242 --node n1 --nodes n1 --option quick --job-uid 1000 --step-id 2 --"),
+        "{argv}"
+    );
+    assert!(
+        text.contains("step-end job=4242.2 node=n1: done in"),
+        "{text}"
+    );
+    assert_eq!(run("1", "n1").0, None, "a follower node spawns nothing");
+    assert_eq!(run("0", "n2").0, None, "no records of n2: nothing spawned");
+}
+
+#[test]
 fn on_slurm_with_prepend_a_full_step_runs_behind_the_step_gate() {
     let env = [
         ("STUB_CTX", "remote"),
@@ -236,6 +287,7 @@ fn only_the_spank_symbols_are_exported() {
             "plugin_name",
             "plugin_type",
             "plugin_version",
+            "slurm_spank_exit",
             "slurm_spank_init",
             "slurm_spank_job_epilog",
             "slurm_spank_job_prolog",

@@ -1,5 +1,5 @@
-//! `fabric-check prolog` and `fabric-check epilog`: what the SPANK plugin runs as a child process
-//! (as root) around every job that asks for a check. Not meant to be run by hand.
+//! `fabric-check prolog`, `epilog` and `step-end`: what the SPANK plugin runs as a child process
+//! (as root) around every job that asks for a check (and at the end of each of its steps). Not meant to be run by hand.
 //!
 //! This file only parses the plugin's words and wires the real seams (Slurm CLI, subprocess
 //! probe, MUNGE rendezvous, stdout) to the library's job step: see `fabric_core::jobstep` for what
@@ -55,6 +55,7 @@ fn run(script: Script, args: Args) -> anyhow::Result<i32> {
     let exit = match script {
         Script::Prolog => jobstep::prolog::run(&step),
         Script::Epilog => jobstep::epilog::run(&step),
+        Script::StepEnd => jobstep::step_end::run(&step),
     };
     Ok(exit.code())
 }
@@ -67,4 +68,9 @@ pub fn prolog(args: Args) -> anyhow::Result<i32> {
 /// `fabric-check epilog`.
 pub fn epilog(args: Args) -> anyhow::Result<i32> {
     run(Script::Epilog, args)
+}
+
+/// `fabric-check step-end`.
+pub fn step_end(args: Args) -> anyhow::Result<i32> {
+    run(Script::StepEnd, args)
 }

@@ -17,6 +17,8 @@
 //! - [`epilog::run`]: probe against the prolog's snapshot, counter rises over the job window,
 //!   drains on a fatal rise or a step named slow, and the first node merges every node's rises,
 //!   run summary and step results into the tag.
+//! - [`step_end::run`]: at the end of a `fabric-run` step, on its first node while the job
+//!   runs, that node's run summary into the live tag (one read, one write; none without records).
 //! - [`health::run`]: probe an idle node, drain on `fail`, resume our drain after a streak of
 //!   clean probes.
 //!
@@ -30,6 +32,7 @@ pub mod payload;
 pub mod prolog;
 pub mod results;
 pub mod runner;
+pub mod step_end;
 pub mod tag_write;
 
 use std::path::PathBuf;
@@ -288,6 +291,8 @@ pub fn now_unix() -> u64 {
 
 #[cfg(test)]
 mod spool_tests;
+#[cfg(test)]
+mod step_end_tests;
 #[cfg(test)]
 mod tests;
 

@@ -4,8 +4,9 @@
  * by environment variables so one binary covers every case:
  *   STUB_CTX=local|remote|allocator|slurmd|job_script   what spank_context() answers
  *   STUB_OPT=<value>|-                                  the option's value ("-": not given)
- *   STUB_CALL=init|prolog|task_init|option:<value>      which callback to call
+ *   STUB_CALL=init|prolog|task_init|exit|option:<value> which callback to call
  *   STUB_STEP=<id>                                      the step id (S_JOB_STEPID), default 1
+ *   STUB_NODEID=<n>                                     the node's index (S_JOB_NODEID), default 0
  * Built with -DWITH_PREPEND it also exports spank_prepend_task_argv, as slurmstepd of Slurm
  * 23.11 and newer does, and prints what the plugin prepends.
  */
@@ -56,6 +57,11 @@ int spank_get_item(spank_t sp, int item, ...) {
         *step = getenv("STUB_STEP") ? (uint32_t)strtoul(getenv("STUB_STEP"), NULL, 0) : 1;
         va_end(ap); return 0;
     }
+    if (item == 5) {
+        uint32_t *nodeid = va_arg(ap, uint32_t *);
+        *nodeid = getenv("STUB_NODEID") ? (uint32_t)strtoul(getenv("STUB_NODEID"), NULL, 0) : 0;
+        va_end(ap); return 0;
+    }
     va_end(ap); return 3;
 }
 static void logv(const char *lvl, const char *fmt, va_list ap) {
@@ -93,10 +99,14 @@ int main(int argc, char **argv) {
     spank_f init = (spank_f)dlsym(h, "slurm_spank_init");
     spank_f prolog = (spank_f)dlsym(h, "slurm_spank_job_prolog");
     spank_f task_init = (spank_f)dlsym(h, "slurm_spank_task_init");
+    spank_f spank_exit = (spank_f)dlsym(h, "slurm_spank_exit");
     const char *call = getenv("STUB_CALL") ? getenv("STUB_CALL") : "init";
     int rc;
     if (!strcmp(call, "prolog")) {
         rc = prolog((spank_t)0x1, argc - 2, argv + 2);
+    } else if (!strcmp(call, "exit")) {
+        if (!spank_exit) { printf("no slurm_spank_exit\n"); return 1; }
+        rc = spank_exit((spank_t)0x1, argc - 2, argv + 2);
     } else if (!strcmp(call, "task_init")) {
         if (!task_init) { printf("no slurm_spank_task_init\n"); return 1; }
         rc = task_init((spank_t)0x1, argc - 2, argv + 2);

@@ -1,0 +1,260 @@
+//! The end of a `fabric-run` step, on the fakes: the run summary lands in the live tag while the
+//! job runs, from this step's records only, never drains, costs no Slurm call without records,
+//! and the epilog after the job keeps it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::invocation::Script;
+use crate::jobstep::step_end::{StepEnd, end_of_step};
+use crate::jobstep::tag_write::TagWrite;
+use crate::jobstep::{Setup, epilog};
+use crate::record::prepare_job_dir;
+use crate::tag::{self, Reporter, Verdict};
+use crate::testing::{Call, FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
+
+/// A `fabric-run` record line of job 7, step `step`, on `node`.
+fn line(node: &str, step: &str, ts: f64, body: &str) -> String {
+    format!(
+        r#"{{"v":1,"ts":{ts},"run":"{node}:1:{step}","node":"{node}","rank":0,"job_id":"7","step_id":"{step}","restart_count":0,{body}}}"#
+    )
+}
+
+/// One run of `steps` training steps ending with `outcome`, by step `step` on `node`.
+fn run_lines(node: &str, step: &str, steps: u32, outcome: &str) -> Vec<String> {
+    let mut v = vec![line(
+        node,
+        step,
+        10.0,
+        r#""type":"step_start","pid":1,"cmd":["train"]"#,
+    )];
+    for i in 0..steps {
+        v.push(line(
+            node,
+            step,
+            11.0 + f64::from(i),
+            r#""type":"step","duration_s":1.0"#,
+        ));
+    }
+    v.push(line(
+        node,
+        step,
+        20.0,
+        &format!(
+            r#""type":"step_end","duration_s":10.0,"exit_code":1,"signal":null,"outcome":"{outcome}","attempts":1,"on_time":true"#
+        ),
+    ));
+    v
+}
+
+/// Appends `lines` to `node`'s records file of job 7 in the folder the prolog made.
+fn append(dir: &Path, node: &str, lines: &[String]) -> PathBuf {
+    let spool = dir.join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    let me = nix::unistd::getuid().as_raw();
+    prepare_job_dir(&spool, "7", me, None).unwrap();
+    let path = spool.join("7").join(format!("{node}.jsonl"));
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .unwrap();
+    for l in lines {
+        writeln!(f, "{l}").unwrap();
+    }
+    path
+}
+
+fn step_end_setup(dir: &Path, step_id: u32) -> Setup {
+    let mut s = setup(dir, Script::StepEnd, "n1", "n1", &["policy=enforce"]);
+    s.inv.step_id = Some(step_id);
+    s
+}
+
+fn step_end_on(dir: &Path, step_id: u32, slurm: &FakeSlurm) -> (StepEnd, Lines) {
+    let s = step_end_setup(dir, step_id);
+    let (runner, meet, lines) = (
+        FakeRunner::answering(vec![]),
+        FakeMeet::default(),
+        Lines::default(),
+    );
+    let done = end_of_step(&step(&s, seams(slurm, &runner, &meet, &lines)));
+    (done, lines)
+}
+
+fn epilog_on(dir: &Path, slurm: &FakeSlurm) -> Lines {
+    let s = setup(dir, Script::Epilog, "n1", "n1", &["policy=enforce"]);
+    let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+    let (meet, lines) = (FakeMeet::default(), Lines::default());
+    epilog::run(&step(&s, seams(slurm, &runner, &meet, &lines)));
+    lines
+}
+
+fn live_json(slurm: &FakeSlurm) -> serde_json::Value {
+    let stored = slurm.current_comment();
+    let json = stored
+        .strip_prefix("fabric-check/v1 ")
+        .unwrap_or_else(|| panic!("a live segment: {stored}"));
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("plain JSON ({e}): {stored}"))
+}
+
+#[test]
+fn a_steps_end_puts_its_run_summary_in_the_live_tag_as_plain_json_with_one_read_and_one_write() {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n1", &run_lines("n1", "0", 5, "accepted"));
+    let slurm = FakeSlurm::with_nodes(&["n1"]);
+    let (done, lines) = step_end_on(dir.path(), 0, &slurm);
+    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
+    let json = live_json(&slurm);
+    assert_eq!(json["run"]["steps"], 5, "{json}");
+    assert_eq!(json["run"]["outcome"], "accepted", "{json}");
+    assert_eq!(json["run"]["reported_by"], "job", "{json}");
+    let calls = slurm.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(matches!(calls[0], Call::AdminComment), "{calls:?}");
+    assert!(matches!(calls[1], Call::SetAdminComment(_)), "{calls:?}");
+    assert!(lines.has("step 7.0: run summary of n1 in the live tag"));
+}
+
+#[test]
+fn a_later_step_rewrites_the_summary_of_every_step_so_far_without_counting_one_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let slurm = FakeSlurm::with_nodes(&["n1"]);
+    append(dir.path(), "n1", &run_lines("n1", "0", 3, "accepted"));
+    step_end_on(dir.path(), 0, &slurm);
+    append(dir.path(), "n1", &run_lines("n1", "1", 4, "accepted"));
+    step_end_on(dir.path(), 1, &slurm);
+    assert_eq!(live_json(&slurm)["run"]["steps"], 7);
+    // The same step's end seen twice (a retried spawn) changes nothing and writes nothing.
+    let before = slurm.calls().len();
+    let (done, _) = step_end_on(dir.path(), 1, &slurm);
+    assert_eq!(done, StepEnd::Written(TagWrite::Unchanged));
+    assert_eq!(slurm.calls().len(), before + 1, "one read, no write");
+    assert_eq!(live_json(&slurm)["run"]["steps"], 7);
+}
+
+#[test]
+fn a_step_without_its_own_records_makes_no_slurm_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let slurm = FakeSlurm::with_nodes(&["n1"]);
+    // No folder, no file.
+    assert_eq!(step_end_on(dir.path(), 0, &slurm).0, StepEnd::NoRecords);
+    // Records of another step only.
+    append(dir.path(), "n1", &run_lines("n1", "0", 3, "accepted"));
+    assert_eq!(step_end_on(dir.path(), 4, &slurm).0, StepEnd::NoRecords);
+    // Only garbage.
+    let other = tempfile::tempdir().unwrap();
+    append(other.path(), "n1", &["not json".into(), "{\"v\":9}".into()]);
+    assert_eq!(step_end_on(other.path(), 0, &slurm).0, StepEnd::NoRecords);
+    assert!(slurm.calls().is_empty(), "{:?}", slurm.calls());
+}
+
+#[test]
+fn hostile_records_never_drain_and_a_linked_records_file_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut hostile = run_lines("n1", "0", 2, "failed");
+    // A record claiming a verdict and a drain, an overlong line, and bytes that are not UTF-8.
+    hostile.push(line(
+        "n1",
+        "0",
+        30.0,
+        r#""type":"step","duration_s":1.0,"verdict":"fail","drained":true"#,
+    ));
+    hostile.push("x".repeat(70 * 1024));
+    hostile.push(String::from_utf8_lossy(&[0xff, 0xfe, b'{']).into_owned());
+    append(dir.path(), "n1", &hostile);
+    let slurm = FakeSlurm::with_nodes(&["n1"]);
+    let (done, lines) = step_end_on(dir.path(), 0, &slurm);
+    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
+    assert!(
+        !slurm
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::Drain { .. })),
+        "{:?}",
+        slurm.calls()
+    );
+    let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+    assert_eq!(t.verdict, None, "the job's records set no verdict");
+    assert!(t.nodes.is_empty(), "nor any node's result");
+    let run = t.run.expect("the summary");
+    assert_eq!(run.outcome, "failed");
+    assert_eq!(run.reported_by, Reporter::Job);
+    assert!(run.malformed_lines >= 1, "{run:?}");
+
+    // A records file that is a symlink to root's file is refused: no read through it, no call.
+    let linked = tempfile::tempdir().unwrap();
+    let path = append(linked.path(), "n2", &run_lines("n2", "0", 1, "accepted"));
+    let target = linked.path().join("spool/7/n1.jsonl");
+    std::os::unix::fs::symlink(&path, &target).unwrap();
+    let slurm = FakeSlurm::with_nodes(&["n1"]);
+    let (done, lines) = step_end_on(linked.path(), 0, &slurm);
+    assert_eq!(done, StepEnd::NoRecords);
+    assert!(lines.has("symlink"), "{}", lines.text());
+    assert!(slurm.calls().is_empty());
+}
+
+#[test]
+fn the_batch_scripts_end_summarises_every_step_of_its_node_in_the_live_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n1", &run_lines("n1", "0", 2, "accepted"));
+    append(dir.path(), "n1", &run_lines("n1", "1", 3, "accepted"));
+    let slurm = FakeSlurm::with_nodes(&["n1"]);
+    let (done, lines) = step_end_on(dir.path(), crate::invocation::BATCH_STEP_ID, &slurm);
+    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
+    assert_eq!(live_json(&slurm)["run"]["steps"], 5);
+}
+
+#[test]
+fn a_job_already_completing_is_left_to_its_epilog_and_nothing_goes_to_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n1", &run_lines("n1", "0", 3, "accepted"));
+    let slurm = FakeSlurm::with_nodes(&["n1"]).job_finished();
+    let (done, lines) = step_end_on(dir.path(), 0, &slurm);
+    assert_eq!(done, StepEnd::Written(TagWrite::NotWritten));
+    assert!(lines.has("its epilog writes the tag"), "{}", lines.text());
+    assert!(
+        !slurm
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::SetAdminCommentDb(_))),
+        "{:?}",
+        slurm.calls()
+    );
+    assert!(
+        dir.path().join("spool/7/n1.jsonl").exists(),
+        "kept for the epilog"
+    );
+}
+
+#[test]
+fn the_epilog_after_the_job_keeps_the_live_summary_in_plain_json_and_adds_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n1", &run_lines("n1", "0", 6, "accepted"));
+    let slurm = FakeSlurm::with_nodes(&["n1"]);
+    step_end_on(dir.path(), 0, &slurm);
+    let live = slurm.current_comment();
+    slurm.finish();
+    let lines = epilog_on(dir.path(), &slurm);
+    assert!(lines.has("not rewritten"), "{}", lines.text());
+    assert_eq!(slurm.current_comment(), live, "still the live form");
+    assert_eq!(live_json(&slurm)["run"]["steps"], 6);
+    assert!(
+        !dir.path().join("spool/7").exists(),
+        "the epilog delivered and removed the records"
+    );
+}
+
+#[test]
+fn the_epilog_completes_a_live_summary_with_records_written_after_the_last_step_end() {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n1", &run_lines("n1", "0", 2, "accepted"));
+    let slurm = FakeSlurm::with_nodes(&["n1"]);
+    step_end_on(dir.path(), 0, &slurm);
+    // The batch script ran fabric-run itself afterwards (no step-end for the batch step).
+    append(dir.path(), "n1", &run_lines("n1", "batch", 3, "accepted"));
+    slurm.finish();
+    epilog_on(dir.path(), &slurm);
+    let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+    assert_eq!(t.run.map(|r| r.steps), Some(5), "2 + 3, each once");
+}
