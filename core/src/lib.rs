@@ -25,9 +25,10 @@
 //! [`fabric_option`], [`hostlist`], and the record types under [`record`]) live in `fabric-proto`
 //! and are re-exported here under their old paths.
 //!
-//! The workspace denies `unsafe`; the one file here that allows it is
-//! `collective/verbs/ffi.rs`, the libibverbs FFI, compiled only with the `verbs` feature, each
-//! block with a `// SAFETY:` comment.
+//! The workspace denies `unsafe`; two files here allow it, each block with a `// SAFETY:`
+//! comment: `rendezvous/libmunge.rs`, libmunge loaded at run time for the rendezvous's MUNGE
+//! credentials, and `collective/verbs/ffi.rs`, the libibverbs FFI, compiled only with the
+//! `verbs` feature.
 
 pub mod bom;
 pub mod coexist;
