@@ -289,7 +289,7 @@ impl SlurmCli {
     /// The job's `AdminComment` and exact name, from structured output only: slurmctld's JSON
     /// (`scontrol --json show job`), the record whose `job_id` is `job_id`; on Slurm 22.05,
     /// which has no `scontrol --json` (and whose `squeue --json` ignores every filter and lists
-    /// all the jobs slurmctld holds), `squeue -h --jobs=ID --states=all -O` [`SQUEUE_FIELDS`]:
+    /// all the jobs slurmctld holds), `squeue -h --local --jobs=ID --states=all -O` [`SQUEUE_FIELDS`]:
     /// one job's records (one RPC for that job), the raw id, the exact name and the comment
     /// last, no field the job's owner controls; when slurmctld no longer knows the job,
     /// accounting (`sacct -P` of `JobIDRaw`, `JobID`, `AdminComment`, the same layout).
@@ -300,7 +300,7 @@ impl SlurmCli {
                 let jobs = format!("--jobs={id}");
                 let text = self.run(
                     "squeue",
-                    &["-h", &jobs, "--states=all", "-O", SQUEUE_FIELDS],
+                    &["-h", "--local", &jobs, "--states=all", "-O", SQUEUE_FIELDS],
                 );
                 match text {
                     Ok(text) => {
@@ -620,8 +620,8 @@ mod tests {
             r#"case "$0 $*" in
   */scontrol*) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
   */squeue*--json*) echo "squeue --json lists every job: not to be asked" >&2; exit 1 ;;
-  *"/squeue -h --jobs=7 --states=all -O jobid:0|,jobarrayid:0|,admin_comment:0") echo '7|7|JS1:Ab|c' ;;
-  *"/squeue -h --jobs=8 --states=all -O jobid:0|,jobarrayid:0|,admin_comment:0") printf '9|8_1|x\n8|8_3|(null)\n' ;;
+  *"/squeue -h --local --jobs=7 --states=all -O jobid:0|,jobarrayid:0|,admin_comment:0") echo '7|7|JS1:Ab|c' ;;
+  *"/squeue -h --local --jobs=8 --states=all -O jobid:0|,jobarrayid:0|,admin_comment:0") printf '9|8_1|x\n8|8_3|(null)\n' ;;
   */squeue*) echo "squeue: error: Invalid job id specified" >&2; exit 1 ;;
   */sacct*) echo '11|2_1|x'; echo '12|2_2|JS1:b fabric-check/v1 {}' ;;
 esac"#,
