@@ -243,6 +243,16 @@ impl ScriptEnv {
             slurm_conf: std::env::var("SLURM_CONF").ok(),
         }
     }
+
+    /// What the child's environment gets: `SLURM_CONF`, slurmd's own setting, not the job's;
+    /// nothing else is passed on.
+    fn passed_on(&self) -> Vec<(&'static str, String)> {
+        self.slurm_conf
+            .clone()
+            .map(|v| ("SLURM_CONF", v))
+            .into_iter()
+            .collect()
+    }
 }
 
 /// `slurm_spank_job_prolog` and `slurm_spank_job_epilog`: read the request, log it, and when the
@@ -302,13 +312,7 @@ pub fn job_script_in(
         plugin_args: hooks::take_hook_args(words),
     }
     .to_argv();
-    // SLURM_CONF is slurmd's own setting, not the job's; nothing else is passed on.
-    let pass: Vec<(&str, String)> = env
-        .slurm_conf
-        .clone()
-        .map(|v| ("SLURM_CONF", v))
-        .into_iter()
-        .collect();
+    let pass = env.passed_on();
     let ran = spawn::run(&args.probe, &child_args, &pass, args.timeout);
     for line in ran
         .output
@@ -528,12 +532,7 @@ pub fn step_exit_in(
         plugin_args: hooks::take_hook_args(words),
     }
     .to_argv();
-    let pass: Vec<(&str, String)> = env
-        .slurm_conf
-        .clone()
-        .map(|v| ("SLURM_CONF", v))
-        .into_iter()
-        .collect();
+    let pass = env.passed_on();
     let tag = format!("fabric-check: step-end job={job_id}.{step_id} node={node}");
     let ran = spawn::run(&args.probe, &child_args, &pass, args.timeout);
     for line in ran
