@@ -312,15 +312,7 @@ pub fn job_script_in(
         plugin_args: hooks::take_hook_args(words),
     }
     .to_argv();
-    let pass = env.passed_on();
-    let ran = spawn::run(&args.probe, &child_args, &pass, args.timeout);
-    for line in ran
-        .output
-        .lines()
-        .filter(|l| !JobStepExit::is_line(l) && !l.trim().is_empty())
-    {
-        host.info(&format!("{tag}: {line}"));
-    }
+    let ran = run_child(host, &args, &child_args, env, &tag);
     let ms = ran.elapsed.as_millis();
     let said = JobStepExit::from_output(&ran.output);
     // The exit code when it is one of ours; otherwise (timed out, killed, reaped by slurmstepd,
@@ -388,6 +380,27 @@ pub fn user_init(host: &dyn Host, words: &[String]) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Runs the job-step binary (`probe=`) with `child_args`, bounded by `timeout=`, with only
+/// slurmd's own `SLURM_CONF` passed on, and relays what it printed (but its decision lines) to
+/// the slurmd log under `tag`.
+fn run_child(
+    host: &dyn Host,
+    args: &PluginArgs,
+    child_args: &[String],
+    env: &ScriptEnv,
+    tag: &str,
+) -> spawn::Ran {
+    let ran = spawn::run(&args.probe, child_args, &env.passed_on(), args.timeout);
+    for line in ran
+        .output
+        .lines()
+        .filter(|l| !JobStepExit::is_line(l) && !l.trim().is_empty())
+    {
+        host.info(&format!("{tag}: {line}"));
+    }
+    ran
 }
 
 /// What the plugin returns to Slurm for a job script whose callback returned `rc` (0, or -1 for
@@ -532,16 +545,8 @@ pub fn step_exit_in(
         plugin_args: hooks::take_hook_args(words),
     }
     .to_argv();
-    let pass = env.passed_on();
     let tag = format!("fabric-check: step-end job={job_id}.{step_id} node={node}");
-    let ran = spawn::run(&args.probe, &child_args, &pass, args.timeout);
-    for line in ran
-        .output
-        .lines()
-        .filter(|l| !JobStepExit::is_line(l) && !l.trim().is_empty())
-    {
-        host.info(&format!("{tag}: {line}"));
-    }
+    let ran = run_child(host, &args, &child_args, env, &tag);
     let ms = ran.elapsed.as_millis();
     match ran.outcome {
         Outcome::Exited(c) if JobStepExit::from_code(c) == Some(JobStepExit::Proceed) => {
