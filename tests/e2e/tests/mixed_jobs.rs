@@ -526,18 +526,22 @@ fn without_the_wrapper_a_jobstats_style_epilog_that_erases_our_tag_is_reported_l
         .unwrap_or_else(|| panic!("jobstats' write did not land: {}", tb.admin_comment(job)));
         assert!(!comment.contains("fabric-check/v1"), "{comment}");
         let plugstack = tb.dir.join("etc/plugstack.conf");
-        let out = fabric_check(
-            &tb,
-            &[
-                "health",
-                "--plugstack",
-                plugstack.to_str().unwrap(),
-                "--node",
-                "n1",
-                "--tag-grace-s",
-                "0",
-            ],
-        );
+        // n1's health check, with no grace: every job it tagged is old enough to look at.
+        let health = || {
+            fabric_check(
+                &tb,
+                &[
+                    "health",
+                    "--plugstack",
+                    plugstack.to_str().unwrap(),
+                    "--node",
+                    "n1",
+                    "--tag-grace-s",
+                    "0",
+                ],
+            )
+        };
+        let out = health();
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -557,18 +561,7 @@ fn without_the_wrapper_a_jobstats_style_epilog_that_erases_our_tag_is_reported_l
             "{lost:#?}"
         );
         // Said once: the job left the ledger.
-        let again = fabric_check(
-            &tb,
-            &[
-                "health",
-                "--plugstack",
-                plugstack.to_str().unwrap(),
-                "--node",
-                "n1",
-                "--tag-grace-s",
-                "0",
-            ],
-        );
+        let again = health();
         assert!(
             !String::from_utf8_lossy(&again.stdout).contains(&format!("job {job}:")),
             "reported twice"
