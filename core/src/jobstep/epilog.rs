@@ -10,6 +10,7 @@
 use super::JobStep;
 use super::meet::{Delivery, deliver};
 use super::payload::EpilogPayload;
+use super::pending::PendingPrologTag;
 use super::prolog::{probe_limit, probe_request};
 use super::tag_write::{TagWrite, write_tag};
 use crate::invocation::JobStepExit;
@@ -172,14 +173,21 @@ fn lead(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<EpilogPayload>) -
         .filter(|d| !d.rises.is_empty() || d.verdict != Verdict::Pass)
         .collect();
     rows.sort_by(|a, b| a.node.cmp(&b.node));
-    if rows.is_empty() && run.is_none() && steps.is_empty() && slow.is_empty() {
+    let pending = PendingPrologTag::load(step);
+    if pending.is_none() && rows.is_empty() && run.is_none() && steps.is_empty() && slow.is_empty()
+    {
         step.say(&format!(
             "job {job}: no counter rose and no fabric-run records; tag unchanged"
         ));
         true
     } else {
+        let had_pending = pending.is_some();
         let written = write_tag(step, |prev| {
-            let mut t = prev.unwrap_or_default();
+            // The prolog's verdict that could not be written then goes in first.
+            let mut t = match pending {
+                Some(p) => p.apply(prev),
+                None => prev.unwrap_or_default(),
+            };
             t.during = rows;
             if run.is_some() {
                 t.run = run;
@@ -189,6 +197,9 @@ fn lead(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<EpilogPayload>) -
             reported.slow.extend(slow);
             t
         });
+        if had_pending && written != TagWrite::NotWritten {
+            PendingPrologTag::remove(step);
+        }
         written != TagWrite::NotWritten
     }
 }

@@ -29,6 +29,7 @@ pub mod gate;
 pub mod health;
 pub mod meet;
 pub mod payload;
+pub mod pending;
 pub mod prolog;
 pub mod results;
 pub mod runner;

@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use super::meet::meet;
 use super::payload::PrologPayload;
+use super::pending::PendingPrologTag;
 use super::runner::{Against, CollectiveRequest, ProbeRequest};
-use super::tag_write::write_tag;
+use super::tag_write::{TagWrite, write_tag};
 use super::{JobStep, now_unix};
 use crate::check_id;
 use crate::fabric_option::FabricMode;
@@ -273,10 +274,16 @@ fn lead_tag(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<PrologPayload
         ));
         missing.push(u.node);
     }
-    let mode = step.setup.inv.option.as_str();
-    write_tag(step, |prev| {
-        let mut t = super::prolog_tag(prev, mode, now_unix(), nodes, missing, all_notes);
-        t.collective = got_collective;
-        t
-    });
+    let result = PendingPrologTag {
+        mode: step.setup.inv.option.as_str().to_owned(),
+        probed_at_s: now_unix(),
+        nodes,
+        missing,
+        notes: all_notes,
+        collective: got_collective,
+    };
+    // munged or slurmctld away at this moment: the epilog (same first node) writes it later.
+    if write_tag(step, |prev| result.clone().apply(prev)) == TagWrite::NotWritten {
+        result.keep(step);
+    }
 }

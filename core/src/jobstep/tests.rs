@@ -848,6 +848,125 @@ mod epilog_runs {
     }
 }
 
+mod prolog_tag_kept {
+    use super::*;
+    use crate::jobstep::pending::PendingPrologTag;
+
+    /// The prolog of a one-node job on n1 (state in `dir`) whose verdict is `verdict`.
+    fn prolog_in(dir: &std::path::Path, slurm: &FakeSlurm, verdict: Verdict) -> Lines {
+        let s = setup(dir, Script::Prolog, "n1", "n1", &["policy=warn"]);
+        let runner = answering(report("n1", verdict));
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        prolog::run(&step(&s, seams(slurm, &runner, &meet, &lines)));
+        lines
+    }
+
+    fn epilog_in(dir: &std::path::Path, slurm: &FakeSlurm) -> Lines {
+        let s = setup(dir, Script::Epilog, "n1", "n1", &["policy=warn"]);
+        let runner = answering(report("n1", Verdict::Pass));
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        assert_eq!(
+            epilog::run(&step(&s, seams(slurm, &runner, &meet, &lines))),
+            JobStepExit::Proceed
+        );
+        lines
+    }
+
+    fn kept(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let s = setup(dir, Script::Epilog, "n1", "n1", &[]);
+        std::fs::read_dir(&s.state_dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("prolog-tag-"))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_prolog_verdict_slurm_could_not_take_is_written_by_the_epilog_once_it_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let away = FakeSlurm::with_nodes(FOUR).failing("admin_comment");
+        let lines = prolog_in(dir.path(), &away, Verdict::Warn);
+        assert!(away.current_comment().is_empty());
+        assert!(lines.has("the epilog writes it"), "{}", lines.text());
+        assert_eq!(kept(dir.path()).len(), 1);
+
+        let back = FakeSlurm::with_nodes(FOUR);
+        let lines = epilog_in(dir.path(), &back);
+        let t = tag_of(&back);
+        assert_eq!(t.verdict, Some(Verdict::Warn), "{}", lines.text());
+        assert_eq!(t.mode.as_deref(), Some("quick"));
+        assert_eq!(t.nnodes, 1);
+        assert!(t.earlier.is_empty(), "{t:?}");
+        assert!(kept(dir.path()).is_empty(), "removed once written");
+    }
+
+    #[test]
+    fn a_kept_verdict_stays_kept_while_the_epilog_cannot_write_either() {
+        let dir = tempfile::tempdir().unwrap();
+        prolog_in(
+            dir.path(),
+            &FakeSlurm::with_nodes(FOUR).failing("admin_comment"),
+            Verdict::Pass,
+        );
+        let still_away = FakeSlurm::with_nodes(FOUR).failing("admin_comment");
+        let lines = epilog_in(dir.path(), &still_away);
+        assert!(lines.has("tag not written"), "{}", lines.text());
+        assert_eq!(kept(dir.path()).len(), 1);
+    }
+
+    #[test]
+    fn a_prolog_whose_tag_was_written_keeps_nothing_for_the_epilog() {
+        let dir = tempfile::tempdir().unwrap();
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        prolog_in(dir.path(), &slurm, Verdict::Pass);
+        assert_eq!(tag_of(&slurm).verdict, Some(Verdict::Pass));
+        assert!(kept(dir.path()).is_empty());
+    }
+
+    fn result(probed_at_s: u64, verdict: Verdict) -> PendingPrologTag {
+        PendingPrologTag {
+            mode: "quick".into(),
+            probed_at_s,
+            nodes: [(
+                "n1".to_owned(),
+                NodeResult {
+                    verdict,
+                    checks: vec![],
+                    probe_ms: Some(3),
+                    drained: false,
+                },
+            )]
+            .into(),
+            missing: vec![],
+            notes: vec![],
+            collective: None,
+        }
+    }
+
+    #[test]
+    fn a_kept_verdict_over_an_earlier_attempts_tag_moves_that_attempts_failure_to_earlier() {
+        let earlier = result(100, Verdict::Fail).apply(None);
+        let t = result(200, Verdict::Pass).apply(Some(earlier));
+        assert_eq!(t.verdict, Some(Verdict::Pass));
+        assert_eq!(t.earlier["n1"].verdict, Verdict::Fail);
+    }
+
+    #[test]
+    fn a_kept_verdict_that_had_reached_slurm_after_all_is_not_counted_twice() {
+        let landed = result(100, Verdict::Fail).apply(None);
+        let t = result(100, Verdict::Fail).apply(Some(landed.clone()));
+        assert_eq!(t, landed);
+        assert!(t.earlier.is_empty());
+    }
+}
+
 mod health_streaks {
     use super::*;
     use crate::jobstep::health::{EXIT_COULD_NOT_RUN, HealthSetup};

@@ -119,6 +119,8 @@ fn a_job_ending_while_slurmctld_is_stopped_completes_tagged_once_it_is_back() {
     tb.healing(|| {
         let job = tb.sbatch(&["-N1", "-w", "n1", "--fabric-check", "--wrap", "sleep 3"]);
         wait_running(&tb, job);
+        // RUNNING comes before the prolog ends: the prolog's tag first, then slurmctld stops.
+        tagged(&tb, job);
         with_stopped(&tb, "slurmctld", || {
             // The job ends and its epilog runs while slurmctld is away.
             std::thread::sleep(Duration::from_secs(8));
@@ -159,6 +161,8 @@ fn a_job_ending_while_munged_is_stopped_completes_once_it_is_back_and_drains_not
     tb.healing(|| {
         let job = tb.sbatch(&["-N1", "-w", "n2", "--fabric-check", "--wrap", "sleep 3"]);
         wait_running(&tb, job);
+        // RUNNING comes before the prolog ends: the prolog's tag first, then munged stops.
+        tagged(&tb, job);
         with_stopped(&tb, "munged", || {
             std::thread::sleep(Duration::from_secs(8));
         });
@@ -167,6 +171,44 @@ fn a_job_ending_while_munged_is_stopped_completes_once_it_is_back_and_drains_not
         nothing_of_ours_left(&tb, "munged stopped");
         no_node_drained(&tb, "munged stopped");
     });
+}
+
+#[test]
+fn a_prolog_tag_write_cut_off_by_munged_stopping_is_written_by_the_epilog_once_it_is_back() {
+    let tb = Testbed::get();
+    let mode = tb.dir.join("state/faulty-probe-mode");
+    let started = tb.dir.join("state/faulty-probe-started");
+    let _ = std::fs::remove_file(&started);
+    std::fs::write(&mode, "held").expect("write the mode");
+    let probe = faulty_probe(&tb, &mode);
+    tb.with_plugstack(None, Some(&probe), "", || {
+        let job = tb.sbatch(&["-N1", "-w", "n2", "--fabric-check", "--wrap", "sleep 2"]);
+        // The prolog's probe is held until munged is stopped, so its tag write meets no munged.
+        let held = wait_for(LONG, || started.exists().then_some(()));
+        assert!(
+            held.is_some(),
+            "the prolog's probe of job {job} never started"
+        );
+        with_stopped(&tb, "munged", || {
+            std::fs::write(&mode, "go").expect("release the probe");
+            let kept = format!("job {job}: the prolog's verdict is kept in");
+            let said = wait_for(Duration::from_secs(30), || {
+                tb.slurmd_log("n2").contains(&kept).then_some(())
+            });
+            assert!(said.is_some(), "{:?}", tb.prolog_lines("n2", job));
+        });
+        assert_eq!(wait_job_end(&tb, job, LONG).as_deref(), Some("COMPLETED"));
+        let tag = tagged(&tb, job);
+        assert_eq!(tag["verdict"], "pass", "{tag}");
+        assert_eq!(tag["nnodes"], 1, "{tag}");
+        let file = tb.dir.join(format!("state/n2/prolog-tag-{job}.json"));
+        let gone = wait_for(Duration::from_secs(30), || (!file.exists()).then_some(()));
+        assert!(gone.is_some(), "{} is still there", file.display());
+        nothing_of_ours_left(&tb, "munged stopped in the prolog");
+        no_node_drained(&tb, "munged stopped in the prolog");
+    });
+    let _ = std::fs::remove_file(&mode);
+    let _ = std::fs::remove_file(&started);
 }
 
 /// The node's saved probe state (`last.json`), parsed.
@@ -277,8 +319,9 @@ fn faulty_probe(tb: &Testbed, mode_file: &Path) -> PathBuf {
     let real = tb.dir.join("bin/fabric-check");
     let path = tb.dir.join("bin/faulty-fabric-check");
     let script = format!(
-        "#!/bin/sh\nif [ \"$1\" = probe ]; then\n  case $(cat {mode}) in\n    hang) sleep {HANG_S} ;;\n    crash) ulimit -c 0; kill -SEGV $$ ;;\n  esac\nfi\nexec {real} \"$@\"\n",
+        "#!/bin/sh\nif [ \"$1\" = probe ]; then\n  case $(cat {mode}) in\n    hang) sleep {HANG_S} ;;\n    crash) ulimit -c 0; kill -SEGV $$ ;;\n    held) : > {started}; i=0; while [ \"$(cat {mode})\" = held ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done ;;\n  esac\nfi\nexec {real} \"$@\"\n",
         mode = mode_file.display(),
+        started = mode_file.with_file_name("faulty-probe-started").display(),
         real = real.display()
     );
     std::fs::write(&path, script).expect("write the stand-in probe");

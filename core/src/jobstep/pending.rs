@@ -1,0 +1,134 @@
+//! The prolog leader's tag that could not be written (munged or slurmctld away at that moment),
+//! kept in root's state folder (`<state_dir>/prolog-tag-<job>.json`) so that the epilog leader,
+//! the same first node, writes it with its own merge once Slurm answers again.
+//!
+//! What is kept is the prolog's result, not a finished tag: the epilog rebuilds the prolog's
+//! part of the tag from the comment it reads then ([`super::results::prolog_tag`]), so an earlier
+//! attempt's verdict (a requeue) still moves to `earlier` and a step end's live `run` is merged.
+//! The file is root's, in root's folder; the job never writes it.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::JobStep;
+use crate::tag::{CollectiveSummary, JobTag, NodeResult};
+
+/// The largest pending file read back: a 1,000-node result is about 100 KiB.
+const MAX_PENDING_BYTES: u64 = 4 << 20;
+
+/// The prolog leader's result, as it would have gone into the tag.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingPrologTag {
+    /// `quick` or `full`.
+    pub mode: String,
+    /// When the prolog probed, Unix seconds.
+    pub probed_at_s: u64,
+    /// Every node's result that reached the leader.
+    pub nodes: BTreeMap<String, NodeResult>,
+    /// Nodes whose verdict never reached it.
+    pub missing: Vec<String>,
+    /// The prolog's notes.
+    pub notes: Vec<String>,
+    /// The collective's report (`--fabric-check=full`).
+    pub collective: Option<CollectiveSummary>,
+}
+
+impl PendingPrologTag {
+    /// The tag the prolog writes over `previous` (the comment's tag, if any).
+    /// When `previous` already holds this very result (the write reached slurmctld but its
+    /// answer did not come back: same mode, same probe second, which a requeued attempt, at
+    /// least `cred_expire` later, never shares), it is kept as it is.
+    pub fn apply(self, previous: Option<JobTag>) -> JobTag {
+        if let Some(p) = &previous
+            && p.probed_at == Some(self.probed_at_s)
+            && p.mode.as_deref() == Some(self.mode.as_str())
+        {
+            return previous.unwrap_or_default();
+        }
+        let mut t = super::results::prolog_tag(
+            previous,
+            &self.mode,
+            self.probed_at_s,
+            self.nodes,
+            self.missing,
+            self.notes,
+        );
+        t.collective = self.collective;
+        t
+    }
+
+    fn path(step: &JobStep<'_>) -> PathBuf {
+        step.setup
+            .state_dir
+            .join(format!("prolog-tag-{}.json", step.job_id()))
+    }
+
+    /// Keeps this result for the epilog (said; a failure to keep it is said too).
+    pub fn keep(&self, step: &JobStep<'_>) {
+        let path = Self::path(step);
+        let tmp = path.with_extension("tmp");
+        let done = serde_json::to_vec(self)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        match done {
+            Ok(()) => step.say(&format!(
+                "job {}: the prolog's verdict is kept in {}; the epilog writes it",
+                step.job_id(),
+                path.display()
+            )),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                step.say(&format!(
+                    "job {}: the prolog's verdict could not be kept in {} ({e}); the job stays untagged",
+                    step.job_id(),
+                    path.display()
+                ));
+            }
+        }
+    }
+
+    /// The result a prolog kept for this job, if any (an unreadable file is said and dropped).
+    pub fn load(step: &JobStep<'_>) -> Option<Self> {
+        let path = Self::path(step);
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                step.say(&format!("cannot read {} ({e}); skipped", path.display()));
+                return None;
+            }
+        };
+        let mut bytes = Vec::new();
+        let read = file
+            .take(MAX_PENDING_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|n| {
+                if n as u64 > MAX_PENDING_BYTES {
+                    Err(format!("over {MAX_PENDING_BYTES} bytes"))
+                } else {
+                    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+                }
+            });
+        match read {
+            Ok(p) => Some(p),
+            Err(e) => {
+                step.say(&format!(
+                    "the prolog's kept verdict {} is unreadable ({e}); removed",
+                    path.display()
+                ));
+                Self::remove(step);
+                None
+            }
+        }
+    }
+
+    /// Removes the kept result of this job (once the tag holds it).
+    pub fn remove(step: &JobStep<'_>) {
+        let _ = std::fs::remove_file(Self::path(step));
+    }
+}
