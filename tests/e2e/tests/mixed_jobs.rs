@@ -19,7 +19,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use fabric_e2e::{Testbed, heal_all, tag_text, wait_for, wait_job_end};
+use fabric_e2e::{Testbed, heal_all, tag_text, wait_for, wait_job_end, wait_tag};
 use fabric_proto::hostlist::Hostlist;
 use serde_json::Value;
 
@@ -279,7 +279,9 @@ fn requeue_when_running(tb: &Testbed, jobs: &[u32]) {
             (st.trim() == "RUNNING").then_some(())
         })
         .unwrap_or_else(|| panic!("job {job} never ran"));
-        std::thread::sleep(Duration::from_secs(2));
+        // RUNNING comes before the prolog ends: requeue once its tag is there.
+        wait_tag(tb, *job, LONG, |t| t["verdict"].is_string())
+            .unwrap_or_else(|| panic!("job {job}'s prolog never tagged it"));
         tb.ok("scontrol", &["requeue", &id]);
     }
 }
