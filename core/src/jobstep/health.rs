@@ -207,10 +207,16 @@ pub fn run(
     Ok(report.verdict.exit_code())
 }
 
-/// Compares the tags this node wrote with accounting and logs every one that is gone
+/// Logs every prolog verdict kept here that never reached Slurm ([`super::pending::stranded`]),
+/// then compares the tags this node wrote with accounting and logs every one that is gone
 /// ([`crate::tag_ledger`]); a check that cannot run is logged and changes nothing.
 fn check_tags(setup: &HealthSetup, slurm: &dyn Slurm, relay: &dyn Relay) {
-    let now_s = std::time::SystemTime::now()
+    let now = std::time::SystemTime::now();
+    for s in super::pending::stranded(&setup.state_dir, setup.tag_grace, now) {
+        tracing::error!(job = %s.job, "{s}");
+        relay.line(&s.to_string());
+    }
+    let now_s = now
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     match crate::tag_ledger::check(&setup.state_dir, slurm, now_s, setup.tag_grace.as_secs()) {

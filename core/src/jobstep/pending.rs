@@ -9,12 +9,19 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use super::JobStep;
 use crate::tag::{CollectiveSummary, JobTag, NodeResult};
+
+const PREFIX: &str = "prolog-tag-";
+const SUFFIX: &str = ".json";
+
+/// How long a kept result whose epilog could not write it either stays in the state folder.
+pub const KEEP_AT_MOST: Duration = Duration::from_secs(7 * 86_400);
 
 /// The largest pending file read back: a 1,000-node result is about 100 KiB.
 const MAX_PENDING_BYTES: u64 = 4 << 20;
@@ -63,7 +70,7 @@ impl PendingPrologTag {
     fn path(step: &JobStep<'_>) -> PathBuf {
         step.setup
             .state_dir
-            .join(format!("prolog-tag-{}.json", step.job_id()))
+            .join(format!("{PREFIX}{}{SUFFIX}", step.job_id()))
     }
 
     /// Keeps this result for the epilog (said; a failure to keep it is said too).
@@ -130,5 +137,116 @@ impl PendingPrologTag {
     /// Removes the kept result of this job (once the tag holds it).
     pub fn remove(step: &JobStep<'_>) {
         let _ = std::fs::remove_file(Self::path(step));
+    }
+}
+
+/// A kept prolog result that has been there longer than the health check's grace: its epilog
+/// could not write it either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stranded {
+    /// The job.
+    pub job: String,
+    /// The kept file.
+    pub path: PathBuf,
+    /// How long it has been there.
+    pub age: Duration,
+    /// Removed now: older than [`KEEP_AT_MOST`].
+    pub removed: bool,
+}
+
+impl std::fmt::Display for Stranded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "job {}: its prolog's verdict never reached Slurm (munged or slurmctld were away at its prolog and its epilog); ",
+            self.job
+        )?;
+        if self.removed {
+            write!(
+                f,
+                "{} removed after {} days",
+                self.path.display(),
+                self.age.as_secs() / 86_400
+            )
+        } else {
+            write!(
+                f,
+                "kept in {} for {} min, removed after {} days",
+                self.path.display(),
+                self.age.as_secs() / 60,
+                KEEP_AT_MOST.as_secs() / 86_400
+            )
+        }
+    }
+}
+
+/// Every kept result in `state_dir` older than `grace` (by its modification time against
+/// `now`), sorted by job; those older than [`KEEP_AT_MOST`] are removed. A folder that cannot
+/// be listed gives none.
+pub fn stranded(state_dir: &Path, grace: Duration, now: SystemTime) -> Vec<Stranded> {
+    let Ok(dir) = std::fs::read_dir(state_dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Stranded> = dir
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let job = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?.to_owned();
+            let age = now
+                .duration_since(e.metadata().ok()?.modified().ok()?)
+                .unwrap_or_default();
+            (age > grace).then(|| {
+                let path = e.path();
+                let removed = age > KEEP_AT_MOST && std::fs::remove_file(&path).is_ok();
+                Stranded {
+                    job,
+                    path,
+                    age,
+                    removed,
+                }
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.job.cmp(&b.job));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_kept_results_older_than_the_grace_are_stranded_and_a_week_old_one_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "prolog-tag-7.json",
+            "prolog-tag-8.json",
+            "job-7.json",
+            "last.json",
+        ] {
+            std::fs::write(dir.path().join(name), "{}").unwrap();
+        }
+        let now = SystemTime::now();
+        assert!(stranded(dir.path(), Duration::from_secs(120), now).is_empty());
+
+        let later = now + Duration::from_secs(3600);
+        let found = stranded(dir.path(), Duration::from_secs(120), later);
+        assert_eq!(
+            found.iter().map(|s| s.job.as_str()).collect::<Vec<_>>(),
+            ["7", "8"]
+        );
+        assert!(found.iter().all(|s| !s.removed));
+        assert!(
+            found[0].to_string().contains("never reached Slurm"),
+            "{}",
+            found[0]
+        );
+
+        let week = now + KEEP_AT_MOST + Duration::from_secs(60);
+        let found = stranded(dir.path(), Duration::from_secs(120), week);
+        assert!(found.iter().all(|s| s.removed), "{found:?}");
+        assert!(!dir.path().join("prolog-tag-7.json").exists());
+        assert!(dir.path().join("job-7.json").exists(), "other files stay");
+        assert!(stranded(dir.path(), Duration::ZERO, week).is_empty());
     }
 }

@@ -1017,6 +1017,26 @@ mod health_streaks {
     }
 
     #[test]
+    fn a_health_run_names_a_job_whose_kept_prolog_verdict_never_reached_slurm() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = health_setup(dir.path());
+        std::fs::write(s.state_dir.join("prolog-tag-9.json"), "{}").unwrap();
+        s.tag_grace = Duration::ZERO;
+        std::thread::sleep(Duration::from_millis(20));
+        let lines = Lines::default();
+        run(&s, &FakeSlurm::with_nodes(FOUR), Verdict::Pass, &lines);
+        let text = lines.text();
+        assert!(
+            text.contains("job 9: its prolog's verdict never reached Slurm"),
+            "{text}"
+        );
+        assert!(
+            s.state_dir.join("prolog-tag-9.json").exists(),
+            "kept a week"
+        );
+    }
+
+    #[test]
     fn our_drain_is_resumed_only_after_three_clean_probes_in_a_row() {
         let dir = tempfile::tempdir().unwrap();
         let s = health_setup(dir.path());
