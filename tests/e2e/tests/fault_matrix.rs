@@ -181,7 +181,8 @@ fn a_prolog_tag_write_cut_off_by_munged_stopping_is_written_by_the_epilog_once_i
     let _ = std::fs::remove_file(&started);
     std::fs::write(&mode, "held").expect("write the mode");
     let probe = faulty_probe(&tb, &mode);
-    tb.with_plugstack(None, Some(&probe), "", || {
+    // timeout=30: the probe may take 12 s, so the hold (at most 10 s) outlasts a slow stop.
+    tb.with_plugstack(None, Some(&probe), "timeout=30", || {
         let job = tb.sbatch(&["-N1", "-w", "n2", "--fabric-check", "--wrap", "sleep 2"]);
         // The prolog's probe is held until munged is stopped, so its tag write meets no munged.
         let held = wait_for(LONG, || started.exists().then_some(()));
@@ -319,7 +320,7 @@ fn faulty_probe(tb: &Testbed, mode_file: &Path) -> PathBuf {
     let real = tb.dir.join("bin/fabric-check");
     let path = tb.dir.join("bin/faulty-fabric-check");
     let script = format!(
-        "#!/bin/sh\nif [ \"$1\" = probe ]; then\n  case $(cat {mode}) in\n    hang) sleep {HANG_S} ;;\n    crash) ulimit -c 0; kill -SEGV $$ ;;\n    held) : > {started}; i=0; while [ \"$(cat {mode})\" = held ] && [ $i -lt 30 ]; do sleep 0.1; i=$((i+1)); done ;;\n  esac\nfi\nexec {real} \"$@\"\n",
+        "#!/bin/sh\nif [ \"$1\" = probe ]; then\n  case $(cat {mode}) in\n    hang) sleep {HANG_S} ;;\n    crash) ulimit -c 0; kill -SEGV $$ ;;\n    held) : > {started}; i=0; while [ \"$(cat {mode})\" = held ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done ;;\n  esac\nfi\nexec {real} \"$@\"\n",
         mode = mode_file.display(),
         started = mode_file.with_file_name("faulty-probe-started").display(),
         real = real.display()
