@@ -22,7 +22,8 @@
 //! - [`health::run`]: probe an idle node, drain on `fail`, resume our drain after a streak of
 //!   clean probes.
 //!
-//! [`results`] holds the pure pieces (node results, counter rises, tag merging).
+//! [`results`] holds the pure pieces (node results, counter rises, tag merging); [`pending`]
+//! keeps a prolog verdict that Slurm could not take for the epilog to write.
 
 pub mod epilog;
 pub mod gate;
