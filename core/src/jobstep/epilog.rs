@@ -7,6 +7,8 @@
 //! the job (`"reported_by":"job"`, [`crate::tag::JobReported`]) and never drains a node, so it
 //! never counts toward the mass-drain guard either. A drain needs evidence root gathered.
 
+use std::path::PathBuf;
+
 use super::JobStep;
 use super::meet::{Delivery, deliver};
 use super::payload::EpilogPayload;
@@ -16,7 +18,7 @@ use super::tag_write::{TagWrite, write_tag};
 use crate::invocation::JobStepExit;
 use crate::plugin_args::Policy;
 use crate::probe::Baseline;
-use crate::record::{self, JobDir, ReadLimits, RecordError};
+use crate::record::{self, JobDir, ReadLimits, RecordError, Records};
 use crate::stepgate;
 use crate::tag::{CollectiveSummary, DuringJob, MAX_CLAIM_CHARS, RunSummary, SlowClaim, Verdict};
 
@@ -206,7 +208,7 @@ fn lead(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<EpilogPayload>) -
 
 /// The job's spool folder, `<spool_dir>/<job>/` (root's, made in the prolog), opened once and
 /// verified; `None` when absent or refused (said why). The job's environment never names it.
-fn open_job_dir(step: &JobStep<'_>) -> Option<JobDir> {
+pub(super) fn open_job_dir(step: &JobStep<'_>) -> Option<JobDir> {
     let setup = step.setup;
     let job = setup.inv.job_id.to_string();
     match JobDir::open(&setup.plugin.spool_dir, &job, setup.inv.job_uid) {
@@ -218,10 +220,10 @@ fn open_job_dir(step: &JobStep<'_>) -> Option<JobDir> {
     }
 }
 
-/// This node's `fabric-run` records for the job, summarised (removed once delivered). The
-/// spool is user-writable and we are root: the reader refuses links and foreign owners and
-/// bounds sizes.
-fn read_run_summary(step: &JobStep<'_>, dir: &JobDir) -> Option<RunSummary> {
+/// This node's `fabric-run` records for the job (`<node>.jsonl`); `None` when there are none or
+/// they are refused (said why). The spool is user-writable and we are root: the reader refuses
+/// links and foreign owners and bounds sizes.
+pub(super) fn read_node_records(step: &JobStep<'_>, dir: &JobDir) -> Option<(PathBuf, Records)> {
     let setup = step.setup;
     let job = setup.inv.job_id.to_string();
     let path = record::node_records_path(&setup.plugin.spool_dir, &job, step.node())?;
@@ -230,18 +232,27 @@ fn read_run_summary(step: &JobStep<'_>, dir: &JobDir) -> Option<RunSummary> {
         owner_uid: setup.inv.job_uid,
         ..ReadLimits::default()
     };
-    let summary = match dir.read_records(name, &limits).and_then(|recs| {
-        record::summarize(&recs).ok_or(RecordError::Empty {
-            path: path.clone(),
-            malformed: recs.malformed,
-        })
-    }) {
-        Ok(s) => s,
-        Err(RecordError::Missing(_)) => return None,
+    match dir.read_records(name, &limits) {
+        Ok(recs) => Some((path, recs)),
+        Err(RecordError::Missing(_)) => None,
         Err(e) => {
             step.say(&format!("fabric-run records of job {job} skipped: {e}"));
-            return None;
+            None
         }
+    }
+}
+
+/// This node's `fabric-run` records for the job, summarised (removed once delivered).
+fn read_run_summary(step: &JobStep<'_>, dir: &JobDir) -> Option<RunSummary> {
+    let job = step.setup.inv.job_id;
+    let (path, recs) = read_node_records(step, dir)?;
+    let Some(summary) = record::summarize(&recs) else {
+        let e = RecordError::Empty {
+            path,
+            malformed: recs.malformed,
+        };
+        step.say(&format!("fabric-run records of job {job} skipped: {e}"));
+        return None;
     };
     if summary.malformed_lines > 0 {
         step.say(&format!(

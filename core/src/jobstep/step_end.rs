@@ -30,7 +30,7 @@ use super::JobStep;
 use super::tag_write::{TagWrite, Target, write_tag_to};
 use crate::invocation::{BATCH_STEP_ID, JobStepExit};
 use crate::plugin_args::Policy;
-use crate::record::{self, JobDir, ReadLimits, RecordError};
+use crate::record;
 
 /// What the step's end did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,33 +61,11 @@ pub fn end_of_step(step: &JobStep<'_>) -> StepEnd {
         step.say("step-end without --step-id: nothing to do");
         return StepEnd::NoRecords;
     };
-    let dir = match JobDir::open(&setup.plugin.spool_dir, &job.to_string(), setup.inv.job_uid) {
-        Ok(Some(d)) => d,
-        Ok(None) => return StepEnd::NoRecords,
-        Err(e) => {
-            step.say(&format!("fabric-run records of job {job} skipped: {e}"));
-            return StepEnd::NoRecords;
-        }
-    };
-    let Some(path) =
-        record::node_records_path(&setup.plugin.spool_dir, &job.to_string(), step.node())
-    else {
+    let Some(dir) = super::epilog::open_job_dir(step) else {
         return StepEnd::NoRecords;
     };
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+    let Some((_, recs)) = super::epilog::read_node_records(step, &dir) else {
         return StepEnd::NoRecords;
-    };
-    let limits = ReadLimits {
-        owner_uid: setup.inv.job_uid,
-        ..ReadLimits::default()
-    };
-    let recs = match dir.read_records(name, &limits) {
-        Ok(r) => r,
-        Err(RecordError::Missing(_)) => return StepEnd::NoRecords,
-        Err(e) => {
-            step.say(&format!("fabric-run records of job {job} skipped: {e}"));
-            return StepEnd::NoRecords;
-        }
     };
     // The batch script's end comes after every step it started: any record will do there.
     let this_step = step_id.to_string();
