@@ -48,4 +48,6 @@ pub mod tag_ledger;
 #[cfg(any(test, feature = "test-fakes"))]
 pub mod testing;
 
-pub use fabric_proto::{check_id, fabric_option, hostlist, invocation, plugin_args, tag, verdict};
+pub use fabric_proto::{
+    check_id, fabric_option, hostlist, invocation, job_state, plugin_args, tag, verdict,
+};

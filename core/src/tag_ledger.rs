@@ -25,6 +25,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::job_state::JobState;
 use crate::slurm::{JobRecord, Slurm, SlurmError};
 use crate::tag;
 
@@ -160,23 +161,6 @@ fn parse(text: &str) -> Vec<Written> {
         .collect()
 }
 
-/// Slurm's final job states (as sacct prints them, `CANCELLED by 0` included).
-fn ended(state: &str) -> bool {
-    [
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-    ]
-    .iter()
-    .any(|s| state.starts_with(s))
-}
-
 /// What holds `comment` instead of our segment, in words (bounded).
 fn describe(comment: &str) -> String {
     let shown: String = comment.chars().take(60).collect();
@@ -235,7 +219,8 @@ pub fn compare(
             }
             continue;
         };
-        let settled = ended(&r.state) && r.end_s.is_some_and(|e| e + grace_s <= now_s);
+        let settled =
+            JobState::parse(&r.state).has_ended() && r.end_s.is_some_and(|e| e + grace_s <= now_s);
         if !settled {
             out.keep.push(w.clone());
             continue;

@@ -13,6 +13,7 @@
 //! | [`fabric_option`] | the `--fabric-check[=quick\|full\|off]` option value |
 //! | [`plugin_args`] | the `plugstack.conf` arguments: job mode, policy, limits, paths |
 //! | [`invocation`] | how the plugin runs the job step, its exit codes and decision line, `PATH` |
+//! | [`job_state`] | Slurm's job states as `sacct` prints them, and which are final |
 //! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment`, and the run summary |
 //! | [`record`] | `fabric-run` JSON-lines records and their writer |
 //! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
@@ -21,6 +22,7 @@ pub mod check_id;
 pub mod fabric_option;
 pub mod hostlist;
 pub mod invocation;
+pub mod job_state;
 pub mod plugin_args;
 pub mod record;
 pub mod tag;

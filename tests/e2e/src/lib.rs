@@ -25,6 +25,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use fabric_proto::job_state::JobState;
 
 /// The uid of the host testbed's job user `fabric` (`scripts/testbed up` creates it; the same
 /// uid as the matrix clusters' job user).
@@ -361,15 +362,7 @@ pub fn wait_job_end(tb: &Testbed, job: u32, timeout: Duration) -> Option<String>
             &["-n", "-P", "-X", "-j", &job.to_string(), "-o", "State"],
         );
         let s = s.trim().to_owned();
-        let done = [
-            "COMPLETED",
-            "FAILED",
-            "CANCELLED",
-            "TIMEOUT",
-            "NODE_FAIL",
-            "OUT_OF_MEMORY",
-        ];
-        done.iter().any(|d| s.starts_with(d)).then_some(s)
+        JobState::parse(&s).has_ended().then_some(s)
     })
 }
 
