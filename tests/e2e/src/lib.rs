@@ -339,6 +339,46 @@ pub fn tag_text(comment: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// The tag of one `AdminComment` (of job `job`, for the message), decoded by a standard parser
+/// as one whole JSON document (our segment is the field's last, so nothing may follow the JSON).
+pub fn strict_tag(job: &str, comment: &str) -> serde_json::Value {
+    let text = tag_text(comment).unwrap_or_else(|| panic!("job {job}: no tag in {comment:?}"));
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("job {job}: not one JSON document ({e}): {text}"))
+}
+
+/// `sacct -n -P -X -j JOBS -o FIELDS`, each row split into its fields; the last field (put
+/// `AdminComment` there) keeps any `|` it holds.
+pub fn sacct_rows(tb: &Testbed, jobs: &str, fields: &[&str]) -> Vec<Vec<String>> {
+    tb.ok(
+        "sacct",
+        &["-n", "-P", "-X", "-j", jobs, "-o", &fields.join(",")],
+    )
+    .lines()
+    .map(|l| {
+        l.splitn(fields.len(), '|')
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    })
+    .filter(|row| row.len() == fields.len())
+    .collect()
+}
+
+/// Submits a het job of two components, one node then two, each `sleep 1` with the check.
+pub fn sbatch_het_one_then_two(tb: &Testbed) -> u32 {
+    tb.sbatch(&[
+        "-N1",
+        "--fabric-check",
+        "--wrap",
+        "sleep 1",
+        ":",
+        "-N2",
+        "--fabric-check",
+        "--wrap",
+        "sleep 1",
+    ])
+}
+
 /// The job's tag decoded from accounting, if present and readable (either form; JSON that an
 /// older release let sacctmgr mangle, backticks for quotes, too).
 pub fn job_tag(tb: &Testbed, job: u32) -> Option<serde_json::Value> {

@@ -6,43 +6,21 @@
 
 use std::time::Duration;
 
-use fabric_e2e::{Testbed, heal_all, tag_text, wait_for, wait_job_end};
-use serde_json::Value;
+use fabric_e2e::{
+    Testbed, heal_all, sacct_rows, sbatch_het_one_then_two, strict_tag, wait_for, wait_job_end,
+};
 
 const LONG: Duration = Duration::from_secs(150);
 
 /// `sacct -P -X` of `JobIDRaw,JobID,NodeList,AdminComment` for the job and its siblings.
 fn records(tb: &Testbed, job: &str) -> Vec<(String, String, String, String)> {
-    tb.ok(
-        "sacct",
-        &[
-            "-n",
-            "-P",
-            "-X",
-            "-j",
-            job,
-            "-o",
-            "JobIDRaw,JobID,NodeList,AdminComment",
-        ],
-    )
-    .lines()
-    .filter_map(|l| {
-        let mut it = l.splitn(4, '|');
-        Some((
-            it.next()?.to_owned(),
-            it.next()?.to_owned(),
-            it.next()?.to_owned(),
-            it.next()?.to_owned(),
-        ))
-    })
-    .collect()
-}
-
-/// The tag of one `AdminComment`, decoded by a standard parser as one whole JSON document
-/// (our segment is the field's last, so nothing may follow the JSON).
-fn strict_tag(comment: &str) -> Value {
-    let text = tag_text(comment).unwrap_or_else(|| panic!("no tag in {comment:?}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not one JSON document ({e}): {text}"))
+    sacct_rows(tb, job, &["JobIDRaw", "JobID", "NodeList", "AdminComment"])
+        .into_iter()
+        .map(|r| {
+            let [raw, id, nodes, comment]: [String; 4] = r.try_into().expect("four fields");
+            (raw, id, nodes, comment)
+        })
+        .collect()
 }
 
 /// Waits until every record of `job` has a tag; returns the records.
@@ -106,7 +84,7 @@ fn a_job_renamed_with_an_injected_admin_comment_line_keeps_its_true_verdict() {
         !comment.contains("forged"),
         "the owner's text reached AdminComment: {comment}"
     );
-    let tag = strict_tag(comment);
+    let tag = strict_tag(&r[0].1, comment);
     assert_eq!(tag["verdict"], "pass", "{tag}");
     assert_eq!(tag["nnodes"], 2, "{tag}");
 }
@@ -119,7 +97,7 @@ fn each_task_of_an_array_of_five_gets_only_its_own_tag() {
     let r = all_tagged(&tb, &array.to_string(), 5);
     for (raw, name, nodes, comment) in &r {
         assert!(name.starts_with(&format!("{array}_")), "{name}");
-        let tag = strict_tag(comment);
+        let tag = strict_tag(name, comment);
         let tagged: Vec<&String> = tag["nodes"].as_object().expect("nodes").keys().collect();
         assert_eq!(
             tagged,
@@ -134,20 +112,10 @@ fn each_task_of_an_array_of_five_gets_only_its_own_tag() {
 fn each_component_of_a_het_job_gets_only_its_own_tag() {
     let tb = Testbed::get();
     heal_all(&tb);
-    let het = tb.sbatch(&[
-        "-N1",
-        "--fabric-check",
-        "--wrap",
-        "sleep 1",
-        ":",
-        "-N2",
-        "--fabric-check",
-        "--wrap",
-        "sleep 1",
-    ]);
+    let het = sbatch_het_one_then_two(&tb);
     let r = all_tagged(&tb, &het.to_string(), 2);
     for (raw, name, nodes, comment) in &r {
-        let tag = strict_tag(comment);
+        let tag = strict_tag(name, comment);
         let want = if name.ends_with("+0") { 1 } else { 2 };
         assert_eq!(
             tag["nnodes"], want,

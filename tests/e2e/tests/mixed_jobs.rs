@@ -19,8 +19,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use fabric_e2e::{Testbed, heal_all, tag_text, wait_for, wait_job_end};
+use fabric_e2e::{
+    Testbed, heal_all, sacct_rows, sbatch_het_one_then_two, strict_tag, tag_text, wait_for,
+    wait_job_end,
+};
 use fabric_proto::hostlist::Hostlist;
+use fabric_proto::job_state::JobState;
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(240);
@@ -60,56 +64,32 @@ struct Rec {
 
 fn records(tb: &Testbed, ids: &[u32]) -> Vec<Rec> {
     let list: Vec<String> = ids.iter().map(u32::to_string).collect();
-    tb.ok(
-        "sacct",
-        &[
-            "-n",
-            "-P",
-            "-X",
-            "-j",
-            &list.join(","),
-            "-o",
-            "JobIDRaw,JobID,NNodes,NodeList,State,AdminComment",
-        ],
-    )
-    .lines()
-    .filter_map(|l| {
-        let mut it = l.splitn(6, '|');
-        let (raw, id, nn, nl, st, c) = (
-            it.next()?,
-            it.next()?,
-            it.next()?,
-            it.next()?,
-            it.next()?,
-            it.next()?,
-        );
-        let nodes = Hostlist::parse(nl)
-            .ok()
-            .and_then(|h| h.expand().ok())
-            .unwrap_or_default();
-        Some(Rec {
-            raw: raw.into(),
-            id: id.into(),
-            nnodes: nn.parse().unwrap_or(0),
-            nodes,
-            state: st.into(),
-            comment: c.into(),
+    let fields = [
+        "JobIDRaw",
+        "JobID",
+        "NNodes",
+        "NodeList",
+        "State",
+        "AdminComment",
+    ];
+    sacct_rows(tb, &list.join(","), &fields)
+        .into_iter()
+        .map(|r| {
+            let [raw, id, nn, nl, state, comment]: [String; 6] = r.try_into().expect("six fields");
+            let nodes = Hostlist::parse(&nl)
+                .ok()
+                .and_then(|h| h.expand().ok())
+                .unwrap_or_default();
+            Rec {
+                raw,
+                id,
+                nnodes: nn.parse().unwrap_or(0),
+                nodes,
+                state,
+                comment,
+            }
         })
-    })
-    .collect()
-}
-
-fn final_state(s: &str) -> bool {
-    ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"]
-        .iter()
-        .any(|f| s.starts_with(f))
-}
-
-/// The tag of one `AdminComment`, decoded by a standard parser as one whole JSON document.
-fn strict_tag(job: &str, comment: &str) -> Value {
-    let text = tag_text(comment).unwrap_or_else(|| panic!("job {job}: no tag in {comment:?}"));
-    serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("job {job}: not one JSON document ({e}): {text}"))
+        .collect()
 }
 
 fn write_script(path: &Path, text: &str) {
@@ -231,17 +211,7 @@ fn submit_fifty(tb: &Testbed, work: &Path) -> Vec<(u32, Kind, usize)> {
         let j = tb.sbatch(&["-N1", "-a", "1-5", "--fabric-check", "--wrap", "sleep 1"]);
         jobs.push((j, Kind::Array, 5));
     }
-    let het = tb.sbatch(&[
-        "-N1",
-        "--fabric-check",
-        "--wrap",
-        "sleep 1",
-        ":",
-        "-N2",
-        "--fabric-check",
-        "--wrap",
-        "sleep 1",
-    ]);
+    let het = sbatch_het_one_then_two(tb);
     jobs.push((het, Kind::Het, 2));
     for i in 0..8 {
         let n = format!("-N{}", 1 + i % 2);
@@ -324,7 +294,7 @@ fn fifty_mixed_jobs_each_keep_their_own_tag_as_json_and_fabric_check_jobs_finds_
         let recs = wait_for(Duration::from_secs(420), || {
             let r = records(&tb, &ids);
             let done = r.len() == want
-                && r.iter().all(|x| final_state(&x.state))
+                && r.iter().all(|x| JobState::parse(&x.state).has_ended())
                 && r.iter().all(|x| {
                     let k = kind_of(x);
                     k == Kind::Untagged
