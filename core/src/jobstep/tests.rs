@@ -37,7 +37,17 @@ fn prolog_on_n1(
     words: &[&str],
 ) -> (JobStepExit, Lines, Duration) {
     let dir = tempfile::tempdir().unwrap();
-    let s = setup(dir.path(), Script::Prolog, "n1", "n1", words);
+    prolog_on_n1_in(dir.path(), slurm, runner, words)
+}
+
+/// [`prolog_on_n1`] with the node's state in `dir` (for an epilog to find).
+fn prolog_on_n1_in(
+    dir: &std::path::Path,
+    slurm: &FakeSlurm,
+    runner: &FakeRunner,
+    words: &[&str],
+) -> (JobStepExit, Lines, Duration) {
+    let s = setup(dir, Script::Prolog, "n1", "n1", words);
     let meet = FakeMeet::default();
     let lines = Lines::default();
     let t0 = Instant::now();
@@ -591,7 +601,12 @@ mod tag_writes {
 
     fn write(slurm: &FakeSlurm, tag: &JobTag) -> (TagWrite, Lines) {
         let dir = tempfile::tempdir().unwrap();
-        let s = setup(dir.path(), Script::Epilog, "n1", "n1", &[]);
+        write_in(dir.path(), slurm, tag)
+    }
+
+    /// [`write`] with the node's state (its ledger) in `dir`.
+    fn write_in(dir: &std::path::Path, slurm: &FakeSlurm, tag: &JobTag) -> (TagWrite, Lines) {
+        let s = setup(dir, Script::Epilog, "n1", "n1", &[]);
         let (runner, meet, lines) = (
             answering(report("n1", Verdict::Pass)),
             FakeMeet::default(),
@@ -606,24 +621,15 @@ mod tag_writes {
     #[test]
     fn every_tag_write_is_recorded_in_the_node_ledger_live_or_database() {
         let dir = tempfile::tempdir().unwrap();
-        let s = setup(dir.path(), Script::Epilog, "n1", "n1", &[]);
-        let (runner, meet, lines) = (
-            answering(report("n1", Verdict::Pass)),
-            FakeMeet::default(),
-            Lines::default(),
-        );
         let tag = noted();
         let live = FakeSlurm::with_nodes(&["n1"]).job_named("8_3");
-        write_tag(&step(&s, seams(&live, &runner, &meet, &lines)), |_| {
-            tag.clone()
-        });
+        write_in(dir.path(), &live, &tag);
         let ended = FakeSlurm::with_nodes(&["n1"])
             .job_named("8_3")
             .job_finished();
-        write_tag(&step(&s, seams(&ended, &runner, &meet, &lines)), |_| {
-            tag.clone()
-        });
-        let ledger = crate::tag_ledger::entries(&s.state_dir).unwrap();
+        write_in(dir.path(), &ended, &tag);
+        let state_dir = setup(dir.path(), Script::Epilog, "n1", "n1", &[]).state_dir;
+        let ledger = crate::tag_ledger::entries(&state_dir).unwrap();
         let forms: Vec<(&str, &str, &str)> = ledger
             .iter()
             .map(|w| (w.job.as_str(), w.form.as_str(), w.verdict.as_str()))
@@ -744,7 +750,7 @@ mod epilog_runs {
     use super::*;
     use std::io::Write;
 
-    fn epilog_on_n1(
+    pub(super) fn epilog_on_n1(
         dir: &std::path::Path,
         slurm: &FakeSlurm,
         runner: &FakeRunner,
@@ -854,24 +860,13 @@ mod prolog_tag_kept {
 
     /// The prolog of a one-node job on n1 (state in `dir`) whose verdict is `verdict`.
     fn prolog_in(dir: &std::path::Path, slurm: &FakeSlurm, verdict: Verdict) -> Lines {
-        let s = setup(dir, Script::Prolog, "n1", "n1", &["policy=warn"]);
         let runner = answering(report("n1", verdict));
-        let meet = FakeMeet::default();
-        let lines = Lines::default();
-        prolog::run(&step(&s, seams(slurm, &runner, &meet, &lines)));
-        lines
+        prolog_on_n1_in(dir, slurm, &runner, &["policy=warn"]).1
     }
 
     fn epilog_in(dir: &std::path::Path, slurm: &FakeSlurm) -> Lines {
-        let s = setup(dir, Script::Epilog, "n1", "n1", &["policy=warn"]);
         let runner = answering(report("n1", Verdict::Pass));
-        let meet = FakeMeet::default();
-        let lines = Lines::default();
-        assert_eq!(
-            epilog::run(&step(&s, seams(slurm, &runner, &meet, &lines))),
-            JobStepExit::Proceed
-        );
-        lines
+        super::epilog_runs::epilog_on_n1(dir, slurm, &runner, &["policy=warn"])
     }
 
     fn kept(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
