@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::munged::Munged;
 use fabric_core::rendezvous::{
-    DEFAULT_WORKERS, MapResolver, Munge, RendezvousConfig, SystemResolver, gather,
+    DEFAULT_WORKERS, MapResolver, Munge, PROTOCOL_VERSION, RendezvousConfig, SystemResolver, gather,
 };
 use serde_json::json;
 
@@ -101,11 +101,14 @@ fn a_flood_of_connections_and_oversized_lines_leaves_the_leader_bounded_and_the_
         let Some(s) = connect_from(addr(i), port) else {
             continue;
         };
+        let mut w = s;
+        let want = serde_json::json!({"type": "want", "v": PROTOCOL_VERSION, "job_id": 1301});
+        writeln!(w, "{want}").unwrap();
         let mut hello = String::new();
-        BufReader::new(s.try_clone().unwrap())
+        BufReader::new(w.try_clone().unwrap())
             .read_line(&mut hello)
             .unwrap();
-        let mut w = s;
+        assert!(hello.contains("\"hello\""), "{hello}");
         w.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
         let chunk = vec![b'x'; 1 << 20];
         let mut sent = 0usize;

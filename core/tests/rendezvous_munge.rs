@@ -68,21 +68,40 @@ fn connect_to_leader(port: u16) -> TcpStream {
     }
 }
 
-/// Speaks the protocol by hand: reads the hello, sends `join` with `credential(challenge)`, and
-/// returns the leader's answer line.
-fn forge(port: u16, credential: impl FnOnce(&Value) -> String) -> Value {
-    let stream = connect_to_leader(port);
+/// The follower's first line: the job it looks for.
+fn want(job_id: u64) -> String {
+    format!(
+        "{}\n",
+        json!({"type": "want", "v": rendezvous::PROTOCOL_VERSION, "job_id": job_id})
+    )
+}
+
+/// Connects to the leader of `job_id` on `port`, asks for that job and returns the stream and
+/// the leader's first line (its hello, or a reject).
+fn ask(port: u16, job_id: u64) -> (TcpStream, BufReader<TcpStream>, Value) {
+    let mut stream = connect_to_leader(port);
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    let mut writer = stream.try_clone().unwrap();
-    let mut reader = BufReader::new(stream);
+    stream.write_all(want(job_id).as_bytes()).unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut line = String::new();
     reader.read_line(&mut line).unwrap();
-    let hello: Value = serde_json::from_str(&line).unwrap();
+    (
+        stream,
+        reader,
+        serde_json::from_str(&line).unwrap_or(Value::Null),
+    )
+}
+
+/// Speaks the protocol by hand: asks for the job, reads the hello, sends `join` with
+/// `credential(challenge)`, and returns the leader's answer line.
+fn forge(port: u16, job_id: u64, credential: impl FnOnce(&Value) -> String) -> Value {
+    let (mut writer, mut reader, hello) = ask(port, job_id);
+    assert_eq!(hello["type"], "hello", "{hello}");
+    let mut line = String::new();
     let cred = credential(&hello);
     writeln!(writer, "{}", json!({"type": "join", "credential": cred})).unwrap();
-    line.clear();
     reader.read_line(&mut line).unwrap();
     serde_json::from_str(&line).unwrap_or(Value::Null)
 }
@@ -191,7 +210,7 @@ fn assert_turned_away(g: &Gathered, reason: &str) {
 #[test]
 fn a_participant_without_a_credential_is_rejected() {
     let Some(g) = leader_facing(1101, |_, port| {
-        let answer = forge(port, |_| "not-a-credential".into());
+        let answer = forge(port, 1101, |_| "not-a-credential".into());
         assert_eq!(answer["type"], "reject");
     }) else {
         return;
@@ -203,7 +222,7 @@ fn a_participant_without_a_credential_is_rejected() {
 fn a_credential_from_another_munge_key_is_rejected() {
     let Some(g) = leader_facing(1102, |_, port| {
         let other = Munged::start().unwrap();
-        let answer = forge(port, |hello| {
+        let answer = forge(port, 1102, |hello| {
             Munge::with_socket(&other.socket)
                 .encode(&claim(hello, 1102, "n2", 1))
                 .unwrap()
@@ -223,7 +242,7 @@ fn a_replayed_credential_is_rejected() {
         // A valid credential for another connection's challenge, decoded once already (as an
         // eavesdropper would capture it after the real participant used it).
         let mut captured = String::new();
-        let answer = forge(port, |hello| {
+        let answer = forge(port, 1103, |hello| {
             captured = munge.encode(&claim(hello, 1103, "n2", 1)).unwrap();
             munge.decode(&captured).unwrap();
             captured.clone()
@@ -243,7 +262,7 @@ fn a_replayed_credential_is_rejected() {
 fn a_credential_for_another_connections_challenge_is_rejected() {
     let Some(g) = leader_facing(1104, |m, port| {
         let munge = Munge::with_socket(&m.socket);
-        let answer = forge(port, |_| {
+        let answer = forge(port, 1104, |_| {
             let stale = json!({"challenge": "00112233445566778899aabbccddeeff"});
             munge.encode(&claim(&stale, 1104, "n2", 1)).unwrap()
         });
@@ -258,7 +277,7 @@ fn a_credential_for_another_connections_challenge_is_rejected() {
 fn a_credential_for_another_job_is_rejected() {
     let Some(g) = leader_facing(1105, |m, port| {
         let munge = Munge::with_socket(&m.socket);
-        let answer = forge(port, |hello| {
+        let answer = forge(port, 1105, |hello| {
             munge.encode(&claim(hello, 9999, "n2", 1)).unwrap()
         });
         assert_eq!(answer["type"], "reject");
@@ -272,7 +291,7 @@ fn a_credential_for_another_job_is_rejected() {
 fn a_node_claiming_another_nodes_rank_is_rejected() {
     let Some(g) = leader_facing(1106, |m, port| {
         let munge = Munge::with_socket(&m.socket);
-        let answer = forge(port, |hello| {
+        let answer = forge(port, 1106, |hello| {
             munge.encode(&claim(hello, 1106, "intruder", 1)).unwrap()
         });
         assert_eq!(answer["type"], "reject");
@@ -351,27 +370,30 @@ fn squat(
 }
 
 #[test]
-fn a_squatter_on_the_leaders_port_is_sent_nothing_and_followers_reach_the_real_leader() {
+fn a_squatter_on_the_leaders_port_is_sent_only_the_job_id_and_followers_reach_the_real_leader() {
     let Some(m) = Munged::start() else { return };
     let cfg = config(&m, 3, 1201, base());
     let port = cfg.ports()[0];
-    let received = std::sync::Arc::new(AtomicU16::new(0));
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
     let seen = received.clone();
-    // It says hello as a leader of this job would, but cannot sign it (an unsigned hello of the
-    // first protocol, then a made-up credential), and counts every byte it is sent.
+    // It says hello as a leader of this job would, but cannot sign it (a made-up credential),
+    // and keeps every byte each connection sent it.
     let squatter = squat(port, Duration::from_secs(2), move |mut s| {
-        let hello = json!({"type":"hello","v":2,"job_id":1201,"leader":"n1",
-            "challenge":"00112233445566778899aabbccddeeff","credential":"MUNGE:forged:"});
+        let hello = json!({"type":"hello","v":rendezvous::PROTOCOL_VERSION,"job_id":1201,
+            "leader":"n1","challenge":"00112233445566778899aabbccddeeff",
+            "credential":"MUNGE:forged:"});
         let _ = writeln!(s, "{hello}");
         s.set_read_timeout(Some(Duration::from_millis(800)))
             .unwrap();
+        let mut got = Vec::new();
         let mut buf = [0u8; 4096];
         while let Ok(n) = std::io::Read::read(&mut s, &mut buf) {
             if n == 0 {
                 break;
             }
-            seen.fetch_add(n as u16, Ordering::SeqCst);
+            got.extend_from_slice(&buf[..n]);
         }
+        seen.lock().unwrap().push(got);
     });
     let leader = spawn_rank(&cfg, 0);
     let followers: Vec<_> = (1..3).map(|r| spawn_rank(&cfg, r)).collect();
@@ -388,11 +410,20 @@ fn a_squatter_on_the_leaders_port_is_sent_nothing_and_followers_reach_the_real_l
         squatter.join().unwrap() >= 2,
         "every follower tried the squatter first"
     );
-    assert_eq!(
-        received.load(Ordering::SeqCst),
-        0,
-        "bytes sent to the squatter"
-    );
+    let received = received.lock().unwrap();
+    assert!(!received.is_empty(), "the squatter was never reached");
+    for got in received.iter() {
+        let text = String::from_utf8_lossy(got);
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or(Value::Null))
+            .collect();
+        assert_eq!(
+            lines,
+            vec![json!({"type": "want", "v": rendezvous::PROTOCOL_VERSION, "job_id": 1201})],
+            "a follower sent the squatter more than the job id it looks for: {text}"
+        );
+    }
 }
 
 #[test]
@@ -454,11 +485,8 @@ fn a_peer_that_drips_its_join_is_cut_off_at_the_leaders_deadline() {
     let cfg = config(&m, 2, 1204, base());
     let port = cfg.ports()[0];
     let leader = spawn_rank(&cfg, 0);
-    let stream = connect_to_leader(port);
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut hello = String::new();
-    reader.read_line(&mut hello).unwrap();
-    let mut w = stream;
+    let (mut w, _reader, hello) = ask(port, 1204);
+    assert_eq!(hello["type"], "hello", "{hello}");
     let started = Instant::now();
     let cut_off = loop {
         if w.write_all(b"{").is_err() || started.elapsed() > Duration::from_secs(6) {
@@ -487,11 +515,8 @@ fn a_peer_that_drips_its_join_is_cut_off_at_the_leaders_deadline() {
 #[test]
 fn a_join_line_longer_than_the_limit_is_refused_without_being_read() {
     let Some(g) = leader_facing(1205, |_, port| {
-        let stream = connect_to_leader(port);
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut hello = String::new();
-        reader.read_line(&mut hello).unwrap();
-        let mut w = stream;
+        let (mut w, _reader, hello) = ask(port, 1205);
+        assert_eq!(hello["type"], "hello", "{hello}");
         w.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
         let big = vec![b'x'; 1 << 20];
         let mut sent = 0usize;
@@ -503,4 +528,96 @@ fn a_join_line_longer_than_the_limit_is_refused_without_being_read() {
         return;
     };
     assert_turned_away(&g, "longer than");
+}
+
+#[test]
+fn followers_of_other_jobs_retrying_on_the_port_do_not_lock_its_own_follower_out() {
+    let Some(m) = Munged::start() else { return };
+    let b = base();
+    let cfg = config(&m, 2, 1301, b);
+    // Four followers of a job whose leader never comes (as a neighbouring job's followers do
+    // while their leader is not listening yet) retry over the same ports, from the same
+    // address as our follower, for the whole rendezvous: far more tries than the 8 greetings
+    // an address gets.
+    let strangers: Vec<_> = (0..4)
+        .map(|_| {
+            let other = config(&m, 2, 7301, b);
+            thread::spawn(move || gather(&other, 1, &json!(null)))
+        })
+        .collect();
+    let leader = spawn_rank(&cfg, 0);
+    thread::sleep(Duration::from_millis(500));
+    let mine = spawn_rank(&cfg, 1).join().unwrap();
+    let g = leader.join().unwrap().unwrap();
+    let strangers: Vec<_> = strangers.into_iter().map(|s| s.join().unwrap()).collect();
+    assert!(mine.is_ok(), "our follower was locked out: {mine:?}");
+    assert!(g.missing.is_empty(), "{:?}", g.rejected);
+    for s in strangers {
+        let err = s.unwrap_err();
+        assert!(
+            matches!(err, RendezvousError::NoLeader { ref last, .. }
+                if last.contains("serves the rendezvous of job 1301, not of job 7301")),
+            "{err}"
+        );
+    }
+    assert!(
+        !g.rejected
+            .iter()
+            .any(|r| r.contains("too many connections")),
+        "{:?}",
+        g.rejected
+    );
+    assert!(
+        g.rejected.iter().any(|r| r.ends_with(
+            "connection(s) asking for other jobs' rendezvous (their \
+                 leaders were not listening yet, or sat on the next ports)"
+        )),
+        "{:?}",
+        g.rejected
+    );
+}
+
+#[test]
+fn a_connection_asking_for_another_job_is_turned_away_naming_both_jobs() {
+    let Some(g) = leader_facing(1302, |_, port| {
+        let (_w, _r, answer) = ask(port, 9302);
+        assert_eq!(answer["type"], "reject", "{answer}");
+        assert_eq!(
+            answer["reason"],
+            "this port serves the rendezvous of job 1302, not of job 9302"
+        );
+    }) else {
+        return;
+    };
+    assert_eq!(g.missing, vec!["n2".to_string()]);
+    assert!(
+        g.rejected
+            .iter()
+            .any(|r| r.starts_with("1 connection(s) asking for other jobs' rendezvous")),
+        "{:?}",
+        g.rejected
+    );
+}
+
+#[test]
+fn a_follower_of_an_older_protocol_is_told_to_run_one_release_everywhere() {
+    let Some(g) = leader_facing(1303, |_, port| {
+        let mut s = connect_to_leader(port);
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        writeln!(s, "{}", json!({"type": "want", "v": 2, "job_id": 1303})).unwrap();
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).unwrap();
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["type"], "reject", "{answer}");
+        assert!(
+            answer["reason"]
+                .as_str()
+                .unwrap()
+                .contains("protocol version 2, this leader 3: run one fabric-check release"),
+            "{answer}"
+        );
+    }) else {
+        return;
+    };
+    assert_turned_away(&g, "protocol version 2");
 }

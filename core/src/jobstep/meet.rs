@@ -280,7 +280,7 @@ pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) 
         Ok(g) if g.my_rank == 0 => {
             let met: Met<T> = decode(&setup.nodes, g);
             for r in &met.rejected {
-                step.say(&format!("rendezvous refused a connection: {r}"));
+                step.say(&format!("rendezvous turned away {r}"));
             }
             for u in &met.undecodable {
                 step.say(&format!(

@@ -9,21 +9,28 @@
 //!
 //! 1. The leader listens on `base_port + job_id % 1000`, or the next of `port_span` ports when one
 //!    is taken (`EADDRINUSE`). Followers try the same ports in order.
-//! 2. Leader → follower: `{"type":"hello","v":2,"job_id":J,"leader":NODE,"challenge":HEX,
+//! 2. Follower → leader: `{"type":"want","v":3,"job_id":J}`, the job it looks for, nothing
+//!    secret. A leader of another job (neighbouring job ids share ports; a follower tries them
+//!    while its own leader is not listening yet) answers `reject` at once: no `munge` call, no
+//!    greeting of its budget, one summary line in its log. Protocol 2 had the leader sign a hello
+//!    for every connection first, so a storm of neighbouring jobs' followers used up a job's
+//!    greetings and locked its own followers out (`rendezvous_munge.rs`,
+//!    `followers_of_other_jobs_retrying_on_the_port_do_not_lock_its_own_follower_out`).
+//! 3. Leader → follower: `{"type":"hello","v":3,"job_id":J,"leader":NODE,"challenge":HEX,
 //!    "credential":H}` with a fresh random challenge per connection; H is a MUNGE credential of
 //!    `{"purpose":"fabric-check/rendezvous/hello/v1","job_id","leader","port","challenge"}`. A
-//!    follower sends **nothing** until that credential decodes, comes from an allowed UID and names
-//!    this job, this leader, the port it connected to and the challenge beside it; anything else (a
-//!    squatter on the port, another job's leader, a silent or dripping listener) makes it close the
-//!    connection and try the next port, until its deadline.
-//! 3. Follower → leader: `{"type":"join","credential":C}`, C a MUNGE credential whose payload is
+//!    follower sends **nothing more** until that credential decodes, comes from an allowed UID and
+//!    names this job, this leader, the port it connected to and the challenge beside it; anything
+//!    else (a squatter on the port, another job's leader, a silent or dripping listener) makes it
+//!    close the connection and try the next port, until its deadline.
+//! 4. Follower → leader: `{"type":"join","credential":C}`, C a MUNGE credential whose payload is
 //!    `{"purpose":"fabric-check/rendezvous/join/v1","job_id","node","rank","nonce","challenge",
 //!    "payload"}`. The leader decodes it (libmunge, or `unmunge`) and accepts it only if munged says it is
 //!    valid (right key, not expired, not replayed on this host), its UID is in the allowed set,
 //!    the job id, the challenge of *this* connection, and the node name for that rank all match,
 //!    and the rank has not joined yet. Anything else gets `{"type":"reject","reason":..}`; a
 //!    rejected stranger does not count as the participant it claimed to be.
-//! 4. When every rank has joined, or at the deadline, the leader answers each joined follower.
+//! 5. When every rank has joined, or at the deadline, the leader answers each joined follower.
 //!    With [`Share::All`]: `{"type":"done","credential":C}`, C binding the follower's nonce, the
 //!    job id, the names of missing participants and every participant's payload; followers check
 //!    it the same way. With [`Share::Ack`] (the prolog and epilog, whose followers act on nothing
@@ -36,9 +43,11 @@
 //!
 //! # Limits: what a stranger can cost the leader
 //!
-//! The leader takes connections only from the job's node addresses, at most one more at a time
-//! from an address than the job has nodes there, and at most N−1+[`ADMIT_MARGIN`] waiting in
-//! all; the rest are closed at once. A fixed pool of [`RendezvousConfig::workers`] threads
+//! The leader takes connections only from the job's node addresses, and from each at most as
+//! many at a time as the job has nodes there, twice over: while they ask (the `want` not read
+//! yet: [`MAX_WANT_BYTES`], within [`RendezvousConfig::conn_budget`]) and, once they asked for
+//! this job, while undecided; at most N−1+[`ADMIT_MARGIN`] of each in all. The rest are closed
+//! at once. A fixed pool of [`RendezvousConfig::workers`] threads
 //! (small stacks; a failed `spawn` means fewer workers, never a panic) does only MUNGE work:
 //! sign a hello, check a join. Waiting for a follower's join is done by the leader's own poll
 //! loop, so a peer that says nothing, or drips a byte at a time, holds a descriptor and its
@@ -88,8 +97,10 @@ pub const ADMIT_MARGIN: usize = 8;
 pub const DEFAULT_WORKERS: usize = 8;
 /// The most characters of a peer-supplied string that reach a log.
 pub const MAX_LOGGED_CHARS: usize = 160;
-/// The protocol version in the hello.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// The most bytes of a follower's first line, the `want` naming its job.
+pub const MAX_WANT_BYTES: usize = 256;
+/// The protocol version in the follower's `want` and the leader's hello.
+pub const PROTOCOL_VERSION: u32 = 3;
 /// How many greetings (each a `munge` call) one node's address may get in a rendezvous.
 const GREETS_PER_NODE: usize = 8;
 /// The leader's poll interval while nothing happens, in milliseconds.
@@ -449,7 +460,8 @@ pub struct Gathered {
     pub payloads: Vec<Option<Value>>,
     /// Participants that never joined (node names, rank order).
     pub missing: Vec<String>,
-    /// Connections the leader refused, each `peer address: reason` (leader only).
+    /// Connections the leader turned away, each `peer address: reason`, and counts of those
+    /// not worth a line each (connections asking for other jobs) (leader only).
     pub rejected: Vec<String>,
 }
 
@@ -465,6 +477,13 @@ impl Gathered {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Msg {
+    /// A follower's first line: the job whose leader it looks for. It carries nothing secret
+    /// (job ids are public), and it lets another job's leader on the port turn the follower
+    /// away without a `munge` call or a greeting of that job's budget.
+    Want {
+        v: u32,
+        job_id: u64,
+    },
     Hello {
         v: u32,
         job_id: u64,
@@ -813,10 +832,18 @@ struct Greeted {
     by: Instant,
 }
 
+/// An accepted connection whose `want` the leader has not read yet.
+struct Asking {
+    conn: Conn,
+    peer: SocketAddr,
+    ip: IpAddr,
+    by: Instant,
+}
+
 /// Work for the leader's pool: CPU and MUNGE work only, never a wait for a peer.
 enum Job {
-    /// Sign and send the hello.
-    Greet(TcpStream, SocketAddr),
+    /// Sign and send the hello (the connection asked for this job).
+    Greet(Conn, SocketAddr),
     /// Check the join line that arrived on a greeted connection.
     Check(Greeted, Vec<u8>),
 }
@@ -882,7 +909,7 @@ fn work(cfg: &RendezvousConfig, port: u16, job: Job, stop: &AtomicBool, deadline
         return Out::Done((peer.ip(), peer.to_string(), Err(e)));
     }
     match job {
-        Job::Greet(stream, peer) => match greet(cfg, port, stream, peer, deadline) {
+        Job::Greet(conn, peer) => match greet(cfg, port, conn, peer, deadline) {
             Ok(g) => Out::Greeted(g),
             Err(e) => Out::Done((peer.ip(), peer.to_string(), Err(e))),
         },
@@ -997,13 +1024,18 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                 Out::Done(a) => tally.take(a, deadline),
             }
         };
+        let mut other_jobs = 0usize;
         let mut waiting: Vec<Greeted> = Vec::new();
+        // Accepted connections whose `want` has not arrived yet: they cost a descriptor and
+        // their address's place among the asking, but no `munge` and no greeting.
+        let mut asking: Vec<Asking> = Vec::new();
+        let mut asking_per_addr: HashMap<IpAddr, usize> = HashMap::new();
         let mut undecided = 0usize;
         while tally.payloads.iter().any(Option::is_none) && Instant::now() < deadline {
-            // Sleep until a connection arrives or a greeted one has something to read.
+            // Sleep until a connection arrives or an open one has something to read.
             let ready: Vec<bool> = {
                 use std::os::fd::AsFd;
-                let mut fds = Vec::with_capacity(waiting.len() + 1);
+                let mut fds = Vec::with_capacity(waiting.len() + asking.len() + 1);
                 fds.push(nix::poll::PollFd::new(
                     listener.as_fd(),
                     nix::poll::PollFlags::POLLIN,
@@ -1014,11 +1046,96 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                         nix::poll::PollFlags::POLLIN,
                     ));
                 }
+                for a in &asking {
+                    fds.push(nix::poll::PollFd::new(
+                        a.conn.stream.as_fd(),
+                        nix::poll::PollFlags::POLLIN,
+                    ));
+                }
                 let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(POLL_MS));
                 fds.iter()
                     .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
                     .collect()
             };
+            let polled_waiting = waiting.len();
+            // Read the wants first: a follower admitted now is greeted in this pass.
+            let now = Instant::now();
+            for (i, mut a) in std::mem::take(&mut asking).into_iter().enumerate() {
+                let readable = ready.get(1 + polled_waiting + i).copied().unwrap_or(false);
+                let got = if readable {
+                    a.conn.try_read_line(MAX_WANT_BYTES)
+                } else {
+                    Ok(None)
+                };
+                let line = match got {
+                    Ok(None) if now < a.by => {
+                        asking.push(a);
+                        continue;
+                    }
+                    Ok(None) => Err(format!(
+                        "asked for nothing within {} ms (a follower of protocol 2 or older \
+                         waits for a hello instead: run one fabric-check release on every node)",
+                        cfg.conn_budget().as_millis()
+                    )),
+                    Ok(Some(line)) => Ok(line),
+                    Err(e) => Err(e.to_string()),
+                };
+                if let Some(c) = asking_per_addr.get_mut(&a.ip) {
+                    *c = c.saturating_sub(1);
+                }
+                let asked = line.and_then(|l| match serde_json::from_slice::<Msg>(&l) {
+                    Ok(Msg::Want { v, .. }) if v != PROTOCOL_VERSION => Err(format!(
+                        "speaks protocol version {v}, this leader {PROTOCOL_VERSION}: run one \
+                         fabric-check release on every node"
+                    )),
+                    Ok(Msg::Want { job_id, .. }) => Ok(job_id),
+                    Ok(_) => Err("did not start with a want".into()),
+                    Err(e) => Err(sanitise(&format!("malformed message: {e}"))),
+                });
+                let job_id = match asked {
+                    Ok(j) => j,
+                    Err(why) => {
+                        a.conn.reject(&why, deadline);
+                        tally.rejected.push(format!("{}: {why}", a.peer));
+                        continue;
+                    }
+                };
+                if job_id != cfg.job_id {
+                    // Another job's follower trying the ports while its own leader is not
+                    // listening yet (neighbouring job ids share ports): normal, cheap, and
+                    // counted rather than logged one by one.
+                    a.conn.reject(
+                        &format!(
+                            "this port serves the rendezvous of job {}, not of job {job_id}",
+                            cfg.job_id
+                        ),
+                        deadline,
+                    );
+                    other_jobs += 1;
+                    continue;
+                }
+                let allowed = per_addr.get(&a.ip).copied().unwrap_or(0);
+                let now_here = tally.in_flight.get(&a.ip).copied().unwrap_or(0);
+                let greets = tally.greets_left.entry(a.ip).or_default();
+                let refused = if now_here >= allowed {
+                    Some("more connections at once than that address has nodes")
+                } else if *greets == 0 {
+                    Some("too many connections from that address")
+                } else if undecided >= admit_cap {
+                    Some("too many connections waiting")
+                } else {
+                    None
+                };
+                if let Some(why) = refused {
+                    a.conn.reject(why, deadline);
+                    tally.rejected.push(format!("{}: {why}", a.peer));
+                    continue;
+                }
+                *greets -= 1;
+                *tally.in_flight.entry(a.ip).or_default() += 1;
+                undecided += 1;
+                dispatch(Job::Greet(a.conn, a.peer), &mut tally, &mut waiting);
+            }
             if ready[0] {
                 loop {
                     match listener.accept() {
@@ -1030,13 +1147,10 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                                     .push(format!("{peer}: not an address of this job's nodes"));
                                 continue;
                             };
-                            let now = tally.in_flight.get(&ip).copied().unwrap_or(0);
-                            let greets = tally.greets_left.entry(ip).or_default();
-                            let refused = if now >= allowed {
+                            let here = asking_per_addr.entry(ip).or_default();
+                            let refused = if *here >= allowed {
                                 Some("more connections at once than that address has nodes")
-                            } else if *greets == 0 {
-                                Some("too many connections from that address")
-                            } else if undecided >= admit_cap {
+                            } else if asking.len() >= admit_cap {
                                 Some("too many connections waiting")
                             } else {
                                 None
@@ -1045,10 +1159,18 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                                 tally.rejected.push(format!("{peer}: {why}"));
                                 continue;
                             }
-                            *greets -= 1;
-                            *tally.in_flight.entry(ip).or_default() += 1;
-                            undecided += 1;
-                            dispatch(Job::Greet(stream, peer), &mut tally, &mut waiting);
+                            let conn = Conn::new(stream);
+                            if let Err(e) = conn.stream.set_nonblocking(true) {
+                                tally.rejected.push(format!("{peer}: {e}"));
+                                continue;
+                            }
+                            *here += 1;
+                            asking.push(Asking {
+                                conn,
+                                peer,
+                                ip,
+                                by: deadline.min(Instant::now() + cfg.conn_budget()),
+                            });
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                         Err(e) => {
@@ -1060,7 +1182,6 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                 }
             }
             // Read what greeted connections sent; a complete join goes to the pool.
-            let now = Instant::now();
             let mut still = Vec::with_capacity(waiting.len());
             // Connections greeted since the poll come last and were not polled.
             for (i, mut g) in std::mem::take(&mut waiting).into_iter().enumerate() {
@@ -1095,6 +1216,18 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
             undecided = tally.in_flight.values().sum();
         }
         drop(listener);
+        if !asking.is_empty() {
+            tally.rejected.push(format!(
+                "{} connection(s) that had asked for nothing yet when the rendezvous ended",
+                asking.len()
+            ));
+        }
+        if other_jobs > 0 {
+            tally.rejected.push(format!(
+                "{other_jobs} connection(s) asking for other jobs' rendezvous (their leaders \
+                 were not listening yet, or sat on the next ports)"
+            ));
+        }
         for g in waiting {
             tally.settle(g.peer.ip());
             tally
@@ -1217,14 +1350,16 @@ fn canonical(ip: IpAddr) -> IpAddr {
 fn greet(
     cfg: &RendezvousConfig,
     port: u16,
-    stream: TcpStream,
+    mut conn: Conn,
     peer: SocketAddr,
     deadline: Instant,
 ) -> Result<Greeted, String> {
     // A greeted peer costs a descriptor and its address's place, no thread: it may take until
     // the rendezvous's deadline (a follower slowed by a loaded node is not cut off).
     let by = deadline;
-    let mut conn = Conn::new(stream);
+    conn.stream
+        .set_nonblocking(false)
+        .map_err(|e| e.to_string())?;
     let challenge = random_hex().map_err(|e| e.to_string())?;
     let hello = HelloClaim {
         purpose: HELLO_PURPOSE.into(),
@@ -1326,6 +1461,9 @@ fn check_join(cfg: &RendezvousConfig, g: Greeted, line: &[u8]) -> Result<Joined,
 /// Checks a hello: the right job, and a credential from an allowed UID that names this job,
 /// this port and this connection's challenge. Returns the challenge to answer.
 fn check_hello(cfg: &RendezvousConfig, port: u16, msg: Msg) -> Result<String, String> {
+    if let Msg::Reject { reason } = &msg {
+        return Err(format!("turned us away: {}", sanitise(reason)));
+    }
     let Msg::Hello {
         v,
         job_id,
@@ -1418,9 +1556,15 @@ fn follow(
             };
             let conn_deadline = deadline.min(Instant::now() + cfg.conn_budget());
             let mut conn = Conn::new(stream);
-            // Nothing is sent before the leader has proven itself.
+            // Only the job id goes out before the leader has proven itself: another job's
+            // leader turns us away at once, without a `munge` call on its side.
+            let want = Msg::Want {
+                v: PROTOCOL_VERSION,
+                job_id: cfg.job_id,
+            };
             let challenge = match conn
-                .read_msg(MAX_HELLO_BYTES, conn_deadline)
+                .write_msg(&want, conn_deadline)
+                .and_then(|()| conn.read_msg(MAX_HELLO_BYTES, conn_deadline))
                 .and_then(|m| check_hello(cfg, *port, m))
             {
                 Ok(c) => c,
