@@ -275,13 +275,12 @@ fn prepend_fn() -> Option<PrependFn> {
 
 extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
     guard("the --fabric-check option", || {
-        let value = (!optarg.is_null())
+        let value = (!optarg.is_null()).then(|| {
             // SAFETY: Slurm passes the user's argument as a NUL-terminated string or NULL.
-            .then(|| {
-                unsafe { CStr::from_ptr(optarg) }
-                    .to_string_lossy()
-                    .into_owned()
-            });
+            unsafe { CStr::from_ptr(optarg) }
+                .to_string_lossy()
+                .into_owned()
+        });
         plugin::option_value(val, value.as_deref(), remote != 0)
     })
 }

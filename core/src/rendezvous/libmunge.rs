@@ -213,13 +213,12 @@ pub fn encode(
         // SAFETY: `payload` is valid for `len` bytes; `cred` receives a malloc'd NUL-terminated
         // string (or stays NULL on error), freed below.
         let rc = unsafe { (api.encode)(&mut cred, ctx.ctx, payload.as_ptr().cast(), len) };
-        let text = (!cred.is_null())
+        let text = (!cred.is_null()).then(|| {
             // SAFETY: non-NULL: libmunge's NUL-terminated base64 credential.
-            .then(|| {
-                unsafe { CStr::from_ptr(cred) }
-                    .to_string_lossy()
-                    .into_owned()
-            });
+            unsafe { CStr::from_ptr(cred) }
+                .to_string_lossy()
+                .into_owned()
+        });
         free_munge(cred.cast());
         ctx.check(rc)?;
         text.ok_or_else(|| LibError {
