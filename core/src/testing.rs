@@ -472,6 +472,14 @@ impl Meet for FakeMeet {
             return Err(RendezvousError::Timeout(f.clone()));
         }
         let n = req.nodes.len();
+        let len = serde_json::to_vec(&payload).map_or(0, |p| p.len());
+        if req.rank != 0 && !crate::rendezvous::payload_fits(len) {
+            // As the real follower refuses to send it.
+            return Err(RendezvousError::Config(format!(
+                "this node's payload is {len} bytes; a join may have at most {} bytes",
+                crate::rendezvous::MAX_JOIN_BYTES
+            )));
+        }
         let mut payloads = vec![None; n];
         payloads[req.rank] = Some(payload);
         if req.rank != 0 {

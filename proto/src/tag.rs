@@ -457,7 +457,8 @@ pub fn scrub_text(text: &str, max_chars: usize) -> String {
 /// `x` if finite, within `0..=MAX_SECONDS`, else clamped (non-finite: 0).
 pub fn clamp_seconds(x: f64) -> f64 {
     if x.is_finite() {
-        x.clamp(0.0, MAX_SECONDS)
+        // `+ 0.0` turns the `-0.0` of an empty sum into `0.0`.
+        x.clamp(0.0, MAX_SECONDS) + 0.0
     } else {
         0.0
     }

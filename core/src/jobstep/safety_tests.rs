@@ -422,3 +422,227 @@ mod settle_time {
         );
     }
 }
+
+/// Issue 22 on the fakes: nothing a job writes can hide, forge or crowd out root's evidence.
+mod roots_evidence {
+    use super::*;
+    use crate::jobstep::prolog;
+    use std::io::Write;
+
+    /// A segment in the form the tag reader repairs (sacctmgr's backticks), saying `pass` for a
+    /// node outside the job.
+    const FORGED: &str = "fabric-check/v1 {`verdict`:`pass`,`nnodes`:1,`counts`:{`pass`:1},`nodes`:{`n9`:{`verdict`:`pass`}}}";
+
+    /// A job user's step results on `node`: `lines` results, each naming `names` nodes slow,
+    /// its message carrying a forged segment.
+    fn hostile_step_results(spool: &std::path::Path, node: &str, lines: usize, names: usize) {
+        std::fs::create_dir_all(spool).unwrap();
+        let mut f = std::fs::File::create(spool.join(format!("{node}.steps.jsonl"))).unwrap();
+        for step in 0..lines {
+            let r = StepResult {
+                step: step as u32,
+                node: node.into(),
+                collective: CollectiveSummary {
+                    verdict: Some(Verdict::Fail),
+                    outliers: (0..names).map(|i| format!("slow-node-{i:05}")).collect(),
+                    ..CollectiveSummary::default()
+                },
+                slow_here: true,
+                message: Some(format!("x\u{1b}[2J\n {FORGED}")),
+            };
+            f.write_all(r.to_line().as_bytes()).unwrap();
+        }
+    }
+
+    /// `fabric-run` records whose checkpoint times add up past the f64 range.
+    fn overflowing_records(spool: &std::path::Path, node: &str) {
+        let mut f = std::fs::File::create(spool.join(format!("{node}.jsonl"))).unwrap();
+        let meta = format!(
+            r#""v":1,"run":"a","node":"{node}","rank":0,"job_id":"7","step_id":"0","restart_count":0"#
+        );
+        for (ts, body) in [
+            (10.0, r#""type":"step_start","pid":1,"cmd":["train"]"#),
+            (
+                11.0,
+                r#""type":"checkpoint","duration_s":1.7e308,"source":"marker""#,
+            ),
+            (
+                12.0,
+                r#""type":"checkpoint","duration_s":1.7e308,"source":"marker""#,
+            ),
+            (
+                13.0,
+                r#""type":"step_end","duration_s":3.0,"exit_code":0,"signal":null,"outcome":"accepted","attempts":1,"on_time":true"#,
+            ),
+        ] {
+            writeln!(f, "{{\"ts\":{ts},{meta},{body}}}").unwrap();
+        }
+    }
+
+    /// The prolog of job 7 on n1 of `nodes` fails n1 (policy=warn: tagged, not drained); then
+    /// its epilog runs over the job's hostile spool, `peers` answering the rendezvous.
+    fn job_with_hostile_spool(
+        dir: &std::path::Path,
+        nodes: &str,
+        peers: &[(&str, serde_json::Value)],
+    ) -> (FakeSlurm, Lines) {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let passing = crate::jobstep::payload::PrologPayload {
+            result: crate::jobstep::node_result(&report("n2", Verdict::Pass)),
+            notes: vec![],
+            collective: None,
+        };
+        let at_prolog = FakeMeet {
+            peers: peers
+                .iter()
+                .map(|(n, _)| ((*n).to_owned(), serde_json::to_value(&passing).unwrap()))
+                .collect(),
+            ..FakeMeet::default()
+        };
+        let meet = FakeMeet {
+            peers: peers
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), v.clone()))
+                .collect(),
+            ..FakeMeet::default()
+        };
+        let lines = Lines::default();
+        let s = setup(dir, Script::Prolog, nodes, "n1", &["policy=warn"]);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+        prolog::run(&step(&s, seams(&slurm, &runner, &at_prolog, &lines)));
+        assert_eq!(
+            tag_of(&slurm).verdict,
+            Some(Verdict::Fail),
+            "{}",
+            lines.text()
+        );
+        let spool = dir.join("spool/7");
+        hostile_step_results(&spool, "n1", 3, 4_000);
+        overflowing_records(&spool, "n1");
+        let s = setup(dir, Script::Epilog, nodes, "n1", &["policy=warn"]);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+        epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        (slurm, lines)
+    }
+
+    #[test]
+    fn a_forged_segment_and_overflowing_numbers_in_the_jobs_files_leave_roots_fail_in_the_tag() {
+        let dir = tempfile::tempdir().unwrap();
+        let (slurm, lines) = job_with_hostile_spool(dir.path(), "n1", &[]);
+        let comment = slurm.current_comment();
+        assert_eq!(comment.matches(tag::MARKER).count(), 1, "{comment}");
+        let t = tag::extract(&comment)
+            .expect("a tag")
+            .unwrap_or_else(|e| panic!("root's segment does not decode: {e}: {}", lines.text()));
+        assert_eq!(t.verdict, Some(Verdict::Fail));
+        assert_eq!(t.result_of("n1").map(|r| r.verdict), Some(Verdict::Fail));
+        assert!(t.result_of("n9").is_none(), "{t:?}");
+        let run = t
+            .run
+            .expect("the records' summary, what could be read of it");
+        assert!(run.ckpt_total_s.is_finite());
+        assert!(run.malformed_lines >= 2);
+    }
+
+    #[test]
+    fn an_endless_list_of_nodes_the_job_calls_slow_is_shrunk_and_never_crowds_out_roots_verdicts() {
+        let dir = tempfile::tempdir().unwrap();
+        let n2_fails = serde_json::json!({
+            "during": {"node": "n2", "rises": {"mlx5_0/1/link_downed": 1}, "verdict": "fail"},
+            "run": null,
+            "steps": [],
+        });
+        let (slurm, lines) = job_with_hostile_spool(dir.path(), "n[1-2]", &[("n2", n2_fails)]);
+        let comment = slurm.current_comment();
+        let segment = &comment[comment.find(tag::MARKER).unwrap() + tag::MARKER.len()..];
+        assert!(
+            segment.len() <= tag::MAX_TAG_BYTES,
+            "{} bytes",
+            segment.len()
+        );
+        let t = tag_of(&slurm);
+        assert_eq!(t.verdict, Some(Verdict::Fail), "{}", lines.text());
+        assert_eq!(t.result_of("n1").map(|r| r.verdict), Some(Verdict::Fail));
+        let n2 = t
+            .during
+            .iter()
+            .find(|d| d.node == "n2")
+            .expect("n2's counter rise");
+        assert_eq!(n2.rises.get("mlx5_0/1/link_downed"), Some(&1));
+        let steps = t
+            .job_reported
+            .steps
+            .clone()
+            .unwrap_or_else(|| panic!("{}", lines.text()));
+        assert!(steps.outliers.len() <= tag::MAX_REPORTED_NAMES);
+        assert!(t.job_reported.slow.len() <= tag::MAX_SLOW_CLAIMS);
+    }
+
+    #[test]
+    fn a_followers_unreadable_run_summary_costs_only_that_part_and_its_counter_rise_arrives() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Epilog, "n[1-2]", "n1", &["policy=warn"]);
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+        // What a follower's records once made of its payload: `inf` sent as `null`.
+        let peer = serde_json::json!({
+            "during": {"node": "n2", "rises": {"mlx5_0/1/link_downed": 3}, "verdict": "fail"},
+            "run": {"steps": 1, "ckpt_n": 2, "ckpt_total_s": null, "ckpt_max_s": 1.0,
+                    "retries": 0, "requeues": 0, "duration_s": 1.0, "outcome": "accepted",
+                    "accepted": true, "on_time": true},
+            "steps": [{"verdict": "pass", "wrong": "many"}],
+            "slow": "not a list",
+        });
+        let meet = FakeMeet {
+            peers: [("n2".to_owned(), peer)].into(),
+            ..FakeMeet::default()
+        };
+        let lines = Lines::default();
+        epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert!(!lines.has("could not be read"), "{}", lines.text());
+        let t = tag_of(&slurm);
+        let n2 = t
+            .during
+            .iter()
+            .find(|d| d.node == "n2")
+            .expect("n2's counter rise");
+        assert_eq!(n2.rises.get("mlx5_0/1/link_downed"), Some(&3));
+        assert_eq!(n2.verdict, Verdict::Fail);
+        assert!(t.run.is_none() && t.job_reported.is_empty(), "{t:?}");
+    }
+
+    #[test]
+    fn a_follower_whose_job_wrote_the_largest_files_still_delivers_root_evidence_in_one_join() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = dir.path().join("spool/7");
+        // Just under the 256 KiB the epilog reads of a step results file.
+        hostile_step_results(&spool, "n2", 40, 200);
+        overflowing_records(&spool, "n2");
+        let s = setup(dir.path(), Script::Epilog, "n[1-2]", "n2", &["policy=warn"]);
+        std::fs::write(
+            s.state_dir.join("job-7.json"),
+            serde_json::to_vec(&report("n2", Verdict::Pass)).unwrap(),
+        )
+        .unwrap();
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let runner = FakeRunner::answering(vec![Ok(report("n2", Verdict::Fail))]);
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert!(!lines.has("not delivered"), "{}", lines.text());
+        let sent = meet.sent.borrow();
+        let (_, payload) = sent.last().expect("a payload sent");
+        let len = serde_json::to_vec(payload).unwrap().len();
+        assert!(crate::rendezvous::payload_fits(len), "{len} bytes");
+        let p: EpilogPayload = serde_json::from_value(payload.clone()).unwrap();
+        assert_eq!(
+            p.during.map(|d| d.verdict),
+            Some(Verdict::Fail),
+            "root's evidence travels"
+        );
+        assert!(
+            !spool.join("n2.steps.jsonl").exists(),
+            "delivered, so the job's files are cleared"
+        );
+    }
+}

@@ -91,6 +91,15 @@ pub const DEFAULT_PORT_SPAN: u16 = 4;
 pub const MAX_JOIN_BYTES: usize = 16 * 1024;
 /// The most bytes of a leader's hello line.
 pub const MAX_HELLO_BYTES: usize = 4 * 1024;
+
+/// The largest payload (its compact JSON) a join carries: the credential is base64 of the
+/// encrypted claim, about 4/3 of it, plus MUNGE's header, within [`MAX_JOIN_BYTES`].
+pub const MAX_PAYLOAD_BYTES: usize = (MAX_JOIN_BYTES - 1024) * 3 / 4;
+
+/// Whether a payload of `len` bytes fits a join ([`MAX_PAYLOAD_BYTES`]).
+pub fn payload_fits(len: usize) -> bool {
+    len <= MAX_PAYLOAD_BYTES
+}
 /// How many connections beyond the job's N−1 followers may wait for a worker at once.
 pub const ADMIT_MARGIN: usize = 8;
 /// The default number of leader threads that admit followers (and so of MUNGE decodes at once).
@@ -1515,8 +1524,7 @@ fn follow(
     let ports = cfg.ports();
     let nonce = random_hex()?;
     let claim_len = serde_json::to_vec(payload).map_or(0, |p| p.len());
-    // The credential is base64 of the encrypted claim: about 4/3 of it, plus MUNGE's header.
-    if claim_len.saturating_mul(4) / 3 + 1024 > MAX_JOIN_BYTES {
+    if !payload_fits(claim_len) {
         return Err(RendezvousError::Config(format!(
             "this node's payload is {claim_len} bytes; a join may have at most {MAX_JOIN_BYTES} bytes"
         )));
