@@ -67,6 +67,10 @@ struct SlurmState {
     calls: Vec<Call>,
     delay: Duration,
     deadline: Option<Deadline>,
+    /// What `call_limit` says (the job step's least per-call limit unless set).
+    call_limit: Option<Duration>,
+    /// Set while a [`Capped`] view runs a call.
+    cap: Option<Duration>,
     failing: Vec<&'static str>,
     drain_times_out_after_applying: bool,
     nodes_answers: BTreeMap<usize, NodesAnswer>,
@@ -166,6 +170,13 @@ impl FakeSlurm {
         self
     }
 
+    /// Says each call may take `d` ([`Slurm::call_limit`]; the fake's slow calls still run to
+    /// the deadline unless a [`Slurm::capped`] view bounds them).
+    pub fn call_limit(self, d: Duration) -> Self {
+        self.state.borrow_mut().call_limit = Some(d);
+        self
+    }
+
     /// Calls of `method` (`nodes`, `drain`, `resume`, `admin_comment`, `set_admin_comment`,
     /// `set_admin_comment_db`, `node_addrs`) fail.
     pub fn failing(self, method: &'static str) -> Self {
@@ -217,14 +228,15 @@ impl FakeSlurm {
 
     /// Waits like a slow call; `Err` when the wait hit the deadline.
     fn wait(&self, program: &str) -> Result<(), SlurmError> {
-        let (delay, deadline) = {
+        let (delay, deadline, cap) = {
             let s = self.state.borrow();
-            (s.delay, s.deadline)
+            (s.delay, s.deadline, s.cap)
         };
         if delay.is_zero() {
             return Ok(());
         }
         let limit = deadline.map_or(delay, |d| d.remaining());
+        let limit = cap.map_or(limit, |c| limit.min(c));
         if limit.is_zero() {
             return Err(SlurmError::NoTimeLeft {
                 command: program.into(),
@@ -366,6 +378,17 @@ impl Slurm for FakeSlurm {
             stored
         };
         Ok(())
+    }
+
+    fn call_limit(&self) -> Duration {
+        self.state
+            .borrow()
+            .call_limit
+            .unwrap_or(crate::deadline::MIN_SLURM_CALL)
+    }
+
+    fn capped(&self, cap: Duration) -> Box<dyn Slurm + '_> {
+        Box::new(Capped { inner: self, cap })
     }
 }
 
@@ -677,12 +700,26 @@ impl SharedCluster {
         )
     }
 
-    /// One node's view, with its faults chosen by `plan` and no call past `deadline`.
+    /// One node's view, with its faults chosen by `plan`, each call bounded at 500 ms, and no
+    /// call past `deadline`.
     pub fn view(&self, plan: FaultPlan, deadline: Deadline) -> ClusterSlurm {
+        self.view_bounded(plan, deadline, Duration::from_millis(500))
+    }
+
+    /// [`SharedCluster::view`] with each call bounded at `call_limit` (as the real adapter's
+    /// per-call limit): a call slower than its bound times out.
+    pub fn view_bounded(
+        &self,
+        plan: FaultPlan,
+        deadline: Deadline,
+        call_limit: Duration,
+    ) -> ClusterSlurm {
         ClusterSlurm {
             cluster: self.clone(),
             plan: RefCell::new(plan),
             deadline,
+            call_limit,
+            cap: std::cell::Cell::new(None),
         }
     }
 }
@@ -693,6 +730,8 @@ pub struct ClusterSlurm {
     cluster: SharedCluster,
     plan: RefCell<FaultPlan>,
     deadline: Deadline,
+    call_limit: Duration,
+    cap: std::cell::Cell<Option<Duration>>,
 }
 
 impl std::fmt::Debug for ClusterSlurm {
@@ -711,6 +750,14 @@ impl ClusterSlurm {
     ) -> Result<T, SlurmError> {
         let (delay, fault) = (self.plan.borrow_mut())(method);
         let left = self.deadline.remaining();
+        if left.is_zero() {
+            return Err(SlurmError::NoTimeLeft {
+                command: method.into(),
+            });
+        }
+        let left = left
+            .min(self.call_limit)
+            .min(self.cap.get().unwrap_or(Duration::MAX));
         if left.is_zero() {
             return Err(SlurmError::NoTimeLeft {
                 command: method.into(),
@@ -791,5 +838,86 @@ impl Slurm for ClusterSlurm {
 
     fn reason_time_resolution(&self) -> Duration {
         self.cluster.second
+    }
+
+    fn call_limit(&self) -> Duration {
+        self.call_limit
+    }
+
+    fn capped(&self, cap: Duration) -> Box<dyn Slurm + '_> {
+        Box::new(Capped { inner: self, cap })
+    }
+}
+
+/// A fake whose calls a [`Capped`] view can bound.
+trait CapCalls: Slurm {
+    /// Bounds every call by `cap` from now on (`None`: only its own bounds).
+    fn set_cap(&self, cap: Option<Duration>);
+}
+
+impl CapCalls for FakeSlurm {
+    fn set_cap(&self, cap: Option<Duration>) {
+        self.state.borrow_mut().cap = cap;
+    }
+}
+
+impl CapCalls for ClusterSlurm {
+    fn set_cap(&self, cap: Option<Duration>) {
+        self.cap.set(cap);
+    }
+}
+
+/// A fake seen through [`Slurm::capped`]: each call runs with the cap set, as the real
+/// adapter's copy with a shorter per-call limit would.
+struct Capped<'a, S: CapCalls> {
+    inner: &'a S,
+    cap: Duration,
+}
+
+impl<S: CapCalls> Capped<'_, S> {
+    fn with<T>(&self, call: impl FnOnce(&S) -> T) -> T {
+        self.inner.set_cap(Some(self.cap));
+        let out = call(self.inner);
+        self.inner.set_cap(None);
+        out
+    }
+}
+
+impl<S: CapCalls> Slurm for Capped<'_, S> {
+    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        self.with(|s| s.nodes())
+    }
+    fn node_addrs(&self, nodes: &[String]) -> Result<Vec<(String, String)>, SlurmError> {
+        self.with(|s| s.node_addrs(nodes))
+    }
+    fn drain(&self, node: &str, reason: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.drain(node, reason))
+    }
+    fn resume(&self, node: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.resume(node))
+    }
+    fn admin_comment(&self, job_id: u32) -> Result<JobComment, SlurmError> {
+        self.with(|s| s.admin_comment(job_id))
+    }
+    fn set_admin_comment(&self, job: &str, text: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.set_admin_comment(job, text))
+    }
+    fn set_admin_comment_db(&self, job: &str, text: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.set_admin_comment_db(job, text))
+    }
+    fn job_records(&self, jobs: &[String]) -> Result<Vec<JobRecord>, SlurmError> {
+        self.with(|s| s.job_records(jobs))
+    }
+    fn reason_time_resolution(&self) -> Duration {
+        self.inner.reason_time_resolution()
+    }
+    fn call_limit(&self) -> Duration {
+        self.cap.min(self.inner.call_limit())
+    }
+    fn capped(&self, cap: Duration) -> Box<dyn Slurm + '_> {
+        Box::new(Capped {
+            inner: self.inner,
+            cap: cap.min(self.cap),
+        })
     }
 }

@@ -1,6 +1,7 @@
 //! Issue 12 on the fakes: what a job user can write never drains a node, and the mass-drain
 //! guard holds whatever the timing.
 
+use crate::deadline::Budget;
 use crate::invocation::{JobStepExit, Script};
 use crate::jobstep::{epilog, payload::EpilogPayload};
 use crate::stepgate::StepResult;
@@ -643,6 +644,147 @@ mod roots_evidence {
         assert!(
             !spool.join("n2.steps.jsonl").exists(),
             "delivered, so the job's files are cleared"
+        );
+    }
+}
+
+/// Issue 22 item 5: the mass-drain guard holds however slowly slurmctld answers, up to each
+/// call's own limit.
+mod slow_slurmctld {
+    use super::*;
+    use crate::drain::is_ours;
+    use crate::jobstep::prolog;
+    use crate::testing::{Fault, FaultPlan, SharedCluster};
+    use std::sync::{Arc, Barrier};
+    use std::time::Duration;
+
+    /// Prologs of one failing job on every node of `cluster` at once (`max_drain=1`,
+    /// `timeout=`), each node's Slurm calls bounded at `call_limit` and delayed and faulted as
+    /// `plan(node index)` says; the nodes fabric-check left drained.
+    fn storm(
+        cluster: &SharedCluster,
+        timeout_s: u64,
+        call_limit: Duration,
+        plan: impl Fn(usize) -> FaultPlan + Send + Sync + 'static,
+    ) -> Vec<String> {
+        let plan = Arc::new(plan);
+        let dir = tempfile::tempdir().unwrap();
+        let names: Vec<String> = cluster.nodes().into_iter().map(|n| n.name).collect();
+        let start = Arc::new(Barrier::new(names.len()));
+        let threads: Vec<_> = names
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let (cluster, start, node) = (cluster.clone(), start.clone(), node.clone());
+                let dir = dir.path().to_owned();
+                let plan = plan.clone();
+                std::thread::spawn(move || {
+                    let plan = plan(i);
+                    let timeout = format!("timeout={timeout_s}");
+                    let words = ["policy=enforce", "max_drain=1", timeout.as_str()];
+                    let s = setup(&dir, Script::Prolog, &node, &node, &words);
+                    let slurm = cluster.view_bounded(plan, s.deadline, call_limit);
+                    let runner = FakeRunner::answering(vec![Ok(report(&node, Verdict::Fail))]);
+                    let (meet, lines) = (FakeMeet::default(), Lines::default());
+                    start.wait();
+                    prolog::run(&step(
+                        &s,
+                        crate::jobstep::Seams {
+                            slurm: &slurm,
+                            runner: &runner,
+                            meet: &meet,
+                            relay: &lines,
+                        },
+                    ));
+                    lines.text()
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().expect("a prolog thread panicked");
+        }
+        cluster
+            .nodes()
+            .into_iter()
+            .filter(|n| n.is_drained() && is_ours(&n.reason))
+            .map(|n| n.name)
+            .collect()
+    }
+
+    #[test]
+    fn every_call_answered_just_inside_its_limit_drains_no_more_than_max_drain_at_timeout_8_and_20()
+    {
+        let runs: Vec<_> = [8u64, 20]
+            .into_iter()
+            .map(|timeout_s| {
+                std::thread::spawn(move || {
+                    let cluster = SharedCluster::new(&["n1", "n2", "n3"], Duration::from_secs(1));
+                    // The job step's own per-call limit at this timeout.
+                    let limit = Budget::new(Duration::from_secs(timeout_s)).slurm_call();
+                    let just_inside = limit - Duration::from_millis(20);
+                    let drained = storm(&cluster, timeout_s, limit, move |_| {
+                        Box::new(move |_| (just_inside, Fault::None))
+                    });
+                    (timeout_s, drained)
+                })
+            })
+            .collect();
+        for r in runs {
+            let (timeout_s, drained) = r.join().unwrap();
+            assert!(
+                drained.len() <= 1,
+                "timeout={timeout_s}: fabric-check drained {drained:?} with max_drain=1"
+            );
+        }
+    }
+
+    /// Calls that take any time up to `limit` (a third of them just inside it), some drains
+    /// landing though their client timed out.
+    fn latency_up_to(limit: Duration, seed: u64) -> FaultPlan {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        Box::new(move |method| {
+            let delay = if rng.u8(0..3) == 0 {
+                limit - Duration::from_millis(5)
+            } else {
+                limit.mul_f64(rng.f64())
+            };
+            let fault = match (method, rng.u8(0..100)) {
+                ("drain", 0..20) => Fault::AppliedThenTimeout,
+                _ => Fault::None,
+            };
+            (delay, fault)
+        })
+    }
+
+    /// Twelve seeded storms at `timeout=3`, each with its own per-call limit (0.4 s, 0.9 s or
+    /// the job step's own 2 s) and latencies up to it.
+    #[test]
+    fn max_drain_holds_for_any_slurm_latency_up_to_the_per_call_limit() {
+        let reps: Vec<_> = (0..12u64)
+            .map(|rep| {
+                let limit = [400, 900, 2000].map(Duration::from_millis)[rep as usize % 3];
+                std::thread::spawn(move || {
+                    let cluster =
+                        SharedCluster::new(&["n1", "n2", "n3", "n4"], Duration::from_millis(20));
+                    let drained = storm(&cluster, 3, limit, move |i| {
+                        latency_up_to(limit, rep * 100 + i as u64)
+                    });
+                    (rep, drained)
+                })
+            })
+            .collect();
+        let mut drained_somewhere = 0;
+        for r in reps {
+            let (rep, drained) = r.join().unwrap();
+            assert!(
+                drained.len() <= 1,
+                "repetition {rep}: fabric-check drained {drained:?} with max_drain=1"
+            );
+            drained_somewhere += drained.len();
+        }
+        assert!(
+            drained_somewhere > 0,
+            "the guard must still let one node drain"
         );
     }
 }
