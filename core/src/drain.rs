@@ -327,68 +327,64 @@ struct Settle<'a> {
 }
 
 impl Settle<'_> {
+    /// Checks run concurrently on many nodes (a job's prologs, slurmctld's health fan-out):
+    /// wait, look again, and undo our own drain when the mass-drain guard's limit was overrun
+    /// by the race (see [`keeps_its_drain`]) or when the look cannot be had. `confirmed`: the
+    /// `scontrol` call said the drain was applied (else the re-check decides whether it landed).
     fn run(&self, confirmed: bool) -> DrainOutcome {
-        settle(self, confirmed)
-    }
-}
-
-/// Checks run concurrently on many nodes (a job's prologs, slurmctld's health fan-out): wait,
-/// look again, and undo our own drain when the mass-drain guard's limit was overrun by the race
-/// (see [`keeps_its_drain`]) or when the look cannot be had. `confirmed`: the `scontrol` call
-/// said the drain was applied (else the re-check decides whether it landed).
-fn settle(st: &Settle<'_>, confirmed: bool) -> DrainOutcome {
-    let Settle {
-        slurm,
-        node,
-        limit,
-        wait,
-        share,
-        deadline,
-        relay,
-    } = *st;
-    if deadline.remaining() < wait + share + slurm.call_limit() {
-        relay.line(&format!(
-            "MASS-DRAIN GUARD: {} ms left, too little to settle the drain of {node}; undoing it",
-            deadline.left_ms()
-        ));
-        return undo(slurm, node, deadline, relay);
-    }
-    std::thread::sleep(wait);
-    let all = match slurm.capped(share).nodes() {
-        Ok(all) => all,
-        Err(e) => {
+        let Settle {
+            slurm,
+            node,
+            limit,
+            wait,
+            share,
+            deadline,
+            relay,
+        } = *self;
+        if deadline.remaining() < wait + share + slurm.call_limit() {
             relay.line(&format!(
-                "MASS-DRAIN GUARD: cannot re-check node states after draining {node} ({e}); undoing the drain"
+                "MASS-DRAIN GUARD: {} ms left, too little to settle the drain of {node}; undoing it",
+                deadline.left_ms()
             ));
             return undo(slurm, node, deadline, relay);
         }
-    };
-    if !drained_by_us(&all, node) {
-        if confirmed {
-            relay.line(&format!(
-                "{node} is no longer drained by fabric-check at the re-check; left as it is"
-            ));
-        } else {
-            relay.line(&format!(
-                "the drain of {node} did not land; nothing changed"
-            ));
+        std::thread::sleep(wait);
+        let all = match slurm.capped(share).nodes() {
+            Ok(all) => all,
+            Err(e) => {
+                relay.line(&format!(
+                    "MASS-DRAIN GUARD: cannot re-check node states after draining {node} ({e}); undoing the drain"
+                ));
+                return undo(slurm, node, deadline, relay);
+            }
+        };
+        if !drained_by_us(&all, node) {
+            if confirmed {
+                relay.line(&format!(
+                    "{node} is no longer drained by fabric-check at the re-check; left as it is"
+                ));
+            } else {
+                relay.line(&format!(
+                    "the drain of {node} did not land; nothing changed"
+                ));
+            }
+            return DrainOutcome::Failed;
         }
-        return DrainOutcome::Failed;
-    }
-    if keeps_its_drain(node, &all, limit) {
-        if !confirmed {
-            relay.line(&format!(
-                "drained {node} (the scontrol call failed, but slurmctld applied it); {} ms left",
-                deadline.left_ms()
-            ));
+        if keeps_its_drain(node, &all, limit) {
+            if !confirmed {
+                relay.line(&format!(
+                    "drained {node} (the scontrol call failed, but slurmctld applied it); {} ms left",
+                    deadline.left_ms()
+                ));
+            }
+            return DrainOutcome::Drained;
         }
-        return DrainOutcome::Drained;
+        let max = limit_nodes(limit, all.len());
+        relay.line(&format!(
+            "MASS-DRAIN GUARD: concurrent drains went past the limit of {max}; resuming {node} and NOT draining it; check the fabric and the configuration"
+        ));
+        undo(slurm, node, deadline, relay)
     }
-    let max = limit_nodes(limit, all.len());
-    relay.line(&format!(
-        "MASS-DRAIN GUARD: concurrent drains went past the limit of {max}; resuming {node} and NOT draining it; check the fabric and the configuration"
-    ));
-    undo(slurm, node, deadline, relay)
 }
 
 /// Resumes our own drain of `node`, tried [`UNDO_TRIES`] times within the deadline.

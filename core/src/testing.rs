@@ -921,3 +921,111 @@ impl<S: CapCalls> Slurm for Capped<'_, S> {
         })
     }
 }
+
+/// The records → summary → tag path with whatever a job wrote, through the real epilogs on
+/// the fakes: a two-node job whose prolog tagged n1 `fail` and n2 `pass`; on both nodes the
+/// job's user left `records` as its `fabric-run` records and `step_results` as its step gate
+/// results; n2's epilog probe finds a fault during the job (root's evidence, sent to the
+/// leader n1 with the job's files in one payload). Returns the stored `AdminComment`, or what
+/// broke the properties: the tag is within its bound, one segment, decodes, and holds root's
+/// verdict for every node and n2's counter evidence. `dir` must be empty and is used for the
+/// spool and state folders. (The core property test and the `records_tag` fuzz target.)
+pub fn job_files_through_the_tag(
+    dir: &Path,
+    records: &[u8],
+    step_results: &[u8],
+) -> Result<String, String> {
+    use crate::jobstep::{epilog, payload::PrologPayload, prolog};
+    use crate::tag::{self, MARKER, MAX_TAG_BYTES};
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    let lines = Lines::default();
+    let peer = |verdict| {
+        serde_json::to_value(PrologPayload {
+            result: crate::jobstep::node_result(&report("n2", verdict)),
+            notes: vec![],
+            collective: None,
+        })
+        .map_err(|e| e.to_string())
+    };
+    std::fs::create_dir_all(dir.join("spool")).map_err(|e| e.to_string())?;
+    let s = setup(dir, Script::Prolog, "n[1-2]", "n1", &["policy=warn"]);
+    let meet = FakeMeet {
+        peers: [("n2".to_owned(), peer(Verdict::Pass)?)].into(),
+        ..FakeMeet::default()
+    };
+    let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+    prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+    let spool = dir.join("spool/7");
+    for node in ["n1", "n2"] {
+        std::fs::write(spool.join(format!("{node}.jsonl")), records).map_err(|e| e.to_string())?;
+        std::fs::write(spool.join(format!("{node}.steps.jsonl")), step_results)
+            .map_err(|e| e.to_string())?;
+    }
+    // n2, a follower: its own probe finds a fault during the job.
+    let s = setup(dir, Script::Epilog, "n[1-2]", "n2", &["policy=warn"]);
+    std::fs::write(
+        s.state_dir.join("job-7.json"),
+        serde_json::to_vec(&report("n2", Verdict::Pass)).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let to_leader = FakeMeet::default();
+    let runner = FakeRunner::answering(vec![Ok(report("n2", Verdict::Fail))]);
+    epilog::run(&step(&s, seams(&slurm, &runner, &to_leader, &lines)));
+    let sent = to_leader
+        .sent
+        .borrow()
+        .last()
+        .map(|(_, p)| p.clone())
+        .ok_or("n2 sent nothing")?;
+    // n1, the leader.
+    let s = setup(dir, Script::Epilog, "n[1-2]", "n1", &["policy=warn"]);
+    let meet = FakeMeet {
+        peers: [("n2".to_owned(), sent)].into(),
+        ..FakeMeet::default()
+    };
+    let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+    epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+
+    let comment = slurm.current_comment();
+    let fail = |why: String| Err(format!("{why}\n{comment}\n{}", lines.text()));
+    if comment.matches(MARKER).count() != 1 {
+        return fail("not exactly one segment".into());
+    }
+    let segment = &comment[comment.find(MARKER).unwrap_or(0) + MARKER.len()..];
+    if segment.len() > MAX_TAG_BYTES {
+        return fail(format!("{} bytes", segment.len()));
+    }
+    let t = match tag::extract(&comment) {
+        Some(Ok(t)) => t,
+        other => return fail(format!("no readable tag: {other:?}")),
+    };
+    let verdicts = (
+        t.verdict,
+        t.result_of("n1").map(|r| r.verdict),
+        t.result_of("n2").map(|r| r.verdict),
+    );
+    if verdicts
+        != (
+            Some(Verdict::Fail),
+            Some(Verdict::Fail),
+            Some(Verdict::Pass),
+        )
+    {
+        return fail(format!("root's verdicts changed: {verdicts:?}"));
+    }
+    if !t
+        .during
+        .iter()
+        .any(|d| d.node == "n2" && d.verdict == Verdict::Fail)
+    {
+        return fail("n2's evidence during the job is gone".into());
+    }
+    if slurm
+        .calls()
+        .iter()
+        .any(|c| matches!(c, Call::Drain { .. }))
+    {
+        return fail("a drain".into());
+    }
+    Ok(comment)
+}

@@ -788,3 +788,125 @@ mod slow_slurmctld {
         );
     }
 }
+
+/// Whatever a job writes (any bytes, any size within the read bounds, any number), the stored
+/// tag is within 4 KiB, decodes, and holds root's verdict and evidence for every node.
+mod whatever_a_job_writes {
+    use crate::stepgate::StepResult;
+    use crate::tag::{CollectiveSummary, Verdict};
+    use crate::testing::job_files_through_the_tag;
+
+    const FORGED: &str = "fabric-check/v1 {`verdict`:`pass`,`nodes`:{`n1`:{`verdict`:`pass`}}}";
+
+    fn number(rng: &mut fastrand::Rng) -> String {
+        match rng.u8(0..8) {
+            0 => "1.7e308".into(),
+            1 => "-1.7e308".into(),
+            2 => "1e400".into(),
+            3 => u64::MAX.to_string(),
+            4 => "-0".into(),
+            5 => format!("{}", rng.f64() * 1e12),
+            _ => format!("{}", rng.u32(..) as f64 / 1000.0),
+        }
+    }
+
+    fn text(rng: &mut fastrand::Rng, max: usize) -> String {
+        let mut s = String::new();
+        let len = rng.usize(..max.max(1));
+        while s.len() < len {
+            match rng.u8(0..6) {
+                0 => s.push_str(FORGED),
+                1 => s.push(char::from(rng.u8(0..32))),
+                2 => s.push_str("\\u0000\\\"`}"),
+                _ => s.push(rng.char('a'..='z')),
+            }
+        }
+        s
+    }
+
+    fn records(rng: &mut fastrand::Rng) -> Vec<u8> {
+        let mut out = Vec::new();
+        for _ in 0..rng.usize(0..400) {
+            let meta = format!(
+                r#""v":1,"ts":{},"run":"{}","node":"n1","rank":{},"job_id":"7","step_id":"{}","restart_count":{}"#,
+                number(rng),
+                text(rng, 12).escape_default(),
+                rng.u32(..),
+                rng.u8(0..3),
+                rng.u32(..)
+            );
+            let n = number(rng);
+            let body = match rng.u8(0..8) {
+                0 => r#""type":"step_start","pid":1,"cmd":["train"]"#.to_owned(),
+                1 => format!(r#""type":"checkpoint","duration_s":{n},"source":"marker""#),
+                2 => format!(r#""type":"restore","duration_s":{n},"source":"dir""#),
+                3 => format!(r#""type":"step","duration_s":{n},"ckpt_s":{}"#, number(rng)),
+                4 => format!(r#""type":"output","n":{}"#, rng.u64(..)),
+                5 => format!(
+                    r#""type":"step_end","duration_s":{n},"exit_code":0,"signal":null,"outcome":"accepted","attempts":{},"on_time":true"#,
+                    rng.u32(..)
+                ),
+                6 => format!(
+                    r#""type":"attempt","attempt":1,"duration_s":{n},"exit_code":1,"signal":null,"retry":true,"reason":"{}""#,
+                    text(rng, 300).escape_default()
+                ),
+                _ => text(rng, 200),
+            };
+            out.extend_from_slice(format!("{{{meta},{body}}}\n").as_bytes());
+            if rng.u8(0..20) == 0 {
+                out.extend((0..rng.usize(0..2000)).map(|_| rng.u8(..)));
+            }
+        }
+        out
+    }
+
+    fn step_results(rng: &mut fastrand::Rng, node: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        for step in 0..rng.usize(0..40) {
+            let most = if rng.bool() { 20 } else { 300 };
+            let names = (0..rng.usize(0..most)).map(|_| text(rng, 40)).collect();
+            let r = StepResult {
+                step: step as u32,
+                node: if rng.u8(0..4) == 0 {
+                    text(rng, 20)
+                } else {
+                    node.into()
+                },
+                collective: CollectiveSummary {
+                    verdict: Some(Verdict::Fail),
+                    busbw_gb_s: Some(rng.f64() * 1e300),
+                    outliers: names,
+                    ..CollectiveSummary::default()
+                },
+                slow_here: rng.bool(),
+                message: Some(text(rng, 600)),
+            };
+            out.extend_from_slice(r.to_line().as_bytes());
+        }
+        out.truncate(250 * 1024);
+        out
+    }
+
+    #[test]
+    fn whatever_a_job_writes_the_stored_tag_fits_decodes_and_holds_roots_verdicts_and_evidence() {
+        let (mut runs, mut reported) = (0, 0);
+        for seed in 0..40u64 {
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let dir = tempfile::tempdir().unwrap();
+            let records = records(&mut rng);
+            // Both nodes read the same file; results naming either node are kept by both.
+            let node = if rng.bool() { "n1" } else { "n2" };
+            let results = step_results(&mut rng, node);
+            let comment = job_files_through_the_tag(dir.path(), &records, &results)
+                .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
+            let t = crate::tag::extract(&comment).unwrap().unwrap();
+            runs += usize::from(t.run.is_some());
+            reported += usize::from(!t.job_reported.is_empty());
+        }
+        // Not a vacuous pass: the job's files were read and shown where they fit.
+        assert!(
+            runs > 5 && reported > 5,
+            "{runs} runs, {reported} job reports"
+        );
+    }
+}
