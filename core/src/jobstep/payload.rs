@@ -33,7 +33,7 @@ pub struct PrologPayload {
 /// The epilog's payload: counter rises, the `fabric-run` summary and the step gate's results.
 ///
 /// Root's evidence (`during`) travels apart from what the job wrote (`run`, `steps`, `slow`):
-/// each of the job's fields decodes on its own ([`lenient`]), so a part the leader cannot read
+/// each of the job's fields decodes on its own, so a part the leader cannot read
 /// costs only that part, and [`EpilogPayload::fit`] shrinks the job's part, never root's, until
 /// the payload fits a join.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
