@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use crate::deadline::Deadline;
+use crate::deadline::{Budget, Deadline};
 use crate::jobstep::Relay;
 use crate::plugin_args::DrainLimit;
 use crate::slurm::{NodeInfo, Slurm};
@@ -128,9 +128,6 @@ pub fn settle_wait(resolution: Duration) -> Duration {
     resolution.mul_f64(1.5)
 }
 
-/// Time kept after the settle wait for the re-check and, when it says so, the undo.
-pub const SETTLE_RESERVE: Duration = Duration::from_millis(500);
-
 /// Tries of the undo (`scontrol update State=RESUME`) before our drain is left in place.
 pub const UNDO_TRIES: u32 = 5;
 
@@ -216,14 +213,18 @@ fn drained_by_us(all: &[NodeInfo], node: &str) -> bool {
 ///
 /// - Node states are read first: no states, no drain.
 /// - [`decide`] applies the etiquette and the guard.
-/// - No drain starts without the time to settle it ([`settle_wait`] and [`SETTLE_RESERVE`] before
-///   the deadline).
+/// - No drain starts without the time to settle it, all of it reserved before the drain
+///   ([`Budget::settle_call`]): the drain call and the re-check each get a share of what is
+///   left (never more than a Slurm call's own limit, at least
+///   [`crate::deadline::MIN_SETTLE_CALL`]), and after them, the [`settle_wait`] and a whole
+///   call's limit for the undo remain before the deadline. So however slow slurmctld answers,
+///   up to its per-call limit, the undo is never cut off by the deadline.
 /// - When the `scontrol` call fails (a timeout may have been applied by slurmctld all the same),
 ///   the drain is settled like any other: the settle re-check says whether it landed.
 /// - The settle step waits [`settle_wait`], reads node states again, and undoes our own drain
 ///   when concurrent drains overran the guard ([`keeps_its_drain`]), when the re-check cannot be
 ///   read, or when the deadline left no time to wait. The undo is tried [`UNDO_TRIES`] times
-///   within the deadline.
+///   within the deadline, each try with a call's whole limit.
 pub fn drain_node(
     slurm: &dyn Slurm,
     req: &DrainRequest<'_>,
@@ -245,34 +246,47 @@ pub fn drain_node(
         return DrainOutcome::Failed;
     };
     let wait = settle_wait(slurm.reason_time_resolution());
+    let share = Budget::settle_call(deadline.remaining(), wait, slurm.call_limit());
     match decide(me, &all, req.limit, req.dry_run, &reason) {
-        DrainAction::Drain(_) if deadline.remaining() < wait + SETTLE_RESERVE => {
+        DrainAction::Drain(_) if share.is_none() => {
             relay.line(&format!(
                 "not draining {node} ({reason}): {} ms left, too little to settle a drain before the deadline",
                 deadline.left_ms()
             ));
             DrainOutcome::Failed
         }
-        DrainAction::Drain(r) => match slurm.drain(node, &r) {
-            Ok(()) => {
-                relay.line(&format!(
-                    "drained {node}: {r}; {} ms left",
-                    deadline.left_ms()
-                ));
-                on_applied();
-                settle(slurm, node, req.limit, wait, deadline, relay, true)
-            }
-            Err(e) => {
-                relay.line(&format!(
-                    "the drain of {node} failed ({e}); slurmctld may have applied it all the same, settling"
-                ));
-                let outcome = settle(slurm, node, req.limit, wait, deadline, relay, false);
-                if outcome.out_of_service() {
+        DrainAction::Drain(r) => {
+            let share = share.unwrap_or_default();
+            let settling = Settle {
+                slurm,
+                node,
+                limit: req.limit,
+                wait,
+                share,
+                deadline,
+                relay,
+            };
+            match slurm.capped(share).drain(node, &r) {
+                Ok(()) => {
+                    relay.line(&format!(
+                        "drained {node}: {r}; {} ms left",
+                        deadline.left_ms()
+                    ));
                     on_applied();
+                    settling.run(true)
                 }
-                outcome
+                Err(e) => {
+                    relay.line(&format!(
+                        "the drain of {node} failed ({e}); slurmctld may have applied it all the same, settling"
+                    ));
+                    let outcome = settling.run(false);
+                    if outcome.out_of_service() {
+                        on_applied();
+                    }
+                    outcome
+                }
             }
-        },
+        }
         DrainAction::AlreadyOurs(r) => {
             relay.line(&format!("{node} is already drained by fabric-check: {r}"));
             DrainOutcome::AlreadyOurs
@@ -300,62 +314,77 @@ pub fn drain_node(
     }
 }
 
-/// Checks run concurrently on many nodes (a job's prologs, slurmctld's health fan-out): wait,
-/// look again, and undo our own drain when the mass-drain guard's limit was overrun by the race
-/// (see [`keeps_its_drain`]) or when the look cannot be had. `confirmed`: the `scontrol` call
-/// said the drain was applied (else the re-check decides whether it landed).
-fn settle(
-    slurm: &dyn Slurm,
-    node: &str,
+/// The settle step of one drain: what it needs to know.
+struct Settle<'a> {
+    slurm: &'a dyn Slurm,
+    node: &'a str,
     limit: DrainLimit,
     wait: Duration,
-    deadline: &Deadline,
-    relay: &dyn Relay,
-    confirmed: bool,
-) -> DrainOutcome {
-    if deadline.remaining() < wait + SETTLE_RESERVE / 2 {
-        relay.line(&format!(
-            "MASS-DRAIN GUARD: {} ms left, too little to settle the drain of {node}; undoing it",
-            deadline.left_ms()
-        ));
-        return undo(slurm, node, deadline, relay);
-    }
-    std::thread::sleep(wait);
-    let all = match slurm.nodes() {
-        Ok(all) => all,
-        Err(e) => {
+    /// The re-check's cap ([`Budget::settle_call`]).
+    share: Duration,
+    deadline: &'a Deadline,
+    relay: &'a dyn Relay,
+}
+
+impl Settle<'_> {
+    /// Checks run concurrently on many nodes (a job's prologs, slurmctld's health fan-out):
+    /// wait, look again, and undo our own drain when the mass-drain guard's limit was overrun
+    /// by the race (see [`keeps_its_drain`]) or when the look cannot be had. `confirmed`: the
+    /// `scontrol` call said the drain was applied (else the re-check decides whether it landed).
+    fn run(&self, confirmed: bool) -> DrainOutcome {
+        let Settle {
+            slurm,
+            node,
+            limit,
+            wait,
+            share,
+            deadline,
+            relay,
+        } = *self;
+        if deadline.remaining() < wait + share + slurm.call_limit() {
             relay.line(&format!(
-                "MASS-DRAIN GUARD: cannot re-check node states after draining {node} ({e}); undoing the drain"
+                "MASS-DRAIN GUARD: {} ms left, too little to settle the drain of {node}; undoing it",
+                deadline.left_ms()
             ));
             return undo(slurm, node, deadline, relay);
         }
-    };
-    if !drained_by_us(&all, node) {
-        if confirmed {
-            relay.line(&format!(
-                "{node} is no longer drained by fabric-check at the re-check; left as it is"
-            ));
-        } else {
-            relay.line(&format!(
-                "the drain of {node} did not land; nothing changed"
-            ));
+        std::thread::sleep(wait);
+        let all = match slurm.capped(share).nodes() {
+            Ok(all) => all,
+            Err(e) => {
+                relay.line(&format!(
+                    "MASS-DRAIN GUARD: cannot re-check node states after draining {node} ({e}); undoing the drain"
+                ));
+                return undo(slurm, node, deadline, relay);
+            }
+        };
+        if !drained_by_us(&all, node) {
+            if confirmed {
+                relay.line(&format!(
+                    "{node} is no longer drained by fabric-check at the re-check; left as it is"
+                ));
+            } else {
+                relay.line(&format!(
+                    "the drain of {node} did not land; nothing changed"
+                ));
+            }
+            return DrainOutcome::Failed;
         }
-        return DrainOutcome::Failed;
-    }
-    if keeps_its_drain(node, &all, limit) {
-        if !confirmed {
-            relay.line(&format!(
-                "drained {node} (the scontrol call failed, but slurmctld applied it); {} ms left",
-                deadline.left_ms()
-            ));
+        if keeps_its_drain(node, &all, limit) {
+            if !confirmed {
+                relay.line(&format!(
+                    "drained {node} (the scontrol call failed, but slurmctld applied it); {} ms left",
+                    deadline.left_ms()
+                ));
+            }
+            return DrainOutcome::Drained;
         }
-        return DrainOutcome::Drained;
+        let max = limit_nodes(limit, all.len());
+        relay.line(&format!(
+            "MASS-DRAIN GUARD: concurrent drains went past the limit of {max}; resuming {node} and NOT draining it; check the fabric and the configuration"
+        ));
+        undo(slurm, node, deadline, relay)
     }
-    let max = limit_nodes(limit, all.len());
-    relay.line(&format!(
-        "MASS-DRAIN GUARD: concurrent drains went past the limit of {max}; resuming {node} and NOT draining it; check the fabric and the configuration"
-    ));
-    undo(slurm, node, deadline, relay)
 }
 
 /// Resumes our own drain of `node`, tried [`UNDO_TRIES`] times within the deadline.

@@ -45,6 +45,13 @@ pub trait Slurm {
     fn reason_time_resolution(&self) -> Duration {
         Duration::from_secs(1)
     }
+    /// The most one call may take (the real adapter's per-call limit; its deadline may cut a
+    /// call shorter still).
+    fn call_limit(&self) -> Duration;
+    /// This Slurm with every call bounded by `cap` as well: the drain's settle step runs its
+    /// drain and re-check on the share it reserved for them
+    /// ([`crate::deadline::Budget::settle_call`]).
+    fn capped(&self, cap: Duration) -> Box<dyn Slurm + '_>;
 }
 
 /// A job's `AdminComment` and the name that reaches that job and no other.
@@ -522,6 +529,15 @@ impl Slurm for SlurmCli {
     }
     fn job_records(&self, jobs: &[String]) -> Result<Vec<JobRecord>, SlurmError> {
         SlurmCli::job_records(self, jobs)
+    }
+    fn call_limit(&self) -> Duration {
+        self.timeout
+    }
+    fn capped(&self, cap: Duration) -> Box<dyn Slurm + '_> {
+        Box::new(SlurmCli {
+            timeout: self.timeout.min(cap),
+            ..self.clone()
+        })
     }
 }
 

@@ -67,6 +67,10 @@ struct SlurmState {
     calls: Vec<Call>,
     delay: Duration,
     deadline: Option<Deadline>,
+    /// What `call_limit` says (the job step's least per-call limit unless set).
+    call_limit: Option<Duration>,
+    /// Set while a [`Capped`] view runs a call.
+    cap: Option<Duration>,
     failing: Vec<&'static str>,
     drain_times_out_after_applying: bool,
     nodes_answers: BTreeMap<usize, NodesAnswer>,
@@ -166,6 +170,13 @@ impl FakeSlurm {
         self
     }
 
+    /// Says each call may take `d` ([`Slurm::call_limit`]; the fake's slow calls still run to
+    /// the deadline unless a [`Slurm::capped`] view bounds them).
+    pub fn call_limit(self, d: Duration) -> Self {
+        self.state.borrow_mut().call_limit = Some(d);
+        self
+    }
+
     /// Calls of `method` (`nodes`, `drain`, `resume`, `admin_comment`, `set_admin_comment`,
     /// `set_admin_comment_db`, `node_addrs`) fail.
     pub fn failing(self, method: &'static str) -> Self {
@@ -217,14 +228,15 @@ impl FakeSlurm {
 
     /// Waits like a slow call; `Err` when the wait hit the deadline.
     fn wait(&self, program: &str) -> Result<(), SlurmError> {
-        let (delay, deadline) = {
+        let (delay, deadline, cap) = {
             let s = self.state.borrow();
-            (s.delay, s.deadline)
+            (s.delay, s.deadline, s.cap)
         };
         if delay.is_zero() {
             return Ok(());
         }
         let limit = deadline.map_or(delay, |d| d.remaining());
+        let limit = cap.map_or(limit, |c| limit.min(c));
         if limit.is_zero() {
             return Err(SlurmError::NoTimeLeft {
                 command: program.into(),
@@ -367,6 +379,17 @@ impl Slurm for FakeSlurm {
         };
         Ok(())
     }
+
+    fn call_limit(&self) -> Duration {
+        self.state
+            .borrow()
+            .call_limit
+            .unwrap_or(crate::deadline::MIN_SLURM_CALL)
+    }
+
+    fn capped(&self, cap: Duration) -> Box<dyn Slurm + '_> {
+        Box::new(Capped { inner: self, cap })
+    }
 }
 
 /// A probe runner with canned answers.
@@ -472,6 +495,14 @@ impl Meet for FakeMeet {
             return Err(RendezvousError::Timeout(f.clone()));
         }
         let n = req.nodes.len();
+        let len = serde_json::to_vec(&payload).map_or(0, |p| p.len());
+        if req.rank != 0 && !crate::rendezvous::payload_fits(len) {
+            // As the real follower refuses to send it.
+            return Err(RendezvousError::Config(format!(
+                "this node's payload is {len} bytes; a join may have at most {} bytes",
+                crate::rendezvous::MAX_JOIN_BYTES
+            )));
+        }
         let mut payloads = vec![None; n];
         payloads[req.rank] = Some(payload);
         if req.rank != 0 {
@@ -669,12 +700,26 @@ impl SharedCluster {
         )
     }
 
-    /// One node's view, with its faults chosen by `plan` and no call past `deadline`.
+    /// One node's view, with its faults chosen by `plan`, each call bounded at 500 ms, and no
+    /// call past `deadline`.
     pub fn view(&self, plan: FaultPlan, deadline: Deadline) -> ClusterSlurm {
+        self.view_bounded(plan, deadline, Duration::from_millis(500))
+    }
+
+    /// [`SharedCluster::view`] with each call bounded at `call_limit` (as the real adapter's
+    /// per-call limit): a call slower than its bound times out.
+    pub fn view_bounded(
+        &self,
+        plan: FaultPlan,
+        deadline: Deadline,
+        call_limit: Duration,
+    ) -> ClusterSlurm {
         ClusterSlurm {
             cluster: self.clone(),
             plan: RefCell::new(plan),
             deadline,
+            call_limit,
+            cap: std::cell::Cell::new(None),
         }
     }
 }
@@ -685,6 +730,8 @@ pub struct ClusterSlurm {
     cluster: SharedCluster,
     plan: RefCell<FaultPlan>,
     deadline: Deadline,
+    call_limit: Duration,
+    cap: std::cell::Cell<Option<Duration>>,
 }
 
 impl std::fmt::Debug for ClusterSlurm {
@@ -703,6 +750,14 @@ impl ClusterSlurm {
     ) -> Result<T, SlurmError> {
         let (delay, fault) = (self.plan.borrow_mut())(method);
         let left = self.deadline.remaining();
+        if left.is_zero() {
+            return Err(SlurmError::NoTimeLeft {
+                command: method.into(),
+            });
+        }
+        let left = left
+            .min(self.call_limit)
+            .min(self.cap.get().unwrap_or(Duration::MAX));
         if left.is_zero() {
             return Err(SlurmError::NoTimeLeft {
                 command: method.into(),
@@ -784,4 +839,193 @@ impl Slurm for ClusterSlurm {
     fn reason_time_resolution(&self) -> Duration {
         self.cluster.second
     }
+
+    fn call_limit(&self) -> Duration {
+        self.call_limit
+    }
+
+    fn capped(&self, cap: Duration) -> Box<dyn Slurm + '_> {
+        Box::new(Capped { inner: self, cap })
+    }
+}
+
+/// A fake whose calls a [`Capped`] view can bound.
+trait CapCalls: Slurm {
+    /// Bounds every call by `cap` from now on (`None`: only its own bounds).
+    fn set_cap(&self, cap: Option<Duration>);
+}
+
+impl CapCalls for FakeSlurm {
+    fn set_cap(&self, cap: Option<Duration>) {
+        self.state.borrow_mut().cap = cap;
+    }
+}
+
+impl CapCalls for ClusterSlurm {
+    fn set_cap(&self, cap: Option<Duration>) {
+        self.cap.set(cap);
+    }
+}
+
+/// A fake seen through [`Slurm::capped`]: each call runs with the cap set, as the real
+/// adapter's copy with a shorter per-call limit would.
+struct Capped<'a, S: CapCalls> {
+    inner: &'a S,
+    cap: Duration,
+}
+
+impl<S: CapCalls> Capped<'_, S> {
+    fn with<T>(&self, call: impl FnOnce(&S) -> T) -> T {
+        self.inner.set_cap(Some(self.cap));
+        let out = call(self.inner);
+        self.inner.set_cap(None);
+        out
+    }
+}
+
+impl<S: CapCalls> Slurm for Capped<'_, S> {
+    fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        self.with(|s| s.nodes())
+    }
+    fn node_addrs(&self, nodes: &[String]) -> Result<Vec<(String, String)>, SlurmError> {
+        self.with(|s| s.node_addrs(nodes))
+    }
+    fn drain(&self, node: &str, reason: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.drain(node, reason))
+    }
+    fn resume(&self, node: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.resume(node))
+    }
+    fn admin_comment(&self, job_id: u32) -> Result<JobComment, SlurmError> {
+        self.with(|s| s.admin_comment(job_id))
+    }
+    fn set_admin_comment(&self, job: &str, text: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.set_admin_comment(job, text))
+    }
+    fn set_admin_comment_db(&self, job: &str, text: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.set_admin_comment_db(job, text))
+    }
+    fn job_records(&self, jobs: &[String]) -> Result<Vec<JobRecord>, SlurmError> {
+        self.with(|s| s.job_records(jobs))
+    }
+    fn reason_time_resolution(&self) -> Duration {
+        self.inner.reason_time_resolution()
+    }
+    fn call_limit(&self) -> Duration {
+        self.cap.min(self.inner.call_limit())
+    }
+    fn capped(&self, cap: Duration) -> Box<dyn Slurm + '_> {
+        Box::new(Capped {
+            inner: self.inner,
+            cap: cap.min(self.cap),
+        })
+    }
+}
+
+/// The records → summary → tag path with whatever a job wrote, through the real epilogs on
+/// the fakes: a two-node job whose prolog tagged n1 `fail` and n2 `pass`; on both nodes the
+/// job's user left `records` as its `fabric-run` records and `step_results` as its step gate
+/// results; n2's epilog probe finds a fault during the job (root's evidence, sent to the
+/// leader n1 with the job's files in one payload). Returns the stored `AdminComment`, or what
+/// broke the properties: the tag is within its bound, one segment, decodes, and holds root's
+/// verdict for every node and n2's counter evidence. `dir` must be empty and is used for the
+/// spool and state folders. (The core property test and the `records_tag` fuzz target.)
+pub fn job_files_through_the_tag(
+    dir: &Path,
+    records: &[u8],
+    step_results: &[u8],
+) -> Result<String, String> {
+    use crate::jobstep::{epilog, payload::PrologPayload, prolog};
+    use crate::tag::{self, MARKER, MAX_TAG_BYTES};
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    let lines = Lines::default();
+    let peer = |verdict| {
+        serde_json::to_value(PrologPayload {
+            result: crate::jobstep::node_result(&report("n2", verdict)),
+            notes: vec![],
+            collective: None,
+        })
+        .map_err(|e| e.to_string())
+    };
+    std::fs::create_dir_all(dir.join("spool")).map_err(|e| e.to_string())?;
+    let s = setup(dir, Script::Prolog, "n[1-2]", "n1", &["policy=warn"]);
+    let meet = FakeMeet {
+        peers: [("n2".to_owned(), peer(Verdict::Pass)?)].into(),
+        ..FakeMeet::default()
+    };
+    let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Fail))]);
+    prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+    let spool = dir.join("spool/7");
+    for node in ["n1", "n2"] {
+        std::fs::write(spool.join(format!("{node}.jsonl")), records).map_err(|e| e.to_string())?;
+        std::fs::write(spool.join(format!("{node}.steps.jsonl")), step_results)
+            .map_err(|e| e.to_string())?;
+    }
+    // n2, a follower: its own probe finds a fault during the job.
+    let s = setup(dir, Script::Epilog, "n[1-2]", "n2", &["policy=warn"]);
+    std::fs::write(
+        s.state_dir.join("job-7.json"),
+        serde_json::to_vec(&report("n2", Verdict::Pass)).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?;
+    let to_leader = FakeMeet::default();
+    let runner = FakeRunner::answering(vec![Ok(report("n2", Verdict::Fail))]);
+    epilog::run(&step(&s, seams(&slurm, &runner, &to_leader, &lines)));
+    let sent = to_leader
+        .sent
+        .borrow()
+        .last()
+        .map(|(_, p)| p.clone())
+        .ok_or("n2 sent nothing")?;
+    // n1, the leader.
+    let s = setup(dir, Script::Epilog, "n[1-2]", "n1", &["policy=warn"]);
+    let meet = FakeMeet {
+        peers: [("n2".to_owned(), sent)].into(),
+        ..FakeMeet::default()
+    };
+    let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+    epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+
+    let comment = slurm.current_comment();
+    let fail = |why: String| Err(format!("{why}\n{comment}\n{}", lines.text()));
+    if comment.matches(MARKER).count() != 1 {
+        return fail("not exactly one segment".into());
+    }
+    let segment = &comment[comment.find(MARKER).unwrap_or(0) + MARKER.len()..];
+    if segment.len() > MAX_TAG_BYTES {
+        return fail(format!("{} bytes", segment.len()));
+    }
+    let t = match tag::extract(&comment) {
+        Some(Ok(t)) => t,
+        other => return fail(format!("no readable tag: {other:?}")),
+    };
+    let verdicts = (
+        t.verdict,
+        t.result_of("n1").map(|r| r.verdict),
+        t.result_of("n2").map(|r| r.verdict),
+    );
+    if verdicts
+        != (
+            Some(Verdict::Fail),
+            Some(Verdict::Fail),
+            Some(Verdict::Pass),
+        )
+    {
+        return fail(format!("root's verdicts changed: {verdicts:?}"));
+    }
+    if !t
+        .during
+        .iter()
+        .any(|d| d.node == "n2" && d.verdict == Verdict::Fail)
+    {
+        return fail("n2's evidence during the job is gone".into());
+    }
+    if slurm
+        .calls()
+        .iter()
+        .any(|c| matches!(c, Call::Drain { .. }))
+    {
+        return fail("a drain".into());
+    }
+    Ok(comment)
 }

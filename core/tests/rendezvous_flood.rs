@@ -151,6 +151,14 @@ fn a_flood_of_connections_and_oversized_lines_leaves_the_leader_bounded_and_the_
         "{:?}",
         g.rejected
     );
+    // Counted per reason, not a line (and a list entry) per connection: the flood cannot fill
+    // the prolog's share of the slurmd log.
+    assert!(
+        g.rejected.len() <= fabric_core::rendezvous::rejections::MAX_REASONS + 1,
+        "{} lines for 400 connections: {:?}",
+        g.rejected.len(),
+        g.rejected
+    );
     // Workers, each with at most two reader threads of a munge client, and the follower's.
     let thread_bound = (DEFAULT_WORKERS as u64) * 3 + 8;
     assert!(

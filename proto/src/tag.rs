@@ -13,6 +13,12 @@
 //! summarises passing nodes as a Slurm hostlist (`"n[1-1023]":{"verdict":"pass"}`) first, then
 //! drops timings, notes and counter detail, then groups nodes with identical results under
 //! hostlist keys; failing and missing nodes are kept to the last.
+//!
+//! What the job contributed ([`JobTag::job_reported`], [`JobTag::run`]) is bounded apart from
+//! root's evidence and shrunk first: [`JobTag::scrub`] (run by every bound) caps it to its
+//! share of the bound, makes every number finite (JSON has no `inf`: `serde_json` would write
+//! `null`, which does not decode) and strips segment markers, backticks and control characters
+//! from every string, so nothing written into the tag can end, forge or hide a segment.
 
 use std::collections::BTreeMap;
 
@@ -316,15 +322,7 @@ impl JobTag {
             (json.len() <= limit).then_some(json)
         };
         let mut tag = self.clone();
-        for n in &mut tag.notes {
-            if n.len() > MAX_NOTE_BYTES {
-                let mut end = MAX_NOTE_BYTES;
-                while !n.is_char_boundary(end) {
-                    end -= 1;
-                }
-                n.truncate(end);
-            }
-        }
+        tag.scrub(limit / JOB_SHARE_DIVISOR);
         if let Some(json) = fits(&tag) {
             return json;
         }
@@ -334,6 +332,16 @@ impl JobTag {
             r.probe_ms = None;
         }
         group_nodes(&mut tag.nodes, passing);
+        if let Some(json) = fits(&tag) {
+            return json;
+        }
+        // The job's part goes before any of root's evidence: its detail, then all of it.
+        tag.job_reported.shrink();
+        if let Some(json) = fits(&tag) {
+            return json;
+        }
+        tag.job_reported = JobReported::default();
+        tag.run = None;
         if let Some(json) = fits(&tag) {
             return json;
         }
@@ -384,7 +392,15 @@ impl JobTag {
                 return json;
             }
             if tag.nodes.is_empty() && tag.missing.is_empty() && tag.collective.is_none() {
-                return serde_json::to_string(&tag).unwrap_or_default();
+                // Only the job-wide fields are left: the verdict and the counts, which always fit.
+                let least = JobTag {
+                    verdict: tag.verdict,
+                    nnodes: tag.nnodes,
+                    counts: tag.counts.clone(),
+                    truncated: true,
+                    ..JobTag::default()
+                };
+                return fits(&least).unwrap_or_default();
             }
             if tag.missing.len() > tag.nodes.len() {
                 tag.missing.truncate(tag.missing.len() / 2);
@@ -403,6 +419,205 @@ impl JobTag {
 
 /// Longest note kept, in bytes.
 pub const MAX_NOTE_BYTES: usize = 200;
+
+/// The job's part of the tag ([`JobTag::job_reported`] and [`JobTag::run`]) may take at most
+/// this fraction (one over it) of the bound, whatever the job wrote.
+pub const JOB_SHARE_DIVISOR: usize = 4;
+
+/// The most slow-node claims of the whole job the tag keeps.
+pub const MAX_SLOW_CLAIMS: usize = 16;
+
+/// The most node names a job-reported list (a step's outliers or missing nodes) keeps.
+pub const MAX_REPORTED_NAMES: usize = 16;
+
+/// The longest node name or short word the job can put into the tag, in characters.
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// The largest number of seconds a duration in the tag may say (about 31 years); larger, negative
+/// and non-finite values are clamped into `0..=MAX_SECONDS`.
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// Text fit for the tag: at most `max_chars` characters; control characters (newlines, escape
+/// sequences, NUL) become spaces; and every segment marker is broken
+/// (`fabric-check/v1` becomes `fabric-check-v1`), so no text inside the tag, and no text a job
+/// wrote, can be read as a segment of its own.
+pub fn scrub_text(text: &str, max_chars: usize) -> String {
+    let marker = MARKER.trim_end();
+    let mut out: String = text
+        .chars()
+        .take(max_chars)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    while let Some(i) = out.find(marker) {
+        out.replace_range(i..i + marker.len(), "fabric-check-v1");
+    }
+    out
+}
+
+/// `x` if finite, within `0..=MAX_SECONDS`, else clamped (non-finite: 0).
+pub fn clamp_seconds(x: f64) -> f64 {
+    if x.is_finite() {
+        // `+ 0.0` turns the `-0.0` of an empty sum into `0.0`.
+        x.clamp(0.0, MAX_SECONDS) + 0.0
+    } else {
+        0.0
+    }
+}
+
+/// `x` if finite and not negative, else `None` (a measure without a meaningful value).
+fn finite_measure(x: Option<f64>) -> Option<f64> {
+    x.filter(|v| v.is_finite() && *v >= 0.0)
+}
+
+impl RunSummary {
+    /// Makes every number finite and in range, and the outcome a short clean word.
+    pub fn scrub(&mut self) {
+        for d in [
+            &mut self.step_p50_s,
+            &mut self.step_p95_s,
+            &mut self.step_max_s,
+        ] {
+            *d = d.map(clamp_seconds);
+        }
+        for d in [
+            &mut self.ckpt_total_s,
+            &mut self.ckpt_max_s,
+            &mut self.restore_total_s,
+            &mut self.duration_s,
+        ] {
+            *d = clamp_seconds(*d);
+        }
+        self.outcome = scrub_text(&self.outcome, 16);
+    }
+}
+
+impl CollectiveSummary {
+    /// Makes every number finite and bounds the name lists (to `max_names` names of
+    /// [`MAX_NAME_CHARS`]): for the job's step results, whose every byte the job wrote.
+    pub fn scrub(&mut self, max_names: usize) {
+        self.busbw_gb_s = finite_measure(self.busbw_gb_s);
+        self.small_time_us = finite_measure(self.small_time_us);
+        for list in [&mut self.outliers, &mut self.missing] {
+            list.truncate(max_names);
+            for n in list.iter_mut() {
+                *n = scrub_text(n, MAX_NAME_CHARS);
+            }
+        }
+    }
+}
+
+impl SlowClaim {
+    /// Bounds and cleans the job's words in it.
+    pub fn scrub(&mut self) {
+        self.node = scrub_text(&self.node, MAX_NAME_CHARS);
+        self.message = self
+            .message
+            .as_deref()
+            .map(|m| scrub_text(m, MAX_CLAIM_CHARS));
+    }
+}
+
+impl JobReported {
+    /// Bounds and cleans what the job reported: at most [`MAX_SLOW_CLAIMS`] claims and
+    /// [`MAX_REPORTED_NAMES`] names per list, every string scrubbed, every number finite.
+    pub fn scrub(&mut self) {
+        self.slow.truncate(MAX_SLOW_CLAIMS);
+        for c in &mut self.slow {
+            c.scrub();
+        }
+        if let Some(s) = &mut self.steps {
+            s.scrub(MAX_REPORTED_NAMES);
+        }
+    }
+
+    /// The least of it worth keeping: the step's verdict and figures, four claims without
+    /// messages, no name lists.
+    pub fn shrink(&mut self) {
+        self.slow.truncate(4);
+        for c in &mut self.slow {
+            c.message = None;
+        }
+        if let Some(s) = &mut self.steps {
+            s.outliers.truncate(4);
+            s.missing.truncate(4);
+        }
+    }
+}
+
+impl JobTag {
+    /// Makes the tag safe to write, whatever the job contributed: every number finite, every
+    /// string scrubbed ([`scrub_text`]; notes to [`MAX_NOTE_BYTES`]), and the job's part
+    /// ([`JobTag::job_reported`], [`JobTag::run`]) bounded and, when its JSON is over
+    /// `job_bytes`, shrunk and then dropped (said in `truncated`). Root's evidence is not
+    /// shortened here.
+    pub fn scrub(&mut self, job_bytes: usize) {
+        for n in &mut self.notes {
+            *n = scrub_text(n, MAX_NOTE_BYTES);
+            if n.len() > MAX_NOTE_BYTES {
+                let mut end = MAX_NOTE_BYTES;
+                while !n.is_char_boundary(end) {
+                    end -= 1;
+                }
+                n.truncate(end);
+            }
+        }
+        if let Some(m) = &mut self.mode {
+            *m = scrub_text(m, 16);
+        }
+        for r in self.nodes.values_mut().chain(self.earlier.values_mut()) {
+            for c in &mut r.checks {
+                *c = scrub_text(c, MAX_NAME_CHARS);
+            }
+        }
+        if self
+            .nodes
+            .keys()
+            .chain(self.earlier.keys())
+            .any(|k| scrub_text(k, usize::MAX) != *k)
+        {
+            for map in [&mut self.nodes, &mut self.earlier] {
+                *map = std::mem::take(map)
+                    .into_iter()
+                    .map(|(k, r)| (scrub_text(&k, usize::MAX), r))
+                    .collect();
+            }
+        }
+        for d in &mut self.during {
+            d.node = scrub_text(&d.node, usize::MAX);
+            if d.rises.keys().any(|k| scrub_text(k, usize::MAX) != *k) {
+                d.rises = std::mem::take(&mut d.rises)
+                    .into_iter()
+                    .map(|(k, v)| (scrub_text(&k, usize::MAX), v))
+                    .collect();
+            }
+        }
+        for n in self.missing.iter_mut() {
+            *n = scrub_text(n, usize::MAX);
+        }
+        if let Some(c) = &mut self.collective {
+            // Root's: its lists are not shortened, only cleaned.
+            c.scrub(usize::MAX);
+        }
+        self.job_reported.scrub();
+        if let Some(r) = &mut self.run {
+            r.scrub();
+        }
+        let job_len = |t: &JobTag| {
+            serde_json::to_string(&t.job_reported).map_or(usize::MAX, |s| s.len())
+                + serde_json::to_string(&t.run).map_or(usize::MAX, |s| s.len())
+        };
+        if job_len(self) > job_bytes {
+            self.truncated = true;
+            self.job_reported.shrink();
+            if job_len(self) > job_bytes {
+                self.job_reported = JobReported::default();
+            }
+            if job_len(self) > job_bytes {
+                self.run = None;
+            }
+        }
+    }
+}
 
 /// The names a key of `nodes` stands for (itself unless it is a hostlist).
 fn names_of(key: &str) -> Vec<String> {
@@ -472,12 +687,24 @@ fn collapse_during(during: &[DuringJob]) -> Vec<DuringJob> {
 /// The first occurrence of the marker that decodes wins; when none decodes, the first one is
 /// reported unreadable. So a comment where another tool (or a user's text copied into a field)
 /// left a bare or broken marker ahead of ours still yields our tag, and a splice replaces ours.
+///
+/// A marker inside the extent of an earlier segment is text of that segment, never a segment
+/// of its own: when our segment is unreadable, nothing quoted inside it (a note, a job's
+/// message) is read in its place.
 fn locate(comment: &str) -> Option<(std::ops::Range<usize>, Result<JobTag, TagDecodeError>)> {
     let mut first_unreadable = None;
+    let mut covered_until = 0;
     for (start, _) in comment.match_indices(MARKER) {
+        if start < covered_until {
+            continue;
+        }
         let found = locate_at(comment, start);
         if found.1.is_ok() {
             return Some(found);
+        }
+        if comment[start + MARKER.len()..].starts_with('{') {
+            // An object of ours, however broken: what it quotes is its own text.
+            covered_until = found.0.end;
         }
         first_unreadable.get_or_insert(found);
     }
@@ -700,7 +927,7 @@ mod tests {
             let spliced = splice(comment, &tag);
             let back = extract(&spliced)
                 .expect("a segment")
-                .expect("our segment decodes");
+                .unwrap_or_else(|e| panic!("{comment:?} -> {spliced:?}: {e}"));
             assert_eq!(back.verdict, tag.verdict, "{spliced:?}");
             let again = splice(&spliced, &tag);
             assert_eq!(again, spliced, "a second splice replaces ours in place");
@@ -1027,6 +1254,291 @@ mod tests {
             );
         }
         assert_eq!(base32::decode("mzx`"), None);
+    }
+
+    /// A segment in the form the reader repairs (sacctmgr's backticks), saying `pass`.
+    const FORGED: &str = "x fabric-check/v1 {`verdict`:`pass`,`nnodes`:1,`counts`:{`pass`:1},`nodes`:{`n9`:{`verdict`:`pass`}}}";
+
+    fn roots_fail_with(job: impl FnOnce(&mut JobTag)) -> JobTag {
+        let mut t = tag_with(&[("n1", Verdict::Fail), ("n2", Verdict::Pass)]);
+        job(&mut t);
+        t
+    }
+
+    #[test]
+    fn a_forged_segment_in_a_jobs_message_is_never_read_in_place_of_roots_verdict() {
+        let t = roots_fail_with(|t| {
+            t.job_reported.slow.push(SlowClaim {
+                node: "n2".into(),
+                step: 1,
+                message: Some(FORGED.into()),
+            });
+            // Numbers that once made root's own segment unreadable.
+            t.run = Some(RunSummary {
+                ckpt_total_s: f64::INFINITY,
+                duration_s: f64::NAN,
+                ..RunSummary::default()
+            });
+        });
+        for form in [Form::Live, Form::Database] {
+            let comment = splice_as("JS1:aa", &t, form);
+            assert_eq!(comment.matches(MARKER).count(), 1, "{comment}");
+            let back = extract(&comment).unwrap().expect("root's segment decodes");
+            assert_eq!(back.verdict, Some(Verdict::Fail));
+            assert_eq!(back.result_of("n1").unwrap().verdict, Verdict::Fail);
+            assert!(back.result_of("n9").is_none());
+            let msg = back.job_reported.slow[0].message.clone().unwrap();
+            assert!(!msg.contains(MARKER.trim_end()), "{msg}");
+        }
+    }
+
+    #[test]
+    fn a_marker_inside_an_unreadable_segment_of_ours_is_not_a_segment_of_its_own() {
+        let comment = format!(
+            "JS1:aa fabric-check/v1 {{\"verdict\":\"fail\",\"run\":{{\"duration_s\":null}},\"notes\":[\"{FORGED}\"]}} tail:zz"
+        );
+        let found = extract(&comment).expect("a segment");
+        assert!(found.is_err(), "the forgery was read: {found:?}");
+        let t = roots_fail_with(|_| {});
+        let fixed = splice(&comment, &t);
+        assert_eq!(fixed, format!("JS1:aa {MARKER}{} tail:zz", t.bounded()));
+    }
+
+    #[test]
+    fn non_finite_and_huge_numbers_are_clamped_so_the_tag_always_decodes() {
+        let t = roots_fail_with(|t| {
+            t.run = Some(RunSummary {
+                step_p50_s: Some(f64::NAN),
+                step_max_s: Some(f64::INFINITY),
+                ckpt_total_s: f64::INFINITY,
+                ckpt_max_s: -f64::INFINITY,
+                restore_total_s: 1e300,
+                duration_s: f64::NAN,
+                ..RunSummary::default()
+            });
+            t.job_reported.steps = Some(CollectiveSummary {
+                busbw_gb_s: Some(f64::INFINITY),
+                small_time_us: Some(f64::NAN),
+                ..CollectiveSummary::default()
+            });
+        });
+        let back: JobTag = serde_json::from_str(&t.bounded()).expect("decodes");
+        let run = back.run.unwrap();
+        assert_eq!(run.ckpt_total_s, 0.0);
+        assert_eq!(run.restore_total_s, MAX_SECONDS);
+        assert_eq!(run.step_max_s, Some(0.0));
+        assert_eq!(back.job_reported.steps.unwrap().busbw_gb_s, None);
+        assert_eq!(back.verdict, Some(Verdict::Fail));
+    }
+
+    #[test]
+    fn an_endless_job_report_is_shrunk_before_any_of_roots_verdicts_or_counter_rises() {
+        let nodes: Vec<(String, Verdict)> = (1..=40)
+            .map(|i| {
+                let v = if i % 5 == 0 {
+                    Verdict::Fail
+                } else {
+                    Verdict::Pass
+                };
+                (format!("n{i}"), v)
+            })
+            .collect();
+        let refs: Vec<(&str, Verdict)> = nodes.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let mut t = tag_with(&refs);
+        t.during = (1..=6)
+            .map(|i| DuringJob {
+                node: format!("n{i}"),
+                rises: [("mlx5_0/1/link_downed".to_owned(), 1)].into(),
+                verdict: Verdict::Fail,
+            })
+            .collect();
+        let root_only = serde_json::from_str::<JobTag>(&t.bounded()).unwrap();
+        t.job_reported.steps = Some(CollectiveSummary {
+            verdict: Some(Verdict::Fail),
+            outliers: (0..20_000).map(|i| format!("slow{i}")).collect(),
+            missing: (0..20_000).map(|i| format!("gone{i}")).collect(),
+            ..CollectiveSummary::default()
+        });
+        t.job_reported.slow = (0..5_000)
+            .map(|i| SlowClaim {
+                node: format!("n{i}"),
+                step: i,
+                message: Some("m".repeat(500)),
+            })
+            .collect();
+        for limit in [MAX_TAG_BYTES, MAX_DB_JSON_BYTES] {
+            let json = t.bounded_to(limit);
+            assert!(json.len() <= limit, "{} > {limit}", json.len());
+            let back: JobTag = serde_json::from_str(&json).unwrap();
+            assert_eq!(back.verdict, Some(Verdict::Fail));
+            assert_eq!(back.counts, t.counts);
+            for (n, v) in &refs {
+                assert_eq!(back.result_of(n).map(|r| r.verdict), Some(*v), "{n}");
+            }
+            assert_eq!(
+                back.during, root_only.during,
+                "root's counter rises are whole"
+            );
+        }
+    }
+
+    /// A small seeded generator (xorshift), so the properties below need no extra crate.
+    struct Gen(u64);
+
+    impl Gen {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+        /// Any number a job could make the summary hold, non-finite ones included.
+        fn number(&mut self) -> f64 {
+            match self.below(6) {
+                0 => f64::INFINITY,
+                1 => f64::NAN,
+                2 => -f64::MAX,
+                3 => f64::MAX,
+                4 => f64::from_bits(self.next()),
+                _ => self.below(1_000_000) as f64 / 7.0,
+            }
+        }
+        /// Text with markers, backticks, quotes, control bytes and any characters.
+        fn text(&mut self, max: u64) -> String {
+            let len = self.below(max);
+            let mut out = String::new();
+            while (out.len() as u64) < len {
+                match self.below(8) {
+                    0 => out.push_str(FORGED),
+                    1 => out.push_str("\"}`{'\\"),
+                    2 => out.push(char::from(self.below(32) as u8)),
+                    3 => out.push_str(MARKER),
+                    _ => out.push(char::from_u32(self.below(0x3000) as u32).unwrap_or('?')),
+                }
+            }
+            out
+        }
+    }
+
+    /// Root's part of a tag: `n` nodes, some failing, some missing, some with counter rises.
+    fn roots_part(g: &mut Gen) -> (JobTag, Vec<String>) {
+        let n = 1 + g.below(48) as u32;
+        let mut t = JobTag {
+            nnodes: n,
+            mode: Some("full".into()),
+            probed_at: Some(1_700_000_000),
+            ..JobTag::default()
+        };
+        let mut rises = Vec::new();
+        for i in 1..=n {
+            let name = format!("gpu{i:03}");
+            match g.below(10) {
+                0 => t.missing.push(name),
+                1 | 2 => {
+                    t.nodes.insert(
+                        name.clone(),
+                        NodeResult {
+                            verdict: Verdict::Fail,
+                            checks: vec!["ib.port_state".into()],
+                            probe_ms: Some(g.below(900)),
+                            drained: g.below(2) == 0,
+                        },
+                    );
+                    rises.push(name);
+                }
+                _ => {
+                    t.nodes.insert(name, node(Verdict::Pass));
+                }
+            }
+        }
+        t.during = rises
+            .iter()
+            .map(|n| DuringJob {
+                node: n.clone(),
+                rises: [("mlx5_0/1/link_downed".to_owned(), 1 + g.below(5))].into(),
+                verdict: Verdict::Fail,
+            })
+            .collect();
+        t.recount();
+        (t, rises)
+    }
+
+    fn jobs_part(g: &mut Gen, t: &mut JobTag) {
+        let names =
+            |g: &mut Gen, n: u64| -> Vec<String> { (0..g.below(n)).map(|_| g.text(80)).collect() };
+        t.job_reported.steps = Some(CollectiveSummary {
+            verdict: Some(Verdict::Pass),
+            busbw_gb_s: Some(g.number()),
+            small_time_us: Some(g.number()),
+            wrong: g.next(),
+            outliers: names(g, 3000),
+            missing: names(g, 300),
+        });
+        t.job_reported.slow = (0..g.below(400))
+            .map(|_| SlowClaim {
+                node: g.text(100),
+                step: g.next() as u32,
+                message: Some(g.text(2000)),
+            })
+            .collect();
+        t.run = Some(RunSummary {
+            steps: g.next(),
+            step_p50_s: Some(g.number()),
+            step_p95_s: Some(g.number()),
+            step_max_s: Some(g.number()),
+            ckpt_n: g.next(),
+            ckpt_total_s: g.number(),
+            ckpt_max_s: g.number(),
+            restore_total_s: g.number(),
+            duration_s: g.number(),
+            outcome: g.text(300),
+            ..RunSummary::default()
+        });
+    }
+
+    #[test]
+    fn whatever_a_job_writes_the_stored_tag_fits_decodes_and_holds_roots_verdict_for_every_node() {
+        for seed in 1..=300u64 {
+            let mut g = Gen(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let (root, rises) = roots_part(&mut g);
+            let mut t = root.clone();
+            jobs_part(&mut g, &mut t);
+            for form in [Form::Live, Form::Database] {
+                let comment = splice_as("JS1:aa", &t, form);
+                let segment = &comment[comment.find(MARKER).unwrap() + MARKER.len()..];
+                assert!(
+                    segment.len() <= MAX_TAG_BYTES,
+                    "seed {seed}: {} bytes",
+                    segment.len()
+                );
+                assert_eq!(comment.matches(MARKER).count(), 1, "seed {seed}: {comment}");
+                let back = extract(&comment)
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("seed {seed} {form:?}: {e}: {comment}"));
+                assert_eq!(back.verdict, root.verdict, "seed {seed}");
+                assert_eq!(back.counts, root.counts, "seed {seed}");
+                for (n, r) in &root.nodes {
+                    assert_eq!(
+                        back.result_of(n).map(|b| b.verdict),
+                        Some(r.verdict),
+                        "seed {seed}: {n}"
+                    );
+                }
+                assert_eq!(
+                    expanded(&back.missing),
+                    expanded(&root.missing),
+                    "seed {seed}"
+                );
+                let named: Vec<String> =
+                    back.during.iter().flat_map(|d| names_of(&d.node)).collect();
+                for n in &rises {
+                    assert!(named.contains(n), "seed {seed}: {n}'s rise is gone");
+                }
+            }
+        }
     }
 
     #[test]

@@ -498,6 +498,32 @@ pub fn step_exit(host: &dyn Host, words: &[String]) -> Result<(), String> {
     )
 }
 
+/// Whether this node's records file is in the job's spool folder, looked up inside slurmstepd
+/// without following a link the job's user could have planted: the job's folder (the user's)
+/// is opened `O_PATH | O_NOFOLLOW | O_DIRECTORY`, so a folder swapped for a link to an
+/// automounted or NFS path is refused at once instead of being walked into (with no time bound
+/// there), and the file is looked at relative to that descriptor without following it.
+fn records_present(spool: &std::path::Path, job: &str, node: &str) -> bool {
+    use nix::fcntl::{AtFlags, OFlag};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(file) = fabric_proto::record::node_records_path(spool, job, node) else {
+        return false;
+    };
+    let (Some(dir), Some(name)) = (file.parent(), file.file_name()) else {
+        return false;
+    };
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let Ok(dir) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(dir)
+    else {
+        return false;
+    };
+    nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+}
+
 /// [`step_exit`] with the environment given (slurmstepd sets `SLURMD_NODENAME` in its own
 /// environment, `src/slurmd/slurmstepd/slurmstepd.c`; the job's environment is never read) and
 /// the request `slurm_spank_user_init` saw (used when Slurm no longer answers the option).
@@ -528,10 +554,7 @@ pub fn step_exit_in(
         return Ok(());
     };
     // The cheap test first: no records file of this node, no child and no Slurm call.
-    let has_records =
-        fabric_proto::record::node_records_path(&args.spool_dir, &job_id.to_string(), &node)
-            .is_some_and(|p| std::fs::symlink_metadata(p).is_ok());
-    if !has_records {
+    if !records_present(&args.spool_dir, &job_id.to_string(), &node) {
         return Ok(());
     }
     let child_args = Invocation {
@@ -910,6 +933,23 @@ mod tests {
             node_id: Some(node_id),
             ..FakeHost::default()
         }
+    }
+
+    #[test]
+    fn the_step_end_test_for_records_never_walks_a_job_folder_swapped_for_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = dir.path().join("spool");
+        let elsewhere = dir.path().join("automounted");
+        std::fs::create_dir_all(spool.join("7")).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::write(spool.join("7/n1.jsonl"), b"{}\n").unwrap();
+        std::fs::write(elsewhere.join("n1.jsonl"), b"{}\n").unwrap();
+        assert!(records_present(&spool, "7", "n1"));
+        assert!(!records_present(&spool, "7", "n2"));
+        // The job's user swaps its folder for a link (to an automount, an NFS path).
+        std::os::unix::fs::symlink(&elsewhere, spool.join("8")).unwrap();
+        assert!(!records_present(&spool, "8", "n1"), "the link was walked");
+        assert!(!records_present(&spool, "..", "n1"));
     }
 
     #[test]

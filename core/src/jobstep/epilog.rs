@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use super::JobStep;
 use super::meet::{Delivery, deliver};
-use super::payload::EpilogPayload;
+use super::payload::{EpilogPayload, MAX_STEP_RESULTS};
 use super::pending::PendingPrologTag;
 use super::prolog::{probe_limit, probe_request};
 use super::tag_write::{TagWrite, write_tag};
@@ -20,7 +20,9 @@ use crate::plugin_args::Policy;
 use crate::probe::Baseline;
 use crate::record::{self, JobDir, ReadLimits, RecordError, Records};
 use crate::stepgate;
-use crate::tag::{CollectiveSummary, DuringJob, MAX_CLAIM_CHARS, RunSummary, SlowClaim, Verdict};
+use crate::tag::{
+    CollectiveSummary, DuringJob, MAX_REPORTED_NAMES, RunSummary, SlowClaim, Verdict,
+};
 
 /// The most slow-node claims of one node the tag keeps.
 const MAX_CLAIMS_PER_NODE: usize = 8;
@@ -97,17 +99,20 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         .unwrap_or_default();
     // The step gates ran as the job's user and wrote these results into the user-writable
     // spool: they are reported in the tag as the job's, never a reason to drain.
+    // Every string in them is the job's: scrubbed (no segment marker, no control character)
+    // and bounded before it goes anywhere.
     let slow: Vec<SlowClaim> = step_results
         .iter()
         .filter(|r| r.slow_here)
         .take(MAX_CLAIMS_PER_NODE)
-        .map(|r| SlowClaim {
-            node: node.to_owned(),
-            step: r.step,
-            message: r
-                .message
-                .as_ref()
-                .map(|m| m.chars().take(MAX_CLAIM_CHARS).collect()),
+        .map(|r| {
+            let mut c = SlowClaim {
+                node: node.to_owned(),
+                step: r.step,
+                message: r.message.clone(),
+            };
+            c.scrub();
+            c
         })
         .collect();
     for c in &slow {
@@ -116,13 +121,21 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             c.step
         ));
     }
-    let steps: Vec<CollectiveSummary> = step_results.into_iter().map(|r| r.collective).collect();
-    let payload = EpilogPayload {
+    let steps = bounded_steps(step_results.into_iter().map(|r| r.collective));
+    let mut payload = EpilogPayload {
         during,
         run,
         steps,
         slow,
     };
+    let dropped = payload.fit(crate::rendezvous::MAX_PAYLOAD_BYTES);
+    if !dropped.is_empty() {
+        step.say(&format!(
+            "job {job}: what the job wrote on {node} is too large to travel with root's evidence; \
+             dropped {}",
+            dropped.join(", ")
+        ));
+    }
     let delivered = match deliver(step, payload) {
         Delivery::Leader(met) => lead(step, met),
         Delivery::Acknowledged => true,
@@ -152,18 +165,19 @@ fn lead(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<EpilogPayload>) -
         .filter_map(|p| p.run.clone())
         .collect();
     let run = record::merge_nodes(&runs);
+    // Each node's step results and claims are bounded again here: a peer of another build may
+    // send more.
     let steps: Vec<CollectiveSummary> = met
         .payloads
         .values()
-        .flat_map(|p| p.steps.iter().cloned())
+        .flat_map(|p| bounded_steps(p.steps.iter().cloned()))
         .collect();
-    // Each node's claims are bounded again here: a peer of another build may send more.
     let mut slow: Vec<SlowClaim> = met
         .payloads
         .values()
         .flat_map(|p| p.slow.iter().take(MAX_CLAIMS_PER_NODE).cloned())
         .map(|mut c| {
-            c.message = c.message.map(|m| m.chars().take(MAX_CLAIM_CHARS).collect());
+            c.scrub();
             c
         })
         .collect();
@@ -204,6 +218,19 @@ fn lead(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<EpilogPayload>) -
         }
         written != TagWrite::NotWritten
     }
+}
+
+/// One node's step results as the job wrote them, bounded: the latest
+/// [`MAX_STEP_RESULTS`] steps, each with its numbers finite and its name lists cut to
+/// [`MAX_REPORTED_NAMES`] scrubbed names.
+fn bounded_steps(steps: impl Iterator<Item = CollectiveSummary>) -> Vec<CollectiveSummary> {
+    let mut steps: Vec<CollectiveSummary> = steps.collect();
+    let extra = steps.len().saturating_sub(MAX_STEP_RESULTS);
+    steps.drain(..extra);
+    for s in &mut steps {
+        s.scrub(MAX_REPORTED_NAMES);
+    }
+    steps
 }
 
 /// The job's spool folder, `<spool_dir>/<job>/` (root's, made in the prolog), opened once and

@@ -21,9 +21,6 @@ use crate::tag::Verdict;
 /// The exit code when the probe could not run.
 pub const EXIT_COULD_NOT_RUN: i32 = 3;
 
-/// What Slurm calls may take after the probe, all together.
-pub const SLURM_BUDGET: Duration = Duration::from_secs(20);
-
 /// A health run's settings.
 #[derive(Debug, Clone)]
 pub struct HealthSetup {
@@ -35,7 +32,8 @@ pub struct HealthSetup {
     pub state_dir: PathBuf,
     /// Consecutive clean probes before our drain is resumed.
     pub clean_probes: u32,
-    /// The run's one deadline: `timeout=` for the probe plus [`SLURM_BUDGET`].
+    /// The run's one deadline ([`crate::deadline::Budget::health`]): `timeout=` for the probe
+    /// plus [`crate::deadline::HEALTH_SLURM`] for Slurm calls.
     pub deadline: Deadline,
     /// How long after a job's end its tag is checked against accounting
     /// ([`crate::tag_ledger`]; [`TAG_GRACE`] unless set).
@@ -77,7 +75,7 @@ impl HealthSetup {
             path: state_dir.clone(),
             source,
         })?;
-        let deadline = Deadline::after(plugin.timeout + SLURM_BUDGET);
+        let deadline = crate::deadline::Budget::new(plugin.timeout).health();
         Ok(Self {
             node,
             plugin,

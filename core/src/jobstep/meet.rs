@@ -254,14 +254,9 @@ pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) 
         });
     }
     let _span = tracing::info_span!("rendezvous", rank).entered();
-    // The leader waits for joins until four fifths of `timeout=` (at least half a second), and
+    // The leader waits for joins until its share of `timeout=` (`Budget::rendezvous`), and
     // never past the deadline; what remains is the tag write's.
-    let timeout = setup
-        .plugin
-        .timeout
-        .mul_f64(0.8)
-        .saturating_sub(step.deadline().elapsed())
-        .max(Duration::from_millis(500));
+    let timeout = setup.budget().rendezvous(step.deadline().elapsed());
     let value = match serde_json::to_value(&payload) {
         Ok(v) => v,
         Err(e) => {

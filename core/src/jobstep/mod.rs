@@ -44,7 +44,7 @@ pub use meet::{Meet, MeetRequest, RendezvousMeet};
 pub use results::*;
 pub use runner::{ProbeRunError, ProbeRunner, SubprocessRunner};
 
-pub use crate::deadline::Deadline;
+pub use crate::deadline::{Budget, Deadline};
 use crate::hostlist::Hostlist;
 use crate::invocation::{Invocation, JobStepExit, Script};
 use crate::plugin_args::{PluginArgs, expand_node};
@@ -153,7 +153,7 @@ impl Setup {
             path: state_dir.clone(),
             source,
         })?;
-        let deadline = Deadline::for_job_step(started, plugin.timeout);
+        let deadline = Budget::new(plugin.timeout).job_step(started);
         Ok(Self {
             inv,
             plugin,
@@ -163,13 +163,15 @@ impl Setup {
         })
     }
 
-    /// The bound of one Slurm call: a quarter of `timeout=` (at least 2 s), never past the
-    /// deadline (the adapter clamps it).
+    /// `timeout=` cut into each phase's share.
+    pub fn budget(&self) -> Budget {
+        Budget::new(self.plugin.timeout)
+    }
+
+    /// The bound of one Slurm call ([`Budget::slurm_call`]), never past the deadline (the
+    /// adapter clamps it).
     pub fn slurm_call_limit(&self) -> Duration {
-        self.plugin
-            .timeout
-            .mul_f64(0.25)
-            .max(Duration::from_secs(2))
+        self.budget().slurm_call()
     }
 
     /// Which script this is.

@@ -1,9 +1,21 @@
 //! What each node sends the first node over the rendezvous (the wire shape of earlier releases:
 //! JSON objects with these field names, so nodes of the previous and the next build still meet).
 
-use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::tag::{CollectiveSummary, DuringJob, NodeResult, RunSummary, SlowClaim};
+
+/// A field the job wrote, decoded on its own: when it does not decode, it is taken as absent,
+/// and the rest of the payload (root's evidence) still arrives.
+fn lenient<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned + Default,
+{
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).unwrap_or_default())
+}
 
 /// The prolog's payload: the node's verdict, its notes and (`full`) the collective's summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -19,20 +31,61 @@ pub struct PrologPayload {
 }
 
 /// The epilog's payload: counter rises, the `fabric-run` summary and the step gate's results.
+///
+/// Root's evidence (`during`) travels apart from what the job wrote (`run`, `steps`, `slow`):
+/// each of the job's fields decodes on its own, so a part the leader cannot read
+/// costs only that part, and [`EpilogPayload::fit`] shrinks the job's part, never root's, until
+/// the payload fits a join.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct EpilogPayload {
     /// Counter rises over the job window (none without a prolog snapshot).
     #[serde(default)]
     pub during: Option<DuringJob>,
     /// This node's `fabric-run` records, summarised.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub run: Option<RunSummary>,
     /// This node's step gate results.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient")]
     pub steps: Vec<CollectiveSummary>,
     /// Steps whose gate named this node slow (reported by the job, never a reason to drain).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "lenient"
+    )]
     pub slow: Vec<SlowClaim>,
+}
+
+/// The most step results of one node a payload carries (the latest are kept).
+pub const MAX_STEP_RESULTS: usize = 16;
+
+impl EpilogPayload {
+    /// Shrinks the job's part until the whole payload's JSON is at most `max_bytes`: the step
+    /// results to the worst one, then the slow claims, then the run summary. Root's `during` is
+    /// never touched. Returns what was dropped, for the log (empty when it fitted).
+    pub fn fit(&mut self, max_bytes: usize) -> Vec<&'static str> {
+        let len = |p: &Self| serde_json::to_vec(p).map_or(usize::MAX, |b| b.len());
+        let mut dropped = Vec::new();
+        if len(self) > max_bytes && self.steps.len() > 1 {
+            self.steps = crate::stepgate::worst(None, &self.steps)
+                .into_iter()
+                .collect();
+            dropped.push("all but the worst step result");
+        }
+        if len(self) > max_bytes && !self.steps.is_empty() {
+            self.steps.clear();
+            dropped.push("the step results");
+        }
+        if len(self) > max_bytes && !self.slow.is_empty() {
+            self.slow.clear();
+            dropped.push("the slow-node claims");
+        }
+        if len(self) > max_bytes && self.run.is_some() {
+            self.run = None;
+            dropped.push("the run summary");
+        }
+        dropped
+    }
 }
 
 #[cfg(test)]

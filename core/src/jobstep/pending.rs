@@ -48,12 +48,30 @@ impl PendingPrologTag {
     /// When `previous` already holds this very result (the write reached slurmctld but its
     /// answer did not come back: same mode, same probe second, which a requeued attempt, at
     /// least `cred_expire` later, never shares), it is kept as it is.
+    ///
+    /// A kept result belongs to the attempt whose prolog probed at `probed_at_s`. When
+    /// `previous` holds a later attempt (a requeue whose prolog could write), the kept result is
+    /// stale: it never replaces that attempt's verdict; only its non-passing nodes join
+    /// `earlier`, as any earlier attempt's do.
     pub fn apply(self, previous: Option<JobTag>) -> JobTag {
         if let Some(p) = &previous
             && p.probed_at == Some(self.probed_at_s)
             && p.mode.as_deref() == Some(self.mode.as_str())
         {
             return previous.unwrap_or_default();
+        }
+        if previous
+            .as_ref()
+            .and_then(|p| p.probed_at)
+            .is_some_and(|later| later > self.probed_at_s)
+        {
+            let mut p = previous.unwrap_or_default();
+            for (n, r) in self.nodes {
+                if r.verdict != crate::tag::Verdict::Pass {
+                    p.earlier.entry(n).or_insert(r);
+                }
+            }
+            return p;
         }
         let mut t = super::results::prolog_tag(
             previous,

@@ -16,10 +16,6 @@ use crate::invocation::{JobStepExit, ports};
 use crate::plugin_args::{Policy, expand_node};
 use crate::tag::{NodeResult, Verdict};
 
-/// The collective's own budget (all in), and what its process may take beyond it.
-pub const COLLECTIVE_BUDGET: Duration = Duration::from_millis(3000);
-const COLLECTIVE_SLACK: Duration = Duration::from_millis(2000);
-
 /// The probe's request for this node (`save` the snapshot, or compare with a `baseline`).
 pub fn probe_request(
     step: &JobStep<'_>,
@@ -43,10 +39,9 @@ pub fn probe_request(
     }
 }
 
-/// The probe's limit: two fifths of `timeout=`, never past the deadline.
+/// The probe's limit ([`crate::deadline::Budget::probe`]), never past the deadline.
 pub fn probe_limit(step: &JobStep<'_>) -> Duration {
-    step.deadline()
-        .limit(step.setup.plugin.timeout.mul_f64(0.4))
+    step.deadline().limit(step.setup.budget().probe())
 }
 
 /// Whether `verdict` drains under the plugin's policy.
@@ -84,7 +79,7 @@ fn collective_request(step: &JobStep<'_>) -> Result<CollectiveRequest, String> {
         node: step.node().to_owned(),
         job_id: step.job_id(),
         port_base: ports::COLLECTIVE_BASE,
-        budget_ms: COLLECTIVE_BUDGET.as_millis() as u64,
+        budget_ms: step.setup.budget().collective().as_millis() as u64,
         munge_socket: plugin.munge_socket.clone(),
         netns: plugin
             .collective_netns
@@ -182,7 +177,9 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     if setup.inv.option == FabricMode::Full && setup.nodes.len() > 1 {
         let _c = tracing::info_span!("collective").entered();
         let ran = collective_request(step).and_then(|req| {
-            let limit = step.deadline().limit(COLLECTIVE_BUDGET + COLLECTIVE_SLACK);
+            let limit = step
+                .deadline()
+                .limit(step.setup.budget().collective_process());
             step.seams
                 .runner
                 .collective(&req, limit)

@@ -41,9 +41,6 @@ pub fn write_tag(step: &JobStep<'_>, update: impl FnOnce(Option<JobTag>) -> JobT
     write_tag_to(step, Target::LiveOrDatabase, update)
 }
 
-/// How long a writer waits for the node's tag lock, at most (never past the deadline).
-const LOCK_WAIT: Duration = Duration::from_secs(10);
-
 /// This node's tag lock, held while it lives; `None` when it cannot be had in time (the write
 /// goes ahead unlocked, said why: a missing tag is worse than a rare lost update).
 struct TagLock(#[allow(dead_code)] std::fs::File);
@@ -67,11 +64,7 @@ impl TagLock {
                 return None;
             }
         };
-        let wait = step.deadline().limit_leaving(
-            LOCK_WAIT,
-            step.setup.slurm_call_limit() * 2,
-            Duration::ZERO,
-        );
+        let wait = step.setup.budget().tag_lock_wait(step.deadline());
         let until = std::time::Instant::now() + wait;
         loop {
             match flock(&file, FlockOperation::NonBlockingLockExclusive) {

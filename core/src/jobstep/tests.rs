@@ -954,6 +954,43 @@ mod prolog_tag_kept {
     }
 
     #[test]
+    fn a_stale_kept_verdict_of_an_earlier_attempt_never_replaces_a_later_attempts_tag() {
+        let later = result(200, Verdict::Pass).apply(None);
+        let t = result(100, Verdict::Fail).apply(Some(later.clone()));
+        assert_eq!(t.verdict, Some(Verdict::Pass));
+        assert_eq!(t.probed_at, Some(200));
+        assert_eq!(t.nodes, later.nodes);
+        assert_eq!(
+            t.earlier["n1"].verdict,
+            Verdict::Fail,
+            "attempt 1's failure is kept"
+        );
+    }
+
+    #[test]
+    fn an_epilog_after_a_requeue_keeps_the_new_attempts_pass_over_attempt_ones_kept_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        // Attempt 1, an hour ago: slurmctld and slurmdbd away through its prolog and epilog.
+        let s = setup(dir.path(), Script::Epilog, "n1", "n1", &[]);
+        let stale = result(crate::jobstep::now_unix() - 3600, Verdict::Fail);
+        std::fs::write(
+            s.state_dir.join("prolog-tag-7.json"),
+            serde_json::to_vec(&stale).unwrap(),
+        )
+        .unwrap();
+        // Attempt 2: its prolog writes its pass, then its epilog runs.
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        prolog_in(dir.path(), &slurm, Verdict::Pass);
+        let attempt_two = tag_of(&slurm);
+        let lines = epilog_in(dir.path(), &slurm);
+        let t = tag_of(&slurm);
+        assert_eq!(t.verdict, Some(Verdict::Pass), "{}", lines.text());
+        assert_eq!(t.probed_at, attempt_two.probed_at);
+        assert_eq!(t.earlier["n1"].verdict, Verdict::Fail);
+        assert!(kept(dir.path()).is_empty(), "the stale verdict is gone");
+    }
+
+    #[test]
     fn a_kept_verdict_that_had_reached_slurm_after_all_is_not_counted_twice() {
         let landed = result(100, Verdict::Fail).apply(None);
         let t = result(100, Verdict::Fail).apply(Some(landed.clone()));

@@ -342,14 +342,41 @@ fn parse_into(buf: &[u8], limits: &ReadLimits, out: &mut Records) {
             continue;
         }
         match serde_json::from_slice::<Record>(line) {
-            Ok(r) if r.meta.v == VERSION => {
+            Ok(r) if r.meta.v == VERSION && numbers_in_range(&r) => {
                 if r.body != Body::Unknown {
                     out.records.push(r);
                 }
             }
-            _ => out.malformed += 1,
+            _ => out.malformed = out.malformed.saturating_add(1),
         }
     }
+}
+
+/// The latest record time accepted, Unix seconds (the year 5138): beyond it, or negative, a
+/// time is not one a clock gave.
+pub const MAX_TS: f64 = 1e11;
+
+/// Whether every number of a record is one a wrapper can have written: times within
+/// `0..=`[`MAX_TS`], durations finite and at most [`crate::tag::MAX_SECONDS`] (negative ones are
+/// clamped to zero where they are summed). A record with any other is malformed: the job wrote
+/// it to make a sum overflow to infinity, which JSON cannot say.
+fn numbers_in_range(r: &Record) -> bool {
+    let secs = |d: f64| d.is_finite() && d <= crate::tag::MAX_SECONDS;
+    let ts_ok = r.meta.ts.is_finite() && (0.0..=MAX_TS).contains(&r.meta.ts);
+    ts_ok
+        && match &r.body {
+            Body::StepStart { deadline, .. } => {
+                deadline.is_none_or(|d| d.is_finite() && (0.0..=MAX_TS).contains(&d))
+            }
+            Body::Attempt { duration_s, .. }
+            | Body::Checkpoint { duration_s, .. }
+            | Body::Restore { duration_s, .. }
+            | Body::StepEnd { duration_s, .. } => secs(*duration_s),
+            Body::Step {
+                duration_s, ckpt_s, ..
+            } => duration_s.is_none_or(secs) && secs(*ckpt_s),
+            Body::Output { .. } | Body::Unknown => true,
+        }
 }
 
 /// Reads one node's records file safely and reduces it to a [`RunSummary`].
@@ -381,10 +408,11 @@ struct Agg {
     lead_rank: Option<u32>,
 }
 
+/// Counts the job gave add up saturating: a sum of job-written numbers never overflows.
 fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     match (a, b) {
         (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
     }
 }
 
@@ -396,11 +424,11 @@ impl Agg {
         let mut acc = it.next()?;
         for p in it {
             acc.step_durs.extend(p.step_durs);
-            acc.steps += p.steps;
+            acc.steps = acc.steps.saturating_add(p.steps);
             acc.ckpts.extend(p.ckpts);
             acc.restores.extend(p.restores);
             acc.outputs = add_opt(acc.outputs, p.outputs);
-            acc.retries += p.retries;
+            acc.retries = acc.retries.saturating_add(p.retries);
             acc.duration_s += p.duration_s;
             acc.outcome = acc.outcome.max(p.outcome);
             acc.on_time &= p.on_time;
@@ -424,7 +452,7 @@ impl Agg {
             acc.duration_s = acc.duration_s.max(p.duration_s);
             acc.outcome = acc.outcome.max(p.outcome);
             acc.on_time &= p.on_time;
-            acc.ranks += p.ranks;
+            acc.ranks = acc.ranks.saturating_add(p.ranks);
             acc.lead_rank = match (acc.lead_rank, p.lead_rank) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -462,7 +490,7 @@ fn reduce_run(recs: &[&Record]) -> Agg {
         ranks: 1,
         lead_rank: recs.first().and_then(|r| r.meta.rank),
     };
-    let mut retried = 0;
+    let mut retried: u64 = 0;
     let mut start_ts = None;
     // Per source (marker, regex, dir): one checkpoint seen two ways must count once.
     let mut ckpts: [Vec<f64>; 3] = Default::default();
@@ -470,7 +498,7 @@ fn reduce_run(recs: &[&Record]) -> Agg {
     for r in recs {
         match &r.body {
             Body::StepStart { .. } => start_ts = Some(r.meta.ts),
-            Body::Attempt { retry, .. } => retried += u64::from(*retry),
+            Body::Attempt { retry, .. } => retried = retried.saturating_add(u64::from(*retry)),
             Body::Checkpoint {
                 duration_s, source, ..
             } => ckpts[source_rank(*source)].push(duration_s.max(0.0)),
@@ -482,7 +510,7 @@ fn reduce_run(recs: &[&Record]) -> Agg {
                 agg.step_durs
                     .extend(duration_s.filter(|d| d.is_finite() && *d >= 0.0));
             }
-            Body::Output { n, .. } => agg.outputs = Some(agg.outputs.unwrap_or(0) + n),
+            Body::Output { n, .. } => agg.outputs = add_opt(agg.outputs, Some(*n)),
             Body::StepEnd {
                 duration_s,
                 outcome,
@@ -549,7 +577,7 @@ pub fn summarize(recs: &Records) -> Option<RunSummary> {
     let mut durs = job.step_durs.clone();
     durs.sort_by(f64::total_cmp);
     let outcome = fin.outcome;
-    Some(RunSummary {
+    let mut summary = RunSummary {
         steps: job.steps,
         step_p50_s: percentile_of_sorted(&durs, 50.0),
         step_p95_s: percentile_of_sorted(&durs, 95.0),
@@ -571,7 +599,10 @@ pub fn summarize(recs: &Records) -> Option<RunSummary> {
         lead_rank: job.lead_rank,
         truncated: recs.truncated,
         reported_by: crate::tag::Reporter::Job,
-    })
+    };
+    // Each duration was bounded where it was read; their sums are clamped all the same.
+    summary.scrub();
+    Some(summary)
 }
 
 /// Merges the summaries of a job's nodes (each from [`summarize_records`]) into the job's.
@@ -600,9 +631,12 @@ pub fn merge_nodes(nodes: &[RunSummary]) -> Option<RunSummary> {
     out.requeues = nodes.iter().map(|s| s.requeues).max().unwrap_or(0);
     out.duration_s = nodes.iter().map(|s| s.duration_s).fold(0.0, f64::max);
     out.outputs = nodes.iter().fold(None, |acc, s| add_opt(acc, s.outputs));
-    out.ranks = nodes.iter().map(|s| s.ranks).sum();
-    out.malformed_lines = nodes.iter().map(|s| s.malformed_lines).sum();
+    out.ranks = nodes.iter().fold(0u32, |a, s| a.saturating_add(s.ranks));
+    out.malformed_lines = nodes
+        .iter()
+        .fold(0u64, |a, s| a.saturating_add(s.malformed_lines));
     out.truncated = nodes.iter().any(|s| s.truncated);
+    out.scrub();
     Some(out)
 }
 
@@ -661,6 +695,69 @@ mod tests {
             line("a", 0, 0, 20.0, &end("accepted", 1, 10.0)),
             line("b", 1, 0, 21.0, &end("failed", 2, 11.0)),
         ]
+    }
+
+    fn parsed(lines: &[String]) -> Records {
+        parse_records(lines.join("\n").as_bytes(), &ReadLimits::default())
+    }
+
+    #[test]
+    fn durations_that_would_add_up_past_the_f64_range_are_refused_and_every_sum_stays_finite() {
+        let huge = 1.7e308;
+        let recs = parsed(&[
+            line("a", 0, 0, 10.0, start()),
+            line("a", 0, 0, 11.0, &ckpt(huge, "marker")),
+            line("a", 0, 0, 12.0, &ckpt(huge, "marker")),
+            line("a", 0, 0, 13.0, &ckpt(2.0, "marker")),
+            line("a", 0, 0, 14.0, &step(Some(huge))),
+            line("a", 0, 0, 1e300, &step(Some(1.0))),
+            line("a", 0, 0, 20.0, &end("accepted", 1, huge)),
+            line("b", 1, 0, 10.0, &end("accepted", 1, 5.0)),
+        ]);
+        assert_eq!(
+            recs.malformed, 5,
+            "each out-of-range record is counted malformed"
+        );
+        let s = summarize(&recs).unwrap();
+        assert_eq!(s.ckpt_n, 1);
+        assert_eq!(s.ckpt_total_s, 2.0);
+        for x in [
+            s.ckpt_total_s,
+            s.ckpt_max_s,
+            s.restore_total_s,
+            s.duration_s,
+        ] {
+            assert!(x.is_finite(), "{s:?}");
+        }
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(!json.contains("null"), "{json}");
+        let back: RunSummary = serde_json::from_str(&json).expect("the summary decodes");
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn job_given_counts_add_up_saturating_without_a_panic() {
+        let out = |n: u64| format!(r#""type":"output","n":{n}"#);
+        let recs = parsed(&[
+            line("a", 0, 0, 10.0, &out(u64::MAX)),
+            line("a", 0, 0, 11.0, &out(u64::MAX)),
+            line("b", 1, 0, 10.0, &out(u64::MAX)),
+        ]);
+        let s = summarize(&recs).unwrap();
+        assert_eq!(s.outputs, Some(u64::MAX));
+        let nodes = vec![
+            RunSummary {
+                ranks: u32::MAX,
+                malformed_lines: u64::MAX,
+                outputs: Some(u64::MAX),
+                ..s.clone()
+            };
+            3
+        ];
+        let merged = merge_nodes(&nodes).unwrap();
+        assert_eq!(merged.ranks, u32::MAX);
+        assert_eq!(merged.malformed_lines, u64::MAX);
+        assert_eq!(merged.outputs, Some(u64::MAX));
     }
 
     #[test]

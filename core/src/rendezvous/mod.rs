@@ -69,6 +69,7 @@
 
 mod libmunge;
 pub mod munge;
+pub mod rejections;
 pub mod typed;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -81,6 +82,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use rejections::Rejections;
+
 pub use munge::{Munge, MungeError};
 
 /// The default first port: `base_port + job_id % 1000`.
@@ -91,6 +94,15 @@ pub const DEFAULT_PORT_SPAN: u16 = 4;
 pub const MAX_JOIN_BYTES: usize = 16 * 1024;
 /// The most bytes of a leader's hello line.
 pub const MAX_HELLO_BYTES: usize = 4 * 1024;
+
+/// The largest payload (its compact JSON) a join carries: the credential is base64 of the
+/// encrypted claim, about 4/3 of it, plus MUNGE's header, within [`MAX_JOIN_BYTES`].
+pub const MAX_PAYLOAD_BYTES: usize = (MAX_JOIN_BYTES - 1024) * 3 / 4;
+
+/// Whether a payload of `len` bytes fits a join ([`MAX_PAYLOAD_BYTES`]).
+pub fn payload_fits(len: usize) -> bool {
+    len <= MAX_PAYLOAD_BYTES
+}
 /// How many connections beyond the job's N−1 followers may wait for a worker at once.
 pub const ADMIT_MARGIN: usize = 8;
 /// The default number of leader threads that admit followers (and so of MUNGE decodes at once).
@@ -460,8 +472,9 @@ pub struct Gathered {
     pub payloads: Vec<Option<Value>>,
     /// Participants that never joined (node names, rank order).
     pub missing: Vec<String>,
-    /// Connections the leader turned away, each `peer address: reason`, and counts of those
-    /// not worth a line each (connections asking for other jobs) (leader only).
+    /// Connections the leader turned away, counted per reason, one line each (`peer: reason`
+    /// for a reason seen once, else the count and the first peer; at most
+    /// [`rejections::MAX_REASONS`] + 1 lines, whatever the flood) (leader only).
     pub rejected: Vec<String>,
 }
 
@@ -863,7 +876,7 @@ type Admitted = (IpAddr, String, Result<Joined, String>);
 struct Tally {
     payloads: Vec<Option<Value>>,
     joined: Vec<Joined>,
-    rejected: Vec<String>,
+    rejected: Rejections,
     nonces: HashSet<String>,
     /// Connections from an address not yet decided (greeting, waiting for a join, checking).
     in_flight: HashMap<IpAddr, usize>,
@@ -883,18 +896,18 @@ impl Tally {
         match r {
             Ok(mut j) if self.payloads[j.rank].is_some() => {
                 self.rejected
-                    .push(format!("{peer}: rank {} has already joined", j.rank));
+                    .add(peer, format!("rank {} has already joined", j.rank));
                 j.conn.reject("this rank has already joined", deadline);
             }
             Ok(mut j) if !self.nonces.insert(j.nonce.clone()) => {
-                self.rejected.push(format!("{peer}: reused nonce"));
+                self.rejected.add(peer, "reused nonce");
                 j.conn.reject("reused nonce", deadline);
             }
             Ok(j) => {
                 self.payloads[j.rank] = Some(j.payload.clone());
                 self.joined.push(j);
             }
-            Err(reason) => self.rejected.push(format!("{peer}: {}", sanitise(&reason))),
+            Err(reason) => self.rejected.add(peer, sanitise(&reason)),
         }
     }
 }
@@ -962,7 +975,7 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
     let mut tally = Tally {
         payloads: vec![None; n],
         joined: Vec::new(),
-        rejected: Vec::new(),
+        rejected: Rejections::default(),
         nonces: HashSet::new(),
         in_flight: HashMap::new(),
         greets_left: per_addr
@@ -1004,7 +1017,7 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                     // panic when the system is out of threads.
                     tally
                         .rejected
-                        .push(format!("started {workers} admit workers, not more: {e}"));
+                        .note(format!("started {workers} admit workers, not more: {e}"));
                     break;
                 }
             }
@@ -1096,7 +1109,7 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                     Ok(j) => j,
                     Err(why) => {
                         a.conn.reject(&why, deadline);
-                        tally.rejected.push(format!("{}: {why}", a.peer));
+                        tally.rejected.add(a.peer, why);
                         continue;
                     }
                 };
@@ -1128,7 +1141,7 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                 };
                 if let Some(why) = refused {
                     a.conn.reject(why, deadline);
-                    tally.rejected.push(format!("{}: {why}", a.peer));
+                    tally.rejected.add(a.peer, why);
                     continue;
                 }
                 *greets -= 1;
@@ -1144,7 +1157,7 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                             let Some(allowed) = per_addr.get(&ip).copied() else {
                                 tally
                                     .rejected
-                                    .push(format!("{peer}: not an address of this job's nodes"));
+                                    .add(peer, "not an address of this job's nodes");
                                 continue;
                             };
                             let here = asking_per_addr.entry(ip).or_default();
@@ -1156,12 +1169,12 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                                 None
                             };
                             if let Some(why) = refused {
-                                tally.rejected.push(format!("{peer}: {why}"));
+                                tally.rejected.add(peer, why);
                                 continue;
                             }
                             let conn = Conn::new(stream);
                             if let Err(e) = conn.stream.set_nonblocking(true) {
-                                tally.rejected.push(format!("{peer}: {e}"));
+                                tally.rejected.add(peer, e.to_string());
                                 continue;
                             }
                             *here += 1;
@@ -1175,7 +1188,7 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                         Err(e) => {
                             // Out of descriptors or similar: say so, try again on the next pass.
-                            tally.rejected.push(format!("accept: {e}"));
+                            tally.rejected.note(format!("accept: {e}"));
                             break;
                         }
                     }
@@ -1217,22 +1230,20 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
         }
         drop(listener);
         if !asking.is_empty() {
-            tally.rejected.push(format!(
+            tally.rejected.note(format!(
                 "{} connection(s) that had asked for nothing yet when the rendezvous ended",
                 asking.len()
             ));
         }
         if other_jobs > 0 {
-            tally.rejected.push(format!(
+            tally.rejected.note(format!(
                 "{other_jobs} connection(s) asking for other jobs' rendezvous (their leaders \
                  were not listening yet, or sat on the next ports)"
             ));
         }
         for g in waiting {
             tally.settle(g.peer.ip());
-            tally
-                .rejected
-                .push(format!("{}: no join before the deadline", g.peer));
+            tally.rejected.add(g.peer, "no join before the deadline");
         }
         // Workers finish what they hold (MUNGE calls, bounded by its timeout), skip what is
         // queued, and stop.
@@ -1265,7 +1276,7 @@ fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousE
         port,
         payloads,
         missing,
-        rejected,
+        rejected: rejected.into_lines(),
     })
 }
 
@@ -1515,8 +1526,7 @@ fn follow(
     let ports = cfg.ports();
     let nonce = random_hex()?;
     let claim_len = serde_json::to_vec(payload).map_or(0, |p| p.len());
-    // The credential is base64 of the encrypted claim: about 4/3 of it, plus MUNGE's header.
-    if claim_len.saturating_mul(4) / 3 + 1024 > MAX_JOIN_BYTES {
+    if !payload_fits(claim_len) {
         return Err(RendezvousError::Config(format!(
             "this node's payload is {claim_len} bytes; a join may have at most {MAX_JOIN_BYTES} bytes"
         )));
