@@ -157,6 +157,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     &sacct_text::TextLayout {
                         columns: args.input_columns.clone(),
                         delimiter: args.input_delimiter.clone(),
+                        detail: false,
                     },
                     threads,
                     Acc::default,

@@ -25,7 +25,7 @@ use std::io::BufRead;
 use super::pool::{
     BATCH_BYTES, Batch, InputNotes, OnBad, Parsed, Recycler, Streamed, read_full, run,
 };
-use super::{JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
+use super::{JobDetail, JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
 
 /// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
 pub const FIELDS: &str = "JobID,Partition,Account,User,Cluster,QOS,State,Submit,Eligible,Start,End,ElapsedRaw,NNodes,AllocTRES,AdminComment";
@@ -38,6 +38,9 @@ pub struct TextLayout {
     pub columns: Option<String>,
     /// sacct's `--delimiter` (default `|`; found from the header when there is one).
     pub delimiter: Option<String>,
+    /// Keep each job's [`JobDetail`] (`JobIDRaw`, the state as printed, `NodeList`, the whole
+    /// `AdminComment`): `fabric-check jobs` shows them, the report does not.
+    pub detail: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -65,6 +68,10 @@ struct Columns {
     /// `AllocGRES` (`gpu:4`, `gpu:a100:4(IDX:0-3)`), read where `AllocTRES` is absent.
     alloc_gres: Option<usize>,
     admin_comment: Option<usize>,
+    job_id_raw: Option<usize>,
+    nodelist: Option<usize>,
+    /// Fill [`JobRecord::detail`].
+    detail: bool,
 }
 
 /// The delimiter of a header line: the first character that cannot be part of a field name.
@@ -175,6 +182,9 @@ impl Columns {
             alloc_tres: find("alloctres"),
             alloc_gres: find("allocgres"),
             admin_comment: find("admincomment"),
+            job_id_raw: find("jobidraw"),
+            nodelist: find("nodelist"),
+            detail: false,
         })
     }
 
@@ -202,6 +212,20 @@ impl Columns {
         }
         out
     }
+}
+
+/// Whether the first header line of a `sacct -P` text (blank and `#` lines passed over) names
+/// `column` (case-insensitive); `false` for a text without a header.
+pub fn header_names(text: &str, column: &str) -> bool {
+    let Some(line) = text
+        .lines()
+        .find(|l| !l.trim().is_empty() && !l.starts_with('#'))
+    else {
+        return false;
+    };
+    let delim = header_delimiter(line).unwrap_or('|').to_string();
+    line.split(delim.as_str())
+        .any(|f| f.trim().eq_ignore_ascii_case(column))
 }
 
 /// GPUs from `AllocGRES` as older Slurm prints it: `gpu:4`, `gpu:a100:4`, `gpu:a100:4(IDX:0-3)`,
@@ -466,6 +490,14 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
         } else {
             tag_state(comment)
         },
+        detail: cols.detail.then(|| {
+            Box::new(JobDetail {
+                job_id_raw: get(cols.job_id_raw).to_string(),
+                state: f[cols.state].to_string(),
+                nodelist: get(cols.nodelist).to_string(),
+                admin_comment: comment.to_string(),
+            })
+        }),
     }))
 }
 
@@ -540,11 +572,12 @@ where
             break;
         }
     }
-    let cols = match given {
+    let mut cols = match given {
         Some(c) => c,
         None => Columns::from_header_with(header.trim_end_matches(['\n', '\r']), layout)
             .map_err(|m| text_err(line_no, m))?,
     };
+    cols.detail = layout.detail;
     let first_data_line = line_no + 1;
     let missing = cols.missing();
     let streamed = run(
