@@ -65,15 +65,9 @@ pub struct Args {
     sacct: PathBuf,
 }
 
-/// Unix seconds from the forms `--since`/`--until` take.
+/// Unix seconds from the forms `--since`/`--until` take ([`sacct_text::parse_when`]).
 fn parse_when(s: &str, flag: &str) -> anyhow::Result<i64> {
-    let full = match s.len() {
-        10 if s.as_bytes().get(4) == Some(&b'-') => format!("{s}T00:00:00"),
-        16 => format!("{s}:00"),
-        _ => s.to_string(),
-    };
-    sacct_text::parse_time(&full)
-        .map_err(|e| anyhow::anyhow!("{flag}: {e}; write YYYY-MM-DD[THH:MM[:SS]] or Unix seconds"))
+    sacct_text::parse_when(s, flag).map_err(anyhow::Error::msg)
 }
 
 /// The sacct arguments for `args`.
@@ -160,7 +154,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         ),
         None => (run_sacct(&args, &filter)?, "sacct".to_string()),
     };
-    let list = jobs::read(&text, &name, &filter)?;
+    let list = jobs::read(&text, &name, &filter).map_err(|e| match (e, &args.sacct_file) {
+        // A JSON error's byte offset, as the line of the file.
+        (jobs::JobsError::Input(e), Some(p)) if p.as_os_str() != "-" => {
+            jobs::JobsError::Input(e.with_line_from(p))
+        }
+        (e, _) => e,
+    })?;
     for w in list.notes.warnings() {
         tracing::warn!("{name}: {w}");
     }

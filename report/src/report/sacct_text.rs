@@ -287,6 +287,23 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("`{s}` is not a time (want Unix seconds or YYYY-MM-DDTHH:MM:SS)"))
 }
 
+/// A time a person gives on the command line (`--start`, `--since`): Unix seconds,
+/// `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM` or `YYYY-MM-DDTHH:MM:SS`, taken as UTC. The error is a whole
+/// sentence about `flag`: `--start `yesterday` is not a time: write ...`.
+pub fn parse_when(s: &str, flag: &str) -> Result<i64, String> {
+    let full = match s.len() {
+        10 if s.as_bytes().get(4) == Some(&b'-') => format!("{s}T00:00:00"),
+        16 => format!("{s}:00"),
+        _ => s.to_string(),
+    };
+    match parse_time(&full) {
+        Ok(t) if !s.trim().is_empty() && t > 0 => Ok(t),
+        _ => Err(format!(
+            "{flag} `{s}` is not a time: write YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] (UTC) or Unix seconds"
+        )),
+    }
+}
+
 /// `[D-]HH:MM:SS`, `MM:SS` or `MM:SS.mmm` to seconds.
 fn parse_elapsed(s: &str) -> Option<u64> {
     let (days, rest) = match s.split_once('-') {
