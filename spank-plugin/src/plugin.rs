@@ -495,7 +495,7 @@ fn remembered_step_request() -> Option<FabricMode> {
 /// ended and before slurmstepd reports the step complete, the job still running): on the step's
 /// first node (`S_JOB_NODEID` 0) of a checked job, when that node holds `fabric-run` records for
 /// the job, runs `fabric-check step-end`, which puts the node's run summary into the live tag.
-/// A step on several nodes ([`step_nodes`]) runs it on every node where the prolog made the
+/// A step on several nodes (its `SLURM_STEP_NODELIST`, checked) runs it on every node where the prolog made the
 /// job's spool folder, with the step's nodes: they meet at the first, which writes the summary
 /// of all of them.
 /// The batch script's step counts too (its end is the job's last live moment); the extern step
