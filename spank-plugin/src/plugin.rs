@@ -539,7 +539,13 @@ pub fn step_exit_in(
         host.debug("fabric-check: step end: no SLURMD_NODENAME in slurmstepd; left to the epilog");
         return Ok(());
     };
-    let nodes = match step_nodes(host, &node) {
+    // The batch script's step runs on the first node alone, whatever its environment says.
+    let several = if step_id == BATCH_STEP_ID {
+        None
+    } else {
+        step_nodes(host, &node)
+    };
+    let nodes = match several {
         // A step on several nodes: every node meets the first with its summary, so every node
         // where the prolog made the job's spool folder runs the child (a node without records
         // still tells the first node so, rather than leave it waiting).
@@ -1067,6 +1073,17 @@ mod tests {
             assert!(argv.contains(&format!("--nodes {list}")), "{argv}");
             assert!(argv.contains("--node n1"), "{argv}");
         }
+    }
+
+    #[test]
+    fn the_batch_scripts_end_stays_on_its_node_whatever_the_environment_lists() {
+        let h = FakeHost {
+            step_nodes: Some(("n[1-2]".into(), 2)),
+            ..step_host(Context::Remote, BATCH_STEP_ID, 0)
+        };
+        let (argv, log) = step_exit_with_child(&h, true, None);
+        let argv = argv.unwrap_or_else(|| panic!("no child: {log:?}"));
+        assert!(argv.contains("--nodes n1 "), "{argv}");
     }
 
     #[test]
