@@ -105,8 +105,44 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(err) => {
-            eprintln!("fabric-check: error: {err:#}");
+            eprintln!("fabric-check: error: {}", error_text(&err));
             std::process::exit(3);
         }
+    }
+}
+
+/// The error and its causes on one line, each said once: an error whose message already
+/// quotes its cause (`cannot read X: No such file or directory (os error 2); check ...`) is
+/// not followed by that cause again.
+fn error_text(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let said = cause.to_string();
+        if out.contains(said.as_str()) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&said);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::new(io).context("cannot read x.toml: No such file; check --cost");
+        assert_eq!(
+            error_text(&e),
+            "cannot read x.toml: No such file; check --cost"
+        );
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::new(io).context("cannot open x.txt");
+        assert_eq!(error_text(&e), "cannot open x.txt: No such file");
     }
 }

@@ -1,6 +1,6 @@
 //! Every nccl-tests layout reads to the same figures; broken inputs are named by file and line.
 
-use fabric_report::accept::{NcclRun, read_run};
+use fabric_report::accept::{NcclRun, read_runs};
 
 fn read(p: &str) -> (Option<NcclRun>, Vec<fabric_report::accept::Problem>) {
     let path = format!(
@@ -8,7 +8,9 @@ fn read(p: &str) -> (Option<NcclRun>, Vec<fabric_report::accept::Problem>) {
         env!("CARGO_MANIFEST_DIR")
     );
     let bytes = std::fs::read(&path).unwrap();
-    read_run(p, &String::from_utf8_lossy(&bytes))
+    let (mut runs, problems) = read_runs(p, &String::from_utf8_lossy(&bytes));
+    assert!(runs.len() <= 1, "{p} holds one run: {runs:?}");
+    (runs.pop(), problems)
 }
 
 fn clean(p: &str) -> NcclRun {
@@ -134,7 +136,7 @@ fn random_bytes_never_panic() {
             bytes.push(b"0123456789 .e+-#|{}[]\":,\nNA/sumfloatRankon"[(seed % 41) as usize]);
         }
         let text = String::from_utf8_lossy(&bytes);
-        let _ = read_run("fuzz", &text);
-        let _ = read_run("fuzz", &format!("{{{text}"));
+        let _ = read_runs("fuzz", &text);
+        let _ = read_runs("fuzz", &format!("{{{text}"));
     }
 }

@@ -253,3 +253,56 @@ fn an_output_without_admin_comment_is_refused_with_the_command_to_run() {
         "{err}"
     );
 }
+
+/// `fabric-check jobs --format json --sacct-file PATH` (a fixture of tests/fixtures/sacct).
+fn json_of(rel: &str) -> Vec<Value> {
+    let p = format!(
+        "{}/../tests/fixtures/sacct/{rel}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = Command::cargo_bin("fabric-check")
+        .unwrap()
+        .args(["jobs", "--format", "json", "--sacct-file", &p])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{rel}: {out:?}");
+    serde_json::from_slice::<Value>(&out.stdout)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn the_sacct_json_history_that_report_reads_gives_the_same_jobs_as_its_text_form() {
+    let text = json_of("generated/history.txt");
+    assert_eq!(text.len(), 60);
+    for rel in [
+        "generated/history-22.05.json",
+        "generated/history-v0.0.40.json",
+    ] {
+        let json = json_of(rel);
+        assert_eq!(json.len(), text.len(), "{rel}");
+        for (j, t) in json.iter().zip(&text) {
+            for key in ["job_id", "user", "partition", "verdict", "failing", "tag"] {
+                assert_eq!(j[key], t[key], "{rel}: job {} {key}", t["job_id"]);
+            }
+        }
+        // The JSON has the node list that this text capture lacks.
+        assert!(
+            json.iter()
+                .all(|j| !j["nodelist"].as_str().unwrap().is_empty())
+        );
+    }
+}
+
+#[test]
+fn a_job_id_that_is_not_one_is_refused_instead_of_matching_nothing() {
+    let (rc, out, err) = jobs(&["--job", "garbage"]);
+    assert_eq!(rc, 3, "{out}");
+    assert!(
+        err.contains("--job `garbage` is not a job id: write 123, 123_4"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "{out}");
+}

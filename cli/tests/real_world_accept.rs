@@ -8,7 +8,7 @@
 
 mod real_world_support;
 
-use fabric_report::accept::{NcclRun, Problem, read_run};
+use fabric_report::accept::{NcclRun, Problem, read_runs};
 use real_world_support::{file, run, text};
 use serde_json::Value;
 
@@ -191,7 +191,14 @@ fn every_usable_corpus_run_reads_its_collective_ranks_hosts_sizes_and_average() 
 }
 
 fn read(rel: &str) -> (Option<NcclRun>, Vec<Problem>) {
-    read_run(rel, &text(rel))
+    read_one(rel, &text(rel))
+}
+
+/// The one run a file holds (none when it holds no usable table).
+fn read_one(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
+    let (mut runs, problems) = read_runs(file, text);
+    assert!(runs.len() <= 1, "{file} holds one run: {runs:?}");
+    (runs.pop(), problems)
 }
 
 #[test]
@@ -317,7 +324,7 @@ fn azure_style_pci_domains_and_right_aligned_hostnames_read() {
     let with_table = format!(
         "{t}#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n   134217728      33554432     float     sum      -1   1000.0  134.22  246.07      0   1000.0  134.22  246.07      0\n"
     );
-    let (run, _) = read_run("generated", &with_table);
+    let (run, _) = read_one("generated", &with_table);
     let run = run.unwrap();
     assert_eq!(run.devices.len(), 12);
     assert_eq!(run.devices[4].host, "h100-2");
@@ -329,7 +336,7 @@ fn azure_style_pci_domains_and_right_aligned_hostnames_read() {
 // ---- generated: layouts the corpus lacks -------------------------------------------------
 
 fn gen_run(text: &str) -> (NcclRun, Vec<Problem>) {
-    let (run, problems) = read_run("generated", text);
+    let (run, problems) = read_one("generated", text);
     (run.unwrap_or_else(|| panic!("{problems:?}")), problems)
 }
 

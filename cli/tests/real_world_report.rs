@@ -400,6 +400,7 @@ fn hb() -> TextLayout {
     TextLayout {
         columns: Some(HB_COLUMNS.into()),
         delimiter: Some("☃".into()),
+        ..TextLayout::default()
     }
 }
 
@@ -490,6 +491,7 @@ fn hpc(partition: bool) -> TextLayout {
             HPC_COLUMNS.to_string()
         }),
         delimiter: None,
+        ..TextLayout::default()
     }
 }
 
@@ -721,6 +723,7 @@ fn a_missing_column_is_named_with_a_command_that_produces_it() {
     let layout = TextLayout {
         columns: Some("JobID,Start".into()),
         delimiter: None,
+        ..TextLayout::default()
     };
     let err = sacct_text::read_all_with(&b"1|2\n"[..], "t.txt", &layout)
         .unwrap_err()

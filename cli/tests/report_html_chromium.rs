@@ -148,11 +148,11 @@ fn the_html_report_charts_are_drawn_in_the_fabrics_colours_with_their_legends() 
     // What a reader sees named: captions, axes with units, every legend entry.
     for text in [
         "Cost breakdown per fabric (USD)",
-        "USD (thousands) over the window",
+        "k USD over the window",
         "compute_capacity",
         "fabric_operations",
         "Cost per accepted run over time (USD, per day)",
-        "USD (thousands) per accepted run",
+        "k USD per accepted run",
         "ib (window: ",
         "roce (window: ",
         "Step time per run (each run",

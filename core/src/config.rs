@@ -69,6 +69,10 @@ pub struct Threshold {
     pub warn_per_hour: Option<f64>,
     /// Fail when the increase exceeds this many per hour.
     pub fail_per_hour: Option<f64>,
+    /// The name is a counter of a driver this version does not list ([`known_counter_keys`]):
+    /// take it as written instead of refusing it as a misspelling.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub driver_specific: bool,
 }
 
 impl Threshold {
@@ -179,6 +183,97 @@ pub fn default_thresholds() -> BTreeMap<String, Threshold> {
     m.insert("tx_pause_storm_warning_events".into(), any_warns);
     m.insert("tx_pause_storm_error_events".into(), any_fails);
     m
+}
+
+/// A TOML error as one line: where (`line 3, column 1`), what, and for an unknown key the
+/// nearest known one (`did you mean `gpus`?`, [`crate::suggest::explain`]). Shared by every
+/// TOML reader (this file, the cost file, `accept`'s thresholds).
+pub fn toml_message(text: &str, e: &toml::de::Error) -> String {
+    let what = crate::suggest::explain(&e.message().trim().replace('\n', "; "));
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {what}")
+        }
+        None => what,
+    }
+}
+
+/// Every counter name a `[counters.<name>]` table may use: the threshold keys of the defaults,
+/// the IBA PortCounters files of `ports/<n>/counters/`, mlx5's `hw_counters`, and the threshold
+/// keys every driver's pause counters map to (`rx_prio_pause`, see [`crate::probe::pause`]).
+/// Another name is refused as a likely misspelling, with the nearest of these suggested, unless
+/// its table says `driver_specific = true`.
+pub fn known_counter_keys() -> std::collections::BTreeSet<String> {
+    const IBA: &[&str] = &[
+        "symbol_error",
+        "link_error_recovery",
+        "link_downed",
+        "port_rcv_errors",
+        "port_rcv_remote_physical_errors",
+        "port_rcv_switch_relay_errors",
+        "port_xmit_discards",
+        "port_xmit_constraint_errors",
+        "port_rcv_constraint_errors",
+        "local_link_integrity_errors",
+        "excessive_buffer_overrun_errors",
+        "VL15_dropped",
+        "port_xmit_data",
+        "port_rcv_data",
+        "port_xmit_packets",
+        "port_rcv_packets",
+        "unicast_rcv_packets",
+        "unicast_xmit_packets",
+        "multicast_rcv_packets",
+        "multicast_xmit_packets",
+        "port_xmit_wait",
+    ];
+    // mlx5 `hw_counters` (the kernel's mlx5 ib driver, `counters.c`).
+    const MLX5: &[&str] = &[
+        "out_of_buffer",
+        "out_of_sequence",
+        "duplicate_request",
+        "rnr_nak_retry_err",
+        "packet_seq_err",
+        "implied_nak_seq_err",
+        "local_ack_timeout_err",
+        "resp_local_length_error",
+        "resp_cqe_error",
+        "req_cqe_error",
+        "req_remote_invalid_request",
+        "req_remote_access_errors",
+        "resp_remote_access_errors",
+        "resp_cqe_flush_error",
+        "req_cqe_flush_error",
+        "req_rnr_retries_exceeded",
+        "req_transport_retries_exceeded",
+        "roce_adp_retrans",
+        "roce_adp_retrans_to",
+        "roce_slow_restart",
+        "roce_slow_restart_cnps",
+        "roce_slow_restart_trans",
+        "rp_cnp_ignored",
+        "rp_cnp_handled",
+        "np_ecn_marked_roce_packets",
+        "np_cnp_sent",
+        "rx_icrc_encapsulated",
+        "rx_write_requests",
+        "rx_read_requests",
+        "rx_atomic_requests",
+        "rx_dct_connect",
+    ];
+    let mut keys: std::collections::BTreeSet<String> = default_thresholds().into_keys().collect();
+    keys.extend(IBA.iter().chain(MLX5).map(|k| k.to_string()));
+    for d in ["rx", "tx"] {
+        for p in ["", "prio_"] {
+            for what in ["pause", "pause_duration", "pause_transition"] {
+                keys.insert(format!("{d}_{p}{what}"));
+            }
+        }
+    }
+    keys
 }
 
 /// `[bom]`: the pinned bill of materials that `bom.drift` compares with.
@@ -326,7 +421,7 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string().trim().replace('\n', " "),
+            message: toml_message(text, &e),
         })?;
         cfg.validate(path)?;
         Ok(cfg)
@@ -379,7 +474,17 @@ impl Config {
             .counters
             .iter()
             .chain(self.nodes.iter().flat_map(|n| n.counters.iter()));
+        let known = known_counter_keys();
         for (name, t) in thresholds {
+            if !t.driver_specific && !known.contains(name) {
+                let hint = match crate::suggest::nearest(name, known.iter().map(String::as_str)) {
+                    Some(k) => format!("did you mean `{k}`? "),
+                    None => String::new(),
+                };
+                return Err(value(format!(
+                    "[counters.{name}]: no counter of that name is known, so this threshold would judge nothing; {hint}(a counter of a driver this version does not list: add `driver_specific = true` to the table; docs/checks.md lists the known names)"
+                )));
+            }
             for r in [t.warn_per_hour, t.fail_per_hour].into_iter().flatten() {
                 if r.is_nan() || r < 0.0 {
                     return Err(value(format!(
@@ -489,6 +594,48 @@ mod tests {
     fn unknown_keys_are_refused_with_the_key_named() {
         let err = parse("[[node]]\nmatch = \"n1\"\ngpu = 8\n").unwrap_err();
         assert!(err.to_string().contains("gpu"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_key_is_refused_with_the_nearest_known_key_suggested() {
+        let err = parse("[[node]]\nmatch = \"n1\"\ngpu = 8\n").unwrap_err();
+        assert!(err.to_string().contains("did you mean `gpus`?"), "{err}");
+        let err = parse("[bom]\ndrift_severty = \"fail\"\n").unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean `drift_severity`?"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_misspelt_counter_name_is_refused_with_the_name_meant() {
+        let err = parse("[counters.symbol_eror]\nfail_per_hour = 10.0\n").unwrap_err();
+        let m = err.to_string();
+        assert!(
+            m.starts_with(
+                "config test.toml: [counters.symbol_eror]: no counter of that name is known"
+            ),
+            "{m}"
+        );
+        assert!(m.contains("did you mean `symbol_error`?"), "{m}");
+        let err = parse("[[node]]\nmatch = \"n1\"\n[node.counters.rx_prio_pase]\nwarn_delta = 1\n")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("did you mean `rx_prio_pause`?"),
+            "{err}"
+        );
+        // Every default, every pause key and a named hfi1 counter read.
+        let cfg = parse(
+            "[counters.rx_pause_duration]\nwarn_delta = 1\n[counters.port_xmit_wait]\nwarn_delta = 1\n[counters.RcvHdrOvr0]\nwarn_delta = 1\ndriver_specific = true\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.for_node("n1").thresholds["RcvHdrOvr0"].warn_delta,
+            Some(1)
+        );
+        for k in default_thresholds().keys() {
+            assert!(known_counter_keys().contains(k), "{k}");
+        }
     }
 
     #[test]

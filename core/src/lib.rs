@@ -49,5 +49,5 @@ pub mod tag_ledger;
 pub mod testing;
 
 pub use fabric_proto::{
-    check_id, fabric_option, hostlist, invocation, job_state, plugin_args, tag, verdict,
+    check_id, fabric_option, hostlist, invocation, job_state, plugin_args, suggest, tag, verdict,
 };

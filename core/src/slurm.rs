@@ -119,6 +119,20 @@ pub enum SlurmError {
         /// Why.
         reason: String,
     },
+    /// A call fabric-check never makes: a write of the job's `Comment` field, which belongs to
+    /// the user and to other tools (their policy lives there; docs/operations.md).
+    #[error("{command}: refused: fabric-check never writes a job's Comment field")]
+    CommentWrite {
+        /// The command.
+        command: String,
+    },
+}
+
+/// Whether an argument of `scontrol update` or `sacctmgr modify ... set` writes the job's
+/// `Comment` field (not `AdminComment`, not `SystemComment`): `Comment=...`, any case.
+pub fn writes_comment_field(arg: &str) -> bool {
+    arg.split_once('=')
+        .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("comment"))
 }
 
 /// One node as `sinfo` reports it.
@@ -182,6 +196,11 @@ impl SlurmCli {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Result<String, SlurmError> {
+        if args.iter().any(|a| writes_comment_field(a)) {
+            return Err(SlurmError::CommentWrite {
+                command: program.to_owned(),
+            });
+        }
         let limit = self
             .deadline
             .map_or(self.timeout, |d| d.limit(self.timeout));
@@ -554,6 +573,38 @@ mod tests {
       {"admin_comment":"het0","array_job_id":0,"array_task_id":null,"job_id":9,"het_job_id":9,"het_job_offset":0},
       {"admin_comment":"","array_job_id":0,"array_task_id":null,"job_id":10,"het_job_id":9,"het_job_offset":1},
       {"admin_comment":"","array_job_id":8,"array_task_id":1,"job_id":11,"het_job_id":0,"het_job_offset":0}]}"#;
+
+    #[test]
+    fn a_write_of_the_comment_field_is_refused_before_any_program_runs() {
+        // A folder without any Slurm program: a call that got as far as spawning would fail
+        // differently.
+        let dir = std::env::temp_dir().join("fabric-check-no-slurm-here");
+        let cli = SlurmCli {
+            bin_dir: dir,
+            ..SlurmCli::default()
+        };
+        for args in [
+            ["update", "JobId=7", "Comment=policy"].as_slice(),
+            [
+                "-i",
+                "modify",
+                "job",
+                "where",
+                "jobid=7",
+                "set",
+                "comment=x",
+            ]
+            .as_slice(),
+        ] {
+            let err = cli.run("scontrol", args).unwrap_err();
+            assert!(matches!(err, SlurmError::CommentWrite { .. }), "{err}");
+        }
+        assert!(writes_comment_field("Comment=x"));
+        assert!(writes_comment_field(" COMMENT =x"));
+        assert!(!writes_comment_field("AdminComment=Comment=x"));
+        assert!(!writes_comment_field("SystemComment=x"));
+        assert!(!writes_comment_field("JobID,State,End,AdminComment"));
+    }
 
     #[test]
     fn the_json_record_of_the_job_gives_its_true_comment_whatever_its_name_says() {

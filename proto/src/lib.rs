@@ -17,6 +17,7 @@
 //! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment`, and the run summary |
 //! | [`record`] | `fabric-run` JSON-lines records and their writer |
 //! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
+//! | [`suggest`] | the known name nearest to a misspelt one ("did you mean") for every configuration reader |
 
 pub mod check_id;
 pub mod fabric_option;
@@ -25,5 +26,6 @@ pub mod invocation;
 pub mod job_state;
 pub mod plugin_args;
 pub mod record;
+pub mod suggest;
 pub mod tag;
 pub mod verdict;

@@ -143,7 +143,12 @@ pub const MAX_TIMEOUT_S: u64 = 600;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ArgProblem {
     /// A key the plugin does not know.
-    #[error("unknown plugin argument {key:?}: known keys are {known}", known = KNOWN_KEYS.join(", "))]
+    #[error(
+        "unknown plugin argument {key:?}{hint}: known keys are {known}",
+        hint = crate::suggest::nearest(key, KNOWN_KEYS.iter().copied())
+            .map_or(String::new(), |k| format!(" (did you mean {k}?)")),
+        known = KNOWN_KEYS.join(", ")
+    )]
     Unknown {
         /// The key as written.
         key: String,
@@ -421,6 +426,13 @@ mod tests {
             }]
         );
         assert!(problems[0].to_string().contains("\"timout\""));
+        assert!(
+            problems[0]
+                .to_string()
+                .contains("\"timout\" (did you mean timeout?)"),
+            "{}",
+            problems[0]
+        );
         assert_eq!(args.mode, JobMode::Always);
         assert_eq!(args.timeout, PluginArgs::default().timeout);
     }

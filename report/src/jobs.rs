@@ -2,7 +2,8 @@
 //! from `sacct -X -P` with its tag decoded.
 //!
 //! The input is `sacct -X -P -o` [`FIELDS`] (with its header; columns are found by name, so any
-//! order and any subset that has `JobID`, `State` and `AdminComment` reads). Every job's
+//! order and any subset that has `JobID`, `State` and `AdminComment` reads) or the
+//! `sacct --json` history that `report` reads: both go through the report's readers. Every job's
 //! `AdminComment` is decoded with the tag module's entry point ([`fabric_core::tag::extract`]),
 //! so whatever forms it reads (the JSON written live, the backtick form `sacctmgr` leaves) this
 //! reads too. Array tasks (`123_4`, a pending `123_[1-9]`) and heterogeneous components
@@ -14,7 +15,8 @@ use serde::Serialize;
 use fabric_core::hostlist::Hostlist;
 use fabric_core::tag::{JobTag, Verdict, extract};
 
-use crate::report::sacct_text::{parse_time, utc_text};
+use crate::report::sacct_text::utc_text;
+use crate::report::{InputNotes, JobRecord, ReportError, sacct_json, sacct_text};
 
 /// The `--format` list `fabric-check jobs` asks sacct for (AdminComment last: other tools'
 /// free text there may hold the delimiter, and extra fields are joined back into it).
@@ -42,6 +44,9 @@ pub enum JobsError {
         /// The input's name.
         source_name: String,
     },
+    /// The input is not sacct output the readers accept (the message names where and why).
+    #[error(transparent)]
+    Input(#[from] ReportError),
 }
 
 /// How a job id is composed.
@@ -264,119 +269,63 @@ pub struct JobList {
     pub untagged: u64,
     /// Kept jobs whose segment does not decode.
     pub unreadable: u64,
-    /// Lines that could not be read: `(line, why)`.
-    pub skipped: Vec<(u64, String)>,
+    /// What reading the input left out, padded or counted once (see [`InputNotes`]).
+    #[serde(skip)]
+    pub notes: InputNotes,
 }
 
-struct Cols {
-    n: usize,
-    job_id: usize,
-    job_id_raw: Option<usize>,
-    user: Option<usize>,
-    partition: Option<usize>,
-    state: usize,
-    start: Option<usize>,
-    end: Option<usize>,
-    elapsed_raw: Option<usize>,
-    nnodes: Option<usize>,
-    nodelist: Option<usize>,
-    admin_comment: usize,
-}
-
-/// Reads `sacct -X -P` text (with its header) and keeps the jobs `filter` passes. Steps
-/// (`123.batch`) are passed over; a line that cannot be read is skipped and listed.
+/// Reads `sacct -X -P` text (with its header) or `sacct --json` output, through the report's
+/// readers (so `jobs` and `report` read the same inputs, with the same leniency and the same
+/// duplicate check), and keeps the jobs `filter` passes. Steps (`123.batch`) are passed over;
+/// a text line that cannot be read is skipped and noted.
 pub fn read(text: &str, source_name: &str, filter: &JobFilter) -> Result<JobList, JobsError> {
-    let mut lines = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty() && !l.starts_with('#'));
-    let (_, header) = lines.next().ok_or_else(|| JobsError::Empty {
+    let empty = || JobsError::Empty {
         source_name: source_name.to_string(),
-    })?;
-    let mut names: Vec<String> = header
-        .split('|')
-        .map(|s| s.trim().to_ascii_lowercase())
-        .collect();
-    if names.len() > 1 && names.last().is_some_and(String::is_empty) {
-        names.pop();
+    };
+    let body = text.trim_start();
+    if body.is_empty()
+        || text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.starts_with('#'))
+    {
+        return Err(empty());
     }
-    let find = |n: &str| names.iter().position(|x| x == n);
-    let need = |n: &'static str| {
-        find(&n.to_ascii_lowercase()).ok_or_else(|| JobsError::MissingColumn {
-            source_name: source_name.to_string(),
-            column: n,
-        })
+    let (records, notes) = if body.starts_with('{') {
+        sacct_json::read_all_detailed(text.as_bytes(), source_name)?
+    } else {
+        if !sacct_text::header_names(text, "AdminComment") {
+            return Err(JobsError::MissingColumn {
+                source_name: source_name.to_string(),
+                column: "AdminComment",
+            });
+        }
+        let layout = sacct_text::TextLayout {
+            detail: true,
+            ..sacct_text::TextLayout::default()
+        };
+        sacct_text::read_all_noting(text.as_bytes(), source_name, &layout)?
     };
-    let cols = Cols {
-        n: names.len(),
-        job_id: need("JobID")?,
-        job_id_raw: find("jobidraw"),
-        user: find("user"),
-        partition: find("partition"),
-        state: need("State")?,
-        start: find("start"),
-        end: find("end"),
-        elapsed_raw: find("elapsedraw"),
-        nnodes: find("nnodes"),
-        nodelist: find("nodelist"),
-        admin_comment: need("AdminComment")?,
+    let mut out = JobList {
+        notes,
+        ..JobList::default()
     };
-    let mut out = JobList::default();
-    for (i, line) in lines {
-        let line = line.trim_end_matches('\r');
-        match row(&cols, line) {
-            Ok(None) => {}
-            Ok(Some(r)) => {
-                if filter.keep(&r) {
-                    match r.tag_status {
-                        "untagged" => out.untagged += 1,
-                        "unreadable" => out.unreadable += 1,
-                        _ => {}
-                    }
-                    out.jobs.push(r);
-                }
+    for rec in records {
+        let r = row(rec);
+        if filter.keep(&r) {
+            match r.tag_status {
+                "untagged" => out.untagged += 1,
+                "unreadable" => out.unreadable += 1,
+                _ => {}
             }
-            Err(why) => out.skipped.push((i as u64 + 1, why)),
+            out.jobs.push(r);
         }
     }
     Ok(out)
 }
 
-fn row(c: &Cols, line: &str) -> Result<Option<JobRow>, String> {
-    let mut f: Vec<&str> = line.split('|').collect();
-    // `--parsable` ends every line with the delimiter.
-    if f.len() == c.n + 1 && f.last() == Some(&"") && c.admin_comment != c.n - 1 {
-        f.pop();
-    }
-    if f.len() > c.n && c.admin_comment == c.n - 1 {
-        let start = line
-            .match_indices('|')
-            .nth(c.n - 2)
-            .map_or(0, |(i, _)| i + 1);
-        f.truncate(c.n - 1);
-        f.push(&line[start..]);
-    }
-    if f.len() != c.n {
-        return Err(format!(
-            "{} fields where the header has {}; was the output cut or mixed with other text?",
-            f.len(),
-            c.n
-        ));
-    }
-    let job_id = f[c.job_id];
-    if job_id.contains('.') {
-        return Ok(None);
-    }
-    if job_id.is_empty() {
-        return Err("the JobID field is empty".into());
-    }
-    let get = |i: Option<usize>| i.map_or("", |i| f[i]);
-    let time = |i: Option<usize>, name: &str| -> Result<Option<i64>, String> {
-        let t = parse_time(get(i)).map_err(|e| format!("{name}: {e}"))?;
-        Ok((t > 0).then_some(t))
-    };
-    let comment = f[c.admin_comment];
-    let (tag_status, tag, tag_error) = match extract(comment) {
+fn row(rec: JobRecord) -> JobRow {
+    let detail = rec.detail.map(|d| *d).unwrap_or_default();
+    let (tag_status, tag, tag_error) = match extract(&detail.admin_comment) {
         None => ("untagged", None, None),
         Some(Ok(t)) => ("tagged", Some(t), None),
         Some(Err(e)) => ("unreadable", None, Some(e.to_string())),
@@ -420,18 +369,19 @@ fn row(c: &Cols, line: &str) -> Result<Option<JobRow>, String> {
         }
         None => (None, Vec::new(), Vec::new()),
     };
-    Ok(Some(JobRow {
-        job_id: job_id.to_string(),
-        job_id_raw: c.job_id_raw.map(|i| f[i].to_string()),
-        id: JobId::parse(job_id),
-        user: get(c.user).to_string(),
-        partition: get(c.partition).to_string(),
-        state: f[c.state].to_string(),
-        start_s: time(c.start, "Start")?,
-        end_s: time(c.end, "End")?,
-        elapsed_s: get(c.elapsed_raw).parse().ok(),
-        nnodes: get(c.nnodes).parse().ok(),
-        nodelist: get(c.nodelist).to_string(),
+    let set = |t: i64| (t > 0).then_some(t);
+    JobRow {
+        id: JobId::parse(&rec.job_id),
+        job_id: rec.job_id,
+        job_id_raw: (!detail.job_id_raw.is_empty()).then_some(detail.job_id_raw),
+        user: rec.user,
+        partition: rec.partition,
+        state: detail.state,
+        start_s: set(rec.start_s),
+        end_s: set(rec.end_s),
+        elapsed_s: Some(rec.elapsed_s),
+        nnodes: Some(rec.nnodes),
+        nodelist: detail.nodelist,
         verdict,
         failing,
         drained,
@@ -439,7 +389,7 @@ fn row(c: &Cols, line: &str) -> Result<Option<JobRow>, String> {
         tag_status,
         tag_error,
         tag,
-    }))
+    }
 }
 
 /// The headings of the table and CSV forms.

@@ -206,6 +206,40 @@ impl Host for SlurmHost {
         (rc == sys::ESPANK_SUCCESS).then_some(id)
     }
 
+    fn step_nnodes(&self) -> Option<u32> {
+        let mut n: u32 = 0;
+        // SAFETY: S_JOB_NNODES takes one `uint32_t *` (spank.h).
+        let rc = unsafe {
+            sys::spank_get_item(self.sp, sys::spank_item_S_JOB_NNODES, &mut n as *mut u32)
+        };
+        (rc == sys::ESPANK_SUCCESS).then_some(n)
+    }
+
+    fn job_env(&self, name: &str) -> Option<String> {
+        let var = CString::new(name).ok()?;
+        // A node list of thousands of nodes in Slurm's compressed form fits; a longer value
+        // (ESPANK_NOSPACE) is not used.
+        let mut buf = vec![0u8; 64 * 1024];
+        let len = c_int::try_from(buf.len()).ok()?;
+        // SAFETY: `var` is NUL-terminated and outlives the call; `buf` is `len` writable bytes
+        // that spank_getenv fills with a NUL-terminated value when it fits (spank.h:
+        // `spank_getenv(spank_t, const char *var, char *buf, int len)`).
+        let rc = unsafe {
+            sys::spank_getenv(
+                self.sp,
+                var.as_ptr(),
+                buf.as_mut_ptr().cast::<c_char>(),
+                len,
+            )
+        };
+        if rc != sys::ESPANK_SUCCESS {
+            return None;
+        }
+        let end = buf.iter().position(|b| *b == 0)?;
+        buf.truncate(end);
+        String::from_utf8(buf).ok()
+    }
+
     fn can_prepend_task_argv(&self) -> bool {
         prepend_fn().is_some()
     }

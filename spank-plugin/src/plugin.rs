@@ -73,6 +73,15 @@ pub trait Host {
     fn node_id(&self) -> Option<u32> {
         None
     }
+    /// The step's node count (`S_JOB_NNODES`), in slurmstepd.
+    fn step_nnodes(&self) -> Option<u32> {
+        None
+    }
+    /// A variable of the job's environment (`spank_getenv`, remote context). The job's user
+    /// sets that environment: what it says is hostile and is checked against what Slurm says.
+    fn job_env(&self, _name: &str) -> Option<String> {
+        None
+    }
     /// Whether the host offers `spank_prepend_task_argv` (Slurm 23.11 and newer), found at run
     /// time: referencing it at link time would stop the plugin loading on older Slurm.
     fn can_prepend_task_argv(&self) -> bool {
@@ -486,6 +495,9 @@ fn remembered_step_request() -> Option<FabricMode> {
 /// ended and before slurmstepd reports the step complete, the job still running): on the step's
 /// first node (`S_JOB_NODEID` 0) of a checked job, when that node holds `fabric-run` records for
 /// the job, runs `fabric-check step-end`, which puts the node's run summary into the live tag.
+/// A step on several nodes (its `SLURM_STEP_NODELIST`, checked) runs it on every node where the prolog made the
+/// job's spool folder, with the step's nodes: they meet at the first, which writes the summary
+/// of all of them.
 /// The batch script's step counts too (its end is the job's last live moment); the extern step
 /// (it ends with the job) and a step without records spawn nothing and make no Slurm call.
 /// Never fails the step: what goes wrong is logged.
@@ -546,21 +558,45 @@ pub fn step_exit_in(
         return Ok(());
     };
     let counted = step_id < FIRST_SPECIAL_STEP_ID || step_id == BATCH_STEP_ID;
-    if !counted || host.node_id() != Some(0) {
+    if !counted {
         return Ok(());
     }
     let Some(node) = env.node.clone() else {
         host.debug("fabric-check: step end: no SLURMD_NODENAME in slurmstepd; left to the epilog");
         return Ok(());
     };
-    // The cheap test first: no records file of this node, no child and no Slurm call.
-    if !records_present(&args.spool_dir, &job_id.to_string(), &node) {
-        return Ok(());
-    }
+    // The batch script's step runs on the first node alone, whatever its environment says.
+    let several = if step_id == BATCH_STEP_ID {
+        None
+    } else {
+        step_nodes(host, &node)
+    };
+    let nodes = match several {
+        // A step on several nodes: every node meets the first with its summary, so every node
+        // where the prolog made the job's spool folder runs the child (a node without records
+        // still tells the first node so, rather than leave it waiting).
+        Some(list) => {
+            let folder = args.spool_dir.join(job_id.to_string());
+            if std::fs::symlink_metadata(folder).is_err() {
+                return Ok(());
+            }
+            list
+        }
+        None => {
+            if host.node_id() != Some(0) {
+                return Ok(());
+            }
+            // The cheap test first: no records file of this node, no child and no Slurm call.
+            if !records_present(&args.spool_dir, &job_id.to_string(), &node) {
+                return Ok(());
+            }
+            node.clone()
+        }
+    };
     let child_args = Invocation {
         script: Script::StepEnd,
         job_id,
-        nodes: node.clone(),
+        nodes,
         node: node.clone(),
         option: asked.unwrap_or(FabricMode::Quick),
         job_uid: host.job_uid(),
@@ -587,6 +623,36 @@ pub fn step_exit_in(
     Ok(())
 }
 
+/// The most nodes a step's end meets across (a larger step leaves its summary to the epilog).
+const MAX_STEP_NODES: usize = 4096;
+
+/// The step's nodes when it runs on several, as a hostlist, or `None` (one node, or what the
+/// job's environment says does not agree with Slurm). `SLURM_STEP_NODELIST` comes from the
+/// job's environment, which its user controls: it is believed only when it names exactly
+/// `S_JOB_NNODES` nodes and this node at its `S_JOB_NODEID`. A lie could then only misdirect
+/// the job's own step-end meeting (MUNGE-authenticated as root, bounded by `timeout=`), whose
+/// result is the job's own reported summary.
+fn step_nodes(host: &dyn Host, node: &str) -> Option<String> {
+    let list = host.job_env("SLURM_STEP_NODELIST")?;
+    let names = fabric_proto::hostlist::Hostlist::parse(&list)
+        .ok()?
+        .expand()
+        .ok()?;
+    let (count, id) = (host.step_nnodes()?, host.node_id()?);
+    let fits = names.len() >= 2
+        && names.len() <= MAX_STEP_NODES
+        && names.len() == count as usize
+        && names.get(id as usize).map(String::as_str) == Some(node);
+    if !fits {
+        host.debug(&format!(
+            "fabric-check: step end: SLURM_STEP_NODELIST does not match the step ({} nodes, this node {id}); the first node's summary only",
+            count
+        ));
+        return None;
+    }
+    Some(list)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -603,6 +669,7 @@ mod tests {
         prepend: bool,
         prepended: RefCell<Vec<Vec<String>>>,
         env: RefCell<Vec<(String, String)>>,
+        step_nodes: Option<(String, u32)>,
     }
 
     impl Host for FakeHost {
@@ -647,6 +714,14 @@ mod tests {
         fn setenv(&self, name: &str, value: &str) -> Result<(), String> {
             self.env.borrow_mut().push((name.into(), value.into()));
             Ok(())
+        }
+        fn step_nnodes(&self) -> Option<u32> {
+            self.step_nodes.as_ref().map(|(_, n)| *n)
+        }
+        fn job_env(&self, name: &str) -> Option<String> {
+            (name == "SLURM_STEP_NODELIST")
+                .then(|| self.step_nodes.as_ref().map(|(l, _)| l.clone()))
+                .flatten()
         }
     }
 
@@ -1016,6 +1091,61 @@ mod tests {
             let (argv, log) = step_exit_with_child(&h, records, None);
             assert_eq!(argv, None, "{why}: {log:?}");
         }
+    }
+
+    #[test]
+    fn every_node_of_a_multi_node_step_runs_step_end_with_the_steps_nodes_records_or_not() {
+        // The stand-in's node is n1: first of n[1-2], second of n[0-1].
+        for (list, node_id, records) in [
+            ("n[1-2]", 0, true),
+            ("n[0-1]", 1, false),
+            ("n[0-1]", 1, true),
+        ] {
+            let h = FakeHost {
+                step_nodes: Some((list.into(), 2)),
+                ..step_host(Context::Remote, 3, node_id)
+            };
+            let (argv, log) = step_exit_with_child(&h, records, None);
+            let argv = argv.unwrap_or_else(|| panic!("no child on node {node_id}: {log:?}"));
+            assert!(argv.contains(&format!("--nodes {list}")), "{argv}");
+            assert!(argv.contains("--node n1"), "{argv}");
+        }
+    }
+
+    #[test]
+    fn the_batch_scripts_end_stays_on_its_node_whatever_the_environment_lists() {
+        let h = FakeHost {
+            step_nodes: Some(("n[1-2]".into(), 2)),
+            ..step_host(Context::Remote, BATCH_STEP_ID, 0)
+        };
+        let (argv, log) = step_exit_with_child(&h, true, None);
+        let argv = argv.unwrap_or_else(|| panic!("no child: {log:?}"));
+        assert!(argv.contains("--nodes n1 "), "{argv}");
+    }
+
+    #[test]
+    fn a_step_node_list_that_disagrees_with_slurm_is_not_believed() {
+        for (list, count, why) in [
+            ("n[1-3]", 2, "three names for two nodes"),
+            ("n[5-6]", 2, "this node is not in it"),
+            ("n[1-2]", 2, "this node at another index"),
+            ("n[1-2", 2, "not a hostlist"),
+        ] {
+            // This node is n1 at index 1.
+            let h = FakeHost {
+                step_nodes: Some((list.into(), count)),
+                ..step_host(Context::Remote, 3, 1)
+            };
+            let (argv, log) = step_exit_with_child(&h, true, None);
+            assert_eq!(argv, None, "{why}: {log:?}");
+        }
+        // At index 0 a disbelieved list falls back to this node alone.
+        let h = FakeHost {
+            step_nodes: Some(("n[1-3]".into(), 2)),
+            ..step_host(Context::Remote, 3, 0)
+        };
+        let (argv, _) = step_exit_with_child(&h, true, None);
+        assert!(argv.unwrap().contains("--nodes n1 "));
     }
 
     #[test]

@@ -10,13 +10,14 @@ use anyhow::Context;
 use fabric_report::accept::analyse::{Inputs, analyse};
 use fabric_report::accept::render::render_accept;
 use fabric_report::accept::thresholds::Thresholds;
-use fabric_report::accept::{Problem, bom, read_run};
+use fabric_report::accept::{Problem, bom, read_runs};
 use fabric_report::report::render::Format;
 
 /// Arguments of `fabric-check accept`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// nccl-tests outputs: stdout text or `-J` JSON, one file per run (repeat runs for variation).
+    /// nccl-tests outputs: stdout text or `-J` JSON (repeat runs for variation; a log holding
+    /// several invocations gives one run per invocation).
     #[arg(required = true)]
     results: Vec<PathBuf>,
     /// Pinned BOM of a node (JSON); repeat for every node.
@@ -74,9 +75,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     };
     for p in &args.results {
         if let Some(text) = read_text(p, &mut inp.problems) {
-            let (run, problems) = read_run(&p.display().to_string(), &text);
+            let (runs, problems) = read_runs(&p.display().to_string(), &text);
             inp.problems.extend(problems);
-            inp.runs.extend(run);
+            inp.runs.extend(runs);
         }
     }
     for (paths, into_probes) in [(&args.bom, false), (&args.probe, true)] {

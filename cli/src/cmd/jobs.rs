@@ -7,7 +7,7 @@
 //! the array/het leader (`-j 123`) and the exact id (`123_4`, `123+1`) is kept afterwards, so a
 //! sibling never stands in for the job asked about.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -56,7 +56,8 @@ pub struct Args {
     /// Output form.
     #[arg(long, short, value_enum, default_value = "table")]
     format: Format,
-    /// Read this saved `sacct -X -P -o <FIELDS>` output (`-` for stdin) instead of running sacct.
+    /// Read this saved `sacct -X -P -o <FIELDS>` output, or the `sacct --json` history that
+    /// `report` reads (`-` for stdin), instead of running sacct.
     #[arg(long, value_name = "FILE")]
     sacct_file: Option<PathBuf>,
     /// The sacct binary to run (absolute path).
@@ -64,15 +65,9 @@ pub struct Args {
     sacct: PathBuf,
 }
 
-/// Unix seconds from the forms `--since`/`--until` take.
+/// Unix seconds from the forms `--since`/`--until` take ([`sacct_text::parse_when`]).
 fn parse_when(s: &str, flag: &str) -> anyhow::Result<i64> {
-    let full = match s.len() {
-        10 if s.as_bytes().get(4) == Some(&b'-') => format!("{s}T00:00:00"),
-        16 => format!("{s}:00"),
-        _ => s.to_string(),
-    };
-    sacct_text::parse_time(&full)
-        .map_err(|e| anyhow::anyhow!("{flag}: {e}; write YYYY-MM-DD[THH:MM[:SS]] or Unix seconds"))
+    sacct_text::parse_when(s, flag).map_err(anyhow::Error::msg)
 }
 
 /// The sacct arguments for `args`.
@@ -132,6 +127,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     {
         bail!("--until must be after --since");
     }
+    for j in &args.job {
+        if JobId::parse(j).base().is_none() {
+            bail!(
+                "--job `{j}` is not a job id: write 123, 123_4 (an array task) or 123+1 (a het component)"
+            );
+        }
+    }
     let filter = JobFilter {
         since_s,
         until_s,
@@ -142,30 +144,25 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         verdicts: args.verdict.clone(),
     };
     let (text, name) = match &args.sacct_file {
-        Some(p) if p.as_os_str() == "-" => {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .context("cannot read stdin")?;
-            (s, "stdin".to_string())
-        }
+        Some(p) if p.as_os_str() == "-" => (
+            super::input::read_text(p, "--sacct-file")?,
+            "stdin".to_string(),
+        ),
         Some(p) => (
-            std::fs::read_to_string(p).with_context(|| {
-                format!("cannot read {}; check the --sacct-file path", p.display())
-            })?,
+            super::input::read_text(p, "--sacct-file")?,
             p.display().to_string(),
         ),
         None => (run_sacct(&args, &filter)?, "sacct".to_string()),
     };
-    let list = jobs::read(&text, &name, &filter)?;
-    for (line, why) in list.skipped.iter().take(fabric_report::report::NAMED) {
-        tracing::warn!("{name}:{line}: skipped: {why}");
-    }
-    if list.skipped.len() > fabric_report::report::NAMED {
-        tracing::warn!(
-            "{name}: {} more lines skipped",
-            list.skipped.len() - fabric_report::report::NAMED
-        );
+    let list = jobs::read(&text, &name, &filter).map_err(|e| match (e, &args.sacct_file) {
+        // A JSON error's byte offset, as the line of the file.
+        (jobs::JobsError::Input(e), Some(p)) if p.as_os_str() != "-" => {
+            jobs::JobsError::Input(e.with_line_from(p))
+        }
+        (e, _) => e,
+    })?;
+    for w in list.notes.warnings() {
+        tracing::warn!("{name}: {w}");
     }
     let out = match args.format {
         Format::Table => jobs::to_table(&list),

@@ -72,16 +72,9 @@ struct Filters {
     user: Option<String>,
 }
 
-/// Unix seconds from `1700000000`, `2024-05-01`, `2024-05-01T10:00` or `2024-05-01T10:00:00`.
-fn parse_when(s: &str) -> anyhow::Result<i64> {
-    let full = match s.len() {
-        10 if s.as_bytes()[4] == b'-' => format!("{s}T00:00:00"),
-        16 => format!("{s}:00"),
-        _ => s.to_string(),
-    };
-    sacct_text::parse_time(&full).map_err(|e| {
-        anyhow::anyhow!("{e}; write --start/--end as YYYY-MM-DD[THH:MM[:SS]] or Unix seconds")
-    })
+/// Unix seconds from `--start`/`--end` ([`sacct_text::parse_when`]).
+fn parse_when(s: &str, flag: &str) -> anyhow::Result<i64> {
+    sacct_text::parse_when(s, flag).map_err(anyhow::Error::msg)
 }
 
 fn in_list(list: &Option<String>, v: &str) -> bool {
@@ -94,16 +87,27 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         Some(p) => Some(CostFile::load(p)?),
         None => None,
     };
-    let window = match (&args.filters.start, &args.filters.end) {
+    let when =
+        |s: &Option<String>, flag: &str| s.as_deref().map(|s| parse_when(s, flag)).transpose();
+    let (start, end) = (
+        when(&args.filters.start, "--start")?,
+        when(&args.filters.end, "--end")?,
+    );
+    let window = match (start, end) {
         (Some(a), Some(b)) => {
-            let (a, b) = (parse_when(a)?, parse_when(b)?);
             if b <= a {
                 bail!("--end must be after --start");
             }
             Some((a, b))
         }
+        (Some(_), None) | (None, Some(_)) if args.input.is_some() => bail!(
+            "give both --start and --end with --input: the window the report covers (without --input they are sacct's -S and -E)"
+        ),
         _ => None,
     };
+    if args.threads.is_some_and(|t| t == 0 || t > 1024) {
+        bail!("--threads must be between 1 and 1024");
+    }
     let opts = Options {
         group_by: args.group_by,
         window,
@@ -124,21 +128,18 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     let (streamed, source) = match &args.input {
         Some(path) => {
             let name = path.display().to_string();
-            let mut reader: Box<dyn Read> = if path == Path::new("-") {
-                Box::new(std::io::stdin().lock())
-            } else {
-                Box::new(
-                    std::fs::File::open(path)
-                        .with_context(|| format!("cannot open {name}; check the --input path"))?,
-                )
-            };
+            let mut reader: Box<dyn Read> = super::input::open(path, "--input")?;
             let mut head = [0u8; 1];
             let mut peeked = Vec::new();
             let json = match args.input_format.as_str() {
                 "json" => true,
                 "text" => false,
                 _ => loop {
-                    if reader.read(&mut head)? == 0 {
+                    if reader
+                        .read(&mut head)
+                        .with_context(|| format!("cannot read {name} (given with --input)"))?
+                        == 0
+                    {
                         break true;
                     }
                     peeked.push(head[0]);
@@ -157,6 +158,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     &sacct_text::TextLayout {
                         columns: args.input_columns.clone(),
                         delimiter: args.input_delimiter.clone(),
+                        detail: false,
                     },
                     threads,
                     Acc::default,
@@ -198,10 +200,10 @@ fn run_sacct(
     cmd.args(["-X", "-D", "-P", "-o", sacct_text::FIELDS]);
     cmd.env("SLURM_TIME_FORMAT", "%s").env("TZ", "UTC");
     if let Some(s) = &args.filters.start {
-        cmd.args(["-S", &sacct_text::utc_text(parse_when(s)?)]);
+        cmd.args(["-S", &sacct_text::utc_text(parse_when(s, "--start")?)]);
     }
     if let Some(e) = &args.filters.end {
-        cmd.args(["-E", &sacct_text::utc_text(parse_when(e)?)]);
+        cmd.args(["-E", &sacct_text::utc_text(parse_when(e, "--end")?)]);
     }
     if let Some(p) = &args.filters.partition {
         cmd.args(["-r", p]);
@@ -258,6 +260,14 @@ mod tests {
         assert_eq!(utc_text(0), "1970-01-01T00:00:00");
         assert_eq!(utc_text(1_795_997_559), "2026-11-30T00:12:39");
         assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00");
-        assert_eq!(parse_when(&utc_text(1_700_000_000)).unwrap(), 1_700_000_000);
+        assert_eq!(
+            parse_when(&utc_text(1_700_000_000), "--start").unwrap(),
+            1_700_000_000
+        );
+        assert_eq!(
+            parse_when("2024-05-01", "--start").unwrap(),
+            parse_when("2024-05-01T00:00", "--start").unwrap()
+        );
+        assert!(parse_when("", "--start").is_err());
     }
 }

@@ -151,6 +151,8 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             ));
         }
     }
+    // The step ends' kept summaries served the live tag; the job's own merge is done.
+    super::step_end::forget_peer_runs(step);
     step.say(&JobStepExit::Proceed.line());
     JobStepExit::Proceed
 }

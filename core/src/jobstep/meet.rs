@@ -22,6 +22,9 @@ use crate::slurm::Slurm;
 pub struct MeetRequest {
     /// The job id (binds credentials, picks the port).
     pub job_id: u32,
+    /// The step whose end meets, `None` for the job's prolog and epilog: each step's end is a
+    /// meeting of its own ([`meeting_id`]), apart from the job's and from other steps'.
+    pub step: Option<u32>,
     /// The job's nodes in rank order; the first leads.
     pub nodes: Vec<String>,
     /// This node's rank.
@@ -132,6 +135,17 @@ pub fn leader_addr(
     })
 }
 
+/// The rendezvous id of a meeting: the job id for the job's prolog and epilog; for a step's
+/// end, the job id with `step + 1` above its 32 bits, so that two steps of one job ending at
+/// once on the same first node meet apart (the id binds the MUNGE credentials and picks the
+/// port).
+pub fn meeting_id(job_id: u32, step: Option<u32>) -> u64 {
+    match step {
+        None => u64::from(job_id),
+        Some(s) => ((u64::from(s) + 1) << 32) | u64::from(job_id),
+    }
+}
+
 impl Meet for RendezvousMeet<'_> {
     fn gather(&self, req: &MeetRequest, payload: Value) -> Result<Gathered, RendezvousError> {
         let hosts = match &self.hosts_file {
@@ -203,7 +217,7 @@ impl Meet for RendezvousMeet<'_> {
         let mut cfg = RendezvousConfig::new_within(
             req.nodes.clone(),
             &resolver,
-            u64::from(req.job_id),
+            meeting_id(req.job_id, req.step),
             munge,
             vec![0],
             by,
@@ -240,6 +254,16 @@ pub enum Delivery<T> {
 /// [`meet`], saying whether a follower's payload reached the leader (the epilog keeps a node's
 /// records until then).
 pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) -> Delivery<T> {
+    deliver_to(step, payload, None)
+}
+
+/// [`deliver`] at the end of step `step_id` (`None`: the job's prolog or epilog), among
+/// `setup.nodes` (the step's nodes there).
+pub fn deliver_to<T: Serialize + DeserializeOwned>(
+    step: &JobStep<'_>,
+    payload: T,
+    step_id: Option<u32>,
+) -> Delivery<T> {
     let setup = step.setup;
     let Some(rank) = setup.nodes.iter().position(|n| n == step.node()) else {
         return Delivery::Failed;
@@ -266,6 +290,7 @@ pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) 
     };
     let req = MeetRequest {
         job_id: setup.inv.job_id,
+        step: step_id,
         nodes: setup.nodes.clone(),
         rank,
         timeout: step.deadline().limit(timeout),

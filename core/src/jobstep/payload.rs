@@ -88,6 +88,18 @@ impl EpilogPayload {
     }
 }
 
+/// What each node of a multi-node step sends the step's first node at the step's end: its
+/// `fabric-run` records summarised (every step so far on the node, as the epilog reads them).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct StepEndPayload {
+    /// This node's records, summarised (`None`: none, or none readable).
+    #[serde(default)]
+    pub run: Option<RunSummary>,
+    /// Whether one of those records names the step that ended.
+    #[serde(default)]
+    pub this_step: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -258,3 +258,197 @@ fn the_epilog_completes_a_live_summary_with_records_written_after_the_last_step_
     let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
     assert_eq!(t.run.map(|r| r.steps), Some(5), "2 + 3, each once");
 }
+
+// ---- a step on several nodes: the first node gathers the others' summaries -----------------
+
+/// `run_lines` of `node` as rank `rank` (each rank its own run).
+fn rank_lines(node: &str, rank: u32, step: &str, steps: u32, outcome: &str) -> Vec<String> {
+    run_lines(node, step, steps, outcome)
+        .into_iter()
+        .map(|l| {
+            l.replace("\"rank\":0", &format!("\"rank\":{rank}"))
+                .replace(
+                    &format!("{node}:1:{step}"),
+                    &format!("{node}:{rank}:{step}"),
+                )
+        })
+        .collect()
+}
+
+/// `node`'s records of job 7, summarised as the epilog reads them.
+fn summary_of(dir: &Path, node: &str) -> crate::tag::RunSummary {
+    let me = nix::unistd::getuid().as_raw();
+    let jd = crate::record::JobDir::open(&dir.join("spool"), "7", Some(me))
+        .unwrap()
+        .unwrap();
+    let limits = crate::record::ReadLimits {
+        owner_uid: Some(me),
+        ..Default::default()
+    };
+    crate::record::summarize(&jd.read_records(&format!("{node}.jsonl"), &limits).unwrap()).unwrap()
+}
+
+/// The end of step `step_id` on `node` of a step on `nodes`, the other nodes' payloads given.
+fn multi_step_end(
+    dir: &Path,
+    nodes: &str,
+    node: &str,
+    step_id: u32,
+    peers: &[(&str, serde_json::Value)],
+    slurm: &FakeSlurm,
+) -> (StepEnd, FakeMeet, Lines) {
+    let mut s = setup(dir, Script::StepEnd, nodes, node, &["policy=enforce"]);
+    s.inv.step_id = Some(step_id);
+    let runner = FakeRunner::answering(vec![]);
+    let meet = FakeMeet {
+        peers: peers
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), v.clone()))
+            .collect(),
+        ..FakeMeet::default()
+    };
+    let lines = Lines::default();
+    let done = end_of_step(&step(&s, seams(slurm, &runner, &meet, &lines)));
+    (done, meet, lines)
+}
+
+fn step_payload(run: &crate::tag::RunSummary) -> serde_json::Value {
+    serde_json::to_value(crate::jobstep::payload::StepEndPayload {
+        run: Some(run.clone()),
+        this_step: true,
+    })
+    .unwrap()
+}
+
+fn epilog_payload(run: &crate::tag::RunSummary) -> serde_json::Value {
+    serde_json::to_value(crate::jobstep::payload::EpilogPayload {
+        run: Some(run.clone()),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_two_node_steps_first_node_writes_both_nodes_summary_live_and_the_epilog_then_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n1", &rank_lines("n1", 0, "0", 5, "accepted"));
+    append(dir.path(), "n2", &rank_lines("n2", 1, "0", 5, "accepted"));
+    let n2 = summary_of(dir.path(), "n2");
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    let (done, meet, lines) = multi_step_end(
+        dir.path(),
+        "n[1-2]",
+        "n1",
+        0,
+        &[("n2", step_payload(&n2))],
+        &slurm,
+    );
+    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
+    // The step's own meeting, among the step's nodes.
+    let sent = meet.sent.borrow();
+    assert_eq!(sent[0].0.step, Some(0));
+    assert_eq!(sent[0].0.nodes, ["n1", "n2"]);
+    let json = live_json(&slurm);
+    assert_eq!(json["run"]["ranks"], 2, "both nodes' ranks: {json}");
+    assert_eq!(json["run"]["steps"], 5, "rank 0's steps: {json}");
+    assert!(
+        lines.has("(2 node(s) heard at this end)"),
+        "{}",
+        lines.text()
+    );
+    // The epilog merges the same records with the same rule: nothing new, nothing written, so
+    // the tag stays plain JSON (no `b32:` write after the job).
+    let writes = |s: &FakeSlurm| {
+        s.calls()
+            .iter()
+            .filter(|c| matches!(c, Call::SetAdminComment(_) | Call::SetAdminCommentDb(_)))
+            .count()
+    };
+    let before = writes(&slurm);
+    let s = setup(
+        dir.path(),
+        Script::Epilog,
+        "n[1-2]",
+        "n1",
+        &["policy=enforce"],
+    );
+    let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+    let meet = FakeMeet {
+        peers: [("n2".to_owned(), epilog_payload(&n2))].into(),
+        ..FakeMeet::default()
+    };
+    let elines = Lines::default();
+    epilog::run(&step(&s, seams(&slurm, &runner, &meet, &elines)));
+    assert_eq!(writes(&slurm), before, "{}", elines.text());
+    assert!(
+        elines.has("the tag already holds this; not rewritten"),
+        "{}",
+        elines.text()
+    );
+    assert!(slurm.current_comment().starts_with("fabric-check/v1 {"));
+    // The kept summaries went with the job.
+    assert!(!dir.path().join("state/n1/step-runs-7.json").exists());
+}
+
+#[test]
+fn a_follower_of_a_multi_node_step_hands_its_summary_to_the_first_node_without_a_slurm_call() {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n2", &rank_lines("n2", 1, "3", 4, "accepted"));
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    let (done, meet, _) = multi_step_end(dir.path(), "n[1-2]", "n2", 3, &[], &slurm);
+    assert_eq!(done, StepEnd::Delivered);
+    assert_eq!(slurm.calls(), vec![]);
+    let sent = meet.sent.borrow();
+    let (req, payload) = &sent[0];
+    assert_eq!((req.rank, req.step), (1, Some(3)));
+    assert_eq!(payload["this_step"], true);
+    assert_eq!(payload["run"]["steps"], 4);
+}
+
+#[test]
+fn the_batch_scripts_end_after_a_two_node_step_keeps_both_nodes_in_the_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n1", &rank_lines("n1", 0, "0", 5, "accepted"));
+    append(dir.path(), "n2", &rank_lines("n2", 1, "0", 5, "accepted"));
+    let n2 = summary_of(dir.path(), "n2");
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    multi_step_end(
+        dir.path(),
+        "n[1-2]",
+        "n1",
+        0,
+        &[("n2", step_payload(&n2))],
+        &slurm,
+    );
+    assert_eq!(live_json(&slurm)["run"]["ranks"], 2);
+    // The batch script's step runs on the first node alone: it merges what the step's end
+    // heard from n2 instead of writing n1's summary over both.
+    let (done, meet, lines) = multi_step_end(
+        dir.path(),
+        "n1",
+        "n1",
+        crate::invocation::BATCH_STEP_ID,
+        &[],
+        &slurm,
+    );
+    assert_eq!(
+        done,
+        StepEnd::Written(TagWrite::Unchanged),
+        "{}",
+        lines.text()
+    );
+    assert!(meet.sent.borrow().is_empty(), "one node: no meeting");
+    assert_eq!(live_json(&slurm)["run"]["ranks"], 2);
+}
+
+#[test]
+fn a_multi_node_step_whose_nodes_have_no_record_of_it_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n1", &rank_lines("n1", 0, "0", 5, "accepted"));
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    let quiet = serde_json::to_value(crate::jobstep::payload::StepEndPayload::default()).unwrap();
+    // Step 1 ran no fabric-run anywhere: n1's records are step 0's, n2 has none.
+    let (done, _, _) = multi_step_end(dir.path(), "n[1-2]", "n1", 1, &[("n2", quiet)], &slurm);
+    assert_eq!(done, StepEnd::NoRecords);
+    assert_eq!(slurm.calls(), vec![]);
+}

@@ -13,6 +13,10 @@
 //! | bnxt_en | `rx_pause_frames`, `tx_pause_frames`, `rx_pfc_frames`, `tx_pfc_frames` | `rx_pfc_ena_frames_pri<N>`, `tx_pfc_ena_frames_pri<N>` |
 //! | i40e | `port.link_xoff_rx`, `port.link_xoff_tx`, `port.link_xon_rx`, `port.link_xon_tx` | `port.rx_priority_<N>_xoff_rx`, `port.tx_priority_<N>_xoff_tx`, `port.*_priority_<N>_xon_*`, `port.rx_priority_<N>_xon_2_xoff` |
 //! | ice | `link_xoff_rx`, `link_xoff_tx`, `link_xon_rx`, `link_xon_tx` | `rx_priority_<N>_xoff`, `tx_priority_<N>_xoff`, `*_priority_<N>_xon` |
+//!
+//! Current `ice` drivers print their port-wide statistics with a `.nic` suffix
+//! (`link_xoff_rx.nic`, `rx_priority_3_xoff.nic`); a name with that suffix is read as the `ice`
+//! name without it (and only as an `ice` name).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -85,6 +89,9 @@ fn prio(s: &str) -> Option<u8> {
 
 /// What an `ethtool -S` statistic counts, when it is a pause counter of a known driver.
 pub fn classify(name: &str) -> Option<PauseCounter> {
+    if let Some(base) = name.strip_suffix(".nic") {
+        return classify(base).filter(|c| c.family == "ice");
+    }
     use Dir::{Rx, Tx};
     use Kind::{DurationUs, Frames, StormError, StormWarning, Transition};
     let c = |dir, prio, kind, family| {
@@ -293,6 +300,29 @@ mod tests {
         assert_eq!(classify("rx_packets"), None);
         assert_eq!(classify("rx_prio9_pause"), None);
         assert_eq!(classify("rx_prio3_bytes"), None);
+    }
+
+    #[test]
+    fn current_ice_names_with_a_nic_suffix_are_the_ice_counters() {
+        let c = classify("link_xoff_rx.nic").unwrap();
+        assert_eq!(
+            (c.dir, c.prio, c.kind, c.family),
+            (Dir::Rx, None, Kind::Frames, "ice")
+        );
+        let c = classify("rx_priority_3_xoff.nic").unwrap();
+        assert_eq!(c.threshold_key(), "rx_prio_pause");
+        assert_eq!((c.prio, c.family), (Some(3), "ice"));
+        let c = classify("tx_priority_5_xon.nic").unwrap();
+        assert_eq!((c.dir, c.kind), (Dir::Tx, Kind::Transition));
+        // Only ice prints the suffix: another driver's name with it is not a pause counter.
+        assert_eq!(classify("rx_pause_ctrl_phy.nic"), None);
+        assert_eq!(classify("rx_bytes.nic"), None);
+        let stats = parse_ethtool_stats(
+            "NIC statistics:\n     rx_bytes.nic: 123\n     link_xoff_rx.nic: 7\n     rx_priority_3_xoff.nic: 42\n",
+        );
+        assert_eq!(stats.get("link_xoff_rx.nic"), Some(&7));
+        assert_eq!(stats.get("rx_priority_3_xoff.nic"), Some(&42));
+        assert!(!stats.contains_key("rx_bytes.nic"));
     }
 
     #[test]

@@ -133,7 +133,7 @@ pub struct Device {
     pub name: String,
 }
 
-/// One nccl-tests run (one file).
+/// One nccl-tests run (one invocation of a test binary; a file can hold several).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct NcclRun {
     /// The file.
@@ -200,7 +200,7 @@ impl NcclRun {
     /// alltoall is not validated (`N/A`). `None` when it cannot be told.
     pub fn collective(&self) -> Option<String> {
         if let Some(t) = &self.test {
-            return Some(t.trim_end_matches("_perf").to_string());
+            return Some(collective_of_binary(t));
         }
         let r = self
             .rows
@@ -234,10 +234,20 @@ impl NcclRun {
     }
 }
 
-/// Reads one file of either form (JSON when its first non-blank byte is `{`).
-pub fn read_run(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
+/// The collective a test binary measures: `all_gather_perf` and the MPI build's
+/// `all_gather_perf_mpi` (or a path to either) are `all_gather`.
+pub fn collective_of_binary(binary: &str) -> String {
+    let name = binary.rsplit('/').next().unwrap_or(binary).trim();
+    let name = name.strip_suffix("_mpi").unwrap_or(name);
+    name.strip_suffix("_perf").unwrap_or(name).to_string()
+}
+
+/// Reads one file of either form (JSON when its first non-blank byte is `{`): the runs it
+/// holds (a text log can hold several invocations, see [`nccl_text::parse`]) and its problems.
+pub fn read_runs(file: &str, text: &str) -> (Vec<NcclRun>, Vec<Problem>) {
     if text.trim_start().starts_with('{') {
-        nccl_json::parse(file, text)
+        let (run, problems) = nccl_json::parse(file, text);
+        (run.into_iter().collect(), problems)
     } else {
         nccl_text::parse(file, text)
     }

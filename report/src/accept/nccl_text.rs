@@ -198,6 +198,14 @@ fn measure(t: &[&str], layout: &Layout) -> Result<Measure, String> {
 }
 
 fn parse_row(tokens: &[&str], layout: &Layout) -> Result<SizeRow, String> {
+    // Some builds print the `redop` column blank for tests that do not reduce (alltoall,
+    // broadcast): the header names it, but the row goes straight from the type to the root or
+    // the time. A reduction is a name (`sum`, `none`), so a number there is the next column.
+    let blank_redop = layout.has_redop && tokens.get(3).is_some_and(|t| t.parse::<f64>().is_ok());
+    let layout = &Layout {
+        has_redop: layout.has_redop && !blank_redop,
+        ..layout.clone()
+    };
     let pre = layout.pre();
     let half = layout.half();
     if tokens.len() < pre + half {
@@ -276,27 +284,71 @@ fn is_failure(line: &str) -> bool {
         || line.contains(": Test failure ")
 }
 
-/// Parses one file's text.
-pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
-    let mut run = NcclRun {
-        file: file.to_string(),
-        form: "text",
-        ..NcclRun::default()
-    };
-    let mut problems = Vec::new();
-    let mut layout: Option<Layout> = None;
-    let mut last_row_line = 0u64;
-    let mut saw_footer = false;
-    let mut elided: Option<u64> = None;
-    let mut failure: Option<(u64, String)> = None;
-    let mut problem = |line: u64, severity: &'static str, message: String| {
-        problems.push(Problem {
-            file: file.to_string(),
+/// What one run's reading has gathered so far.
+struct Segment {
+    /// The file, as problems name it.
+    path: String,
+    run: NcclRun,
+    /// The run's first line.
+    first_line: u64,
+    problems: Vec<Problem>,
+    layout: Option<Layout>,
+    last_row_line: u64,
+    saw_footer: bool,
+    elided: Option<u64>,
+    failure: Option<(u64, String)>,
+}
+
+impl Segment {
+    fn new(file: &str, first_line: u64) -> Self {
+        Self {
+            path: file.to_string(),
+            run: NcclRun {
+                file: file.to_string(),
+                form: "text",
+                ..NcclRun::default()
+            },
+            first_line,
+            problems: Vec::new(),
+            layout: None,
+            last_row_line: 0,
+            saw_footer: false,
+            elided: None,
+            failure: None,
+        }
+    }
+
+    fn problem(&mut self, line: u64, severity: &'static str, message: String) {
+        self.problems.push(Problem {
+            file: self.path.clone(),
             line,
             message,
             severity,
-        })
-    };
+        });
+    }
+
+    /// Whether this run has ended: it printed result lines, its footer or a failure. A header
+    /// line that starts a run after this begins the next run of the same file.
+    fn has_ended_or_has_rows(&self) -> bool {
+        !self.run.rows.is_empty() || self.saw_footer || self.failure.is_some()
+    }
+}
+
+/// Whether a `#` comment is one nccl-tests prints once at the start of each invocation:
+/// `# nThread ...`, `# nccl-tests version ...`, `# Collective test starting: ...`.
+fn starts_a_run(comment: &str) -> bool {
+    comment.starts_with("nThread")
+        || comment.starts_with("nccl-tests version")
+        || comment.starts_with("Collective test starting:")
+}
+
+/// Parses one file's text: one run per invocation of a test binary the file holds (a log of
+/// the same binary started three times gives three runs, each with its own rows and footer).
+/// With several runs each run's `file` names its place in the file (`log.txt (run 2 of 3,
+/// from line 41)`) so that the per-size table and the outlier list can tell them apart.
+pub fn parse(file: &str, text: &str) -> (Vec<NcclRun>, Vec<Problem>) {
+    let mut done: Vec<Segment> = Vec::new();
+    let mut seg = Segment::new(file, 1);
     for (i, raw) in text.lines().enumerate() {
         let no = i as u64 + 1;
         let unprefixed = strip_prefix(raw.trim_end_matches('\r'));
@@ -305,148 +357,198 @@ pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
         if trimmed.is_empty() {
             continue;
         }
-        if is_failure(trimmed) {
-            if failure.is_none() {
-                failure = Some((no, trimmed.chars().take(160).collect()));
+        if let Some(c) = trimmed.strip_prefix('#').map(str::trim)
+            && starts_a_run(c)
+            && seg.has_ended_or_has_rows()
+        {
+            done.push(std::mem::replace(&mut seg, Segment::new(file, no)));
+        }
+        read_line(&mut seg, no, trimmed);
+    }
+    done.push(seg);
+    // A trailing segment with nothing in it (a file that ends in a banner) is not a run.
+    if done.len() > 1
+        && done.last().is_some_and(|s| {
+            s.run.rows.is_empty() && s.run.devices.is_empty() && s.failure.is_none()
+        })
+    {
+        done.pop();
+    }
+    let n = done.len();
+    let mut runs = Vec::new();
+    let mut problems = Vec::new();
+    for (k, mut seg) in done.into_iter().enumerate() {
+        let label = format!("run {} of {n}, from line {}", k + 1, seg.first_line);
+        if n > 1 {
+            seg.run.file = format!("{file} ({label})");
+        }
+        let (run, mut p) = finish(seg);
+        if n > 1 {
+            // A remark on the whole run names which run of the file it is about.
+            for q in p.iter_mut().filter(|q| q.line == 0) {
+                q.message = format!("{label}: {}", q.message);
             }
-            continue;
         }
-        if trimmed == "..." || trimmed == "…" {
-            elided.get_or_insert(no);
-            continue;
+        problems.extend(p);
+        runs.extend(run);
+    }
+    (runs, problems)
+}
+
+/// Reads one non-blank line (launcher prefix and rank tags removed) into the run.
+fn read_line(seg: &mut Segment, no: u64, trimmed: &str) {
+    if is_failure(trimmed) {
+        if seg.failure.is_none() {
+            seg.failure = Some((no, trimmed.chars().take(160).collect()));
         }
-        let comment = trimmed.strip_prefix('#').map(str::trim);
-        let tokens: Vec<&str> = trimmed.split_whitespace().collect();
-        if let Some(l) = header_layout(&tokens) {
-            layout = Some(l);
-            continue;
-        }
-        if let Some(c) = comment {
-            if let Some(v) = c.strip_prefix("nccl-tests version") {
-                run.version = Some(format!("nccl-tests {}", v.trim()));
-            } else if let Some(v) = c.strip_prefix("Collective test starting:") {
-                run.test = Some(v.trim().to_string());
-            } else if c.starts_with("Rank") {
-                match parse_device(c) {
-                    Some(d) => run.devices.push(d),
-                    None => problem(
-                        no,
-                        "warn",
-                        "a rank line without `Rank N ... on HOST device N`; is the header cut?"
-                            .into(),
-                    ),
-                }
-            } else if let Some(v) = c.strip_prefix("Out of bounds values") {
-                run.out_of_bounds = v
-                    .trim_start_matches([' ', ':'])
-                    .split_whitespace()
-                    .next()
-                    .and_then(|x| x.parse().ok());
-            } else if let Some(v) = c.strip_prefix("Avg bus bandwidth") {
-                saw_footer = true;
-                run.avg_busbw_gbps = v
-                    .trim_start_matches([' ', ':'])
-                    .split_whitespace()
-                    .next()
-                    .and_then(num);
-            } else if c == "..." {
-                elided.get_or_insert(no);
-            } else if layout.is_some() && !saw_footer && table_note(c) {
-                // `# Truncated  smaller message sizes`: a person's note that rows were left out.
-                problem(
+        return;
+    }
+    if trimmed == "..." || trimmed == "…" {
+        seg.elided.get_or_insert(no);
+        return;
+    }
+    let comment = trimmed.strip_prefix('#').map(str::trim);
+    let tokens: Vec<&str> = trimmed.split_whitespace().collect();
+    if let Some(l) = header_layout(&tokens) {
+        seg.layout = Some(l);
+        return;
+    }
+    if let Some(c) = comment {
+        let run = &mut seg.run;
+        if let Some(v) = c.strip_prefix("nccl-tests version") {
+            run.version = Some(format!("nccl-tests {}", v.trim()));
+        } else if let Some(v) = c.strip_prefix("Collective test starting:") {
+            run.test = Some(v.trim().to_string());
+        } else if c.starts_with("Rank") {
+            match parse_device(c) {
+                Some(d) => run.devices.push(d),
+                None => seg.problem(
                     no,
                     "warn",
-                    format!(
-                        "a note inside the table (`# {c}`): rows were left out, so the footer's average covers sizes not shown"
-                    ),
-                );
+                    "a rank line without `Rank N ... on HOST device N`; is the header cut?".into(),
+                ),
             }
-            continue;
+        } else if let Some(v) = c.strip_prefix("Out of bounds values") {
+            run.out_of_bounds = v
+                .trim_start_matches([' ', ':'])
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse().ok());
+        } else if let Some(v) = c.strip_prefix("Avg bus bandwidth") {
+            seg.saw_footer = true;
+            run.avg_busbw_gbps = v
+                .trim_start_matches([' ', ':'])
+                .split_whitespace()
+                .next()
+                .and_then(num);
+        } else if c == "..." {
+            seg.elided.get_or_insert(no);
+        } else if seg.layout.is_some() && !seg.saw_footer && table_note(c) {
+            // `# Truncated  smaller message sizes`: a person's note that rows were left out.
+            seg.problem(
+                no,
+                "warn",
+                format!(
+                    "a note inside the table (`# {c}`): rows were left out, so the footer's average covers sizes not shown"
+                ),
+            );
         }
-        if version_line(trimmed, &mut run) {
-            continue;
-        }
-        // A result line starts with the size in bytes and has the data type third; a leading
-        // timestamp (one or two tokens) is passed over.
-        let mut tokens = tokens;
-        if let Some(i) = (1..=2).find(|&i| {
-            tokens.len() > i + 3
-                && !tokens[0].chars().all(|c| c.is_ascii_digit())
-                && tokens[0].chars().next().is_some_and(|c| c.is_ascii_digit())
-                && tokens[i].chars().all(|c| c.is_ascii_digit())
-                && tokens[i + 1].chars().all(|c| c.is_ascii_digit())
-                && tokens[i + 2].chars().any(|c| c.is_ascii_alphabetic())
-        }) {
-            tokens.drain(..i);
-        }
-        let looks_like_row = tokens.len() >= 4
-            && tokens[0].chars().all(|c| c.is_ascii_digit())
-            && tokens[1].chars().all(|c| c.is_ascii_digit())
-            && tokens[2].chars().any(|c| c.is_ascii_alphabetic());
-        if looks_like_row {
-            if layout.is_none() {
-                match infer_layout(&tokens) {
-                    Some(l) => {
-                        problem(
-                            no,
-                            "warn",
-                            "a result line before any column header (an excerpt?); the columns were inferred from the row's shape".into(),
-                        );
-                        layout = Some(l);
-                    }
-                    None => {
-                        problem(
-                            no,
-                            "fail",
-                            "a result line before any column header; is the start of the output missing?"
-                                .into(),
-                        );
-                        continue;
-                    }
-                }
-            }
-            let Some(l) = &layout else { continue };
-            match parse_row(&tokens, l) {
-                Ok(mut r) => {
-                    r.line = no;
-                    last_row_line = no;
-                    run.rows.push(r);
-                }
-                Err(e) => problem(no, "warn", e),
-            }
-        }
-        // Anything else (NCCL INFO lines, MPI banners, prompts) is not ours to judge.
+        return;
     }
-    duplicate_ranks(&run, &mut problem);
-    if run.rows.is_empty() {
-        let hosts = run.hosts().len();
-        let what = if let Some((_, f)) = &failure {
+    if version_line(trimmed, &mut seg.run) {
+        return;
+    }
+    // A result line starts with the size in bytes and has the data type third; a leading
+    // timestamp (one or two tokens) is passed over.
+    let mut tokens = tokens;
+    if let Some(i) = (1..=2).find(|&i| {
+        tokens.len() > i + 3
+            && !tokens[0].chars().all(|c| c.is_ascii_digit())
+            && tokens[0].chars().next().is_some_and(|c| c.is_ascii_digit())
+            && tokens[i].chars().all(|c| c.is_ascii_digit())
+            && tokens[i + 1].chars().all(|c| c.is_ascii_digit())
+            && tokens[i + 2].chars().any(|c| c.is_ascii_alphabetic())
+    }) {
+        tokens.drain(..i);
+    }
+    let looks_like_row = tokens.len() >= 4
+        && tokens[0].chars().all(|c| c.is_ascii_digit())
+        && tokens[1].chars().all(|c| c.is_ascii_digit())
+        && tokens[2].chars().any(|c| c.is_ascii_alphabetic());
+    if !looks_like_row {
+        // Anything else (NCCL INFO lines, MPI banners, prompts) is not ours to judge.
+        return;
+    }
+    if seg.layout.is_none() {
+        match infer_layout(&tokens) {
+            Some(l) => {
+                seg.problem(
+                    no,
+                    "warn",
+                    "a result line before any column header (an excerpt?); the columns were inferred from the row's shape".into(),
+                );
+                seg.layout = Some(l);
+            }
+            None => {
+                seg.problem(
+                    no,
+                    "fail",
+                    "a result line before any column header; is the start of the output missing?"
+                        .into(),
+                );
+                return;
+            }
+        }
+    }
+    let Some(l) = &seg.layout else { return };
+    match parse_row(&tokens, l) {
+        Ok(mut r) => {
+            r.line = no;
+            seg.last_row_line = no;
+            seg.run.rows.push(r);
+        }
+        Err(e) => seg.problem(no, "warn", e),
+    }
+}
+
+/// The run's remarks once its last line is read; `None` when it has no result line.
+fn finish(mut seg: Segment) -> (Option<NcclRun>, Vec<Problem>) {
+    let mut dup = Vec::new();
+    duplicate_ranks(&seg.run, &mut |line, severity, message| {
+        dup.push((line, severity, message))
+    });
+    for (line, severity, message) in dup {
+        seg.problem(line, severity, message);
+    }
+    if seg.run.rows.is_empty() {
+        let hosts = seg.run.hosts().len();
+        let what = if let Some((_, f)) = &seg.failure {
             format!("the test failed before any result line: {f}")
-        } else if layout.is_some() {
+        } else if seg.layout.is_some() {
             "the column header is there but no result line follows; did the test crash?".into()
-        } else if !run.devices.is_empty() {
+        } else if !seg.run.devices.is_empty() {
             format!(
                 "only the header ({} ranks on {hosts} host(s)) and no result table; is the output cut?",
-                run.devices.len()
+                seg.run.devices.len()
             )
         } else {
             "no nccl-tests result table found; is this nccl-tests output?".into()
         };
-        problem(0, "fail", what);
-        return (None, problems);
+        seg.problem(0, "fail", what);
+        return (None, seg.problems);
     }
-    if let Some(at) = elided {
-        problem(
+    if let Some(at) = seg.elided {
+        seg.problem(
             at,
             "warn",
             "`...` here: lines were left out of this output, so sizes or ranks are missing; the figures use what is there".into(),
         );
     }
-    let listed = run.devices.len();
-    if let Some(max) = run.devices.iter().map(|d| d.rank).max()
+    let listed = seg.run.devices.len();
+    if let Some(max) = seg.run.devices.iter().map(|d| d.rank).max()
         && (max as usize + 1) > listed
     {
-        problem(
+        seg.problem(
             0,
             "warn",
             format!(
@@ -454,29 +556,32 @@ pub fn parse(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
             ),
         );
     }
-    if let Some((at, f)) = failure {
-        problem(
+    if let Some((at, f)) = seg.failure.clone() {
+        let (rows, last) = (seg.run.rows.len(), seg.last_row_line);
+        seg.problem(
             at,
             "warn",
             format!(
-                "the run failed here after {} result line(s) (last at line {last_row_line}): {f}; the sizes before it are used",
-                run.rows.len()
+                "the run failed here after {rows} result line(s) (last at line {last}): {f}; the sizes before it are used"
             ),
         );
-    } else if !saw_footer {
-        problem(
-            last_row_line,
+    } else if !seg.saw_footer {
+        let last = seg.last_row_line;
+        seg.problem(
+            last,
             "warn",
             "the output ends without the `Avg bus bandwidth` footer after this line (truncated or the test crashed); the rows up to here are used".into(),
         );
     }
     // By line, whole-file remarks (line 0) last: the first is where the input first departs.
-    problems.sort_by_key(|p| if p.line == 0 { u64::MAX } else { p.line });
-    run.avg_busbw_from_footer = saw_footer && run.avg_busbw_gbps.is_some();
+    seg.problems
+        .sort_by_key(|p| if p.line == 0 { u64::MAX } else { p.line });
+    let mut run = seg.run;
+    run.avg_busbw_from_footer = seg.saw_footer && run.avg_busbw_gbps.is_some();
     if !run.avg_busbw_from_footer {
         run.avg_busbw_gbps = run.avg_busbw_from_rows();
     }
-    (Some(run), problems)
+    (Some(run), seg.problems)
 }
 
 /// Whether a `#` line inside the table is a note someone added rather than nccl-tests' own

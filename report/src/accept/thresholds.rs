@@ -102,9 +102,33 @@ impl Thresholds {
         let t: Thresholds = toml::from_str(text).map_err(|e| {
             format!(
                 "thresholds file {path} is invalid: {}; see docs/cost-model.md",
-                e.message()
+                fabric_core::config::toml_message(text, &e)
             )
         })?;
+        let numbers = [
+            ("max_cv_pct", t.max_cv_pct),
+            ("outlier_drop_pct", Some(t.outlier_drop_pct)),
+            ("max_rank_skew_pct", Some(t.max_rank_skew_pct)),
+        ]
+        .into_iter()
+        .chain(t.min_busbw.iter().map(|m| ("min_busbw gbps", Some(m.gbps))));
+        for (name, v) in numbers {
+            if let Some(v) = v
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(format!(
+                    "thresholds file {path}: {name} = {v} is not a number ≥ 0; write a percentage or GB/s figure"
+                ));
+            }
+        }
+        if let Some(v) = &t.cv_min_size
+            && !matches!(v, toml::Value::Integer(i) if *i >= 0)
+            && !matches!(v, toml::Value::String(s) if super::parse_size(s).is_some())
+        {
+            return Err(format!(
+                "thresholds file {path}: cv_min_size {v} is not a size; write \"1M\", \"512K\" or a byte count"
+            ));
+        }
         for m in &t.min_busbw {
             if MinBusbw::bytes(m).is_none() {
                 return Err(format!(

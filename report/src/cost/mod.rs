@@ -186,8 +186,14 @@ impl CostFile {
     pub fn parse(text: &str, path: &str) -> Result<Self, CostError> {
         let file: CostFile = toml::from_str(text).map_err(|e| CostError::Parse {
             path: path.into(),
-            message: e.message().to_string(),
+            message: fabric_core::config::toml_message(text, &e),
         })?;
+        if file.fabric.is_empty() {
+            return Err(CostError::Parse {
+                path: path.into(),
+                message: "no [fabric.NAME] entry, so no figure could be priced".into(),
+            });
+        }
         for (name, f) in &file.fabric {
             let bad = |message: String| CostError::Invalid {
                 path: path.into(),

@@ -25,6 +25,12 @@ use super::{GroupBy, InputNotes, JobRecord, JobState, TagState};
 use crate::cost::{self, CostBreakdown, CostFile, UsageFigures};
 use fabric_core::tag::Verdict;
 
+/// The fewest node-hours a group needs before its drains are given per 1000 node-hours. A rate
+/// per thousand from fewer than a hundred node-hours extrapolates more than tenfold: one drain
+/// in the testbed's 26-second window reads as 450,000 per 1000 node-hours, true arithmetic that
+/// tells a buyer nothing. Below it the report gives the count and says why there is no rate.
+pub const MIN_NODE_H_FOR_RATE: u32 = 100;
+
 /// What to fold and how.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -458,7 +464,8 @@ pub struct GroupReport {
     pub node_h: Decimal,
     /// Node drains recorded in tags.
     pub drains: u64,
-    /// Drains per 1000 allocated node-hours.
+    /// Drains per 1000 allocated node-hours; `None` when the group has fewer than
+    /// [`MIN_NODE_H_FOR_RATE`] node-hours (too few to carry a rate per thousand).
     pub drains_per_1000_node_h: Option<Decimal>,
     /// Drain reasons, most frequent first.
     pub top_drain_reasons: Vec<(String, u64)>,
@@ -695,7 +702,7 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
                 },
                 node_h,
                 drains: g.drains,
-                drains_per_1000_node_h: (!node_h.is_zero())
+                drains_per_1000_node_h: (node_h >= Decimal::from(MIN_NODE_H_FOR_RATE))
                     .then(|| Decimal::from(g.drains) * Decimal::from(1000) / node_h),
                 top_drain_reasons: reasons,
                 drains_by_day: g

@@ -183,6 +183,23 @@ pub struct JobRecord {
     pub restarts: u32,
     /// The fabric-check tag.
     pub tag: TagState,
+    /// What `fabric-check jobs` shows beside the figures, read only when asked
+    /// ([`sacct_text::TextLayout::detail`], [`sacct_json::read_all_detailed`]): the report
+    /// does not pay for copying every job's comment.
+    pub detail: Option<Box<JobDetail>>,
+}
+
+/// The fields of a job that `fabric-check jobs` shows and the report does not need.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobDetail {
+    /// The database's own id (`JobIDRaw`; an array task's own id), empty when not read.
+    pub job_id_raw: String,
+    /// The state as sacct printed it (`CANCELLED by 0`, `INVALID`).
+    pub state: String,
+    /// The nodes (`n[1-4]`, `None assigned`).
+    pub nodelist: String,
+    /// The whole `AdminComment` (every tool's segments).
+    pub admin_comment: String,
 }
 
 impl JobRecord {

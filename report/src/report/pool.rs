@@ -49,12 +49,30 @@ pub struct InputNotes {
     pub padded: u64,
     /// The first [`NAMED`] of those lines.
     pub padded_first: Vec<u64>,
+    /// Records that repeat one already read (same cluster, JobID, submit, start and end time
+    /// and state: a capture that lists every job twice), counted once.
+    pub duplicates: u64,
+    /// The first [`NAMED`] of them: `(position, JobID)`, earliest first.
+    pub duplicates_first: Vec<(u64, String)>,
+    /// Columns the input lacks whose figures the report shows, each with what it means for
+    /// the report (`no AllocTRES column: GPU-hours are unknown ...`).
+    pub missing_columns: Vec<String>,
 }
 
 impl InputNotes {
     /// Nothing to say: every record was read as it stands.
     pub fn is_clean(&self) -> bool {
-        self.skipped == 0 && self.padded == 0
+        self.skipped == 0
+            && self.padded == 0
+            && self.duplicates == 0
+            && self.missing_columns.is_empty()
+    }
+
+    fn duplicate(&mut self, at: u64, job_id: &str) {
+        self.duplicates += 1;
+        self.duplicates_first.push((at, job_id.to_string()));
+        self.duplicates_first.sort_by_key(|(l, _)| *l);
+        self.duplicates_first.truncate(NAMED);
     }
 
     fn skip(&mut self, line: u64, why: String) {
@@ -81,6 +99,15 @@ impl InputNotes {
         self.padded_first.extend(o.padded_first);
         self.padded_first.sort_unstable();
         self.padded_first.truncate(NAMED);
+        self.duplicates += o.duplicates;
+        self.duplicates_first.extend(o.duplicates_first);
+        self.duplicates_first.sort_by_key(|(l, _)| *l);
+        self.duplicates_first.truncate(NAMED);
+        for m in o.missing_columns {
+            if !self.missing_columns.contains(&m) {
+                self.missing_columns.push(m);
+            }
+        }
     }
 
     /// The warnings a person should see, one per kind (empty when clean):
@@ -122,7 +149,64 @@ impl InputNotes {
                 }
             ));
         }
+        if self.duplicates > 0 {
+            let named: Vec<&str> = self
+                .duplicates_first
+                .iter()
+                .map(|(_, id)| id.as_str())
+                .collect();
+            let more = self.duplicates - self.duplicates_first.len() as u64;
+            out.push(format!(
+                "{} {} listed a second time (same JobID, cluster, times and state) and counted once: job {}{}; was the capture concatenated with itself or taken twice?",
+                self.duplicates,
+                if self.duplicates == 1 { "record" } else { "records" },
+                named.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        out.extend(self.missing_columns.iter().cloned());
         out
+    }
+}
+
+/// The records read so far, shared by the workers: a 64-bit hash of each record's identity
+/// (cluster, JobID, submit, start and end time, state), in shards so that workers seldom wait
+/// for one another. A job requeued under `sacct -D` starts again, so its attempts stay apart, and
+/// two records of one JobID that say different things (a `CANCELLED` and an `INVALID` record,
+/// seen on real clusters) are both kept; only a repeat of the same record is dropped, the first
+/// copy read being kept. A false match needs two of some billions of records to share a hash.
+struct Seen {
+    shards: Vec<std::sync::Mutex<std::collections::HashSet<u64>>>,
+}
+
+impl Seen {
+    fn new() -> Self {
+        Self {
+            shards: (0..64).map(|_| Default::default()).collect(),
+        }
+    }
+
+    /// Whether `job` is read for the first time (and remembers it).
+    fn first(&self, job: &JobRecord) -> bool {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        (
+            job.cluster.as_str(),
+            job.job_id.as_str(),
+            job.submit_s,
+            job.start_s,
+            job.end_s,
+            job.state,
+        )
+            .hash(&mut h);
+        let key = h.finish();
+        let shard = &self.shards[(key % self.shards.len() as u64) as usize];
+        // A poisoned shard only means another worker panicked, which fails the run anyway.
+        shard.lock().map_or(true, |mut set| set.insert(key))
     }
 }
 
@@ -237,12 +321,13 @@ where
         spare_items: std::cell::RefCell::new(Vec::new()),
     };
     type Worker<A> = Result<(A, InputNotes, u64), (u64, String)>;
+    let seen = Seen::new();
     std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for _ in 0..threads {
             let rx = rx.clone();
             let back = back_tx.clone();
-            let (init, each, parse) = (&init, &each, &parse);
+            let (init, each, parse, seen) = (&init, &each, &parse, &seen);
             handles.push(scope.spawn(move || -> Worker<A> {
                 let mut acc = init();
                 let mut notes = InputNotes::default();
@@ -250,6 +335,9 @@ where
                 for batch in rx.iter() {
                     for &(a, b, at, index) in &batch.items {
                         match parse(&batch.data[a..b], index) {
+                            Ok(Parsed::Job(job) | Parsed::Padded(job)) if !seen.first(&job) => {
+                                notes.duplicate(at, &job.job_id);
+                            }
                             Ok(Parsed::Job(job)) => {
                                 jobs += 1;
                                 each(&mut acc, job);

@@ -592,6 +592,32 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
             unpriced.join(", ")
         ));
     }
+    let no_rate: Vec<String> = r
+        .groups
+        .iter()
+        .filter(|g| g.drains_per_1000_node_h.is_none() && !g.node_h.is_zero())
+        .map(|g| {
+            format!(
+                "{} ({} node-h, {} drains)",
+                g.name,
+                g.node_h.round_dp(2),
+                g.drains
+            )
+        })
+        .collect();
+    if !no_rate.is_empty() {
+        notes.push(format!(
+            "no drain rate for {}: fewer than {} node-hours in the window, too few to give drains per 1000 node-hours; the counts are shown instead.",
+            no_rate.join(", "),
+            super::aggregate::MIN_NODE_H_FOR_RATE
+        ));
+    }
+    if r.window.hours < Decimal::from(24) && r.groups.iter().any(|g| g.cost.is_some()) {
+        notes.push(format!(
+            "the window is {} h: fixed costs (operations hours per week, per drain) weigh on so little work that costs per run compare the window, not the fabrics; compare over weeks.",
+            r.window.hours.round_dp(2)
+        ));
+    }
     if r.groups.iter().any(|g| g.gpus_from_cost_file) {
         notes.push("some jobs had no gres/gpu in their TRES; their GPUs were counted as nodes × gpus_per_node from the cost file.".into());
     }
@@ -711,6 +737,106 @@ const PALETTE: [RGBColor; 8] = [
 
 type ChartResult = Result<(), Box<dyn std::error::Error>>;
 
+/// Labels on a value axis: plotters' default count, set explicitly so that [`AxisScale`]
+/// computes the same ticks the chart draws.
+const Y_LABELS: usize = 10;
+
+/// How a value axis writes its tick labels so that they fit the data at every scale: the unit
+/// that keeps the numbers short (`USD` below 10,000, `k USD` below 10 million, `M USD` below
+/// 10 billion, `bn USD` above),
+/// and the decimals the tick spacing needs. plotters puts ticks 1, 2 or 5 × 10^k apart, so
+/// `k` decimals (for k < 0) make every label distinct: no "0k, 0k, 0k" under a thousand, no
+/// "0.20, 0.20" on a narrow step-time range.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AxisScale {
+    /// What the values are divided by (1, 1000 or 1,000,000).
+    pub divisor: f64,
+    /// Decimals of every label.
+    pub decimals: usize,
+    /// The unit of the labels, for the axis description (`k USD`, `s`).
+    pub unit: String,
+}
+
+impl AxisScale {
+    /// An axis of money from `lo` to `hi` in `currency`.
+    pub fn money(lo: f64, hi: f64, currency: &str) -> Self {
+        let top = lo.abs().max(hi.abs());
+        let (divisor, unit) = if top >= 1e10 {
+            (1e9, format!("bn {currency}"))
+        } else if top >= 1e7 {
+            (1e6, format!("M {currency}"))
+        } else if top >= 1e4 {
+            (1e3, format!("k {currency}"))
+        } else {
+            (1.0, currency.to_string())
+        };
+        Self::with(lo, hi, divisor, unit)
+    }
+
+    /// An axis of plain values in `unit` (seconds).
+    pub fn plain(lo: f64, hi: f64, unit: &str) -> Self {
+        Self::with(lo, hi, 1.0, unit.to_string())
+    }
+
+    fn with(lo: f64, hi: f64, divisor: f64, unit: String) -> Self {
+        let ticks = Self::ticks(lo, hi);
+        let step = ticks
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .fold(f64::INFINITY, f64::min)
+            / divisor;
+        let decimals = if step.is_finite() && step > 0.0 {
+            (-step.log10() - 1e-9).ceil().clamp(0.0, 12.0) as usize
+        } else {
+            0
+        };
+        Self {
+            divisor,
+            decimals,
+            unit,
+        }
+    }
+
+    /// The values plotters puts ticks at on a value axis from `lo` to `hi`.
+    pub fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+        use plotters::coord::ranged1d::Ranged;
+        if !(lo.is_finite() && hi.is_finite() && hi > lo) {
+            return Vec::new();
+        }
+        plotters::coord::types::RangedCoordf64::from(lo..hi).key_points(Y_LABELS)
+    }
+
+    /// The label of a value.
+    pub fn label(&self, v: f64) -> String {
+        let x = v / self.divisor;
+        // No `-0`: a tick at zero reads 0.
+        let x = if x.abs() < 0.5 * 10f64.powi(-(self.decimals as i32)) {
+            0.0
+        } else {
+            x
+        };
+        format!("{x:.*}", self.decimals)
+    }
+
+    /// Every tick's label, as the chart draws them.
+    pub fn labels(&self, lo: f64, hi: f64) -> Vec<String> {
+        Self::ticks(lo, hi).iter().map(|v| self.label(*v)).collect()
+    }
+}
+
+/// The tick count and the label of a day axis from day `d0` to `d1` (day numbers): ticks on
+/// whole days only (a window of one day once drew "05-01, 05-01, 05-02"), at most eight.
+fn day_axis(d0: i64, d1: i64) -> usize {
+    ((d1 - d0 + 1).max(1) as usize + 1).min(8)
+}
+
+fn day_label(d: &f64) -> String {
+    if (d - d.round()).abs() > 1e-6 {
+        return String::new();
+    }
+    super::sacct_text::utc_date(d.round() as i64)[5..].to_string()
+}
+
 fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
     let priced: Vec<&GroupReport> = r.groups.iter().filter(|g| g.cost.is_some()).collect();
     let root = SVGBackend::with_string(svg, (760, 360)).into_drawing_area();
@@ -719,7 +845,9 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
         .iter()
         .filter_map(|g| g.cost.as_ref())
         .map(|c| c.total.to_f64().unwrap_or(0.0))
-        .fold(1.0, f64::max);
+        .fold(0.0, f64::max);
+    // An empty or all-zero chart still gets an axis.
+    let max = if max > 0.0 { max } else { 1.0 };
     let n = priced.len().max(1);
     let names: Vec<String> = priced.iter().map(|g| g.name.clone()).collect();
     let mut chart = ChartBuilder::on(&root)
@@ -731,6 +859,7 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
         .x_label_area_size(30)
         .y_label_area_size(80)
         .build_cartesian_2d((0..n as u32).into_segmented(), 0f64..max * 1.35)?;
+    let axis = AxisScale::money(0.0, max * 1.35, &r.currency);
     chart
         .configure_mesh()
         .label_style(("sans-serif", 13))
@@ -740,8 +869,9 @@ fn cost_chart(r: &Report, svg: &mut String) -> ChartResult {
             SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
             _ => String::new(),
         })
-        .y_label_formatter(&|v| format!("{:.0}k", v / 1000.0))
-        .y_desc(format!("{} (thousands) over the window", r.currency))
+        .y_labels(Y_LABELS)
+        .y_label_formatter(&|v| axis.label(*v))
+        .y_desc(format!("{} over the window", axis.unit))
         .x_desc("fabric")
         .draw()?;
     let items: Vec<&'static str> = priced
@@ -862,6 +992,7 @@ fn step_chart(r: &Report, svg: &mut String) -> ChartResult {
         .x_label_area_size(35)
         .y_label_area_size(60)
         .build_cartesian_2d((0..n - 1).into_segmented(), lo..hi)?;
+    let axis = AxisScale::plain(f64::from(lo), f64::from(hi), "s");
     chart
         .configure_mesh()
         .label_style(("sans-serif", 13))
@@ -871,7 +1002,8 @@ fn step_chart(r: &Report, svg: &mut String) -> ChartResult {
             SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
             _ => String::new(),
         })
-        .y_label_formatter(&|v| format!("{v:.2}"))
+        .y_labels(Y_LABELS)
+        .y_label_formatter(&|v| axis.label(f64::from(*v)))
         .y_desc("step time (s)")
         .x_desc("fabric")
         .draw()?;
@@ -954,8 +1086,8 @@ fn drains_chart(r: &Report, svg: &mut String) -> ChartResult {
         .label_style(("sans-serif", 13))
         .axis_desc_style(("sans-serif", 14))
         .disable_x_mesh()
-        .x_labels(((d1 - d0 + 2) as usize).min(8))
-        .x_label_formatter(&|d| super::sacct_text::utc_date(d.floor() as i64)[5..].to_string())
+        .x_labels(day_axis(d0, d1))
+        .x_label_formatter(&day_label)
         .y_label_formatter(&|v| v.to_string())
         .x_desc("day (UTC, MM-DD)")
         .y_desc("nodes drained")
@@ -1023,7 +1155,8 @@ fn cost_time_chart(r: &Report, svg: &mut String) -> ChartResult {
     let ymax = series
         .iter()
         .flat_map(|(_, _, p)| p.iter().map(|(_, v)| *v))
-        .fold(1.0, f64::max);
+        .fold(0.0, f64::max);
+    let ymax = if ymax > 0.0 { ymax } else { 1.0 };
     let period = series
         .first()
         .and_then(|(_, g, _)| g.cost_over_time.first())
@@ -1045,25 +1178,17 @@ fn cost_time_chart(r: &Report, svg: &mut String) -> ChartResult {
         .x_label_area_size(35)
         .y_label_area_size(70)
         .build_cartesian_2d(d0 as f64..(d1 + 1) as f64, 0f64..ymax * 1.3)?;
+    let axis = AxisScale::money(0.0, ymax * 1.3, &r.currency);
     chart
         .configure_mesh()
         .label_style(("sans-serif", 13))
         .axis_desc_style(("sans-serif", 14))
-        .x_labels(((d1 - d0 + 2) as usize).min(8))
-        .x_label_formatter(&|d| super::sacct_text::utc_date(d.floor() as i64)[5..].to_string())
-        .y_label_formatter(&|v| {
-            if ymax >= 10_000.0 {
-                format!("{:.0}k", v / 1000.0)
-            } else {
-                format!("{v:.0}")
-            }
-        })
+        .x_labels(day_axis(d0, d1))
+        .x_label_formatter(&day_label)
+        .y_labels(Y_LABELS)
+        .y_label_formatter(&|v| axis.label(*v))
         .x_desc("day (UTC, MM-DD)")
-        .y_desc(if ymax >= 10_000.0 {
-            format!("{} (thousands) per accepted run", r.currency)
-        } else {
-            format!("{} per accepted run", r.currency)
-        })
+        .y_desc(format!("{} per accepted run", axis.unit))
         .draw()?;
     for (k, g, pts) in &series {
         let colour = PALETTE[k % PALETTE.len()];
@@ -1155,6 +1280,39 @@ mod tests {
             vec![Some((2.0, "2".into())), Some((2.0, "2".into()))],
         );
         assert!(tie.cells.iter().all(|c| !c.better));
+    }
+
+    #[test]
+    fn axis_labels_have_the_decimals_and_unit_their_range_needs() {
+        // Step times a few milliseconds apart: ticks 0.0005 s apart need four decimals.
+        let narrow = AxisScale::plain(0.2, 0.204, "s");
+        let labels = narrow.labels(0.2, 0.204);
+        assert_eq!(narrow.decimals, 4, "{labels:?}");
+        assert_eq!(labels.first().map(String::as_str), Some("0.2000"));
+        for (lo, hi, unit, first, second) in [
+            (0.0, 877.5, "USD", "0", "100"),
+            (0.0, 87_750.0, "k USD", "0", "10"),
+            (0.0, 2_500.0, "USD", "0", "500"),
+            (0.0, 8.775e7, "M USD", "0", "10"),
+            (0.0, 0.9, "USD", "0.0", "0.1"),
+            (0.0, 12_000.0, "k USD", "0", "2"),
+        ] {
+            let a = AxisScale::money(lo, hi, "USD");
+            let labels = a.labels(lo, hi);
+            assert_eq!(a.unit, unit, "{hi}");
+            assert_eq!(&labels[..2], [first, second], "{hi}: {labels:?}");
+            let mut d = labels.clone();
+            d.dedup();
+            assert_eq!(d, labels, "{hi}: no label twice");
+        }
+        assert_eq!(
+            AxisScale::plain(1.0, 3.0, "s").labels(1.0, 3.0)[..2],
+            ["1.0", "1.5"]
+        );
+        assert_eq!(
+            AxisScale::plain(100.0, 500.0, "s").labels(100.0, 500.0)[..2],
+            ["100", "150"]
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@
 //! | path | 22.05 (dbv0.0.38) | v0.0.40+ |
 //! |---|---|---|
 //! | `job_id`, `array/job_id`, `array/task_id`, `het/job_id`, `het/job_offset` | integers | integers or `{set,infinite,number}` |
-//! | `partition`, `account`, `user`, `cluster`, `qos`, `nodes` | strings | strings |
+//! | `partition`, `account`, `user`, `cluster`, `qos`, `nodes` (for `jobs` only) | strings | strings |
 //! | `state/current` | a string (`"COMPLETED"`) | a list (`["COMPLETED"]`) |
 //! | `time/{submission,eligible,start,end,elapsed}` | integers | integers or `{set,infinite,number}` |
 //! | `allocation_nodes` | integer | integer |
@@ -40,7 +40,7 @@ use std::io::Read;
 
 use serde::Deserialize;
 
-use super::{JobRecord, JobState, ReportError, tag_state};
+use super::{JobDetail, JobRecord, JobState, ReportError, tag_state};
 
 mod fast;
 
@@ -204,6 +204,9 @@ struct RawJob<'a> {
     #[serde(borrow)]
     comment: RawComment<'a>,
     restart_cnt: Num,
+    /// The node list (`n[1-4]`), kept for [`JobDetail`] only.
+    #[serde(borrow)]
+    nodes: Option<Cow<'a, str>>,
 }
 
 fn s(c: Option<Cow<'_, str>>) -> String {
@@ -211,6 +214,25 @@ fn s(c: Option<Cow<'_, str>>) -> String {
 }
 
 impl RawJob<'_> {
+    /// The record with its [`JobDetail`] (`jobs`).
+    fn into_detailed_record(self) -> JobRecord {
+        let detail = JobDetail {
+            job_id_raw: self.job_id.0.to_string(),
+            state: self.state.current.0.clone(),
+            nodelist: self.nodes.as_deref().unwrap_or_default().to_string(),
+            admin_comment: self
+                .comment
+                .administrator
+                .as_deref()
+                .unwrap_or_default()
+                .to_string(),
+        };
+        JobRecord {
+            detail: Some(Box::new(detail)),
+            ..self.into_record()
+        }
+    }
+
     fn into_record(self) -> JobRecord {
         let job_id = if self.array.job_id.0 > 0
             && self.array.task_id.0 >= 0
@@ -257,6 +279,7 @@ impl RawJob<'_> {
                 .administrator
                 .as_deref()
                 .map_or(super::TagState::Absent, tag_state),
+            detail: None,
         }
     }
 }
@@ -369,6 +392,32 @@ where
             message,
         },
     )
+}
+
+/// Parses one job object with its [`JobDetail`] (the fast decoder when it is sure, else serde).
+fn parse_job_detailed(bytes: &[u8]) -> Result<JobRecord, serde_json::Error> {
+    match fast::raw_job(bytes) {
+        Some(raw) => Ok(raw.into_detailed_record()),
+        None => serde_json::from_slice::<RawJob>(bytes).map(RawJob::into_detailed_record),
+    }
+}
+
+/// Reads everything into [`JobRecord`]s with their [`JobDetail`], in input order, and what
+/// was noted about the input (records listed twice): `fabric-check jobs`.
+pub fn read_all_detailed<R: Read>(
+    reader: R,
+    source_name: &str,
+) -> Result<(Vec<JobRecord>, super::InputNotes), ReportError> {
+    let st = stream_with(
+        reader,
+        source_name,
+        1,
+        parse_job_detailed,
+        Vec::new,
+        |v: &mut Vec<JobRecord>, j| v.push(j),
+    )?;
+    let mut accs = st.accs;
+    Ok((accs.pop().unwrap_or_default(), st.notes))
 }
 
 /// Reads everything into [`JobRecord`]s (tests and small inputs).
@@ -798,6 +847,7 @@ mod tests {
         let each = |a: &mut Acc, j: JobRecord| a.add(j, &opts);
         let times = 12;
         let mut reports = Vec::new();
+        let mut dups = Vec::new();
         for file in ["history-22.05.json", "history-v0.0.40.json"] {
             let doc = std::fs::read_to_string(format!("{dir}{file}")).unwrap();
             let open = doc.find("\"jobs\": [\n").unwrap() + "\"jobs\": [\n".len();
@@ -816,20 +866,22 @@ mod tests {
                 (parse_job as fn(&[u8]) -> _, 3),
                 (parse_job_serde as fn(&[u8]) -> _, 1),
             ] {
-                let accs = stream_with(big.as_bytes(), file, threads, decode, Acc::default, each)
-                    .unwrap()
-                    .accs;
-                reports.push(finish(Acc::merge_all(accs), &opts, None));
+                let st =
+                    stream_with(big.as_bytes(), file, threads, decode, Acc::default, each).unwrap();
+                dups.push(st.notes.duplicates);
+                reports.push(finish(Acc::merge_all(st.accs), &opts, None));
             }
         }
         let text = std::fs::read_to_string(format!("{dir}history.txt")).unwrap();
         let (header, lines) = text.split_once('\n').unwrap();
         let big_text = format!("{header}\n{}", lines.repeat(times));
-        let accs = sacct_text::stream(big_text.as_bytes(), "t.txt", 3, Acc::default, each)
-            .unwrap()
-            .accs;
-        reports.push(finish(Acc::merge_all(accs), &opts, None));
-        assert!(reports[0].groups.iter().map(|g| g.records).sum::<u64>() > 500);
+        let st = sacct_text::stream(big_text.as_bytes(), "t.txt", 3, Acc::default, each).unwrap();
+        dups.push(st.notes.duplicates);
+        reports.push(finish(Acc::merge_all(st.accs), &opts, None));
+        // Every copy after the first is the same records again: read, and counted once.
+        let records = reports[0].groups.iter().map(|g| g.records).sum::<u64>();
+        assert!(records > 40, "{records}");
+        assert_eq!(dups, vec![records * (times as u64 - 1); dups.len()]);
         for r in &reports[1..] {
             assert_eq!(r, &reports[0]);
         }

@@ -9,6 +9,11 @@
 //! `--parsable` (a trailing delimiter on every line) as well as `--parsable2`, `#` comment and
 //! blank lines (skipped), `None`/`Unknown` times, `CANCELLED by <uid>`, `Elapsed` as
 //! `[D-]HH:MM:SS`, typed GPU TRES (`gres/gpu:a100=8` beside `gres/gpu=8`, counted once).
+//! Without an `Elapsed`/`ElapsedRaw` column an ended job's duration is End − Start; without
+//! `AllocTRES` the GPUs come from `AllocGRES` (`gpu:a100:4`); a column whose absence leaves a
+//! figure unknown (no duration, no GPUs, no node count) is named in the report's input
+//! warnings rather than read as a silent 0. A record listed twice is counted once and said so
+//! (see the pool's duplicate check).
 //! Steps (`123.batch`, `123.extern`, `123.0`, `123.interactive`) are
 //! skipped. `AdminComment` may itself contain `|` (other tools write free text there), so when it
 //! is the last column every extra field is joined back into it. Times are read as `sacct` prints
@@ -20,7 +25,7 @@ use std::io::BufRead;
 use super::pool::{
     BATCH_BYTES, Batch, InputNotes, OnBad, Parsed, Recycler, Streamed, read_full, run,
 };
-use super::{JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
+use super::{JobDetail, JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
 
 /// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
 pub const FIELDS: &str = "JobID,Partition,Account,User,Cluster,QOS,State,Submit,Eligible,Start,End,ElapsedRaw,NNodes,AllocTRES,AdminComment";
@@ -33,6 +38,9 @@ pub struct TextLayout {
     pub columns: Option<String>,
     /// sacct's `--delimiter` (default `|`; found from the header when there is one).
     pub delimiter: Option<String>,
+    /// Keep each job's [`JobDetail`] (`JobIDRaw`, the state as printed, `NodeList`, the whole
+    /// `AdminComment`): `fabric-check jobs` shows them, the report does not.
+    pub detail: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -57,7 +65,13 @@ struct Columns {
     elapsed: Option<usize>,
     nnodes: Option<usize>,
     alloc_tres: Option<usize>,
+    /// `AllocGRES` (`gpu:4`, `gpu:a100:4(IDX:0-3)`), read where `AllocTRES` is absent.
+    alloc_gres: Option<usize>,
     admin_comment: Option<usize>,
+    job_id_raw: Option<usize>,
+    nodelist: Option<usize>,
+    /// Fill [`JobRecord::detail`].
+    detail: bool,
 }
 
 /// The delimiter of a header line: the first character that cannot be part of a field name.
@@ -96,6 +110,7 @@ impl Columns {
             self.elapsed,
             self.nnodes,
             self.alloc_tres,
+            self.alloc_gres,
             self.admin_comment,
         ]
         .into_iter()
@@ -165,9 +180,72 @@ impl Columns {
             elapsed: find("elapsed"),
             nnodes: find("nnodes").or_else(|| find("allocnodes")),
             alloc_tres: find("alloctres"),
+            alloc_gres: find("allocgres"),
             admin_comment: find("admincomment"),
+            job_id_raw: find("jobidraw"),
+            nodelist: find("nodelist"),
+            detail: false,
         })
     }
+
+    /// What the report cannot know because a column is absent, one sentence per gap naming the
+    /// column and what to add to sacct's `--format`.
+    fn missing(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.elapsed_raw.is_none()
+            && self.elapsed.is_none()
+            && (self.start.is_none() || self.end.is_none())
+        {
+            out.push(
+                "no Elapsed (or ElapsedRaw) column, nor both Start and End: every job's duration, and so its node-hours and GPU-hours, is unknown and counted as 0; add ElapsedRaw to sacct's --format".to_string(),
+            );
+        }
+        if self.alloc_tres.is_none() && self.alloc_gres.is_none() {
+            out.push(
+                "no AllocTRES (or AllocGRES) column: the jobs' GPUs are unknown, so GPU-hours show 0; add AllocTRES to sacct's --format".to_string(),
+            );
+        }
+        if self.nnodes.is_none() {
+            out.push(
+                "no NNodes (or AllocNodes) column: node-hours are unknown and counted as 0; add NNodes to sacct's --format".to_string(),
+            );
+        }
+        out
+    }
+}
+
+/// Whether the first header line of a `sacct -P` text (blank and `#` lines passed over) names
+/// `column` (case-insensitive); `false` for a text without a header.
+pub fn header_names(text: &str, column: &str) -> bool {
+    let Some(line) = text
+        .lines()
+        .find(|l| !l.trim().is_empty() && !l.starts_with('#'))
+    else {
+        return false;
+    };
+    let delim = header_delimiter(line).unwrap_or('|').to_string();
+    line.split(delim.as_str())
+        .any(|f| f.trim().eq_ignore_ascii_case(column))
+}
+
+/// GPUs from `AllocGRES` as older Slurm prints it: `gpu:4`, `gpu:a100:4`, `gpu:a100:4(IDX:0-3)`,
+/// several entries comma-separated; `None` when no entry is a GPU. An untyped `gpu:N` is the
+/// total (typed entries beside it count the same GPUs, as in [`gpus_from_tres`]); otherwise
+/// the typed entries add up.
+pub fn gpus_from_gres(gres: &str) -> Option<u32> {
+    let mut typed: Option<u32> = None;
+    for item in gres.split(',') {
+        let item = item.split('(').next().unwrap_or(item).trim();
+        let parts: Vec<&str> = item.split(':').collect();
+        match parts.as_slice() {
+            ["gpu", n] => return n.parse().ok(),
+            ["gpu", _, n] => {
+                typed = Some(typed.unwrap_or(0).saturating_add(n.parse().unwrap_or(0)));
+            }
+            _ => {}
+        }
+    }
+    typed
 }
 
 /// Unix seconds as `YYYY-MM-DDTHH:MM:SS` in UTC, the inverse of [`parse_time`] and the form
@@ -207,6 +285,23 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
         .and_then(|dt| jiff::tz::Offset::UTC.to_timestamp(dt).ok())
         .map(|t| t.as_second())
         .ok_or_else(|| format!("`{s}` is not a time (want Unix seconds or YYYY-MM-DDTHH:MM:SS)"))
+}
+
+/// A time a person gives on the command line (`--start`, `--since`): Unix seconds,
+/// `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM` or `YYYY-MM-DDTHH:MM:SS`, taken as UTC. The error is a whole
+/// sentence about `flag`: `--start `yesterday` is not a time: write ...`.
+pub fn parse_when(s: &str, flag: &str) -> Result<i64, String> {
+    let full = match s.len() {
+        10 if s.as_bytes().get(4) == Some(&b'-') => format!("{s}T00:00:00"),
+        16 => format!("{s}:00"),
+        _ => s.to_string(),
+    };
+    match parse_time(&full) {
+        Ok(t) if !s.trim().is_empty() && t > 0 => Ok(t),
+        _ => Err(format!(
+            "{flag} `{s}` is not a time: write YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS] (UTC) or Unix seconds"
+        )),
+    }
 }
 
 /// `[D-]HH:MM:SS`, `MM:SS` or `MM:SS.mmm` to seconds.
@@ -369,6 +464,7 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
     let get = |c: Option<usize>| c.map_or("", |i| f[i]);
     let time =
         |c: Option<usize>, name: &str| parse_time(get(c)).map_err(|e| format!("{name}: {e}"));
+    let (start_s, end_s) = (time(cols.start, "Start")?, time(cols.end, "End")?);
     let elapsed_s = match (cols.elapsed_raw, cols.elapsed) {
         (Some(i), _) if !f[i].is_empty() => f[i]
             .parse::<u64>()
@@ -376,6 +472,8 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
         (_, Some(i)) if !f[i].is_empty() => {
             parse_elapsed(f[i]).ok_or_else(|| format!("Elapsed `{}` is not [D-]HH:MM:SS", f[i]))?
         }
+        // Without an elapsed column, an ended job lasted from its Start to its End.
+        _ if start_s > 0 && end_s > start_s => (end_s - start_s) as u64,
         _ => 0,
     };
     let nnodes = match cols.nnodes {
@@ -395,17 +493,28 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
         state: JobState::parse(f[cols.state]),
         submit_s: time(cols.submit, "Submit")?,
         eligible_s: time(cols.eligible, "Eligible")?,
-        start_s: time(cols.start, "Start")?,
-        end_s: time(cols.end, "End")?,
+        start_s,
+        end_s,
         elapsed_s,
         nnodes,
-        gpus: gpus_from_tres(get(cols.alloc_tres)),
+        gpus: match cols.alloc_tres {
+            Some(i) => gpus_from_tres(f[i]),
+            None => gpus_from_gres(get(cols.alloc_gres)),
+        },
         restarts: 0,
         tag: if comment.is_empty() {
             super::TagState::Absent
         } else {
             tag_state(comment)
         },
+        detail: cols.detail.then(|| {
+            Box::new(JobDetail {
+                job_id_raw: get(cols.job_id_raw).to_string(),
+                state: f[cols.state].to_string(),
+                nodelist: get(cols.nodelist).to_string(),
+                admin_comment: comment.to_string(),
+            })
+        }),
     }))
 }
 
@@ -480,13 +589,15 @@ where
             break;
         }
     }
-    let cols = match given {
+    let mut cols = match given {
         Some(c) => c,
         None => Columns::from_header_with(header.trim_end_matches(['\n', '\r']), layout)
             .map_err(|m| text_err(line_no, m))?,
     };
+    cols.detail = layout.detail;
     let first_data_line = line_no + 1;
-    run(
+    let missing = cols.missing();
+    let streamed = run(
         threads,
         OnBad::Skip,
         init,
@@ -551,7 +662,11 @@ where
             Ok(())
         },
         text_err,
-    )
+    );
+    streamed.map(|mut st| {
+        st.notes.missing_columns.extend(missing);
+        st
+    })
 }
 
 /// Reads everything into [`JobRecord`]s (tests and small inputs); a line that cannot be read is
@@ -671,9 +786,13 @@ mod tests {
         );
         assert_eq!((notes.padded, notes.padded_first.clone()), (1, vec![6]));
         let w = notes.warnings();
-        assert_eq!(w.len(), 2);
+        assert_eq!(w.len(), 3, "{w:?}");
         assert!(
             w[0].starts_with("2 lines skipped: line 4: 2 fields"),
+            "{w:?}"
+        );
+        assert!(
+            w[2].starts_with("no AllocTRES (or AllocGRES) column"),
             "{w:?}"
         );
         // The strict reader refuses the same input at the first cut line.
@@ -701,7 +820,9 @@ mod tests {
         assert_eq!(
             notes.warnings(),
             [
-                "1 line shorter than the header, read with the missing trailing columns empty: line 3"
+                "1 line shorter than the header, read with the missing trailing columns empty: line 3",
+                "no AllocTRES (or AllocGRES) column: the jobs' GPUs are unknown, so GPU-hours show 0; add AllocTRES to sacct's --format",
+                "no NNodes (or AllocNodes) column: node-hours are unknown and counted as 0; add NNodes to sacct's --format",
             ]
         );
     }
@@ -743,6 +864,67 @@ mod tests {
             err.starts_with("t.txt:1: the header has no `State` column; run `sacct -P -o JobID"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_capture_listing_every_job_twice_counts_each_job_once_and_says_so() {
+        let header = "JobID|Partition|State|Start|End|ElapsedRaw|NNodes|AllocTRES\n";
+        let once = "101|ib|COMPLETED|100|7300|7200|2|gres/gpu=8\n102|roce|FAILED|100|3700|3600|1|gres/gpu=4\n";
+        // A requeued job's earlier attempt (`sacct -D`) has the same JobID but its own times:
+        // it is another record, not a repeat.
+        let requeue = "102|roce|REQUEUED|50|90|40|1|gres/gpu=4\n";
+        let text = format!("{header}{once}{requeue}{once}");
+        let (jobs, notes) =
+            read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+        let ids: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+        assert_eq!(ids, ["101", "102", "102"]);
+        assert_eq!(notes.duplicates, 2);
+        let w = notes.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("2 records listed a second time (same JobID, cluster, times and state) and counted once: job 101, 102;"),
+            "{w:?}"
+        );
+        assert!(!notes.is_clean());
+    }
+
+    #[test]
+    fn without_an_elapsed_column_an_ended_jobs_duration_is_end_minus_start() {
+        let header = "JobID|State|Start|End|NNodes|AllocTRES\n";
+        let text = format!(
+            "{header}7|COMPLETED|2024-05-01T10:00:00|2024-05-01T12:30:00|2|gres/gpu=8\n8|RUNNING|2024-05-01T10:00:00|Unknown|1|gres/gpu=8\n"
+        );
+        let (jobs, notes) =
+            read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+        assert_eq!(jobs[0].elapsed_s, 9000);
+        assert_eq!(jobs[1].elapsed_s, 0);
+        assert!(notes.is_clean(), "{:?}", notes.warnings());
+    }
+
+    #[test]
+    fn a_history_without_durations_or_gpus_names_the_missing_columns() {
+        let text = "JobID|State|Start|NNodes\n7|COMPLETED|2024-05-01T10:00:00|2\n";
+        let (jobs, notes) =
+            read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+        assert_eq!((jobs[0].elapsed_s, jobs[0].gpus), (0, None));
+        assert_eq!(
+            notes.warnings(),
+            [
+                "no Elapsed (or ElapsedRaw) column, nor both Start and End: every job's duration, and so its node-hours and GPU-hours, is unknown and counted as 0; add ElapsedRaw to sacct's --format",
+                "no AllocTRES (or AllocGRES) column: the jobs' GPUs are unknown, so GPU-hours show 0; add AllocTRES to sacct's --format",
+            ]
+        );
+    }
+
+    #[test]
+    fn allocgres_gives_the_gpus_where_alloctres_is_absent() {
+        let text = "JobID|State|ElapsedRaw|NNodes|AllocGRES\n7|COMPLETED|60|1|gpu:a100:4(IDX:0-3)\n8|COMPLETED|60|2|gpu:v100:1,gpu:a100:2\n10|COMPLETED|60|1|gpu:4,gpu:a100:4\n9|COMPLETED|60|1|\n";
+        let (jobs, notes) =
+            read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+        let gpus: Vec<Option<u32>> = jobs.iter().map(|j| j.gpus).collect();
+        assert_eq!(gpus, [Some(4), Some(3), Some(4), None]);
+        assert!(notes.is_clean(), "{:?}", notes.warnings());
+        assert_eq!(gpus_from_gres("mps:100"), None);
     }
 
     #[test]

@@ -57,6 +57,11 @@ int spank_get_item(spank_t sp, int item, ...) {
         *step = getenv("STUB_STEP") ? (uint32_t)strtoul(getenv("STUB_STEP"), NULL, 0) : 1;
         va_end(ap); return 0;
     }
+    if (item == 4) {
+        uint32_t *n = va_arg(ap, uint32_t *);
+        *n = getenv("STUB_NNODES") ? (uint32_t)strtoul(getenv("STUB_NNODES"), NULL, 0) : 1;
+        va_end(ap); return 0;
+    }
     if (item == 5) {
         uint32_t *nodeid = va_arg(ap, uint32_t *);
         *nodeid = getenv("STUB_NODEID") ? (uint32_t)strtoul(getenv("STUB_NODEID"), NULL, 0) : 0;
@@ -66,6 +71,14 @@ int spank_get_item(spank_t sp, int item, ...) {
 }
 static void logv(const char *lvl, const char *fmt, va_list ap) {
     printf("%s: ", lvl); vprintf(fmt, ap); printf("\n");
+}
+int spank_getenv(spank_t sp, const char *var, char *buf, int len) {
+    (void)sp;
+    const char *v = strcmp(var, "SLURM_STEP_NODELIST") ? NULL : getenv("STUB_STEP_NODELIST");
+    if (!v) return 3004; /* ESPANK_ENV_NOEXIST */
+    if ((int)strlen(v) >= len) return 3005; /* ESPANK_NOSPACE */
+    strcpy(buf, v);
+    return 0;
 }
 int spank_setenv(spank_t sp, const char *var, const char *val, int overwrite) {
     (void)sp;

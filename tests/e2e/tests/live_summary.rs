@@ -1,4 +1,6 @@
-//! The run summary of a `fabric-run` step in the live tag while the job still runs, and what
+//! The run summary of a `fabric-run` step in the live tag while the job still runs (every
+//! node's, gathered by the step's first node, so that the epilog has nothing to add and the tag
+//! stays plain JSON in `sacct`: the `b32:` form is counted and must not occur), and what
 //! each SPANK callback of this Slurm can still do (the measurement behind the table in
 //! `docs/slurm-versions.md`).
 
@@ -84,9 +86,8 @@ fn a_fabric_run_steps_summary_is_in_the_live_tag_as_plain_json_before_the_job_en
             .into_iter::<serde_json::Value>()
             .next()?
             .ok()?;
-        tag["run"]
-            .is_object()
-            .then_some((state_of(&j), comment, tag))
+        // Both nodes' summaries, gathered at the step's end by its first node.
+        (tag["run"]["ranks"] == 2).then_some((state_of(&j), comment, tag))
     });
     std::fs::write(&release, "").unwrap();
     let (state, comment, tag) = live.unwrap_or_else(|| {
@@ -110,13 +111,19 @@ fn a_fabric_run_steps_summary_is_in_the_live_tag_as_plain_json_before_the_job_en
         wait_job_end(&tb, job, Duration::from_secs(120)).as_deref(),
         Some("COMPLETED")
     );
-    // After the job the epilog has merged both nodes' records: still 4 steps, now 2 ranks.
+    // After the job the epilog merged both nodes' records again, found what the live tag
+    // holds and wrote nothing: sacct shows the plain-JSON live form, not `b32:`.
     let after = wait_tag(&tb, job, Duration::from_secs(60), |t| {
         t["run"]["ranks"] == 2
     })
     .unwrap_or_else(|| panic!("sacct: {:?}", tb.admin_comment(job)));
     assert_eq!(after["run"]["steps"], 4, "{after}");
     assert_eq!(after["verdict"], "pass", "{after}");
+    let stored = tb.admin_comment(job);
+    assert!(
+        !stored.contains("b32:"),
+        "the epilog rewrote the tag after the job: {stored}"
+    );
     assert!(
         tag_text(&tb.admin_comment(job)).is_some(),
         "sacct -X -P -o AdminComment holds the segment"
@@ -173,6 +180,52 @@ fn a_batch_script_ending_with_srun_fabric_run_keeps_its_summary_in_sacct_as_plai
         log.contains(&batch_end),
         "no {batch_end:?} in the slurmd logs"
     );
+    let _ = std::fs::remove_dir_all(&work);
+}
+
+#[test]
+fn ordinary_multi_node_jobs_keep_plain_json_tags_in_sacct_and_none_ends_in_the_b32_form() {
+    let tb = Testbed::get();
+    heal_all(&tb);
+    let work = tb.work_dir("b32-count");
+    let batch = work.join("job.sh");
+    // Two steps on both nodes, then the batch script ends: the common training-job shape.
+    std::fs::write(
+        &batch,
+        format!(
+            "#!/bin/sh
+export PATH={path}
+             srun -N2 fabric-run --step-regex '^step ([0-9]+)' -- {fake} --steps 3 --step-sleep 0.05
+             srun -N2 fabric-run --step-regex '^step ([0-9]+)' -- {fake} --steps 2 --step-sleep 0.05
+",
+            path = bin_path(&tb),
+            fake = tb.dir.join("bin/fake-train").display()
+        ),
+    )
+    .unwrap();
+    let jobs: Vec<u32> = (0..3)
+        .map(|_| tb.sbatch(&["-N2", "--fabric-check", batch.to_str().unwrap()]))
+        .collect();
+    for &job in &jobs {
+        assert_eq!(
+            wait_job_end(&tb, job, Duration::from_secs(180)).as_deref(),
+            Some("COMPLETED"),
+            "job {job}"
+        );
+    }
+    let mut b32 = 0;
+    for &job in &jobs {
+        let tag = wait_tag(&tb, job, Duration::from_secs(60), |t| {
+            t["run"]["ranks"] == 2 && t["run"]["steps"] == 5
+        })
+        .unwrap_or_else(|| panic!("job {job}: sacct: {:?}", tb.admin_comment(job)));
+        assert_eq!(tag["run"]["outcome"], "accepted", "{tag}");
+        if tb.admin_comment(job).contains("fabric-check/v1 b32:") {
+            b32 += 1;
+        }
+    }
+    println!("tags in the b32: form: {b32} of {}", jobs.len());
+    assert_eq!(b32, 0, "ordinary jobs keep the live form");
     let _ = std::fs::remove_dir_all(&work);
 }
 

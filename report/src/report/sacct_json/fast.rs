@@ -586,6 +586,7 @@ impl<'a> Cur<'a> {
                 b"tres" => j.tres = Self::once(&mut seen, 1 << 11, self.tres())?,
                 b"comment" => j.comment = Self::once(&mut seen, 1 << 12, self.comment())?,
                 b"restart_cnt" => j.restart_cnt = Self::once(&mut seen, 1 << 13, self.num())?,
+                b"nodes" => j.nodes = Self::once(&mut seen, 1 << 14, self.opt_string())?,
                 _ => self.skip_member()?,
             }
         }
