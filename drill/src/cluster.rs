@@ -30,6 +30,15 @@ pub trait Cluster {
     fn nodes(&mut self) -> Result<Vec<NodeView>, ClusterError>;
     /// Submits the batch `script` for `job`; returns the job id.
     fn submit(&mut self, script: &Path, job: &JobSpec) -> Result<u32, ClusterError>;
+    /// Submits `script` for `job` into `partition` (the workload's fabrics).
+    fn submit_to(
+        &mut self,
+        script: &Path,
+        job: &JobSpec,
+        partition: &str,
+    ) -> Result<u32, ClusterError>;
+    /// The nodes of `partition`.
+    fn nodes_of(&mut self, partition: &str) -> Result<Vec<String>, ClusterError>;
     /// The job's state while Slurm still holds it (`squeue`), `None` once it is gone.
     fn queue_state(&mut self, id: u32) -> Result<Option<String>, ClusterError>;
     /// The job's accounting record and tag.
@@ -172,14 +181,14 @@ pub fn sbatch_args(
     a
 }
 
-/// Parses `sacct -D -X -n -P -o JobID,State,ElapsedRaw,NNodes,End,AdminComment` (with
+/// Parses `sacct -D -X -n -P -o JobID,State,ElapsedRaw,NNodes,Start,End,AdminComment` (with
 /// `SLURM_TIME_FORMAT=%s`): the last attempt's row, and the requeued attempts before it.
 pub fn parse_sacct(id: u32, text: &str) -> JobView {
     let rows: Vec<Vec<&str>> = text
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| l.splitn(6, '|').collect::<Vec<_>>())
-        .filter(|r| r.len() == 6)
+        .map(|l| l.splitn(7, '|').collect::<Vec<_>>())
+        .filter(|r| r.len() == 7)
         .collect();
     let requeues = rows.iter().filter(|r| r[1].starts_with("REQUEUED")).count() as u32;
     let mut view = JobView {
@@ -192,13 +201,37 @@ pub fn parse_sacct(id: u32, text: &str) -> JobView {
         view.state = last[1].to_owned();
         view.elapsed_s = last[2].parse().unwrap_or(0.0);
         view.nnodes = last[3].parse().unwrap_or(0);
-        view.end_ms = last[4].parse::<u64>().map_or(0, |s| s * 1000);
+        view.start_ms = last[4].parse::<u64>().map_or(0, |s| s * 1000);
+        view.end_ms = last[5].parse::<u64>().map_or(0, |s| s * 1000);
     }
     view.tag = rows
         .iter()
         .rev()
-        .find_map(|r| fabric_proto::tag::extract(r[5]).and_then(Result::ok));
+        .find_map(|r| fabric_proto::tag::extract(r[6]).and_then(Result::ok));
     view
+}
+
+impl SlurmCluster {
+    fn submit_in(
+        &mut self,
+        script: &Path,
+        job: &JobSpec,
+        partition: Option<&str>,
+    ) -> Result<u32, ClusterError> {
+        let mut argv: Vec<String> = self.submit_prefix.clone();
+        argv.push(self.bin_dir.join("sbatch").display().to_string());
+        argv.extend(sbatch_args(job, self.reservation.as_deref(), partition));
+        argv.push(script.display().to_string());
+        let (code, text) = self.run(&argv, &[])?;
+        let id = text.trim().split(';').next().and_then(|s| s.parse().ok());
+        match (code, id) {
+            (0, Some(id)) => Ok(id),
+            _ => Err(ClusterError {
+                command: argv.join(" "),
+                message: format!("exit {code}: {}", text.trim()),
+            }),
+        }
+    }
 }
 
 impl Cluster for SlurmCluster {
@@ -227,23 +260,34 @@ impl Cluster for SlurmCluster {
     }
 
     fn submit(&mut self, script: &Path, job: &JobSpec) -> Result<u32, ClusterError> {
-        let mut argv: Vec<String> = self.submit_prefix.clone();
-        argv.push(self.bin_dir.join("sbatch").display().to_string());
-        argv.extend(sbatch_args(
-            job,
-            self.reservation.as_deref(),
-            self.partition.as_deref(),
-        ));
-        argv.push(script.display().to_string());
-        let (code, text) = self.run(&argv, &[])?;
-        let id = text.trim().split(';').next().and_then(|s| s.parse().ok());
-        match (code, id) {
-            (0, Some(id)) => Ok(id),
-            _ => Err(ClusterError {
-                command: argv.join(" "),
-                message: format!("exit {code}: {}", text.trim()),
-            }),
+        let p = self.partition.clone();
+        self.submit_in(script, job, p.as_deref())
+    }
+
+    fn submit_to(
+        &mut self,
+        script: &Path,
+        job: &JobSpec,
+        partition: &str,
+    ) -> Result<u32, ClusterError> {
+        self.submit_in(script, job, Some(partition))
+    }
+
+    fn nodes_of(&mut self, partition: &str) -> Result<Vec<String>, ClusterError> {
+        let text = self.ok(&["sinfo", "-h", "-N", "-p", partition, "-o", "%N"])?;
+        let mut out: Vec<String> = Vec::new();
+        for l in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if !out.iter().any(|n| n == l) {
+                out.push(l.to_owned());
+            }
         }
+        if out.is_empty() {
+            return Err(ClusterError {
+                command: format!("sinfo -p {partition}"),
+                message: format!("no partition {partition}, or it has no nodes"),
+            });
+        }
+        Ok(out)
     }
 
     fn queue_state(&mut self, id: u32) -> Result<Option<String>, ClusterError> {
@@ -272,7 +316,7 @@ impl Cluster for SlurmCluster {
                 "-j",
                 &id.to_string(),
                 "-o",
-                "JobID,State,ElapsedRaw,NNodes,End,AdminComment",
+                "JobID,State,ElapsedRaw,NNodes,Start,End,AdminComment",
             ],
             &[("SLURM_TIME_FORMAT", "%s")],
         )?;
@@ -348,14 +392,15 @@ mod tests {
 
     #[test]
     fn sacct_rows_give_the_last_attempt_its_requeues_and_the_tag() {
-        let text = "41|REQUEUED|0|2|1700000003|\n\
-                    41|COMPLETED|6|2|1700000012|fabric-check/v1 {\"verdict\":\"fail\",\"probed_at\":1700000002,\"nnodes\":2,\"nodes\":{\"n1\":{\"verdict\":\"fail\",\"checks\":[\"ib.port_state\"]}}}\n";
+        let text = "41|REQUEUED|0|2|1700000001|1700000003|\n\
+                    41|COMPLETED|6|2|1700000006|1700000012|fabric-check/v1 {\"verdict\":\"fail\",\"probed_at\":1700000002,\"nnodes\":2,\"nodes\":{\"n1\":{\"verdict\":\"fail\",\"checks\":[\"ib.port_state\"]}}}\n";
         let v = parse_sacct(41, text);
         assert_eq!(v.requeues, 1);
         assert_eq!(v.state, "COMPLETED");
         assert_eq!(v.elapsed_s, 6.0);
         assert_eq!(v.nnodes, 2);
         assert_eq!(v.end_ms, 1_700_000_012_000);
+        assert_eq!(v.start_ms, 1_700_000_006_000);
         let tag = v.tag.unwrap();
         assert_eq!(tag.probed_at, Some(1_700_000_002));
         assert!(tag.nodes.contains_key("n1"));
@@ -363,7 +408,7 @@ mod tests {
 
     #[test]
     fn a_running_job_has_no_end_and_a_missing_tag_is_none() {
-        let v = parse_sacct(7, "7|RUNNING|3|1|Unknown|\n");
+        let v = parse_sacct(7, "7|RUNNING|3|1|1700000000|Unknown|\n");
         assert_eq!((v.end_ms, v.tag.is_none()), (0, true));
     }
 

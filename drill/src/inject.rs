@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -191,9 +192,10 @@ impl Loads {
                 pid,
                 start_ticks: t,
             } => {
+                // The hog leads its own process group (see `background_load`): end the group,
+                // `timeout` and its shell together.
                 if start_ticks(*pid) == Some(*t) {
-                    // SAFETY-free: a plain kill(2) of a process this drill started.
-                    let _ = nix::sys::signal::kill(
+                    let _ = nix::sys::signal::killpg(
                         nix::unistd::Pid::from_raw(*pid as i32),
                         nix::sys::signal::Signal::SIGKILL,
                     );
@@ -266,6 +268,9 @@ impl Loads {
             let child = Command::new("timeout")
                 .args(["120", "sh", "-c", "while :; do :; done"])
                 .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .process_group(0)
                 .spawn()
                 .map_err(|e| InjectError::Command {
                     command: "timeout 120 sh -c 'while :; do :; done'".into(),
@@ -373,8 +378,12 @@ impl TestbedInjector {
         journal: &mut Journal,
     ) -> Result<u64, InjectError> {
         let nd = self.node_dir(node);
-        let fresh = nd.join(".drill-new-sysfs");
-        let saved = nd.join(".drill-saved-sysfs");
+        // One saved tree per change: a fault over the drill's own setup tree nests.
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let fresh = nd.join(format!(".drill-new-sysfs-{stamp}"));
+        let saved = nd.join(format!(".drill-saved-sysfs-{stamp}"));
         let live = nd.join("sysfs");
         let _ = std::fs::remove_dir_all(&fresh);
         run(&[
@@ -382,16 +391,6 @@ impl TestbedInjector {
             scenario.to_owned(),
             fresh.display().to_string(),
         ])?;
-        if saved.exists() {
-            return Err(InjectError::Unsupported {
-                class: "sysfs",
-                place: "this node",
-                why: format!(
-                    "{} holds a tree saved by an earlier drill that was not put back: run `fabric-check drill --restore` first",
-                    saved.display()
-                ),
-            });
-        }
         let id = journal.record(
             node,
             what,
@@ -803,7 +802,16 @@ mod tests {
         restore(&mut inj, &mut j, &ids).unwrap();
         assert_eq!(marker(), "healthy");
         assert!(j.pending().unwrap().is_empty());
-        assert!(!tb.join("nodes/n3/.drill-saved-sysfs").exists());
+        let left: Vec<_> = std::fs::read_dir(tb.join("nodes/n3"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            left,
+            vec![std::ffi::OsString::from("sysfs")],
+            "nothing saved is left"
+        );
     }
 
     #[test]
@@ -839,7 +847,11 @@ mod tests {
 
     #[test]
     fn a_hog_is_killed_by_pid_only_while_it_is_the_same_process() {
-        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
         let pid = child.id();
         let t = start_ticks(pid).unwrap();
         let mut loads = Loads::default();

@@ -30,7 +30,8 @@ pub enum Undo {
         /// The words.
         argv: Vec<String>,
     },
-    /// End a process the drill started, if it is still the same process (its start time in
+    /// End the process group a process the drill started leads, if it is still the same
+    /// process (its start time in
     /// clock ticks since boot, field 22 of `/proc/PID/stat`, matches).
     Kill {
         /// The pid.

@@ -32,3 +32,4 @@ pub mod plan;
 pub mod render;
 pub mod run;
 pub mod score;
+pub mod workload;

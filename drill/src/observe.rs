@@ -82,10 +82,11 @@ pub struct NodeView {
 }
 
 impl NodeView {
-    /// Out of service: drained, draining, down or failed.
+    /// Out of service: drained, draining, down, failed, or not responding (`*`: slurmctld
+    /// could not reach its slurmd and schedules nothing there).
     pub fn out_of_service(&self) -> bool {
         let s = self.state.as_str();
-        s.contains("drain") || s.contains("down") || s.contains("fail")
+        s.contains("drain") || s.contains("down") || s.contains("fail") || s.ends_with('*')
     }
 
     /// Whether the reason is fabric-check's.
@@ -114,13 +115,16 @@ pub fn drain_signal(node: &NodeView, at_ms: u64, health_ran: bool) -> Option<Sig
         };
         (detector, check)
     } else {
-        let word = node
-            .reason
-            .split_whitespace()
-            .next()
-            .unwrap_or("down")
-            .to_owned();
-        (Detector::Slurm, format!("slurm.{}", word.to_lowercase()))
+        let what = if node.state.ends_with('*') {
+            "not_responding".to_owned()
+        } else {
+            node.reason
+                .split_whitespace()
+                .next()
+                .unwrap_or("down")
+                .to_lowercase()
+        };
+        (Detector::Slurm, format!("slurm.{what}"))
     };
     Some(Signal {
         node: node.name.clone(),
@@ -145,6 +149,8 @@ pub struct JobView {
     pub elapsed_s: f64,
     /// Nodes allocated (the last attempt).
     pub nnodes: u32,
+    /// Start of the last attempt, Unix milliseconds (0 before it starts).
+    pub start_ms: u64,
     /// End, Unix milliseconds (0 while it runs).
     pub end_ms: u64,
     /// The decoded tag, if any.
@@ -204,7 +210,7 @@ pub fn tag_signals(job: &JobView) -> Vec<Signal> {
                 .keys()
                 .next()
                 .map(|k| k.rsplit('/').next().unwrap_or(k).to_owned())
-                .unwrap_or_default(),
+                .unwrap_or_else(|| "epilog.probe".to_owned()),
             job: Some(job.id),
         });
     }
@@ -258,8 +264,12 @@ mod tests {
         let s = drain_signal(&view("down*", "Not responding"), 5, false).unwrap();
         assert_eq!(
             (s.detector, s.check.as_str()),
-            (Detector::Slurm, "slurm.not")
+            (Detector::Slurm, "slurm.not_responding")
         );
+        let s = drain_signal(&view("mixed*", ""), 5, false).unwrap();
+        assert_eq!(s.check, "slurm.not_responding");
+        let s = drain_signal(&view("down", "Kill task failed"), 5, false).unwrap();
+        assert_eq!(s.check, "slurm.kill");
         assert_eq!(s.strength, Strength::Drain);
     }
 

@@ -235,6 +235,14 @@ impl Drill<'_> {
                 (None, None) => ended_at = Some(now),
                 (Some(id), None) => match self.cluster.queue_state(id) {
                     Ok(None) => ended_at = Some(now),
+                    // A removed node cannot end its part of the job: once Slurm saw it go,
+                    // the drill puts it back so the job can finish.
+                    Ok(Some(_))
+                        if round.class == FaultClass::NodeRemoved
+                            && w.seen.contains_key(&round.node) =>
+                    {
+                        ended_at = Some(now);
+                    }
                     Ok(Some(state)) => {
                         let target_out = w.seen.contains_key(&round.node);
                         if target_out && JobState::parse(&state) == JobState::parse("PENDING") {
@@ -328,8 +336,42 @@ impl Drill<'_> {
         tracing::warn!("the drill's nodes did not all come back to idle within 60 s");
     }
 
+    /// One clean job across every drill node before the first round, so that each node's
+    /// saved counters (the probe's baseline) are those of the tree the drill starts from.
+    pub fn warm_up(&mut self) -> Result<(), String> {
+        let job = JobSpec {
+            nodes: self.cfg.nodes.clone(),
+            full: false,
+            fabric_run: false,
+        };
+        let dir = self.cfg.work_dir.join("warm-up");
+        prepare_dir(&dir, self.cfg.job_uid)?;
+        let script = dir.join("job.sh");
+        std::fs::write(
+            &script,
+            job_script(&job, &self.cfg, &dir, "fabric-check drill warm-up"),
+        )
+        .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+        let id = self
+            .cluster
+            .submit(&script, &job)
+            .map_err(|e| e.to_string())?;
+        let start = self.cluster.now_ms();
+        while self.cluster.now_ms().saturating_sub(start) < 120_000 {
+            if let Ok(None) = self.cluster.queue_state(id) {
+                return Ok(());
+            }
+            self.cluster.sleep(self.cfg.poll);
+        }
+        let _ = self.cluster.cancel(id);
+        Err(format!("the warm-up job {id} did not end within 120 s"))
+    }
+
     /// Runs every round; `each` sees each outcome as it comes.
     pub fn run(&mut self, plan: &Plan, mut each: impl FnMut(&RoundOutcome)) -> Vec<RoundOutcome> {
+        if let Err(e) = self.warm_up() {
+            tracing::warn!("{e}");
+        }
         let mut out = Vec::new();
         for r in &plan.rounds {
             let o = self.round(r);
@@ -352,4 +394,296 @@ fn prepare_dir(dir: &Path, uid: Option<u32>) -> Result<(), String> {
         .map_err(|e| format!("cannot give {} to uid {uid}: {e}", dir.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::class::NodeKind;
+    use crate::cluster::ClusterError;
+    use crate::inject::InjectError;
+    use crate::journal::Undo;
+    use crate::observe::JobView;
+    use crate::score::score;
+    use fabric_proto::tag::{JobTag, NodeResult};
+    use fabric_proto::verdict::Verdict;
+
+    /// A cluster on a virtual clock: a job runs for `run_ms`; a node the fake injector faulted
+    /// is drained by the detector the test names, `detect_ms` after the fault.
+    #[derive(Default)]
+    struct FakeCluster {
+        now: u64,
+        nodes: Vec<NodeView>,
+        jobs: Vec<(u32, u64, JobSpec)>,
+        faulted: Option<(String, u64)>,
+        detect_ms: u64,
+        reason: String,
+        also_drain: Option<String>,
+        resumed: Vec<String>,
+        cancelled: Vec<u32>,
+    }
+
+    impl FakeCluster {
+        fn new(detect_ms: u64, reason: &str) -> FakeCluster {
+            FakeCluster {
+                now: 1_000_000,
+                nodes: ["n1", "n2", "n3"]
+                    .iter()
+                    .map(|n| NodeView {
+                        name: (*n).into(),
+                        state: "idle".into(),
+                        reason: String::new(),
+                    })
+                    .collect(),
+                detect_ms,
+                reason: reason.into(),
+                ..FakeCluster::default()
+            }
+        }
+
+        fn tick(&mut self) {
+            if let Some((n, t)) = &self.faulted
+                && self.now >= t + self.detect_ms
+            {
+                let (n, reason) = (n.clone(), self.reason.clone());
+                let extra = self.also_drain.clone();
+                for v in &mut self.nodes {
+                    if v.name == n || Some(&v.name) == extra.as_ref() {
+                        if v.reason.is_empty() {
+                            v.state = "drained".into();
+                            v.reason = reason.clone();
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    impl Cluster for FakeCluster {
+        fn nodes(&mut self) -> Result<Vec<NodeView>, ClusterError> {
+            self.tick();
+            Ok(self.nodes.clone())
+        }
+        fn submit(&mut self, _: &Path, job: &JobSpec) -> Result<u32, ClusterError> {
+            let id = 100 + self.jobs.len() as u32;
+            self.jobs.push((id, self.now, job.clone()));
+            Ok(id)
+        }
+        fn submit_to(&mut self, s: &Path, job: &JobSpec, _: &str) -> Result<u32, ClusterError> {
+            self.submit(s, job)
+        }
+        fn nodes_of(&mut self, _: &str) -> Result<Vec<String>, ClusterError> {
+            Ok(self.nodes.iter().map(|n| n.name.clone()).collect())
+        }
+        fn queue_state(&mut self, id: u32) -> Result<Option<String>, ClusterError> {
+            let (_, t, _) = self.jobs.iter().find(|j| j.0 == id).cloned().unwrap();
+            if self.cancelled.contains(&id) || self.now > t + 3000 {
+                Ok(None)
+            } else {
+                Ok(Some("RUNNING".into()))
+            }
+        }
+        fn job(&mut self, id: u32) -> Result<JobView, ClusterError> {
+            let (_, t, spec) = self.jobs.iter().find(|j| j.0 == id).cloned().unwrap();
+            let mut tag = JobTag {
+                probed_at: Some(t / 1000),
+                ..JobTag::default()
+            };
+            for n in &spec.nodes {
+                tag.nodes.insert(
+                    n.clone(),
+                    NodeResult {
+                        verdict: Verdict::Pass,
+                        checks: vec![],
+                        probe_ms: None,
+                        drained: false,
+                    },
+                );
+            }
+            Ok(JobView {
+                id,
+                state: "COMPLETED".into(),
+                elapsed_s: 3.0,
+                nnodes: spec.nodes.len() as u32,
+                end_ms: t + 3000,
+                tag: Some(tag),
+                ..JobView::default()
+            })
+        }
+        fn cancel(&mut self, id: u32) -> Result<(), ClusterError> {
+            self.cancelled.push(id);
+            Ok(())
+        }
+        fn resume(&mut self, node: &str) -> Result<(), ClusterError> {
+            self.resumed.push(node.into());
+            self.faulted = None;
+            for v in &mut self.nodes {
+                if v.name == node {
+                    v.state = "idle".into();
+                    v.reason.clear();
+                }
+            }
+            Ok(())
+        }
+        fn health(&mut self, _: &str) -> Result<i32, ClusterError> {
+            Ok(2)
+        }
+        fn foreign_jobs(&mut self, _: &[String]) -> Result<Vec<String>, ClusterError> {
+            Ok(vec![])
+        }
+        fn now_ms(&self) -> u64 {
+            self.now
+        }
+        fn sleep(&mut self, d: Duration) {
+            self.now += d.as_millis() as u64;
+        }
+    }
+
+    /// Tells the fake cluster when a fault went in (through a shared cell) and records undos.
+    struct FakeInjector {
+        injected: std::rc::Rc<std::cell::RefCell<Vec<(String, u64)>>>,
+        undone: usize,
+    }
+
+    impl Injector for FakeInjector {
+        fn inject(
+            &mut self,
+            round: &Round,
+            _: &Path,
+            journal: &mut Journal,
+        ) -> Result<Vec<u64>, InjectError> {
+            if round.class.is_control() {
+                return Ok(vec![]);
+            }
+            self.injected.borrow_mut().push((round.node.clone(), 0));
+            Ok(vec![journal.record(
+                &round.node,
+                round.class.id(),
+                Undo::Run {
+                    argv: vec!["true".into()],
+                },
+            )?])
+        }
+        fn undo(&mut self, _: &Undo) -> Result<(), InjectError> {
+            self.undone += 1;
+            Ok(())
+        }
+    }
+
+    fn round(class: FaultClass, moment: Moment) -> Round {
+        Round {
+            index: 1,
+            class,
+            node: "n2".into(),
+            kind: NodeKind::Ib,
+            moment,
+            job: (moment != Moment::Idle).then(|| JobSpec {
+                nodes: vec!["n2".into(), "n1".into()],
+                full: false,
+                fabric_run: false,
+            }),
+        }
+    }
+
+    fn drill_round(c: &mut FakeCluster, r: &Round) -> (RoundOutcome, usize, usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        let injected = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut inj = FakeInjector {
+            injected: injected.clone(),
+            undone: 0,
+        };
+        // The fault "starts" at the cluster's clock when the injector runs: emulate it by
+        // arming the cluster before the round (the fake drains `detect_ms` after that).
+        if !r.class.is_control() {
+            c.faulted = Some((r.node.clone(), c.now));
+        }
+        let cfg = RunConfig::new(
+            dir.path().join("work"),
+            vec!["n1".into(), "n2".into(), "n3".into()],
+        );
+        let o = {
+            let mut d = Drill {
+                cluster: c,
+                injector: &mut inj,
+                journal: &mut j,
+                cfg,
+            };
+            d.round(r)
+        };
+        let pending = j.pending().unwrap().len();
+        (o, inj.undone, pending)
+    }
+
+    #[test]
+    fn a_fault_drained_by_the_prolog_is_detected_timed_restored_and_its_node_resumed() {
+        let mut c = FakeCluster::new(1500, "fabric-check: ib.port_state: mlx5_3 port 1 down");
+        let (o, undone, pending) =
+            drill_round(&mut c, &round(FaultClass::PortDown, Moment::Before));
+        assert_eq!(o.error, None);
+        let rs = crate::score::score_round(&o);
+        let hit = rs.hit.expect("detected");
+        assert_eq!(hit.detector, crate::observe::Detector::Prolog);
+        assert!(
+            rs.ttd_s.unwrap() >= 1.5 && rs.ttd_s.unwrap() < 2.0,
+            "{:?}",
+            rs.ttd_s
+        );
+        assert!(rs.false_nodes.is_empty());
+        assert_eq!((undone, pending), (1, 0), "restored and journaled as done");
+        assert_eq!(c.resumed, vec!["n2".to_owned()]);
+        assert!(c.nodes.iter().all(|n| n.state == "idle"));
+    }
+
+    #[test]
+    fn a_partner_drained_in_the_same_round_is_a_false_drain() {
+        let mut c = FakeCluster::new(500, "fabric-check: roce.ecn: during job 100: ecn off");
+        c.also_drain = Some("n1".into());
+        let (o, _, _) = drill_round(&mut c, &round(FaultClass::EcnOff, Moment::During));
+        let s = score(1, &[o], &crate::score::Prices::default());
+        assert_eq!(s.detected, 1);
+        assert_eq!(s.false_drains, 1);
+        assert_eq!(s.precision, Some(0.5));
+        assert_eq!(s.per_class[0].detectors.get("epilog"), Some(&1));
+    }
+
+    #[test]
+    fn a_missed_fault_is_still_restored_and_a_clean_control_scores_clean() {
+        let mut c = FakeCluster::new(u64::MAX / 4, "");
+        let (o, undone, pending) = drill_round(&mut c, &round(FaultClass::PfcOff, Moment::Before));
+        assert!(crate::score::score_round(&o).hit.is_none());
+        assert_eq!((undone, pending), (1, 0));
+        let mut c = FakeCluster::new(0, "");
+        let (o, _, _) = drill_round(&mut c, &round(FaultClass::Clean, Moment::During));
+        let s = score(1, &[o], &crate::score::Prices::default());
+        assert_eq!((s.false_positives, s.false_drains), (0, 0));
+        assert_eq!(s.per_class[0].precision, Some(1.0));
+    }
+
+    #[test]
+    fn an_idle_fault_is_credited_to_health() {
+        let mut c = FakeCluster::new(0, "fabric-check: ib.port_rate: mlx5_5 at 200 Gb/sec");
+        let (o, _, _) = drill_round(&mut c, &round(FaultClass::RateDowngrade, Moment::Idle));
+        let rs = crate::score::score_round(&o);
+        assert_eq!(rs.hit.unwrap().detector, crate::observe::Detector::Health);
+    }
+
+    #[test]
+    fn the_job_script_runs_under_fabric_run_only_when_asked() {
+        let cfg = RunConfig::new("/w".into(), vec![]);
+        let mut job = JobSpec {
+            nodes: vec!["n1".into()],
+            full: false,
+            fabric_run: true,
+        };
+        let s = job_script(&job, &cfg, Path::new("/w/round-001"), "t");
+        assert!(
+            s.contains("srun fabric-run --checkpoint-dir '/w/round-001'"),
+            "{s}"
+        );
+        job.fabric_run = false;
+        let s = job_script(&job, &cfg, Path::new("/w/round-001"), "t");
+        assert!(s.contains("srun sh -c 'i=1;"), "{s}");
+        assert!(!s.contains("fabric-run"), "{s}");
+    }
 }
