@@ -324,7 +324,8 @@ impl Drill<'_> {
                 if v.out_of_service() && (v.ours() || removed || v.state.contains("drain")) {
                     let _ = self.cluster.resume(&v.name);
                     busy = true;
-                } else if !v.state.starts_with("idle") {
+                } else if !v.state.starts_with("idle") || v.state.ends_with('*') {
+                    // `idle*`: slurmctld re-checks a node it resumed; wait until it answered.
                     busy = true;
                 }
             }

@@ -505,10 +505,21 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
                 if r.false_nodes.is_empty() {
                     String::new()
                 } else {
-                    format!(
-                        "; false positives on {:?}",
-                        r.false_nodes.keys().collect::<Vec<_>>()
-                    )
+                    let what: Vec<String> = o
+                        .signals
+                        .iter()
+                        .filter(|s| r.false_nodes.contains_key(&s.node))
+                        .map(|s| {
+                            format!(
+                                "{} {} {} ({:?})",
+                                s.node,
+                                s.detector.id(),
+                                s.check,
+                                s.strength
+                            )
+                        })
+                        .collect();
+                    format!("; false positives: {}", what.join(", "))
                 } + &o
                     .error
                     .as_ref()
