@@ -146,7 +146,7 @@ pub fn prometheus(s: &Scores) -> String {
             let _ = writeln!(out, "fabric_check_drill_{name} {v}");
         }
     }
-    let per: [(&str, &str, fn(&ClassScore) -> Option<f64>); 5] = [
+    let per: [(&str, &str, ClassFigure); 5] = [
         ("class_injections", "Faults of this class injected.", |c| {
             Some(c.injections as f64)
         }),
@@ -181,6 +181,9 @@ pub fn prometheus(s: &Scores) -> String {
 }
 
 type ChartResult = Result<(), Box<dyn std::error::Error>>;
+
+/// One per-class figure of the Prometheus output.
+type ClassFigure = fn(&ClassScore) -> Option<f64>;
 
 const BLUE_: RGBColor = RGBColor(31, 119, 180);
 const ORANGE_: RGBColor = RGBColor(255, 127, 14);

@@ -449,11 +449,9 @@ mod tests {
                 let (n, reason) = (n.clone(), self.reason.clone());
                 let extra = self.also_drain.clone();
                 for v in &mut self.nodes {
-                    if v.name == n || Some(&v.name) == extra.as_ref() {
-                        if v.reason.is_empty() {
-                            v.state = "drained".into();
-                            v.reason = reason.clone();
-                        }
+                    if (v.name == n || Some(&v.name) == extra.as_ref()) && v.reason.is_empty() {
+                        v.state = "drained".into();
+                        v.reason = reason.clone();
                     }
                 }
             }

@@ -349,9 +349,8 @@ fn one_run(
             ids.clear();
             let _ = cluster.resume(&target);
         }
-        match cluster.queue_state(id) {
-            Ok(None) => break,
-            Ok(Some(_)) | Err(_) => {}
+        if let Ok(None) = cluster.queue_state(id) {
+            break;
         }
         cluster.sleep(Duration::from_millis(500));
     }
@@ -386,6 +385,9 @@ fn one_run(
     })
 }
 
+/// One cell of the side-by-side table.
+type FabricCell = fn(&FabricFigures) -> String;
+
 fn opt(v: Option<f64>, d: usize) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.d$}"))
 }
@@ -398,7 +400,7 @@ pub fn table(r: &WorkloadResult) -> String {
         let _ = write!(out, " {:>14}", f.partition);
     }
     out.push('\n');
-    let rows: [(&str, fn(&FabricFigures) -> String); 11] = [
+    let rows: [(&str, FabricCell); 11] = [
         ("runs clean / faulted", |f| {
             format!("{} / {}", f.clean_runs, f.faulted_runs)
         }),
