@@ -167,12 +167,14 @@ fn strength(v: Verdict) -> Option<Strength> {
 
 /// The warn and fail verdicts of a job's tag as signals: the prolog's node results (and those of
 /// attempts before a requeue, `earlier`), at the probe time; the epilog's `during` window, at the
-/// job's end.
+/// job's end; each at the last millisecond of its whole second.
 pub fn tag_signals(job: &JobView) -> Vec<Signal> {
     let Some(tag) = &job.tag else {
         return Vec::new();
     };
-    let probed_ms = tag.probed_at.unwrap_or(0) * 1000;
+    // Slurm's and the tag's times are whole seconds: the end of that second is the earliest
+    // time the drill can be sure the verdict existed, so a time to detect is never understated.
+    let probed_ms = tag.probed_at.map_or(0, |s| s * 1000 + 999);
     let mut out = Vec::new();
     for (node, r) in tag.nodes.iter().chain(tag.earlier.iter()) {
         let Some(s) = strength(r.verdict) else {
@@ -199,7 +201,7 @@ pub fn tag_signals(job: &JobView) -> Vec<Signal> {
         out.push(Signal {
             node: d.node.clone(),
             at_ms: if job.end_ms > 0 {
-                job.end_ms
+                job.end_ms + 999
             } else {
                 probed_ms
             },
@@ -328,14 +330,14 @@ mod tests {
         let n2 = s.iter().find(|s| s.node == "n2").unwrap();
         assert_eq!(
             (n2.detector, n2.strength, n2.at_ms),
-            (Detector::Prolog, Strength::Warn, 100_000)
+            (Detector::Prolog, Strength::Warn, 100_999)
         );
         let n3 = s.iter().find(|s| s.node == "n3").unwrap();
         assert_eq!(n3.detector, Detector::Collective);
         let n4 = s.iter().find(|s| s.node == "n4").unwrap();
         assert_eq!(
             (n4.detector, n4.check.as_str(), n4.at_ms),
-            (Detector::Epilog, "link_downed", 104_000)
+            (Detector::Epilog, "link_downed", 104_999)
         );
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! - An **injection** is a round of a fault class (not a control) whose fault was injected.
 //! - It is **detected** when some detector signalled its node (a warn or fail verdict, or a
-//!   drain) at or after the injection (less [`CLOCK_SLACK_MS`]: Slurm's timestamps are whole
-//!   seconds). Its **time to detect** runs from the injection to the first such signal, and the
+//!   drain) at or after the injection (Slurm's whole-second times count at the end of their
+//!   second, [`CLOCK_SLACK_MS`]). Its **time to detect** runs from the injection to the first such signal, and the
 //!   **detector** is that signal's.
 //! - Every signal on another node of the round, or on the node of a control round, is a **false
 //!   positive** (counted once per round and node); a false positive that is a drain is a **false
@@ -21,9 +21,10 @@ use crate::class::{FaultClass, Moment};
 use crate::observe::{Detector, Signal, Strength};
 use crate::plan::Round;
 
-/// Slurm's timestamps are whole seconds: a signal up to this long before the injection still
-/// counts (it cannot have come from anything before it within one second of the drill's clock).
-pub const CLOCK_SLACK_MS: u64 = 1000;
+/// A signal this long before the injection still counts. Zero: signals read from Slurm's
+/// whole-second times are placed at the end of their second ([`crate::observe::tag_signals`]),
+/// so none lands before the event it reports.
+pub const CLOCK_SLACK_MS: u64 = 0;
 
 /// What the job of a round cost and measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -498,21 +499,21 @@ mod tests {
     }
 
     #[test]
-    fn a_signal_well_before_the_injection_does_not_count_but_one_within_a_second_does() {
+    fn a_signal_before_the_injection_does_not_count() {
         let early = outcome(
             FaultClass::PortDown,
             "n1",
             10_000,
-            vec![sig("n1", 8_000, Detector::Prolog, Strength::Fail)],
+            vec![sig("n1", 9_999, Detector::Prolog, Strength::Fail)],
         );
         assert!(score_round(&early).hit.is_none());
-        let slack = outcome(
+        let at = outcome(
             FaultClass::PortDown,
             "n1",
-            10_400,
+            10_000,
             vec![sig("n1", 10_000, Detector::Prolog, Strength::Fail)],
         );
-        assert_eq!(score_round(&slack).ttd_s, Some(0.0));
+        assert_eq!(score_round(&at).ttd_s, Some(0.0));
     }
 
     #[test]

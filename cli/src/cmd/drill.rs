@@ -611,3 +611,64 @@ fn run_workload(
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn args(words: &[&str]) -> Args {
+        let mut v = vec!["drill"];
+        v.extend_from_slice(words);
+        T::parse_from(v).a
+    }
+
+    #[test]
+    fn on_a_real_cluster_only_classes_without_hardware_run_unless_allowed_by_name() {
+        let a = args(&["--reservation", "drill"]);
+        let c: Vec<&str> = classes(&a).unwrap().iter().map(|c| c.id()).collect();
+        assert_eq!(c, vec!["checkpoint_burst", "background_load", "clean"]);
+        let a = args(&["--reservation", "drill", "--allow-hardware", "mtu_drift"]);
+        let c: Vec<&str> = classes(&a).unwrap().iter().map(|c| c.id()).collect();
+        assert!(c.contains(&"mtu_drift") && !c.contains(&"ecn_off"), "{c:?}");
+    }
+
+    #[test]
+    fn a_hardware_class_named_without_its_allow_flag_is_refused_with_the_flag_to_add() {
+        let a = args(&["--reservation", "drill", "--classes", "ecn_off,clean"]);
+        let e = classes(&a).unwrap_err().to_string();
+        assert!(e.contains("--allow-hardware ecn_off"), "{e}");
+        let a = args(&["--reservation", "drill", "--classes", "link_flap"]);
+        let e = classes(&a).unwrap_err().to_string();
+        assert!(e.contains("only on the testbed"), "{e}");
+        let a = args(&["--testbed", "--classes", "nope"]);
+        assert!(
+            classes(&a)
+                .unwrap_err()
+                .to_string()
+                .contains("unknown drill class")
+        );
+    }
+
+    #[test]
+    fn the_testbed_runs_every_class_by_default() {
+        let a = args(&["--testbed"]);
+        assert_eq!(classes(&a).unwrap().len(), class::ALL.len());
+    }
+
+    #[test]
+    fn node_lists_split_at_commas_outside_brackets() {
+        assert_eq!(
+            split_top("n[1-3],gpu07,a[1,3]"),
+            vec!["n[1-3]", "gpu07", "a[1,3]"]
+        );
+        assert_eq!(expand("n[1-2],m1").unwrap(), vec!["n1", "n2", "m1"]);
+        assert!(expand("n[1-").is_err());
+    }
+}
