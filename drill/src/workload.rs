@@ -331,26 +331,36 @@ fn one_run(
         .submit_to(&script, &job, partition)
         .map_err(|e| err(&e))?;
     let mut drained = false;
+    let mut drained_at = None;
     let start = cluster.now_ms();
     loop {
         if cluster.now_ms().saturating_sub(start) > 600_000 {
             let _ = cluster.cancel(id);
             break;
         }
-        if let Ok(v) = cluster.nodes()
+        let state = cluster.queue_state(id);
+        if let Ok(None) = state {
+            break;
+        }
+        if faulted
+            && drained_at.is_none()
+            && let Ok(v) = cluster.nodes()
             && let Some(t) = v.iter().find(|v| v.name == target)
             && t.out_of_service()
-            && faulted
-            && !drained
         {
             drained = t.ours();
-            // The admin mends the node: the fault goes, the node comes back.
+            drained_at = Some(cluster.now_ms());
+        }
+        // The admin mends the node once the job went back to the queue (or 10 s after the
+        // drain): the fault goes, the node comes back, the requeued job runs.
+        if let Some(at) = drained_at
+            && !ids.is_empty()
+            && (matches!(&state, Ok(Some(s)) if s == "PENDING")
+                || cluster.now_ms().saturating_sub(at) > 10_000)
+        {
             restore(injector, journal, &ids).map_err(|e| err(&e))?;
             ids.clear();
             let _ = cluster.resume(&target);
-        }
-        if let Ok(None) = cluster.queue_state(id) {
-            break;
         }
         cluster.sleep(Duration::from_millis(500));
     }
