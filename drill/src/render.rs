@@ -256,16 +256,17 @@ fn rp_chart(s: &Scores, svg: &mut String) -> ChartResult {
         .margin(10)
         .x_label_area_size(70)
         .y_label_area_size(50)
-        .build_cartesian_2d(0.0..f64::from(n), 0.0..1.05)?;
+        .build_cartesian_2d(-0.5..f64::from(n) - 0.5, 0.0..1.05)?;
+    // One tick per class at its centre, the class's two bars either side of it.
     chart
         .configure_mesh()
         .disable_x_mesh()
-        .label_style(("sans-serif", 11))
-        .x_labels(n as usize * 2)
+        .label_style(("sans-serif", 10))
+        .x_labels(n as usize)
         .x_label_formatter(&|x| {
-            let i = x.floor() as usize;
-            if (x - x.floor() - 0.5).abs() < 0.26 {
-                names.get(i).cloned().unwrap_or_default()
+            let i = x.round();
+            if (x - i).abs() < 0.01 && i >= 0.0 {
+                names.get(i as usize).cloned().unwrap_or_default()
             } else {
                 String::new()
             }
@@ -276,13 +277,13 @@ fn rp_chart(s: &Scores, svg: &mut String) -> ChartResult {
         let x = i as f64;
         if let Some(r) = c.recall {
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(x + 0.1, 0.0), (x + 0.48, r)],
+                [(x - 0.4, 0.0), (x - 0.02, r)],
                 BLUE_.filled(),
             )))?;
         }
         if let Some(p) = c.precision {
             chart.draw_series(std::iter::once(Rectangle::new(
-                [(x + 0.52, 0.0), (x + 0.9, p)],
+                [(x + 0.02, 0.0), (x + 0.4, p)],
                 ORANGE_.filled(),
             )))?;
         }
@@ -445,6 +446,8 @@ mod tests {
         s.findings.push("a <b> finding".into());
         let h = html(&s);
         assert_eq!(h.matches("<svg").count(), 2, "two charts");
+        // The table, the time-to-detect chart and the recall/precision chart each name it.
+        assert_eq!(h.matches("port_down").count(), 3, "{h}");
         assert!(h.contains("a &lt;b&gt; finding"));
         assert!(h.contains("<section id=\"drill\">"));
     }
