@@ -16,6 +16,9 @@ use fabric_drill::score::{self, Prices};
 use fabric_drill::{render, workload};
 use fabric_proto::hostlist::Hostlist;
 
+/// Where a real cluster's drill keeps its restore journal unless `--state-dir` says otherwise.
+const DEFAULT_STATE_DIR: &str = "/var/lib/fabric-check/drill";
+
 /// Output formats.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Format {
@@ -347,7 +350,7 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         let state = a
             .state_dir
             .clone()
-            .unwrap_or_else(|| PathBuf::from("/var/lib/fabric-check/drill"));
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
         Ok(Setup {
             cluster,
             injector: Box::new(NodeExecInjector {
@@ -408,6 +411,26 @@ fn classes(a: &Args) -> anyhow::Result<Vec<FaultClass>> {
 
 /// `fabric-check drill`.
 pub fn run(a: Args) -> anyhow::Result<i32> {
+    if a.restore && !a.testbed && a.reservation.is_none() {
+        // The journal's undos are complete in themselves: no reservation is needed to replay.
+        let path = a
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+            .join("journal.jsonl");
+        let mut journal = Journal::open(&path)?;
+        let mut inj = NodeExecInjector {
+            prefix: Vec::new(),
+            interface: a.interface.clone(),
+            priority: a.priority,
+            congestion_rate: String::new(),
+            loads: Loads::default(),
+        };
+        let n = replay(&mut inj, &mut journal)?;
+        journal.compact()?;
+        println!("restored {n} change(s) from {}", path.display());
+        return Ok(0);
+    }
     let mut s = setup(&a)?;
     // A drill that was stopped leaves its journal: undo what it changed first.
     let mut journal = Journal::open(&s.journal_path)?;
@@ -423,6 +446,19 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         journal.compact()?;
         if a.restore {
             println!("restored {n} change(s) from {}", journal.path().display());
+            // What the stopped drill's faults drained stays drained: name it, resume nothing.
+            let names: Vec<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
+            if let Ok(views) = s.cluster.nodes() {
+                for v in views
+                    .iter()
+                    .filter(|v| names.contains(&v.name) && v.out_of_service())
+                {
+                    println!(
+                        "{} is {} ({}): if the drill did it, `fabric-check resume {}`",
+                        v.name, v.state, v.reason, v.name
+                    );
+                }
+            }
             return Ok(0);
         }
     }
