@@ -325,6 +325,11 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
             .split_whitespace()
             .map(str::to_owned)
             .collect();
+        // `idle` rounds run the node's own health check where it runs: on the node.
+        cluster.health_cmd = prefix.clone();
+        cluster
+            .health_cmd
+            .extend(["fabric-check".to_owned(), "health".to_owned()]);
         let kind = match a.kind {
             KindArg::Ib => NodeKind::Ib,
             KindArg::Roce => NodeKind::Roce,
