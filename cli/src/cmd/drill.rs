@@ -496,7 +496,21 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             foreign.join(", ")
         );
     }
-    let views = s.cluster.nodes()?;
+    // A node slurmctld is re-checking (`idle*` just after a resume) gets half a minute.
+    let mut views = s.cluster.nodes()?;
+    for _ in 0..60 {
+        let checking = views.iter().any(|v| {
+            names.contains(&v.name)
+                && v.state.ends_with('*')
+                && !v.state.contains("drain")
+                && !v.state.contains("down")
+        });
+        if !checking {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        views = s.cluster.nodes()?;
+    }
     let out: Vec<String> = views
         .iter()
         .filter(|v| names.contains(&v.name) && v.out_of_service())
