@@ -119,6 +119,8 @@ pub struct ClassScore {
     pub detectors: BTreeMap<String, usize>,
     /// Injections missed, per moment.
     pub missed_at: BTreeMap<String, usize>,
+    /// Rounds per moment.
+    pub moments: BTreeMap<String, usize>,
     /// Requeues of the rounds' jobs.
     pub requeues: u32,
     /// Median step time of the rounds' `fabric-run` jobs minus the clean rounds' median, seconds.
@@ -268,6 +270,9 @@ pub fn score(seed: u64, outcomes: &[RoundOutcome], prices: &Prices) -> Scores {
                 cs.errors += 1;
             }
             let rs = score_round(o);
+            *cs.moments
+                .entry(o.round.moment.id().to_owned())
+                .or_default() += 1;
             if !class.is_control() && o.injected_at_ms.is_some() {
                 cs.injections += 1;
                 if let Some(h) = &rs.hit {
@@ -370,7 +375,8 @@ pub fn findings(s: &Scores) -> Vec<String> {
                 at.join(", ")
             ));
         }
-        if c.detected > 0 && c.detectors.len() == 1 {
+        // One detector for rounds at several moments: the others never got there first.
+        if c.detected > 0 && c.detectors.len() == 1 && c.moments.len() > 1 {
             let (d, _) = c.detectors.iter().next().expect("one detector");
             if d == "epilog" || d == "health" || d == "slurm" {
                 out.push(format!(
