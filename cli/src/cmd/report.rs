@@ -255,20 +255,6 @@ fn run_sacct(
     Ok(parsed?)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unix_seconds_become_the_utc_text_sacct_reads() {
-        use sacct_text::utc_text;
-        assert_eq!(utc_text(0), "1970-01-01T00:00:00");
-        assert_eq!(utc_text(1_795_997_559), "2026-11-30T00:12:39");
-        assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00");
-        assert_eq!(parse_when(&utc_text(1_700_000_000)).unwrap(), 1_700_000_000);
-    }
-}
-
 /// The report's HTML with the drill's section (from its JSON document at `path`) before
 /// `</body>`; other formats refuse `--drill`.
 fn with_drill(text: String, path: &std::path::Path, format: Format) -> anyhow::Result<String> {
@@ -288,4 +274,18 @@ fn with_drill(text: String, path: &std::path::Path, format: Format) -> anyhow::R
         Some(at) => format!("{}{section}{}", &text[..at], &text[at..]),
         None => text + &section,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_seconds_become_the_utc_text_sacct_reads() {
+        use sacct_text::utc_text;
+        assert_eq!(utc_text(0), "1970-01-01T00:00:00");
+        assert_eq!(utc_text(1_795_997_559), "2026-11-30T00:12:39");
+        assert_eq!(utc_text(951_782_400), "2000-02-29T00:00:00");
+        assert_eq!(parse_when(&utc_text(1_700_000_000)).unwrap(), 1_700_000_000);
+    }
 }
