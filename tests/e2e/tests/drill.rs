@@ -94,3 +94,62 @@ fn a_short_drill_catches_every_injection_drains_nothing_else_and_restores_the_cl
         eprintln!("drill took {:.0} s\n{stderr}", elapsed.as_secs_f64());
     });
 }
+
+#[test]
+fn the_workload_runs_clean_and_faulted_on_each_fabric_and_reports_them_side_by_side() {
+    let tb = Testbed::get();
+    tb.healing(|| {
+        let work = tb.work_dir("workload");
+        let script = work.join("train.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\n#SBATCH -N 1\nexec {} --steps 4 --step-sleep 0.2 --ckpt-every 2 --ckpt-dir .\n",
+                tb.dir.join("bin/fake-train").display()
+            ),
+        )
+        .expect("write the job script");
+        let out = Command::new(tb.dir.join("bin/fabric-check"))
+            .args([
+                "drill",
+                "--testbed",
+                "--testbed-script",
+                tb.repo.join("scripts/testbed").to_str().expect("utf-8 path"),
+                "--workload",
+                script.to_str().expect("utf-8 path"),
+                "--partitions",
+                "ib,roce",
+                "-n",
+                "1",
+                "--format",
+                "json",
+            ])
+            .env("SLURM_CONF", &tb.slurm_conf)
+            .env("FABRIC_TESTBED_DIR", &tb.dir)
+            .current_dir(&tb.repo)
+            .output()
+            .expect("run fabric-check drill --workload");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: Value = serde_json::from_str(&stdout).expect("the workload's JSON");
+        assert_eq!(r["fault"], "port_down");
+        let fabrics = r["fabrics"].as_array().expect("fabrics");
+        let names: Vec<&str> = fabrics.iter().filter_map(|f| f["partition"].as_str()).collect();
+        assert_eq!(names, ["ib", "roce"]);
+        for f in fabrics {
+            assert_eq!((f["clean_runs"].as_u64(), f["faulted_runs"].as_u64()), (Some(1), Some(1)), "{f}");
+            assert_eq!(f["accepted"], 2, "both runs accepted in the end: {f}");
+            assert_eq!(f["faults_caught"], 1, "the injected port down drained its node: {f}");
+            assert!(f["requeues"].as_u64().unwrap_or(0) >= 1, "the faulted run was requeued: {f}");
+            assert!(f["recovery_p50_s"].as_f64().unwrap_or(0.0) > 0.0, "{f}");
+            assert!(f["step_p50_s"].as_f64().unwrap_or(0.0) > 0.0, "{f}");
+        }
+        let left = std::fs::read_to_string(tb.dir.join("state/drill/journal.jsonl")).unwrap_or_default();
+        assert!(left.trim().is_empty(), "journal not empty: {left}");
+        let _ = std::fs::remove_dir_all(&work);
+    });
+}
