@@ -155,9 +155,21 @@ pub struct Loads {
     pub hogs: Option<usize>,
     /// Bytes the checkpoint burst writes (default 256 MiB).
     pub burst_bytes: Option<u64>,
+    /// Words that run a hog on the node (`ssh {node}`); empty when the drill runs on the node
+    /// itself (the testbed). Through a prefix the remote hog ends by its own `timeout` (60 s),
+    /// and no loopback stream runs.
+    pub remote: Vec<String>,
 }
 
 impl Loads {
+    /// Loads whose hogs run on the node through `remote` (`ssh {node}`).
+    pub fn remote(remote: Vec<String>) -> Loads {
+        Loads {
+            remote,
+            ..Loads::default()
+        }
+    }
+
     /// Performs a generic undo.
     pub fn undo(&mut self, undo: &Undo) -> Result<(), InjectError> {
         match undo {
@@ -265,15 +277,28 @@ impl Loads {
             std::thread::available_parallelism().map_or(2, |n| (n.get() / 2).max(2))
         });
         for _ in 0..n {
-            let child = Command::new("timeout")
-                .args(["120", "sh", "-c", "while :; do :; done"])
+            let mut argv: Vec<String> = self
+                .remote
+                .iter()
+                .map(|w| w.replace("{node}", &round.node))
+                .collect();
+            let limit = if self.remote.is_empty() { "120" } else { "60" };
+            argv.extend(words(&[
+                "timeout",
+                limit,
+                "sh",
+                "-c",
+                "while :; do :; done",
+            ]));
+            let child = Command::new(&argv[0])
+                .args(&argv[1..])
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .process_group(0)
                 .spawn()
                 .map_err(|e| InjectError::Command {
-                    command: "timeout 120 sh -c 'while :; do :; done'".into(),
+                    command: argv.join(" "),
                     message: e.to_string(),
                 })?;
             let pid = child.id();
@@ -288,6 +313,9 @@ impl Loads {
                     start_ticks: t,
                 },
             )?);
+        }
+        if !self.remote.is_empty() {
+            return Ok(ids);
         }
         let listener =
             std::net::TcpListener::bind("127.0.0.1:0").map_err(|source| InjectError::Io {
@@ -843,6 +871,40 @@ mod tests {
             "healthy"
         );
         assert_eq!(replay(&mut inj, &mut j).unwrap(), 0, "nothing left to undo");
+    }
+
+    #[test]
+    fn remote_hogs_go_through_the_prefix_journaled_and_ended_with_no_loopback_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        // `env` stands in for `ssh {node}`: the words before the hog's own.
+        let mut loads = Loads::remote(vec!["env".into()]);
+        loads.hogs = Some(1);
+        let ids = loads
+            .background_load(&round(FaultClass::BackgroundLoad), &mut j)
+            .unwrap();
+        assert_eq!(ids.len(), 1, "one hog, no stream");
+        let p = j.pending().unwrap();
+        let Undo::Kill {
+            pid,
+            start_ticks: t,
+        } = p[0].undo
+        else {
+            panic!("{p:?}")
+        };
+        assert_eq!(start_ticks(pid), Some(t), "the hog runs");
+        restore(
+            &mut TestbedInjector::new(dir.path().into(), dir.path().into()),
+            &mut j,
+            &ids,
+        )
+        .unwrap();
+        let gone = (0..50).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |s| s.contains(") Z "))
+        });
+        assert!(gone, "the hog's group was ended");
     }
 
     #[test]

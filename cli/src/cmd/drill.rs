@@ -359,11 +359,11 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         Ok(Setup {
             cluster,
             injector: Box::new(NodeExecInjector {
-                prefix,
+                prefix: prefix.clone(),
                 interface: a.interface.clone(),
                 priority: a.priority,
                 congestion_rate: "1gbit".into(),
-                loads: Loads::default(),
+                loads: Loads::remote(prefix),
             }),
             journal_path: state.join("journal.jsonl"),
             nodes,
