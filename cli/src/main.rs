@@ -46,6 +46,9 @@ enum Command {
     Resume(cmd::nodes::ResumeArgs),
     /// HealthCheckProgram mode: probe an idle node, drain on fail, resume after clean probes, report lost job tags.
     Health(cmd::nodes::HealthArgs),
+    /// Inject fabric faults on reserved (or testbed) nodes and score how well fabric-check finds
+    /// them: recall, precision, false drains, time to detect, job cost.
+    Drill(Box<cmd::drill::Args>),
     /// Run by the SPANK plugin in the job prolog (as root).
     #[command(hide = true)]
     Prolog(cmd::jobstep::Args),
@@ -95,6 +98,7 @@ fn main() {
         Command::Drain(a) => cmd::nodes::drain(a),
         Command::Resume(a) => cmd::nodes::resume(a),
         Command::Health(a) => cmd::nodes::health(a),
+        Command::Drill(a) => cmd::drill::run(*a),
         Command::Prolog(a) => cmd::jobstep::prolog(a),
         Command::Epilog(a) => cmd::jobstep::epilog(a),
         Command::StepEnd(a) => cmd::jobstep::step_end(a),

@@ -6,6 +6,7 @@ pub mod check_config;
 pub mod coexist;
 pub mod collective;
 pub mod dist;
+pub mod drill;
 pub mod input;
 pub mod jobs;
 pub mod jobstep;

@@ -47,6 +47,10 @@ pub struct Args {
     /// Worker threads for parsing (default: the CPUs available).
     #[arg(long)]
     threads: Option<usize>,
+    /// A `fabric-check drill --format json` document: with `--format html`, the drill's section
+    /// (scores, time-to-detect and recall/precision charts, findings) joins the report.
+    #[arg(long, value_name = "FILE")]
+    drill: Option<PathBuf>,
     /// The sacct binary to run (absolute path).
     #[arg(long, default_value = "/usr/bin/sacct", hide = true)]
     sacct: PathBuf,
@@ -181,7 +185,10 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     for w in &report.inputs.warnings {
         tracing::warn!("{w}");
     }
-    let text = render_report(&report, args.format);
+    let mut text = render_report(&report, args.format);
+    if let Some(d) = &args.drill {
+        text = with_drill(text, d, args.format)?;
+    }
     match &args.output {
         Some(p) => {
             std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?
@@ -248,6 +255,27 @@ fn run_sacct(
         );
     }
     Ok(parsed?)
+}
+
+/// The report's HTML with the drill's section (from its JSON document at `path`) before
+/// `</body>`; other formats refuse `--drill`.
+fn with_drill(text: String, path: &std::path::Path, format: Format) -> anyhow::Result<String> {
+    if !matches!(format, Format::Html) {
+        anyhow::bail!("--drill adds a section to the HTML report: use it with --format html");
+    }
+    let json = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the drill document {}", path.display()))?;
+    let scores: fabric_drill::score::Scores = serde_json::from_str(&json).with_context(|| {
+        format!(
+            "{} is not a drill document: write one with `fabric-check drill --format json`",
+            path.display()
+        )
+    })?;
+    let section = fabric_drill::render::html_section(&scores);
+    Ok(match text.rfind("</body>") {
+        Some(at) => format!("{}{section}{}", &text[..at], &text[at..]),
+        None => text + &section,
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,430 @@
+//! The [`Cluster`] seam: what the drill asks of Slurm (submit, watch, cancel, resume, run
+//! `health`), and [`SlurmCluster`], the real one over Slurm's commands, each call bounded.
+//!
+//! The drill's jobs are submitted as a user would: `sbatch --fabric-check[=full]`, optionally
+//! through a prefix that changes user (on the testbed, `setpriv` to the unprivileged job user),
+//! into the drill's reservation when it has one.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fabric_core::exec::{run_bounded, safe_command};
+use fabric_proto::job_state::JobState;
+
+use crate::observe::{JobView, NodeView};
+use crate::plan::JobSpec;
+
+/// A Slurm call that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{command}: {message}")]
+pub struct ClusterError {
+    /// The command.
+    pub command: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// What the drill asks of the cluster.
+pub trait Cluster {
+    /// Every node with state and reason.
+    fn nodes(&mut self) -> Result<Vec<NodeView>, ClusterError>;
+    /// Submits the batch `script` for `job`; returns the job id.
+    fn submit(&mut self, script: &Path, job: &JobSpec) -> Result<u32, ClusterError>;
+    /// Submits `script` for `job` into `partition` (the workload's fabrics).
+    fn submit_to(
+        &mut self,
+        script: &Path,
+        job: &JobSpec,
+        partition: &str,
+    ) -> Result<u32, ClusterError>;
+    /// The nodes of `partition`.
+    fn nodes_of(&mut self, partition: &str) -> Result<Vec<String>, ClusterError>;
+    /// The job's state while Slurm still holds it (`squeue`), `None` once it is gone.
+    fn queue_state(&mut self, id: u32) -> Result<Option<String>, ClusterError>;
+    /// The job's accounting record and tag.
+    fn job(&mut self, id: u32) -> Result<JobView, ClusterError>;
+    /// Cancels a job.
+    fn cancel(&mut self, id: u32) -> Result<(), ClusterError>;
+    /// Resumes a node.
+    fn resume(&mut self, node: &str) -> Result<(), ClusterError>;
+    /// Runs `fabric-check health` for `node`; its exit code.
+    fn health(&mut self, node: &str) -> Result<i32, ClusterError>;
+    /// Jobs running or pending on `nodes` that are not the drill's (user and id), for the safety
+    /// check before the drill starts.
+    fn foreign_jobs(&mut self, nodes: &[String]) -> Result<Vec<String>, ClusterError>;
+    /// Unix milliseconds now.
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+    /// Waits.
+    fn sleep(&mut self, d: Duration) {
+        std::thread::sleep(d);
+    }
+}
+
+/// The job name the drill's jobs carry (and [`Cluster::foreign_jobs`] leaves out).
+pub const JOB_NAME: &str = "fabric-drill";
+
+/// The real cluster, through `sbatch`, `squeue`, `sacct`, `sinfo`, `scontrol` and `scancel`.
+#[derive(Debug, Clone)]
+pub struct SlurmCluster {
+    /// Folder of the Slurm commands.
+    pub bin_dir: PathBuf,
+    /// Words put before `sbatch` (e.g. `setpriv --reuid=1500 ...`); empty to submit as self.
+    pub submit_prefix: Vec<String>,
+    /// `--reservation` for every job.
+    pub reservation: Option<String>,
+    /// `--partition` for every job.
+    pub partition: Option<String>,
+    /// `health`'s command; `{node}` is replaced by the node's name. Empty: no health runs.
+    pub health_cmd: Vec<String>,
+    /// Bound of each call.
+    pub timeout: Duration,
+}
+
+impl SlurmCluster {
+    /// Commands in `/usr/bin`, 30 s per call, nothing else set.
+    pub fn new() -> SlurmCluster {
+        SlurmCluster {
+            bin_dir: PathBuf::from("/usr/bin"),
+            submit_prefix: Vec::new(),
+            reservation: None,
+            partition: None,
+            health_cmd: Vec::new(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn run(&self, argv: &[String], env: &[(&str, &str)]) -> Result<(i32, String), ClusterError> {
+        let (program, args) = argv.split_first().ok_or_else(|| ClusterError {
+            command: String::new(),
+            message: "empty command".into(),
+        })?;
+        let path = if program.contains('/') {
+            PathBuf::from(program)
+        } else {
+            self.bin_dir.join(program)
+        };
+        let mut cmd = safe_command(&path);
+        cmd.args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let shown = argv.join(" ");
+        let done = run_bounded(cmd, None, self.timeout).map_err(|e| ClusterError {
+            command: shown.clone(),
+            message: e.to_string(),
+        })?;
+        let code = done.code();
+        if code != 0 {
+            return Ok((
+                code,
+                format!("{} {}", done.stderr_text(), done.stdout_text()),
+            ));
+        }
+        Ok((code, done.stdout_text()))
+    }
+
+    fn ok(&self, argv: &[&str]) -> Result<String, ClusterError> {
+        self.ok_env(argv, &[])
+    }
+
+    fn ok_env(&self, argv: &[&str], env: &[(&str, &str)]) -> Result<String, ClusterError> {
+        let words: Vec<String> = argv.iter().map(|s| (*s).to_owned()).collect();
+        let (code, text) = self.run(&words, env)?;
+        if code != 0 {
+            return Err(ClusterError {
+                command: words.join(" "),
+                message: format!(
+                    "exit {code}: {}",
+                    text.chars().take(300).collect::<String>()
+                ),
+            });
+        }
+        Ok(text)
+    }
+}
+
+impl Default for SlurmCluster {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The `sbatch` words for `job` (without the program and the script).
+pub fn sbatch_args(
+    job: &JobSpec,
+    reservation: Option<&str>,
+    partition: Option<&str>,
+) -> Vec<String> {
+    let mut a = vec![
+        "--parsable".to_owned(),
+        format!("--job-name={JOB_NAME}"),
+        format!("--nodes={}", job.nodes.len()),
+        format!("--nodelist={}", job.nodes.join(",")),
+        if job.full {
+            "--fabric-check=full".to_owned()
+        } else {
+            "--fabric-check=quick".to_owned()
+        },
+        "--output=/dev/null".to_owned(),
+        "--time=5".to_owned(),
+    ];
+    if let Some(r) = reservation {
+        a.push(format!("--reservation={r}"));
+    }
+    if let Some(p) = partition {
+        a.push(format!("--partition={p}"));
+    }
+    a
+}
+
+/// Parses `sacct -D -X -n -P -o JobID,State,ElapsedRaw,NNodes,Start,End,AdminComment` (with
+/// `SLURM_TIME_FORMAT=%s`): the last attempt's row, and the requeued attempts before it.
+pub fn parse_sacct(id: u32, text: &str) -> JobView {
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.splitn(7, '|').collect::<Vec<_>>())
+        .filter(|r| r.len() == 7)
+        .collect();
+    let requeues = rows.iter().filter(|r| r[1].starts_with("REQUEUED")).count() as u32;
+    let mut view = JobView {
+        id,
+        requeues,
+        ..JobView::default()
+    };
+    // The tag lives on the job, whatever attempt's row carries it last.
+    if let Some(last) = rows.last() {
+        view.state = last[1].to_owned();
+        view.elapsed_s = last[2].parse().unwrap_or(0.0);
+        view.nnodes = last[3].parse().unwrap_or(0);
+        view.start_ms = last[4].parse::<u64>().map_or(0, |s| s * 1000);
+        view.end_ms = last[5].parse::<u64>().map_or(0, |s| s * 1000);
+    }
+    view.tag = rows
+        .iter()
+        .rev()
+        .find_map(|r| fabric_proto::tag::extract(r[6]).and_then(Result::ok));
+    view
+}
+
+impl SlurmCluster {
+    fn submit_in(
+        &mut self,
+        script: &Path,
+        job: &JobSpec,
+        partition: Option<&str>,
+    ) -> Result<u32, ClusterError> {
+        let mut argv: Vec<String> = self.submit_prefix.clone();
+        argv.push(self.bin_dir.join("sbatch").display().to_string());
+        argv.extend(sbatch_args(job, self.reservation.as_deref(), partition));
+        argv.push(script.display().to_string());
+        let (code, text) = self.run(&argv, &[])?;
+        let id = text.trim().split(';').next().and_then(|s| s.parse().ok());
+        match (code, id) {
+            (0, Some(id)) => Ok(id),
+            _ => Err(ClusterError {
+                command: argv.join(" "),
+                message: format!("exit {code}: {}", text.trim()),
+            }),
+        }
+    }
+}
+
+impl Cluster for SlurmCluster {
+    fn nodes(&mut self) -> Result<Vec<NodeView>, ClusterError> {
+        let text = self.ok(&["sinfo", "-h", "-N", "-o", "%N|%T|%E"])?;
+        let mut out: Vec<NodeView> = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let mut it = line.splitn(3, '|');
+            let (Some(name), Some(state), Some(reason)) = (it.next(), it.next(), it.next()) else {
+                continue;
+            };
+            if out.iter().any(|n| n.name == name) {
+                continue;
+            }
+            out.push(NodeView {
+                name: name.to_owned(),
+                state: state.to_lowercase(),
+                reason: if reason == "none" {
+                    String::new()
+                } else {
+                    reason.to_owned()
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    fn submit(&mut self, script: &Path, job: &JobSpec) -> Result<u32, ClusterError> {
+        let p = self.partition.clone();
+        self.submit_in(script, job, p.as_deref())
+    }
+
+    fn submit_to(
+        &mut self,
+        script: &Path,
+        job: &JobSpec,
+        partition: &str,
+    ) -> Result<u32, ClusterError> {
+        self.submit_in(script, job, Some(partition))
+    }
+
+    fn nodes_of(&mut self, partition: &str) -> Result<Vec<String>, ClusterError> {
+        let text = self.ok(&["sinfo", "-h", "-N", "-p", partition, "-o", "%N"])?;
+        let mut out: Vec<String> = Vec::new();
+        for l in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            if !out.iter().any(|n| n == l) {
+                out.push(l.to_owned());
+            }
+        }
+        if out.is_empty() {
+            return Err(ClusterError {
+                command: format!("sinfo -p {partition}"),
+                message: format!("no partition {partition}, or it has no nodes"),
+            });
+        }
+        Ok(out)
+    }
+
+    fn queue_state(&mut self, id: u32) -> Result<Option<String>, ClusterError> {
+        let words: Vec<String> = ["squeue", "-h", "-j", &id.to_string(), "-o", "%T"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let (code, text) = self.run(&words, &[])?;
+        // squeue says "Invalid job id specified" (exit 1) once the job left slurmctld's memory.
+        let s = text.trim();
+        if code != 0 || s.is_empty() {
+            return Ok(None);
+        }
+        let st = JobState::parse(s);
+        Ok((!st.has_ended()).then(|| s.to_owned()))
+    }
+
+    fn job(&mut self, id: u32) -> Result<JobView, ClusterError> {
+        let text = self.ok_env(
+            &[
+                "sacct",
+                "-D",
+                "-X",
+                "-n",
+                "-P",
+                "-j",
+                &id.to_string(),
+                "-o",
+                "JobID,State,ElapsedRaw,NNodes,Start,End,AdminComment",
+            ],
+            &[("SLURM_TIME_FORMAT", "%s")],
+        )?;
+        Ok(parse_sacct(id, &text))
+    }
+
+    fn cancel(&mut self, id: u32) -> Result<(), ClusterError> {
+        self.ok(&["scancel", &id.to_string()]).map(|_| ())
+    }
+
+    fn resume(&mut self, node: &str) -> Result<(), ClusterError> {
+        self.ok(&[
+            "scontrol",
+            "update",
+            &format!("NodeName={node}"),
+            "State=RESUME",
+        ])
+        .map(|_| ())
+    }
+
+    fn health(&mut self, node: &str) -> Result<i32, ClusterError> {
+        if self.health_cmd.is_empty() {
+            return Err(ClusterError {
+                command: "health".into(),
+                message: "no health command for this cluster".into(),
+            });
+        }
+        let argv: Vec<String> = self
+            .health_cmd
+            .iter()
+            .map(|w| w.replace("{node}", node))
+            .collect();
+        let (program, args) = argv.split_first().expect("not empty");
+        let mut cmd = safe_command(program);
+        cmd.args(args);
+        let done = run_bounded(cmd, None, self.timeout).map_err(|e| ClusterError {
+            command: argv.join(" "),
+            message: e.to_string(),
+        })?;
+        Ok(done.code())
+    }
+
+    fn foreign_jobs(&mut self, nodes: &[String]) -> Result<Vec<String>, ClusterError> {
+        let text = self.ok(&[
+            "squeue",
+            "-h",
+            "-t",
+            "RUNNING,CONFIGURING,COMPLETING",
+            "-w",
+            &nodes.join(","),
+            "-o",
+            "%i|%u|%j",
+        ])?;
+        Ok(text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .filter(|l| l.rsplit('|').next() != Some(JOB_NAME))
+            .map(|l| {
+                let mut it = l.split('|');
+                format!(
+                    "job {} of {}",
+                    it.next().unwrap_or("?"),
+                    it.next().unwrap_or("?")
+                )
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sacct_rows_give_the_last_attempt_its_requeues_and_the_tag() {
+        let text = "41|REQUEUED|0|2|1700000001|1700000003|\n\
+                    41|COMPLETED|6|2|1700000006|1700000012|fabric-check/v1 {\"verdict\":\"fail\",\"probed_at\":1700000002,\"nnodes\":2,\"nodes\":{\"n1\":{\"verdict\":\"fail\",\"checks\":[\"ib.port_state\"]}}}\n";
+        let v = parse_sacct(41, text);
+        assert_eq!(v.requeues, 1);
+        assert_eq!(v.state, "COMPLETED");
+        assert_eq!(v.elapsed_s, 6.0);
+        assert_eq!(v.nnodes, 2);
+        assert_eq!(v.end_ms, 1_700_000_012_000);
+        assert_eq!(v.start_ms, 1_700_000_006_000);
+        let tag = v.tag.unwrap();
+        assert_eq!(tag.probed_at, Some(1_700_000_002));
+        assert!(tag.nodes.contains_key("n1"));
+    }
+
+    #[test]
+    fn a_running_job_has_no_end_and_a_missing_tag_is_none() {
+        let v = parse_sacct(7, "7|RUNNING|3|1|1700000000|Unknown|\n");
+        assert_eq!((v.end_ms, v.tag.is_none()), (0, true));
+    }
+
+    #[test]
+    fn sbatch_words_name_the_nodes_the_mode_and_the_reservation() {
+        let job = JobSpec {
+            nodes: vec!["n3".into(), "n1".into(), "n4".into()],
+            full: true,
+            fabric_run: false,
+        };
+        let a = sbatch_args(&job, Some("drill"), None).join(" ");
+        assert!(
+            a.contains("--nodes=3 --nodelist=n3,n1,n4 --fabric-check=full"),
+            "{a}"
+        );
+        assert!(a.contains("--reservation=drill"), "{a}");
+        assert!(a.contains("--job-name=fabric-drill"), "{a}");
+    }
+}

@@ -1,0 +1,939 @@
+//! The injectors: the [`Injector`] seam and its two implementations.
+//!
+//! - [`TestbedInjector`]: the project's testbed. Sysfs faults replace the node's fixture tree
+//!   (written by the testbed's `fabric-fixtures`) by the class's scenario, keeping the old tree
+//!   to put back; congestion is `tc tbf` on both ends of the node's veth in its network
+//!   namespace; node removal stops the node's slurmd with `scripts/testbed stop slurmd-NODE`.
+//! - [`NodeExecInjector`]: a real cluster. Commands run on the node through a prefix the admin
+//!   gives (`ssh {node}`, `pdsh -w {node}`); only the classes that can be made on real hardware
+//!   exist there, each needs `--allow-hardware CLASS`, and the value before the change is read
+//!   first so the undo puts that value back.
+//!
+//! Both write the undo into the [`Journal`] (synced) before they change anything, so that a
+//! drill stopped half-way is restored by `fabric-check drill --restore` or by the next drill.
+//! The two controls that load the node (`checkpoint_burst`, `background_load`) are shared: a
+//! writer into the job's checkpoint folder, CPU hogs (bounded by `timeout`) and a loopback TCP
+//! stream.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::class::FaultClass;
+use crate::journal::{Journal, JournalError, Undo};
+use crate::plan::Round;
+
+/// Why an injection or an undo failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InjectError {
+    /// The journal could not be written: nothing was changed.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// A command failed.
+    #[error("{command} failed: {message}")]
+    Command {
+        /// The command.
+        command: String,
+        /// What it said.
+        message: String,
+    },
+    /// A file operation failed.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The class cannot be injected here.
+    #[error("class {class} cannot be injected on {place}: {why}")]
+    Unsupported {
+        /// The class id.
+        class: &'static str,
+        /// Where.
+        place: &'static str,
+        /// Why, and what to do.
+        why: String,
+    },
+}
+
+/// Injects a round's fault and undoes it.
+pub trait Injector {
+    /// Injects the round's fault on its node, journaling every undo before the change; returns
+    /// the journal entries to undo when the round ends. `ckpt_dir` is the job's checkpoint
+    /// folder (for `checkpoint_burst`).
+    fn inject(
+        &mut self,
+        round: &Round,
+        ckpt_dir: &Path,
+        journal: &mut Journal,
+    ) -> Result<Vec<u64>, InjectError>;
+    /// Performs one undo.
+    fn undo(&mut self, undo: &Undo) -> Result<(), InjectError>;
+}
+
+/// Undoes the journal entries `ids` (newest first) and marks each done; the first error is
+/// returned after every entry was tried.
+pub fn restore(
+    injector: &mut dyn Injector,
+    journal: &mut Journal,
+    ids: &[u64],
+) -> Result<(), InjectError> {
+    let pending = journal.pending()?;
+    let mut first = None;
+    for p in pending.iter().filter(|p| ids.contains(&p.id)) {
+        match injector.undo(&p.undo) {
+            Ok(()) => journal.done(p.id)?,
+            Err(e) => {
+                tracing::error!(node = %p.node, what = %p.what, "undo failed: {e}");
+                first.get_or_insert(e);
+            }
+        }
+    }
+    first.map_or(Ok(()), Err)
+}
+
+/// Undoes every pending entry of the journal (`--restore`, and the start of every drill);
+/// returns how many were undone.
+pub fn replay(injector: &mut dyn Injector, journal: &mut Journal) -> Result<usize, InjectError> {
+    let pending = journal.pending()?;
+    let ids: Vec<u64> = pending.iter().map(|p| p.id).collect();
+    restore(injector, journal, &ids)?;
+    Ok(ids.len())
+}
+
+fn run(argv: &[String]) -> Result<String, InjectError> {
+    let (program, args) = argv.split_first().ok_or_else(|| InjectError::Command {
+        command: String::new(),
+        message: "empty command".into(),
+    })?;
+    let out = Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| InjectError::Command {
+            command: argv.join(" "),
+            message: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(InjectError::Command {
+            command: argv.join(" "),
+            message: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The start time of `pid` in clock ticks since boot (field 22 of `/proc/PID/stat`).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// What both injectors share: the undo of a generic [`Undo`], and the two load controls.
+#[derive(Debug, Default)]
+pub struct Loads {
+    streams: BTreeMap<String, Arc<AtomicBool>>,
+    /// CPU hogs per round (default: half the CPUs, at least 2).
+    pub hogs: Option<usize>,
+    /// Bytes the checkpoint burst writes (default 256 MiB).
+    pub burst_bytes: Option<u64>,
+    /// Words that run a hog on the node (`ssh {node}`); empty when the drill runs on the node
+    /// itself (the testbed). Through a prefix the remote hog ends by its own `timeout` (60 s),
+    /// and no loopback stream runs.
+    pub remote: Vec<String>,
+}
+
+impl Loads {
+    /// Loads whose hogs run on the node through `remote` (`ssh {node}`).
+    pub fn remote(remote: Vec<String>) -> Loads {
+        Loads {
+            remote,
+            ..Loads::default()
+        }
+    }
+
+    /// Performs a generic undo.
+    pub fn undo(&mut self, undo: &Undo) -> Result<(), InjectError> {
+        match undo {
+            Undo::Rename { from, to } => {
+                if !from.exists() {
+                    // Already put back (an undo replayed twice): nothing to do.
+                    return Ok(());
+                }
+                if to.exists() {
+                    std::fs::remove_dir_all(to).map_err(|source| InjectError::Io {
+                        what: "remove",
+                        path: to.clone(),
+                        source,
+                    })?;
+                }
+                std::fs::rename(from, to).map_err(|source| InjectError::Io {
+                    what: "rename back",
+                    path: from.clone(),
+                    source,
+                })
+            }
+            Undo::Run { argv } => {
+                if argv.first().map(String::as_str) == Some("drill:stop-stream") {
+                    if let Some(flag) = argv.get(1).and_then(|k| self.streams.remove(k)) {
+                        flag.store(true, Ordering::Relaxed);
+                    }
+                    return Ok(());
+                }
+                run(argv).map(|_| ())
+            }
+            Undo::Kill {
+                pid,
+                start_ticks: t,
+            } => {
+                // The hog leads its own process group (see `background_load`): end the group,
+                // `timeout` and its shell together.
+                if start_ticks(*pid) == Some(*t) {
+                    let _ = nix::sys::signal::killpg(
+                        nix::unistd::Pid::from_raw(*pid as i32),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                Ok(())
+            }
+            Undo::Remove { path } => match std::fs::remove_dir_all(path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(source) => Err(InjectError::Io {
+                    what: "remove",
+                    path: path.clone(),
+                    source,
+                }),
+            },
+        }
+    }
+
+    /// `checkpoint_burst`: writes `burst_bytes` in 4 MiB synced files into `ckpt_dir/drill-burst`
+    /// from a thread (so the round's job runs while it writes).
+    pub fn checkpoint_burst(
+        &mut self,
+        round: &Round,
+        ckpt_dir: &Path,
+        journal: &mut Journal,
+    ) -> Result<Vec<u64>, InjectError> {
+        let dir = ckpt_dir.join("drill-burst");
+        let id = journal.record(
+            &round.node,
+            round.class.id(),
+            Undo::Remove { path: dir.clone() },
+        )?;
+        std::fs::create_dir_all(&dir).map_err(|source| InjectError::Io {
+            what: "create",
+            path: dir.clone(),
+            source,
+        })?;
+        let total = self.burst_bytes.unwrap_or(256 << 20);
+        std::thread::spawn(move || {
+            let chunk = vec![0x5au8; 4 << 20];
+            let mut written = 0u64;
+            let mut k = 0;
+            while written < total {
+                let p = dir.join(format!("shard-{k:04}"));
+                let Ok(mut f) = std::fs::File::create(&p) else {
+                    return;
+                };
+                if f.write_all(&chunk).is_err() || f.sync_data().is_err() {
+                    return;
+                }
+                written += chunk.len() as u64;
+                k += 1;
+            }
+        });
+        Ok(vec![id])
+    }
+
+    /// `background_load`: CPU hogs (each ended by `timeout` after 120 s at the latest, and
+    /// killed by pid at the round's end) and a loopback TCP stream.
+    pub fn background_load(
+        &mut self,
+        round: &Round,
+        journal: &mut Journal,
+    ) -> Result<Vec<u64>, InjectError> {
+        let mut ids = Vec::new();
+        let n = self.hogs.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(2, |n| (n.get() / 2).max(2))
+        });
+        for _ in 0..n {
+            let mut argv: Vec<String> = self
+                .remote
+                .iter()
+                .map(|w| w.replace("{node}", &round.node))
+                .collect();
+            let limit = if self.remote.is_empty() { "120" } else { "60" };
+            argv.extend(words(&[
+                "timeout",
+                limit,
+                "sh",
+                "-c",
+                "while :; do :; done",
+            ]));
+            let child = Command::new(&argv[0])
+                .args(&argv[1..])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .process_group(0)
+                .spawn()
+                .map_err(|e| InjectError::Command {
+                    command: argv.join(" "),
+                    message: e.to_string(),
+                })?;
+            let pid = child.id();
+            // The hog outlives this handle; the journal holds its pid and start time.
+            std::mem::forget(child);
+            let t = start_ticks(pid).unwrap_or(0);
+            ids.push(journal.record(
+                &round.node,
+                round.class.id(),
+                Undo::Kill {
+                    pid,
+                    start_ticks: t,
+                },
+            )?);
+        }
+        if !self.remote.is_empty() {
+            return Ok(ids);
+        }
+        let listener =
+            std::net::TcpListener::bind("127.0.0.1:0").map_err(|source| InjectError::Io {
+                what: "listen on loopback for",
+                path: PathBuf::from("127.0.0.1"),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| InjectError::Io {
+            what: "address of",
+            path: PathBuf::from("127.0.0.1"),
+            source,
+        })?;
+        let key = addr.port().to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        self.streams.insert(key.clone(), stop.clone());
+        ids.push(journal.record(
+            &round.node,
+            round.class.id(),
+            Undo::Run {
+                argv: vec!["drill:stop-stream".into(), key],
+            },
+        )?);
+        let stop_rx = stop.clone();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = listener.accept() {
+                let mut buf = vec![0u8; 1 << 16];
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while !stop_rx.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    if std::io::Read::read(&mut s, &mut buf).map_or(true, |n| n == 0) {
+                        break;
+                    }
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+                let buf = vec![0u8; 1 << 16];
+                let deadline = Instant::now() + Duration::from_secs(120);
+                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                    if s.write_all(&buf).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(ids)
+    }
+}
+
+/// The testbed's injector.
+#[derive(Debug)]
+pub struct TestbedInjector {
+    /// The testbed's state folder (`nodes/<n>/sysfs`, `bin/fabric-fixtures`).
+    pub dir: PathBuf,
+    /// `scripts/testbed` (for `stop|start slurmd-NODE`).
+    pub script: PathBuf,
+    /// The network namespace prefix (`fc`: `fc-n3`, `fc-hub`).
+    pub netns_prefix: String,
+    /// The tbf rate of `congestion`.
+    pub congestion_rate: String,
+    /// Shared loads.
+    pub loads: Loads,
+}
+
+impl TestbedInjector {
+    /// The testbed at `dir`, controlled by `script`.
+    pub fn new(dir: PathBuf, script: PathBuf) -> TestbedInjector {
+        TestbedInjector {
+            dir,
+            script,
+            netns_prefix: "fc".into(),
+            congestion_rate: "100mbit".into(),
+            loads: Loads::default(),
+        }
+    }
+
+    fn node_dir(&self, node: &str) -> PathBuf {
+        self.dir.join("nodes").join(node)
+    }
+
+    /// Writes `scenario` as node's fixture tree, keeping the tree it replaces; the undo puts it
+    /// back.
+    pub fn write_tree(
+        &mut self,
+        node: &str,
+        what: &str,
+        scenario: &str,
+        journal: &mut Journal,
+    ) -> Result<u64, InjectError> {
+        let nd = self.node_dir(node);
+        // One saved tree per change: a fault over the drill's own setup tree nests.
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let fresh = nd.join(format!(".drill-new-sysfs-{stamp}"));
+        let saved = nd.join(format!(".drill-saved-sysfs-{stamp}"));
+        let live = nd.join("sysfs");
+        let _ = std::fs::remove_dir_all(&fresh);
+        run(&[
+            self.dir.join("bin/fabric-fixtures").display().to_string(),
+            scenario.to_owned(),
+            fresh.display().to_string(),
+        ])?;
+        let id = journal.record(
+            node,
+            what,
+            Undo::Rename {
+                from: saved.clone(),
+                to: live.clone(),
+            },
+        )?;
+        std::fs::rename(&live, &saved).map_err(|source| InjectError::Io {
+            what: "save",
+            path: live.clone(),
+            source,
+        })?;
+        std::fs::rename(&fresh, &live).map_err(|source| InjectError::Io {
+            what: "install",
+            path: fresh.clone(),
+            source,
+        })?;
+        Ok(id)
+    }
+
+    fn index(node: &str) -> Result<String, InjectError> {
+        node.strip_prefix('n')
+            .filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+            .map(str::to_owned)
+            .ok_or_else(|| InjectError::Unsupported {
+                class: "congestion",
+                place: "the testbed",
+                why: format!("node {node} is not a testbed node n<i>"),
+            })
+    }
+}
+
+/// tbf's burst for `rate` as `scripts/netns` computes it: 5 ms worth, at least 16 KiB.
+fn burst_for(rate: &str) -> String {
+    let digits: String = rate.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let n: f64 = digits.parse().unwrap_or(100.0);
+    let bps = match &rate[digits.len()..] {
+        "kbit" => n * 1e3,
+        "gbit" => n * 1e9,
+        "bit" => n,
+        _ => n * 1e6,
+    };
+    format!("{}", ((bps / 8.0 * 0.005) as u64).max(16384))
+}
+
+impl Injector for TestbedInjector {
+    fn inject(
+        &mut self,
+        round: &Round,
+        ckpt_dir: &Path,
+        journal: &mut Journal,
+    ) -> Result<Vec<u64>, InjectError> {
+        let node = round.node.as_str();
+        match round.class {
+            FaultClass::Clean => Ok(Vec::new()),
+            FaultClass::CheckpointBurst => self.loads.checkpoint_burst(round, ckpt_dir, journal),
+            FaultClass::BackgroundLoad => self.loads.background_load(round, journal),
+            FaultClass::Congestion => {
+                let i = Self::index(node)?;
+                let p = &self.netns_prefix;
+                let (ns, hub) = (format!("{p}-n{i}"), format!("{p}-hub"));
+                let rate = self.congestion_rate.clone();
+                let burst = burst_for(&rate);
+                let mut ids = Vec::new();
+                for (ns, dev) in [
+                    (hub.as_str(), format!("h{i}")),
+                    (ns.as_str(), "eth0".into()),
+                ] {
+                    ids.push(journal.record(
+                        node,
+                        "congestion",
+                        Undo::Run {
+                            argv: words(&[
+                                "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", &dev,
+                                "root",
+                            ]),
+                        },
+                    )?);
+                    run(&words(&[
+                        "ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", &dev, "root",
+                        "tbf", "rate", &rate, "burst", &burst, "latency", "100ms",
+                    ]))?;
+                }
+                Ok(ids)
+            }
+            FaultClass::NodeRemoved => {
+                let script = self.script.display().to_string();
+                let unit = format!("slurmd-{node}");
+                let id = journal.record(
+                    node,
+                    "node_removed",
+                    Undo::Run {
+                        argv: words(&[&script, "start", &unit]),
+                    },
+                )?;
+                run(&words(&[&script, "stop", &unit]))?;
+                Ok(vec![id])
+            }
+            class => {
+                let scenario =
+                    class
+                        .fixture(round.kind)
+                        .ok_or_else(|| InjectError::Unsupported {
+                            class: class.id(),
+                            place: "the testbed",
+                            why: format!("no fixture for a {} node", round.kind.id()),
+                        })?;
+                Ok(vec![self.write_tree(
+                    node,
+                    class.id(),
+                    scenario,
+                    journal,
+                )?])
+            }
+        }
+    }
+
+    fn undo(&mut self, undo: &Undo) -> Result<(), InjectError> {
+        self.loads.undo(undo)
+    }
+}
+
+/// A real cluster's injector: commands on the node through a prefix (`ssh {node}`).
+#[derive(Debug)]
+pub struct NodeExecInjector {
+    /// The prefix; `{node}` is replaced by the node's name.
+    pub prefix: Vec<String>,
+    /// The RoCE/IB netdev the network classes change (`--interface`).
+    pub interface: String,
+    /// The lossless priority (PFC and ECN classes).
+    pub priority: u8,
+    /// The tbf rate of `congestion`.
+    pub congestion_rate: String,
+    /// Shared loads.
+    pub loads: Loads,
+}
+
+impl NodeExecInjector {
+    fn on(&self, node: &str, cmd: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .prefix
+            .iter()
+            .map(|w| w.replace("{node}", node))
+            .collect();
+        v.extend(cmd.iter().map(|s| (*s).to_owned()));
+        v
+    }
+
+    /// The commands that change and undo `class` on `node`, given what `read` returns for the
+    /// value before the change (pure, for the tests and `--dry-run`).
+    pub fn commands(
+        &self,
+        class: FaultClass,
+        node: &str,
+        before: &str,
+    ) -> Result<(Vec<String>, Vec<String>), InjectError> {
+        let i = self.interface.as_str();
+        let prio = self.priority;
+        let both = |set: &str| {
+            format!(
+                "echo {set} > /sys/class/net/{i}/ecn/roce_np/enable/{prio} && echo {set} > /sys/class/net/{i}/ecn/roce_rp/enable/{prio}"
+            )
+        };
+        Ok(match class {
+            FaultClass::PortDown => (
+                self.on(node, &["ip", "link", "set", "dev", i, "down"]),
+                self.on(node, &["ip", "link", "set", "dev", i, "up"]),
+            ),
+            FaultClass::MtuDrift => {
+                let old = before.trim();
+                if old.is_empty() || !old.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(InjectError::Command {
+                        command: format!("cat /sys/class/net/{i}/mtu"),
+                        message: format!("not an MTU: {old:?}"),
+                    });
+                }
+                (
+                    self.on(node, &["ip", "link", "set", "dev", i, "mtu", "1500"]),
+                    self.on(node, &["ip", "link", "set", "dev", i, "mtu", old]),
+                )
+            }
+            FaultClass::EcnOff => (
+                self.on(node, &["sh", "-c", &both("0")]),
+                self.on(node, &["sh", "-c", &both(before.trim())]),
+            ),
+            FaultClass::PfcOff => {
+                // `dcb pfc show dev IF prio-pfc` prints `prio-pfc 0:off 1:off 2:off 3:on ...`.
+                let old: Vec<&str> = before
+                    .split_whitespace()
+                    .filter(|w| w.contains(':') && w.as_bytes()[0].is_ascii_digit())
+                    .collect();
+                if old.len() != 8 {
+                    return Err(InjectError::Command {
+                        command: format!("dcb pfc show dev {i} prio-pfc"),
+                        message: format!("not eight priorities: {before:?}"),
+                    });
+                }
+                let off = format!("{prio}:off");
+                let mut undo = self.on(node, &["dcb", "pfc", "set", "dev", i, "prio-pfc"]);
+                undo.extend(old.iter().map(|s| (*s).to_owned()));
+                (
+                    self.on(node, &["dcb", "pfc", "set", "dev", i, "prio-pfc", &off]),
+                    undo,
+                )
+            }
+            FaultClass::Congestion => {
+                if before.contains("tbf") || before.contains("htb") || before.contains("mqprio") {
+                    return Err(InjectError::Unsupported {
+                        class: "congestion",
+                        place: "this interface",
+                        why: format!(
+                            "{i} has a root qdisc of its own ({}); the drill would not put it back",
+                            before.trim()
+                        ),
+                    });
+                }
+                let burst = burst_for(&self.congestion_rate);
+                (
+                    self.on(
+                        node,
+                        &[
+                            "tc",
+                            "qdisc",
+                            "replace",
+                            "dev",
+                            i,
+                            "root",
+                            "tbf",
+                            "rate",
+                            &self.congestion_rate,
+                            "burst",
+                            &burst,
+                            "latency",
+                            "100ms",
+                        ],
+                    ),
+                    self.on(node, &["tc", "qdisc", "del", "dev", i, "root"]),
+                )
+            }
+            FaultClass::NodeRemoved => (
+                self.on(node, &["systemctl", "stop", "slurmd"]),
+                self.on(node, &["systemctl", "start", "slurmd"]),
+            ),
+            c => {
+                return Err(InjectError::Unsupported {
+                    class: c.id(),
+                    place: "a real cluster",
+                    why: "it exists only on the testbed (counters rise only when the fault is real); leave it out with --classes".into(),
+                });
+            }
+        })
+    }
+
+    fn read_before(&self, class: FaultClass, node: &str) -> Result<String, InjectError> {
+        let i = self.interface.as_str();
+        let prio = self.priority.to_string();
+        match class {
+            FaultClass::MtuDrift => {
+                run(&self.on(node, &["cat", &format!("/sys/class/net/{i}/mtu")]))
+            }
+            FaultClass::EcnOff => run(&self.on(
+                node,
+                &[
+                    "cat",
+                    &format!("/sys/class/net/{i}/ecn/roce_np/enable/{prio}"),
+                ],
+            )),
+            FaultClass::PfcOff => {
+                run(&self.on(node, &["dcb", "pfc", "show", "dev", i, "prio-pfc"]))
+            }
+            FaultClass::Congestion => {
+                run(&self.on(node, &["tc", "qdisc", "show", "dev", i, "root"]))
+            }
+            _ => Ok(String::new()),
+        }
+    }
+}
+
+impl Injector for NodeExecInjector {
+    fn inject(
+        &mut self,
+        round: &Round,
+        ckpt_dir: &Path,
+        journal: &mut Journal,
+    ) -> Result<Vec<u64>, InjectError> {
+        match round.class {
+            FaultClass::Clean => Ok(Vec::new()),
+            FaultClass::CheckpointBurst => self.loads.checkpoint_burst(round, ckpt_dir, journal),
+            FaultClass::BackgroundLoad => self.loads.background_load(round, journal),
+            class => {
+                let before = self.read_before(class, &round.node)?;
+                let (change, undo) = self.commands(class, &round.node, &before)?;
+                let id = journal.record(&round.node, class.id(), Undo::Run { argv: undo })?;
+                run(&change)?;
+                Ok(vec![id])
+            }
+        }
+    }
+
+    fn undo(&mut self, undo: &Undo) -> Result<(), InjectError> {
+        self.loads.undo(undo)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::class::{Moment, NodeKind};
+
+    fn round(class: FaultClass) -> Round {
+        Round {
+            index: 1,
+            class,
+            node: "gpu07".into(),
+            kind: NodeKind::Roce,
+            moment: Moment::Before,
+            job: None,
+        }
+    }
+
+    fn real() -> NodeExecInjector {
+        NodeExecInjector {
+            prefix: vec!["ssh".into(), "{node}".into()],
+            interface: "ens4np0".into(),
+            priority: 3,
+            congestion_rate: "1gbit".into(),
+            loads: Loads::default(),
+        }
+    }
+
+    #[test]
+    fn a_real_mtu_change_is_undone_to_the_mtu_read_before() {
+        let (change, undo) = real()
+            .commands(FaultClass::MtuDrift, "gpu07", "4200\n")
+            .unwrap();
+        assert_eq!(
+            change.join(" "),
+            "ssh gpu07 ip link set dev ens4np0 mtu 1500"
+        );
+        assert_eq!(undo.join(" "), "ssh gpu07 ip link set dev ens4np0 mtu 4200");
+        assert!(real().commands(FaultClass::MtuDrift, "gpu07", "").is_err());
+    }
+
+    #[test]
+    fn a_real_pfc_change_puts_back_all_eight_priorities_as_they_were() {
+        let before = "prio-pfc 0:off 1:off 2:off 3:on 4:off 5:off 6:off 7:off\n";
+        let (change, undo) = real()
+            .commands(FaultClass::PfcOff, "gpu07", before)
+            .unwrap();
+        assert_eq!(
+            change.join(" "),
+            "ssh gpu07 dcb pfc set dev ens4np0 prio-pfc 3:off"
+        );
+        assert_eq!(
+            undo.join(" "),
+            "ssh gpu07 dcb pfc set dev ens4np0 prio-pfc 0:off 1:off 2:off 3:on 4:off 5:off 6:off 7:off"
+        );
+    }
+
+    #[test]
+    fn congestion_refuses_an_interface_with_a_root_qdisc_of_its_own() {
+        let e = real()
+            .commands(
+                FaultClass::Congestion,
+                "gpu07",
+                "qdisc htb 1: root refcnt 2",
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("would not put it back"), "{e}");
+        let (c, u) = real()
+            .commands(FaultClass::Congestion, "gpu07", "qdisc mq 0: root")
+            .unwrap();
+        assert!(c.join(" ").contains("tbf rate 1gbit burst 625000"), "{c:?}");
+        assert_eq!(u.join(" "), "ssh gpu07 tc qdisc del dev ens4np0 root");
+    }
+
+    #[test]
+    fn counter_classes_are_refused_on_a_real_cluster() {
+        let e = real()
+            .commands(FaultClass::ErrorCounters, "gpu07", "")
+            .unwrap_err();
+        assert!(e.to_string().contains("only on the testbed"), "{e}");
+    }
+
+    #[test]
+    fn a_testbed_tree_is_replaced_and_put_back_through_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let tb = dir.path();
+        std::fs::create_dir_all(tb.join("nodes/n3/sysfs")).unwrap();
+        std::fs::write(tb.join("nodes/n3/sysfs/marker"), "healthy").unwrap();
+        std::fs::create_dir_all(tb.join("bin")).unwrap();
+        // A stand-in fixture writer: makes the folder it is given with one file.
+        let fx = tb.join("bin/fabric-fixtures");
+        std::fs::write(
+            &fx,
+            "#!/bin/sh\nmkdir -p \"$2\" && echo \"$1\" > \"$2/marker\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&fx, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let mut inj = TestbedInjector::new(tb.to_owned(), tb.join("testbed"));
+        let marker = || std::fs::read_to_string(tb.join("nodes/n3/sysfs/marker")).unwrap();
+        let mut r = round(FaultClass::EcnOff);
+        r.node = "n3".into();
+        let mut j = Journal::open(&tb.join("journal.jsonl")).unwrap();
+        let ids = inj.inject(&r, tb, &mut j).unwrap();
+        assert_eq!(marker().trim(), "roce8-ecn-off");
+        assert_eq!(j.pending().unwrap().len(), 1);
+        restore(&mut inj, &mut j, &ids).unwrap();
+        assert_eq!(marker(), "healthy");
+        assert!(j.pending().unwrap().is_empty());
+        let left: Vec<_> = std::fs::read_dir(tb.join("nodes/n3"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(
+            left,
+            vec![std::ffi::OsString::from("sysfs")],
+            "nothing saved is left"
+        );
+    }
+
+    #[test]
+    fn a_crashed_drill_is_restored_by_replaying_its_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let tb = dir.path();
+        std::fs::create_dir_all(tb.join("nodes/n1/.drill-saved-sysfs")).unwrap();
+        std::fs::write(tb.join("nodes/n1/.drill-saved-sysfs/marker"), "healthy").unwrap();
+        std::fs::create_dir_all(tb.join("nodes/n1/sysfs")).unwrap();
+        std::fs::write(tb.join("nodes/n1/sysfs/marker"), "port down").unwrap();
+        let path = tb.join("journal.jsonl");
+        {
+            let mut j = Journal::open(&path).unwrap();
+            j.record(
+                "n1",
+                "port_down",
+                Undo::Rename {
+                    from: tb.join("nodes/n1/.drill-saved-sysfs"),
+                    to: tb.join("nodes/n1/sysfs"),
+                },
+            )
+            .unwrap();
+        }
+        let mut inj = TestbedInjector::new(tb.to_owned(), tb.join("testbed"));
+        let mut j = Journal::open(&path).unwrap();
+        assert_eq!(replay(&mut inj, &mut j).unwrap(), 1);
+        assert_eq!(
+            std::fs::read_to_string(tb.join("nodes/n1/sysfs/marker")).unwrap(),
+            "healthy"
+        );
+        assert_eq!(replay(&mut inj, &mut j).unwrap(), 0, "nothing left to undo");
+    }
+
+    #[test]
+    fn remote_hogs_go_through_the_prefix_journaled_and_ended_with_no_loopback_stream() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        // `env` stands in for `ssh {node}`: the words before the hog's own.
+        let mut loads = Loads::remote(vec!["env".into()]);
+        loads.hogs = Some(1);
+        let ids = loads
+            .background_load(&round(FaultClass::BackgroundLoad), &mut j)
+            .unwrap();
+        assert_eq!(ids.len(), 1, "one hog, no stream");
+        let p = j.pending().unwrap();
+        let Undo::Kill {
+            pid,
+            start_ticks: t,
+        } = p[0].undo
+        else {
+            panic!("{p:?}")
+        };
+        assert_eq!(start_ticks(pid), Some(t), "the hog runs");
+        restore(
+            &mut TestbedInjector::new(dir.path().into(), dir.path().into()),
+            &mut j,
+            &ids,
+        )
+        .unwrap();
+        let gone = (0..50).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |s| s.contains(") Z "))
+        });
+        assert!(gone, "the hog's group was ended");
+    }
+
+    #[test]
+    fn a_hog_is_killed_by_pid_only_while_it_is_the_same_process() {
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let t = start_ticks(pid).unwrap();
+        let mut loads = Loads::default();
+        loads
+            .undo(&Undo::Kill {
+                pid,
+                start_ticks: t + 1,
+            })
+            .unwrap();
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "another start time: left alone"
+        );
+        loads
+            .undo(&Undo::Kill {
+                pid,
+                start_ticks: t,
+            })
+            .unwrap();
+        let st = child.wait().unwrap();
+        assert!(!st.success());
+    }
+}

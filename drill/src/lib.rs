@@ -1,0 +1,35 @@
+//! `fabric-drill`: measures how well fabric-check finds a bad fabric.
+//!
+//! On a set of nodes (a real cluster's reservation, or the testbed's virtual nodes) the drill
+//! repeats: pick a fault class, a node and a moment from a seed; inject; run `--fabric-check`
+//! jobs as a user would; watch what the prolog, the collective, the epilog and `health` say and
+//! do; restore; wait until the node is clean. Clean rounds and two loads that must not drain are
+//! interleaved as controls. Then it scores recall, precision, false drains, time to detect and
+//! what the jobs paid, and names what to change. See docs/drill.md.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`class`] | the fault classes, what each injects and restores, where it applies |
+//! | [`plan`] | the seeded plan of rounds (`--dry-run` prints it) |
+//! | [`journal`] | the restore journal, replayed by `--restore` and at the next start |
+//! | [`inject`] | the [`inject::Injector`] seam: testbed and real-cluster injectors |
+//! | [`cluster`] | the [`cluster::Cluster`] seam over Slurm's commands |
+//! | [`observe`] | drains, tag verdicts and health results as timed signals |
+//! | [`run`] | the round loop |
+//! | [`score`] | recall, precision, false drains, time to detect, job cost, findings (pure) |
+//! | [`workload`] | step 3: the admin's own job script per fabric, clean and faulted |
+//! | [`render`] | text table, JSON, Prometheus gauges, the HTML section with charts |
+//!
+//! Dependencies point inward: `fabric-proto` (tags, verdicts, check ids), `fabric-core` (the
+//! percentile, bounded commands), `fabric-report` (the cost file and its model).
+
+pub mod class;
+pub mod cluster;
+pub mod inject;
+pub mod journal;
+pub mod observe;
+pub mod plan;
+pub mod render;
+pub mod run;
+pub mod score;
+pub mod workload;

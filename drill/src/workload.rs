@@ -1,0 +1,536 @@
+//! Step 3 of the acceptance guide: the admin's own job script, under `fabric-run`, at its exact
+//! node count on each named fabric (partition), K times clean and K times with a fault injected
+//! on one of the fabric's nodes just before the job; then, per fabric side by side: step time
+//! p50/p95, checkpoint time, retries, recovery time after the injected failure, accepted runs,
+//! and cost per accepted run (the report's cost model, `fabric_report::cost`).
+//!
+//! The script is what each rank runs (`python train.py ...`): the drill submits
+//! `srun fabric-run --checkpoint-dir DIR --step-regex '^step ([0-9]+)' -- sh SCRIPT` with
+//! `--fabric-check` on `--nodes N`. A faulted run's fault is put back, and its node resumed, as
+//! soon as fabric-check took the node out (or the job ended), so the requeued job can finish;
+//! its recovery time runs from the injection to the start of the attempt that ran.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fabric_proto::job_state::JobState;
+use serde::{Deserialize, Serialize};
+
+use crate::class::{FaultClass, Moment};
+use crate::cluster::Cluster;
+use crate::inject::{Injector, restore};
+use crate::journal::Journal;
+use crate::plan::{DrillNode, JobSpec, Round};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct WorkloadSpec {
+    /// The admin's script (each rank's command).
+    pub script: PathBuf,
+    /// The fabrics (partitions).
+    pub partitions: Vec<String>,
+    /// Runs per fabric, clean and again faulted.
+    pub runs: usize,
+    /// Node count (default: the script's `#SBATCH -N`/`--nodes`, else 1).
+    pub nodes: Option<usize>,
+    /// The fault of the faulted runs.
+    pub fault: FaultClass,
+    /// Where the runs' folders go.
+    pub work_dir: PathBuf,
+    /// The jobs' uid.
+    pub job_uid: Option<u32>,
+    /// Folder first on the jobs' PATH.
+    pub bin_dir: Option<PathBuf>,
+    /// The drill's nodes and their kinds (the fault goes to one of a partition's).
+    pub drill_nodes: Vec<DrillNode>,
+}
+
+/// One run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadRun {
+    /// The partition.
+    pub partition: String,
+    /// With a fault injected.
+    pub faulted: bool,
+    /// The job id.
+    pub job: u32,
+    /// Final state.
+    pub state: String,
+    /// Elapsed seconds (last attempt).
+    pub elapsed_s: f64,
+    /// Nodes.
+    pub nnodes: u32,
+    /// `fabric-run`'s median step time.
+    pub step_p50_s: Option<f64>,
+    /// Checkpoint seconds.
+    pub ckpt_total_s: Option<f64>,
+    /// `fabric-run` retries.
+    pub retries: u64,
+    /// Slurm requeues.
+    pub requeues: u32,
+    /// Accepted (fabric-run's verdict: finished, correct, on time).
+    pub accepted: bool,
+    /// Injection to the start of the attempt that ran, seconds.
+    pub recovery_s: Option<f64>,
+    /// Whether fabric-check took the faulted node out.
+    pub drained: bool,
+}
+
+/// One fabric's figures.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FabricFigures {
+    /// The partition.
+    pub partition: String,
+    /// Clean runs.
+    pub clean_runs: usize,
+    /// Faulted runs.
+    pub faulted_runs: usize,
+    /// Median of the runs' median step times, clean runs.
+    pub step_p50_s: Option<f64>,
+    /// 95th percentile of the runs' median step times, clean runs.
+    pub step_p95_s: Option<f64>,
+    /// The same over the faulted runs.
+    pub faulted_step_p50_s: Option<f64>,
+    /// Median checkpoint seconds per run.
+    pub ckpt_p50_s: Option<f64>,
+    /// Retries over all runs.
+    pub retries: u64,
+    /// Requeues over all runs.
+    pub requeues: u32,
+    /// Median recovery after the injected failure, seconds.
+    pub recovery_p50_s: Option<f64>,
+    /// Faulted runs whose node fabric-check took out.
+    pub faults_caught: usize,
+    /// Accepted runs.
+    pub accepted: usize,
+    /// Cost per accepted run over the runs' window, when a cost file has the fabric.
+    pub cost_per_accepted_run: Option<String>,
+}
+
+/// The whole step-3 result.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadResult {
+    /// Schema id.
+    pub schema: String,
+    /// The fault of the faulted runs.
+    pub fault: String,
+    /// Per fabric.
+    pub fabrics: Vec<FabricFigures>,
+    /// Every run.
+    pub runs: Vec<WorkloadRun>,
+}
+
+/// A workload that could not run.
+#[derive(Debug, thiserror::Error)]
+#[error("workload: {0}")]
+pub struct WorkloadError(pub String);
+
+/// The script's node count from `#SBATCH -N n` / `--nodes=n`.
+pub fn script_nodes(text: &str) -> Option<usize> {
+    for l in text.lines() {
+        let Some(rest) = l.trim().strip_prefix("#SBATCH") else {
+            continue;
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        for (i, w) in words.iter().enumerate() {
+            let v = if let Some(v) = w.strip_prefix("--nodes=") {
+                Some(v)
+            } else if *w == "-N" || *w == "--nodes" {
+                words.get(i + 1).copied()
+            } else {
+                w.strip_prefix("-N").filter(|v| !v.is_empty())
+            };
+            if let Some(n) = v.and_then(|v| v.split('-').next()?.parse().ok()) {
+                return Some(n);
+            }
+        }
+    }
+    None
+}
+
+/// The batch script of one run.
+pub fn wrapper(spec: &WorkloadSpec, dir: &Path) -> String {
+    let mut s = String::from("#!/bin/sh\n# fabric-check drill --workload\n");
+    if let Some(b) = &spec.bin_dir {
+        let _ = writeln!(s, "export PATH='{}':$PATH", b.display());
+    }
+    let _ = writeln!(s, "cd '{}' || exit 1", dir.display());
+    let _ = writeln!(
+        s,
+        "srun fabric-run --checkpoint-dir '{}' --checkpoint-quiet 300ms --step-regex '^step ([0-9]+)' -- sh '{}'",
+        dir.display(),
+        spec.script.display()
+    );
+    s
+}
+
+fn figures(partition: &str, runs: &[WorkloadRun]) -> FabricFigures {
+    let mine: Vec<&WorkloadRun> = runs.iter().filter(|r| r.partition == partition).collect();
+    let clean: Vec<f64> = mine
+        .iter()
+        .filter(|r| !r.faulted)
+        .filter_map(|r| r.step_p50_s)
+        .collect();
+    let faulted: Vec<f64> = mine
+        .iter()
+        .filter(|r| r.faulted)
+        .filter_map(|r| r.step_p50_s)
+        .collect();
+    let ckpt: Vec<f64> = mine.iter().filter_map(|r| r.ckpt_total_s).collect();
+    let rec: Vec<f64> = mine.iter().filter_map(|r| r.recovery_s).collect();
+    use fabric_core::stats::{median, percentile};
+    FabricFigures {
+        partition: partition.to_owned(),
+        clean_runs: mine.iter().filter(|r| !r.faulted).count(),
+        faulted_runs: mine.iter().filter(|r| r.faulted).count(),
+        step_p50_s: median(&clean),
+        step_p95_s: percentile(&clean, 95.0),
+        faulted_step_p50_s: median(&faulted),
+        ckpt_p50_s: median(&ckpt),
+        retries: mine.iter().map(|r| r.retries).sum(),
+        requeues: mine.iter().map(|r| r.requeues).sum(),
+        recovery_p50_s: median(&rec),
+        faults_caught: mine.iter().filter(|r| r.faulted && r.drained).count(),
+        accepted: mine.iter().filter(|r| r.accepted).count(),
+        cost_per_accepted_run: None,
+    }
+}
+
+/// Cost per accepted run of one fabric's runs: the cost model over the runs' own window (their
+/// elapsed time), GPU time of runs not accepted as waste.
+pub fn cost_per_run(
+    file: &fabric_report::cost::CostFile,
+    partition: &str,
+    runs: &[WorkloadRun],
+    gpus_per_node: u32,
+) -> Option<String> {
+    let (_, entry) = file.entry_for(partition)?;
+    let mine: Vec<&WorkloadRun> = runs.iter().filter(|r| r.partition == partition).collect();
+    let gpu_s = |r: &WorkloadRun| {
+        (r.elapsed_s * f64::from(r.nnodes.max(1)) * f64::from(gpus_per_node)) as u64
+    };
+    let window_s: u64 = mine.iter().map(|r| r.elapsed_s as u64).sum::<u64>().max(1);
+    let usage = fabric_report::cost::UsageFigures {
+        allocated_gpu_s: mine.iter().map(|r| gpu_s(r)).sum(),
+        waste_gpu_s: mine.iter().filter(|r| !r.accepted).map(|r| gpu_s(r)).sum(),
+        drains: mine.iter().filter(|r| r.drained).count() as u64,
+        accepted_runs: mine.iter().filter(|r| r.accepted).count() as u64,
+        accepted_outputs: None,
+    };
+    let b = fabric_report::cost::compute(
+        &file.currency,
+        entry,
+        fabric_report::cost::gpu_s_to_h(window_s),
+        &usage,
+    );
+    b.per_accepted_run
+        .map(|d| format!("{:.2} {}", d.round_dp(2), file.currency))
+}
+
+/// Runs the workload on every partition.
+pub fn run(
+    spec: &WorkloadSpec,
+    cluster: &mut dyn Cluster,
+    injector: &mut dyn Injector,
+    journal: &mut Journal,
+    gpus_per_node: u32,
+    cost: Option<&fabric_report::cost::CostFile>,
+) -> Result<WorkloadResult, WorkloadError> {
+    let text = std::fs::read_to_string(&spec.script)
+        .map_err(|e| WorkloadError(format!("cannot read {}: {e}", spec.script.display())))?;
+    let n = spec.nodes.or_else(|| script_nodes(&text)).unwrap_or(1);
+    let mut runs = Vec::new();
+    let mut k = 0;
+    for p in &spec.partitions {
+        let members: Vec<String> = cluster
+            .nodes_of(p)
+            .map_err(|e| WorkloadError(e.to_string()))?;
+        if members.len() < n {
+            return Err(WorkloadError(format!(
+                "partition {p} has {} nodes, the script needs {n}",
+                members.len()
+            )));
+        }
+        for faulted in [false, true] {
+            for _ in 0..spec.runs {
+                k += 1;
+                let dir = spec.work_dir.join(format!("run-{k:03}"));
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| WorkloadError(format!("cannot create {}: {e}", dir.display())))?;
+                if let Some(uid) = spec.job_uid {
+                    let _ = nix::unistd::chown(
+                        &dir,
+                        Some(nix::unistd::Uid::from_raw(uid)),
+                        Some(nix::unistd::Gid::from_raw(uid)),
+                    );
+                }
+                let r = one_run(
+                    spec, cluster, injector, journal, p, &members, n, faulted, &dir,
+                )?;
+                runs.push(r);
+            }
+        }
+    }
+    let mut fabrics: Vec<FabricFigures> =
+        spec.partitions.iter().map(|p| figures(p, &runs)).collect();
+    if let Some(file) = cost {
+        for f in &mut fabrics {
+            f.cost_per_accepted_run = cost_per_run(file, &f.partition, &runs, gpus_per_node);
+        }
+    }
+    Ok(WorkloadResult {
+        schema: "fabric-check/drill-workload/v1".into(),
+        fault: spec.fault.id().into(),
+        fabrics,
+        runs,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn one_run(
+    spec: &WorkloadSpec,
+    cluster: &mut dyn Cluster,
+    injector: &mut dyn Injector,
+    journal: &mut Journal,
+    partition: &str,
+    members: &[String],
+    n: usize,
+    faulted: bool,
+    dir: &Path,
+) -> Result<WorkloadRun, WorkloadError> {
+    let err = |e: &dyn std::fmt::Display| WorkloadError(e.to_string());
+    let script = dir.join("job.sh");
+    std::fs::write(&script, wrapper(spec, dir)).map_err(|e| err(&e))?;
+    let job = JobSpec {
+        nodes: members.iter().take(n).cloned().collect(),
+        full: false,
+        fabric_run: true,
+    };
+    let target = members[0].clone();
+    let mut ids = Vec::new();
+    let mut t_inj = None;
+    if faulted {
+        let kind = spec
+            .drill_nodes
+            .iter()
+            .find(|d| d.name == target)
+            .map_or(crate::class::NodeKind::Roce, |d| d.kind);
+        let round = Round {
+            index: 0,
+            class: spec.fault,
+            node: target.clone(),
+            kind,
+            moment: Moment::Before,
+            job: None,
+        };
+        ids = injector.inject(&round, dir, journal).map_err(|e| err(&e))?;
+        t_inj = Some(cluster.now_ms());
+    }
+    let id = cluster
+        .submit_to(&script, &job, partition)
+        .map_err(|e| err(&e))?;
+    let mut drained = false;
+    let mut drained_at = None;
+    let start = cluster.now_ms();
+    loop {
+        if cluster.now_ms().saturating_sub(start) > 600_000 {
+            let _ = cluster.cancel(id);
+            break;
+        }
+        let state = cluster.queue_state(id);
+        if let Ok(None) = state {
+            break;
+        }
+        if faulted
+            && drained_at.is_none()
+            && let Ok(v) = cluster.nodes()
+            && let Some(t) = v.iter().find(|v| v.name == target)
+            && t.out_of_service()
+        {
+            drained = t.ours();
+            drained_at = Some(cluster.now_ms());
+        }
+        // The admin mends the node once the job went back to the queue (or 10 s after the
+        // drain): the fault goes, the node comes back, the requeued job runs.
+        if let Some(at) = drained_at
+            && !ids.is_empty()
+            && (matches!(&state, Ok(Some(s)) if s == "PENDING")
+                || cluster.now_ms().saturating_sub(at) > 10_000)
+        {
+            restore(injector, journal, &ids).map_err(|e| err(&e))?;
+            ids.clear();
+            let _ = cluster.resume(&target);
+        }
+        cluster.sleep(Duration::from_millis(500));
+    }
+    restore(injector, journal, &ids).map_err(|e| err(&e))?;
+    let mut view = cluster.job(id).map_err(|e| err(&e))?;
+    for _ in 0..40 {
+        if JobState::parse(&view.state).has_ended()
+            && view.tag.as_ref().is_some_and(|t| t.run.is_some())
+        {
+            break;
+        }
+        cluster.sleep(Duration::from_millis(250));
+        view = cluster.job(id).map_err(|e| err(&e))?;
+    }
+    let run = view.tag.as_ref().and_then(|t| t.run.clone());
+    Ok(WorkloadRun {
+        partition: partition.to_owned(),
+        faulted,
+        job: id,
+        state: view.state.clone(),
+        elapsed_s: view.elapsed_s,
+        nnodes: view.nnodes,
+        step_p50_s: run.as_ref().and_then(|r| r.step_p50_s),
+        ckpt_total_s: run.as_ref().map(|r| r.ckpt_total_s),
+        retries: run.as_ref().map_or(0, |r| r.retries),
+        requeues: view.requeues,
+        accepted: run.as_ref().is_some_and(|r| r.accepted),
+        recovery_s: t_inj
+            .filter(|_| view.start_ms > 0)
+            .map(|t| view.start_ms.saturating_sub(t) as f64 / 1000.0),
+        drained,
+    })
+}
+
+/// One cell of the side-by-side table.
+type FabricCell = fn(&FabricFigures) -> String;
+
+fn opt(v: Option<f64>, d: usize) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.d$}"))
+}
+
+/// The fabrics side by side, one column each.
+pub fn table(r: &WorkloadResult) -> String {
+    let mut out = format!("workload per fabric (faulted runs: {})\n", r.fault);
+    let _ = write!(out, "{:<26}", "");
+    for f in &r.fabrics {
+        let _ = write!(out, " {:>14}", f.partition);
+    }
+    out.push('\n');
+    let rows: [(&str, FabricCell); 11] = [
+        ("runs clean / faulted", |f| {
+            format!("{} / {}", f.clean_runs, f.faulted_runs)
+        }),
+        ("step time p50 s (clean)", |f| opt(f.step_p50_s, 3)),
+        ("step time p95 s (clean)", |f| opt(f.step_p95_s, 3)),
+        ("step time p50 s (faulted)", |f| {
+            opt(f.faulted_step_p50_s, 3)
+        }),
+        ("checkpoint s p50", |f| opt(f.ckpt_p50_s, 2)),
+        ("retries", |f| f.retries.to_string()),
+        ("requeues", |f| f.requeues.to_string()),
+        ("recovery s p50", |f| opt(f.recovery_p50_s, 1)),
+        ("faults caught", |f| {
+            format!("{} of {}", f.faults_caught, f.faulted_runs)
+        }),
+        ("accepted runs", |f| f.accepted.to_string()),
+        ("cost per accepted run", |f| {
+            f.cost_per_accepted_run
+                .clone()
+                .unwrap_or_else(|| "-".into())
+        }),
+    ];
+    for (name, get) in rows {
+        let _ = write!(out, "{name:<26}");
+        for f in &r.fabrics {
+            let _ = write!(out, " {:>14}", get(f));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_node_count_comes_from_the_scripts_sbatch_lines() {
+        assert_eq!(script_nodes("#!/bin/sh\n#SBATCH -N 4\npython x"), Some(4));
+        assert_eq!(script_nodes("#SBATCH --nodes=2-3"), Some(2));
+        assert_eq!(script_nodes("#SBATCH -N8 --time=1"), Some(8));
+        assert_eq!(script_nodes("#SBATCH --nodes 16"), Some(16));
+        assert_eq!(script_nodes("# no directives\nsrun -N 4 x"), None);
+    }
+
+    fn run(p: &str, faulted: bool, step: f64, accepted: bool, rec: Option<f64>) -> WorkloadRun {
+        WorkloadRun {
+            partition: p.into(),
+            faulted,
+            elapsed_s: 3600.0,
+            nnodes: 2,
+            step_p50_s: Some(step),
+            ckpt_total_s: Some(2.0),
+            retries: 1,
+            accepted,
+            recovery_s: rec,
+            drained: faulted,
+            ..WorkloadRun::default()
+        }
+    }
+
+    #[test]
+    fn fabrics_are_figured_side_by_side_and_priced_per_accepted_run() {
+        let runs = vec![
+            run("ib", false, 0.5, true, None),
+            run("ib", false, 0.7, true, None),
+            run("ib", true, 0.9, false, Some(12.0)),
+            run("roce", false, 0.6, true, None),
+            run("roce", true, 0.6, true, Some(20.0)),
+        ];
+        let ib = figures("ib", &runs);
+        assert_eq!((ib.clean_runs, ib.faulted_runs, ib.accepted), (2, 1, 2));
+        assert_eq!(ib.step_p50_s, Some(0.6));
+        assert_eq!(ib.faulted_step_p50_s, Some(0.9));
+        assert_eq!(ib.recovery_p50_s, Some(12.0));
+        assert_eq!(ib.retries, 3);
+        let file = fabric_report::cost::CostFile::parse(
+            "currency = \"EUR\"\n[fabric.ib]\ngpus = 16\n[fabric.ib.running]\nrack_power_and_space = 10\n",
+            "cost.toml",
+        )
+        .unwrap();
+        // 3 h of window at 10 EUR/h, 2 accepted runs.
+        assert_eq!(
+            cost_per_run(&file, "ib", &runs, 8).as_deref(),
+            Some("15.00 EUR")
+        );
+        assert_eq!(cost_per_run(&file, "roce", &runs, 8), None);
+        let r = WorkloadResult {
+            schema: String::new(),
+            fault: "port_down".into(),
+            fabrics: vec![ib, figures("roce", &runs)],
+            runs,
+        };
+        let t = table(&r);
+        assert!(t.lines().next().unwrap().contains("port_down"));
+        assert!(t.contains("accepted runs"), "{t}");
+        assert!(
+            t.lines().any(|l| l.starts_with("recovery s p50")
+                && l.contains("12.0")
+                && l.contains("20.0")),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn the_wrapper_runs_the_script_under_fabric_run_on_every_node() {
+        let spec = WorkloadSpec {
+            script: "/w/train.sh".into(),
+            partitions: vec![],
+            runs: 1,
+            nodes: None,
+            fault: FaultClass::PortDown,
+            work_dir: "/w".into(),
+            job_uid: None,
+            bin_dir: Some("/opt/fc/bin".into()),
+            drill_nodes: vec![],
+        };
+        let w = wrapper(&spec, Path::new("/w/run-001"));
+        assert!(w.contains("export PATH='/opt/fc/bin':$PATH"));
+        assert!(w.contains("srun fabric-run --checkpoint-dir '/w/run-001'"));
+        assert!(w.ends_with("-- sh '/w/train.sh'\n"));
+    }
+}
