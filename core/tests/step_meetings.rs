@@ -1,0 +1,87 @@
+//! The ends of two steps of one job meet at once on the same first node, each apart, over the
+//! real rendezvous and a private munged: a step's end is a meeting of its own
+//! (`fabric_core::jobstep::meet::meeting_id`), so one step's summaries never reach the other's
+//! leader, whichever port each leader got.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::thread;
+use std::time::Duration;
+
+use common::munged::Munged;
+use fabric_core::jobstep::meet::meeting_id;
+use fabric_core::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver, gather};
+use serde_json::json;
+
+fn config(munged: &Munged, meeting: u64, base: u16) -> RendezvousConfig {
+    let names: Vec<String> = vec!["n1".into(), "n2".into()];
+    let map = MapResolver::<SystemResolver> {
+        map: names
+            .iter()
+            .map(|n| (n.clone(), IpAddr::V4(Ipv4Addr::LOCALHOST)))
+            .collect::<BTreeMap<_, _>>(),
+        fallback: None,
+    };
+    let me = nix::unistd::getuid().as_raw();
+    let mut cfg = RendezvousConfig::new(
+        names,
+        &map,
+        meeting,
+        Munge::with_socket(&munged.socket),
+        vec![me],
+    )
+    .unwrap();
+    // Both meetings start at the same port: the second leader takes the next one.
+    cfg.base_port = base - (meeting % 1000) as u16;
+    cfg.timeout = Duration::from_secs(5);
+    cfg
+}
+
+#[test]
+fn two_steps_of_one_job_ending_together_meet_apart_and_the_jobs_own_meeting_too() {
+    let Some(m) = Munged::start() else { return };
+    let job = 4242;
+    let meetings = [
+        meeting_id(job, Some(0)),
+        meeting_id(job, Some(1)),
+        meeting_id(job, None),
+    ];
+    assert_eq!(
+        meetings[2],
+        u64::from(job),
+        "the prolog's and epilog's id is the job's"
+    );
+    assert!(meetings[0] != meetings[1] && meetings[0] != meetings[2]);
+    let handles: Vec<_> = meetings
+        .iter()
+        .flat_map(|&id| {
+            let cfg = config(&m, id, 43_100);
+            (0..2).map(move |rank| {
+                let cfg = cfg.clone();
+                thread::spawn(move || {
+                    (
+                        id,
+                        rank,
+                        gather(&cfg, rank, &json!({"meeting": id, "rank": rank})),
+                    )
+                })
+            })
+        })
+        .collect();
+    for h in handles {
+        let (id, rank, got) = h.join().unwrap();
+        let g = got.unwrap_or_else(|e| panic!("meeting {id} rank {rank}: {e}"));
+        if rank == 0 {
+            assert!(g.missing.is_empty(), "meeting {id}: {g:?}");
+            for p in g.payloads.iter().flatten() {
+                assert_eq!(
+                    p["meeting"],
+                    json!(id),
+                    "a payload of another meeting: {g:?}"
+                );
+            }
+        }
+    }
+}
