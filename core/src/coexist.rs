@@ -2,7 +2,7 @@
 //! Princeton's jobstats (`EpilogSlurmctld`: `sleep 5`, then `sacctmgr -i update job where
 //! jobid=N set AdminComment=JS1:<base64>`, the database only).
 //!
-//! Each tool owns a segment: ours starts at [`crate::tag::MARKER`] (the epilog appends it at the end),
+//! Each tool owns a segment: ours starts at [`fabric_proto::tag::MARKER`] (the epilog appends it at the end),
 //! the other tool's is everything before it. The supported setup (`docs/operations.md`,
 //! "Next to jobstats") runs the other tool's `EpilogSlurmctld` under `fabric-check
 //! epilog-slurmctld -- PROGRAM`:
@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use crate::tag::MARKER;
+use fabric_proto::tag::MARKER;
 
 /// The other tools' part of a comment: everything before our segment, trailing blanks trimmed.
 pub fn foreign_part(comment: &str) -> &str {

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use crate::deadline::{Budget, Deadline};
 use crate::jobstep::Relay;
-use crate::plugin_args::DrainLimit;
 use crate::slurm::{NodeInfo, Slurm};
+use fabric_proto::plugin_args::DrainLimit;
 
 /// Every reason fabric-check writes starts with this.
 pub const PREFIX: &str = "fabric-check:";

@@ -19,7 +19,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The only `PATH` a child sees.
-pub use fabric_proto::invocation::SAFE_PATH;
+use fabric_proto::invocation::SAFE_PATH;
 
 /// Most bytes kept of a child's stdout and of its stderr.
 pub const MAX_OUTPUT_BYTES: u64 = 8 << 20;

@@ -21,9 +21,9 @@
 //! | [`stats`] | the project's one percentile (linear interpolation, numpy's default) and median |
 //! | `testing` | fakes of the job step's seams (tests, and feature `test-fakes`) |
 //!
-//! The contract modules ([`tag`], [`plugin_args`], [`invocation`], [`verdict`], [`check_id`],
-//! [`fabric_option`], [`hostlist`], and the record types under [`record`]) live in `fabric-proto`
-//! and are re-exported here under their old paths.
+//! The contracts (tag, plugin arguments, invocation, verdict, check ids, the `--fabric-check`
+//! option, hostlists and the record types) live in `fabric-proto` and are named there
+//! (`fabric_proto::tag`, ...); core does not re-export them.
 //!
 //! The workspace denies `unsafe`; two files here allow it, each block with a `// SAFETY:`
 //! comment: `rendezvous/libmunge.rs`, libmunge loaded at run time for the rendezvous's MUNGE
@@ -47,7 +47,3 @@ pub mod stepgate;
 pub mod tag_ledger;
 #[cfg(any(test, feature = "test-fakes"))]
 pub mod testing;
-
-pub use fabric_proto::{
-    check_id, fabric_option, hostlist, invocation, job_state, plugin_args, suggest, tag, verdict,
-};

@@ -12,16 +12,17 @@ use serde_json::Value;
 use crate::collective;
 use crate::deadline::Deadline;
 use crate::exec::ExecError;
-use crate::fabric_option::FabricMode;
-use crate::invocation::{Invocation, Script};
 use crate::jobstep::{
     JobStep, Meet, MeetRequest, ProbeRunError, ProbeRunner, Relay, Seams, Setup,
     runner::{CollectiveRequest, ProbeRequest},
 };
-use crate::probe::{Finding, Report, Severity};
+use crate::probe::Report;
 use crate::rendezvous::{Gathered, RendezvousError};
 use crate::slurm::{JobComment, JobRecord, NodeInfo, Slurm, SlurmError};
-use crate::tag::Verdict;
+use fabric_proto::fabric_option::FabricMode;
+use fabric_proto::invocation::{Invocation, Script};
+use fabric_proto::tag::Verdict;
+use fabric_proto::verdict::{Finding, Severity};
 
 /// One call the fake Slurm saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -936,7 +937,7 @@ pub fn job_files_through_the_tag(
     step_results: &[u8],
 ) -> Result<String, String> {
     use crate::jobstep::{epilog, payload::PrologPayload, prolog};
-    use crate::tag::{self, MARKER, MAX_TAG_BYTES};
+    use fabric_proto::tag::{self, MARKER, MAX_TAG_BYTES};
     let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
     let lines = Lines::default();
     let peer = |verdict| {

@@ -130,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(ns) = &args.netns {
         enter_netns(ns)?;
     }
-    let nodes = fabric_core::hostlist::Hostlist::parse(&args.nodes)
+    let nodes = fabric_proto::hostlist::Hostlist::parse(&args.nodes)
         .and_then(|h| h.expand())
         .map_err(|e| anyhow::anyhow!("--nodes {:?}: {e}", args.nodes))?;
     let my_rank = nodes

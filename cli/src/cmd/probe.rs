@@ -12,7 +12,8 @@ use anyhow::{Context, bail};
 use fabric_core::bom::Bom;
 use fabric_core::config::Config;
 use fabric_core::probe::gather::Roots;
-use fabric_core::probe::{self, Baseline, Finding, ProbeInput, Report, Severity, output};
+use fabric_core::probe::{self, Baseline, ProbeInput, Report, output};
+use fabric_proto::verdict::{Finding, Severity};
 use serde_json::Value;
 
 /// Output format.
@@ -126,7 +127,7 @@ fn verbs_loopback(sysfs_root: &Path, gpu: Option<usize>) -> Finding {
 }
 
 #[cfg(feature = "verbs")]
-const VERBS_ID: &str = fabric_core::check_id::VERBS_LOOPBACK;
+const VERBS_ID: &str = fabric_proto::check_id::VERBS_LOOPBACK;
 
 /// The finding of a loopback that ran: each port's host figures, its GPU figures next to them,
 /// and the GPU run's note. A skipped GPU run stays `info`; a failed one is a `warn` (the host
@@ -173,7 +174,7 @@ fn loopback_finding(r: &fabric_core::collective::verbs::LoopbackReport) -> Findi
 #[cfg(not(feature = "verbs"))]
 fn verbs_loopback(_sysfs_root: &Path, _gpu: Option<usize>) -> Finding {
     info(
-        fabric_core::check_id::VERBS_LOOPBACK,
+        fabric_proto::check_id::VERBS_LOOPBACK,
         "verbs.loopback skipped: this fabric-check was built without the `verbs` cargo feature"
             .into(),
     )

@@ -19,8 +19,8 @@ use anyhow::Context;
 use fabric_core::collective::{self, Report};
 use fabric_core::jobstep::Relay;
 use fabric_core::jobstep::gate::{self, GateOutcome, StepCollective};
-use fabric_core::plugin_args::PluginArgs;
 use fabric_core::stepgate::{self, STEP_PORT_BASE, StepEnv};
+use fabric_proto::plugin_args::PluginArgs;
 
 /// Arguments of `step-gate`.
 #[derive(Debug, clap::Args)]

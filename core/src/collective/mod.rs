@@ -76,8 +76,7 @@ pub enum CollectiveError {
     Cuda(#[from] verbs::CudaError),
 }
 
-/// The overall verdict: the same type as `fabric-check probe`'s.
-pub use crate::probe::Verdict;
+use fabric_proto::verdict::Verdict;
 
 /// Figures of one size of the sweep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -331,8 +330,8 @@ pub(crate) fn expected_coefficient(ranks: &[usize], iter: u32) -> f32 {
 
 impl Report {
     /// The condensed form the job tag keeps.
-    pub fn summary(&self) -> crate::tag::CollectiveSummary {
-        crate::tag::CollectiveSummary {
+    pub fn summary(&self) -> fabric_proto::tag::CollectiveSummary {
+        fabric_proto::tag::CollectiveSummary {
             verdict: Some(self.verdict),
             busbw_gb_s: self.sizes.iter().map(|s| s.busbw_gb_s).reduce(f64::max),
             small_time_us: self.sizes.first().map(|s| s.time_us_mean),

@@ -10,11 +10,11 @@ use super::pending::PendingPrologTag;
 use super::runner::{Against, CollectiveRequest, ProbeRequest};
 use super::tag_write::{TagWrite, write_tag};
 use super::{JobStep, now_unix};
-use crate::check_id;
-use crate::fabric_option::FabricMode;
-use crate::invocation::{JobStepExit, ports};
-use crate::plugin_args::{Policy, expand_node};
-use crate::tag::{NodeResult, Verdict};
+use fabric_proto::check_id;
+use fabric_proto::fabric_option::FabricMode;
+use fabric_proto::invocation::{JobStepExit, ports};
+use fabric_proto::plugin_args::{Policy, expand_node};
+use fabric_proto::tag::{NodeResult, Verdict};
 
 /// The probe's request for this node (`save` the snapshot, or compare with a `baseline`).
 pub fn probe_request(

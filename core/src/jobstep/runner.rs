@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::check_id;
 use crate::collective;
 use crate::exec::{ExecError, Finished, run_bounded, safe_command};
 use crate::probe::Report;
+use fabric_proto::check_id;
 
 /// Why the probe (or the collective) gave no document. None of these is a node failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

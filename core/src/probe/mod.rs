@@ -29,7 +29,7 @@ use gather::{Roots, Snapshot};
 /// The `schema` value of a probe document.
 pub const SCHEMA: &str = "fabric-check/probe/v1";
 
-pub use fabric_proto::verdict::{Finding, Severity, Verdict};
+use fabric_proto::verdict::{Finding, Severity, Verdict};
 
 /// One port's counters in a snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{GroupBy, InputNotes, JobRecord, JobState, TagState};
 use crate::cost::{self, CostBreakdown, CostFile, UsageFigures};
-use fabric_core::tag::Verdict;
+use fabric_proto::tag::Verdict;
 
 /// The fewest node-hours a group needs before its drains are given per 1000 node-hours. A rate
 /// per thousand from fewer than a hundred node-hours extrapolates more than tenfold: one drain
