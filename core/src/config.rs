@@ -185,22 +185,6 @@ pub fn default_thresholds() -> BTreeMap<String, Threshold> {
     m
 }
 
-/// A TOML error as one line: where (`line 3, column 1`), what, and for an unknown key the
-/// nearest known one (`did you mean `gpus`?`, [`fabric_proto::suggest::explain`]). Shared by every
-/// TOML reader (this file, the cost file, `accept`'s thresholds).
-pub fn toml_message(text: &str, e: &toml::de::Error) -> String {
-    let what = fabric_proto::suggest::explain(&e.message().trim().replace('\n', "; "));
-    match e.span() {
-        Some(span) => {
-            let before = &text[..span.start.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-            format!("line {line}, column {column}: {what}")
-        }
-        None => what,
-    }
-}
-
 /// Every counter name a `[counters.<name>]` table may use: the threshold keys of the defaults,
 /// the IBA PortCounters files of `ports/<n>/counters/`, mlx5's `hw_counters`, and the threshold
 /// keys every driver's pause counters map to (`rx_prio_pause`, see [`crate::probe::pause`]).
@@ -421,7 +405,7 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: toml_message(text, &e),
+            message: fabric_base::toml_error::toml_message(text, &e),
         })?;
         cfg.validate(path)?;
         Ok(cfg)

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::deadline::Deadline;
-use crate::exec::{ExecError, run_bounded, safe_command};
+use fabric_base::exec::{ExecError, run_bounded, safe_command};
 
 /// What fabric-check's job step, health check and node commands ask of Slurm.
 ///

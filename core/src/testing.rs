@@ -11,7 +11,6 @@ use serde_json::Value;
 
 use crate::collective;
 use crate::deadline::Deadline;
-use crate::exec::ExecError;
 use crate::jobstep::{
     JobStep, Meet, MeetRequest, ProbeRunError, ProbeRunner, Relay, Seams, Setup,
     runner::{CollectiveRequest, ProbeRequest},
@@ -19,6 +18,7 @@ use crate::jobstep::{
 use crate::probe::Report;
 use crate::rendezvous::{Gathered, RendezvousError};
 use crate::slurm::{JobComment, JobRecord, NodeInfo, Slurm, SlurmError};
+use fabric_base::exec::ExecError;
 use fabric_proto::fabric_option::FabricMode;
 use fabric_proto::invocation::{Invocation, Script};
 use fabric_proto::tag::Verdict;

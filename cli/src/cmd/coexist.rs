@@ -17,8 +17,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
+use fabric_base::exec::{run_bounded, safe_command};
 use fabric_core::coexist::{self, AccountingDb, Captured, Reconciled};
-use fabric_core::exec::{run_bounded, safe_command};
 
 /// Where the shim finds its capture folder.
 const SHIM_DIR_ENV: &str = "FABRIC_CHECK_SHIM_DIR";

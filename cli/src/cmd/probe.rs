@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use fabric_core::bom::Bom;
+use fabric_base::bom::Bom;
 use fabric_core::config::Config;
 use fabric_core::probe::gather::Roots;
 use fabric_core::probe::{self, Baseline, ProbeInput, Report, output};

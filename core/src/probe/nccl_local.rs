@@ -86,7 +86,7 @@ mod imp {
     use serde_json::json;
 
     use super::{Finding, ID, Severity, busbw_gbps, info};
-    use crate::stats::percentile_of_sorted;
+    use fabric_base::stats::percentile_of_sorted;
 
     pub fn run(bytes: usize, iters: usize) -> Result<Finding, String> {
         let n = CudaContext::device_count()

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{CWD, FileType, Mode, OFlags, fstat, openat};
 
-use crate::stats::percentile_of_sorted;
+use fabric_base::stats::percentile_of_sorted;
 use fabric_proto::record::{Body, Outcome, Record, Source, VERSION};
 use fabric_proto::tag::RunSummary;
 
@@ -765,7 +765,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = summarize_records(&file(&dir, &two_ranks()), &ReadLimits::default()).unwrap();
         assert_eq!(s.steps, 3, "rank 0's steps only");
-        // Two timed steps, 1 s and 2 s: the median is their mean (crate::stats).
+        // Two timed steps, 1 s and 2 s: the median is their mean (fabric_base::stats).
         assert_eq!(s.step_p50_s, Some(1.5));
         assert_eq!(s.step_max_s, Some(2.0));
         assert_eq!(

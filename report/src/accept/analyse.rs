@@ -162,9 +162,9 @@ fn primary(r: &SizeRow) -> Option<&Measure> {
     r.out_of_place.as_ref().or(r.in_place.as_ref())
 }
 
-/// The project's median ([`fabric_core::stats::median`]); NaN when no value is finite.
+/// The project's median ([`fabric_base::stats::median`]); NaN when no value is finite.
 fn median(v: &[f64]) -> f64 {
-    fabric_core::stats::median(v).unwrap_or(f64::NAN)
+    fabric_base::stats::median(v).unwrap_or(f64::NAN)
 }
 
 fn mean(v: &[f64]) -> f64 {
