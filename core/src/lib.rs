@@ -1,5 +1,5 @@
 //! `fabric-core`: the node-side library of fabric-check: probe, configuration, job step, drain
-//! etiquette, rendezvous, collective and the Slurm CLI adapter.
+//! etiquette and the Slurm CLI adapter.
 //!
 //! Crate map:
 //!
@@ -12,9 +12,7 @@
 //! | [`record`] | `fabric-run` records read back from a user-writable spool (types in `fabric-proto`) |
 //! | [`drain`] | drain/resume etiquette and the mass-drain guard |
 //! | [`slurm`] | the [`slurm::Slurm`] seam and its CLI adapter (`scontrol`, `sinfo`, `sacct`, `sacctmgr`), bounded in time |
-//! | [`rendezvous`] | MUNGE-authenticated rendezvous of a job's nodes at rank 0 |
 //! | [`coexist`] | sharing `AdminComment` with jobstats-style tools: the `EpilogSlurmctld` wrapper's merge and repair |
-//! | [`collective`] | `fabric-check collective`: ring all-reduce, figures, outlier nodes |
 //! | [`stepgate`] | the Slurm 23.11+ step gate prepended to a `--fabric-check=full` step's tasks |
 //! | `testing` | fakes of the job step's seams (tests, and feature `test-fakes`) |
 //!
@@ -25,23 +23,20 @@
 //! option, hostlists and the record types) live in `fabric-proto` and are named there
 //! (`fabric_proto::tag`, ...); core does not re-export them.
 //!
-//! The workspace denies `unsafe`; two files here allow it, each block with a `// SAFETY:`
-//! comment: `rendezvous/libmunge.rs`, libmunge loaded at run time for the rendezvous's MUNGE
-//! credentials, and `collective/verbs/ffi.rs`, the libibverbs FFI, compiled only with the
-//! `verbs` feature.
+//! The rendezvous and the collective, with their FFI (libmunge, verbs, NCCL), live in
+//! `fabric-net`; the job step reaches them through its `Meet` and `ProbeRunner` seams, whose real
+//! implementations call that crate. Core has no `unsafe` (`forbid`, below).
+
+#![forbid(unsafe_code)]
 
 pub mod coexist;
-pub mod collective;
 pub mod config;
 pub mod deadline;
 pub mod drain;
-
 pub mod jobstep;
 pub mod probe;
 pub mod record;
-pub mod rendezvous;
 pub mod slurm;
-
 pub mod stepgate;
 pub mod tag_ledger;
 #[cfg(any(test, feature = "test-fakes"))]

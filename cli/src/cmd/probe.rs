@@ -108,7 +108,7 @@ fn info(check: &str, message: String) -> Finding {
 /// so it does not fail a node on its own). `gpu`: also from GPU memory on that CUDA device.
 #[cfg(feature = "verbs")]
 fn verbs_loopback(sysfs_root: &Path, gpu: Option<usize>) -> Finding {
-    use fabric_core::collective::{CollectiveError, verbs};
+    use fabric_net::collective::{CollectiveError, verbs};
     match verbs::loopback(sysfs_root, verbs::DEFAULT_PORT_BUDGET, gpu) {
         Ok(r) => loopback_finding(&r),
         Err(CollectiveError::Unavailable(why)) => {
@@ -133,7 +133,7 @@ const VERBS_ID: &str = fabric_proto::check_id::VERBS_LOOPBACK;
 /// and the GPU run's note. A skipped GPU run stays `info`; a failed one is a `warn` (the host
 /// figures are kept).
 #[cfg(feature = "verbs")]
-fn loopback_finding(r: &fabric_core::collective::verbs::LoopbackReport) -> Finding {
+fn loopback_finding(r: &fabric_net::collective::verbs::LoopbackReport) -> Finding {
     let mut parts: Vec<String> = r
         .ports
         .iter()
@@ -328,7 +328,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 #[cfg(all(test, feature = "verbs"))]
 mod tests {
     use super::*;
-    use fabric_core::collective::verbs::{
+    use fabric_net::collective::verbs::{
         GpuRegistration, GpuRun, LoopbackReport, Memory, PortLoopback,
     };
 

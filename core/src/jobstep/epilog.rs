@@ -128,7 +128,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         steps,
         slow,
     };
-    let dropped = payload.fit(crate::rendezvous::MAX_PAYLOAD_BYTES);
+    let dropped = payload.fit(fabric_net::rendezvous::MAX_PAYLOAD_BYTES);
     if !dropped.is_empty() {
         step.say(&format!(
             "job {job}: what the job wrote on {node} is too large to travel with root's evidence; \
@@ -159,7 +159,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
 
 /// The leader's merge of every node's payload into the tag; whether the tag has it (or nothing
 /// needed writing).
-fn lead(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<EpilogPayload>) -> bool {
+fn lead(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<EpilogPayload>) -> bool {
     let job = step.job_id();
     let runs: Vec<RunSummary> = met
         .payloads

@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use super::Relay;
-use crate::collective;
 use crate::deadline::Deadline;
 use crate::stepgate::{self, Action, StepEnv, StepResult};
+use fabric_net::collective;
 use fabric_proto::hostlist::Hostlist;
 use fabric_proto::plugin_args::{PluginArgs, Policy};
 

@@ -251,7 +251,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
 }
 
 /// The leader's tag from every node's payload.
-fn lead_tag(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<PrologPayload>) {
+fn lead_tag(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<PrologPayload>) {
     let mut nodes = BTreeMap::new();
     let mut all_notes = Vec::new();
     // Every rank holds the same collective report: take the first one present.

@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::collective;
 use crate::probe::Report;
 use fabric_base::exec::{ExecError, Finished, run_bounded, safe_command};
+use fabric_net::collective;
 use fabric_proto::check_id;
 
 /// Why the probe (or the collective) gave no document. None of these is a node failure.

@@ -634,7 +634,7 @@ mod roots_evidence {
         let sent = meet.sent.borrow();
         let (_, payload) = sent.last().expect("a payload sent");
         let len = serde_json::to_vec(payload).unwrap().len();
-        assert!(crate::rendezvous::payload_fits(len), "{len} bytes");
+        assert!(fabric_net::rendezvous::payload_fits(len), "{len} bytes");
         let p: EpilogPayload = serde_json::from_value(payload.clone()).unwrap();
         assert_eq!(
             p.during.map(|d| d.verdict),

@@ -57,7 +57,7 @@ pub fn run(bytes: usize, iters: usize) -> Finding {
             msg,
         ),
         Err(p) => {
-            let why = crate::collective::nccl::cudarc_panic_reason(p.as_ref());
+            let why = fabric_net::collective::nccl::cudarc_panic_reason(p.as_ref());
             info(
                 json!({"skipped": true}),
                 format!(
