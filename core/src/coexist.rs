@@ -45,7 +45,14 @@ pub fn merge_foreign(value: &str, current: &str) -> String {
     }
 }
 
-/// The accounting database copy of one job's `AdminComment`.
+/// The accounting database copy of one job's `AdminComment`, as the shim and the repair see it.
+///
+/// Why a seam of its own and not [`crate::slurm::Slurm`]: its write replays **the other tool's
+/// own `sacctmgr` command line** with only the value replaced (the job addressed exactly as that
+/// tool addressed it, `N` or `A_T`), which `Slurm::set_admin_comment_db` must not do (it writes
+/// our form, addressed our way); and its `sleep` lets the tests run the repair's later looks
+/// without waiting. Its read goes through the same door as every other read of accounting
+/// ([`crate::slurm::Sacct`], bounded, and [`crate::slurm::comment_of_named_job`]).
 pub trait AccountingDb {
     /// Reads it.
     fn read(&self, job: &str) -> Result<String, String>;
