@@ -438,11 +438,6 @@ impl RendezvousConfig {
             .collect()
     }
 
-    /// The rank of `node`, if it participates.
-    pub fn rank_of(&self, node: &str) -> Option<usize> {
-        self.nodes.iter().position(|n| n == node)
-    }
-
     fn grace(&self) -> Duration {
         (self.timeout / 2).max(Duration::from_secs(1))
     }
