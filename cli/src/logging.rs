@@ -10,7 +10,7 @@
 //! at every level, and the decision line is the last of them.
 //!
 //! The level is `info`, moved by `-v` (debug, then trace) and `-q` (warn, then error);
-//! `FABRIC_CHECK_LOG` (an `EnvFilter` directive such as `fabric_core::rendezvous=debug`) takes
+//! `FABRIC_CHECK_LOG` (an `EnvFilter` directive such as `fabric_net::rendezvous=debug`) takes
 //! precedence when set. The plugin scrubs its child's environment, so there only the flags count.
 
 use fabric_core::jobstep::RELAY_TARGET;

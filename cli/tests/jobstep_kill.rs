@@ -7,7 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fabric_core::invocation::{Invocation, Script};
+use fabric_proto::invocation::{Invocation, Script};
 
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
@@ -43,7 +43,7 @@ fn after_the_plugins_group_kill_no_process_of_the_job_step_is_alive() {
         job_id: 7,
         node: "n1".into(),
         nodes: "n1".into(),
-        option: fabric_core::fabric_option::FabricMode::Quick,
+        option: fabric_proto::fabric_option::FabricMode::Quick,
         job_uid: None,
         step_id: None,
         plugin_args: vec![

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use fabric_core::config::Config;
-use fabric_core::plugin_args::KNOWN_KEYS;
+use fabric_proto::plugin_args::KNOWN_KEYS;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -2,7 +2,7 @@
 //! Princeton's jobstats (`EpilogSlurmctld`: `sleep 5`, then `sacctmgr -i update job where
 //! jobid=N set AdminComment=JS1:<base64>`, the database only).
 //!
-//! Each tool owns a segment: ours starts at [`crate::tag::MARKER`] (the epilog appends it at the end),
+//! Each tool owns a segment: ours starts at [`fabric_proto::tag::MARKER`] (the epilog appends it at the end),
 //! the other tool's is everything before it. The supported setup (`docs/operations.md`,
 //! "Next to jobstats") runs the other tool's `EpilogSlurmctld` under `fabric-check
 //! epilog-slurmctld -- PROGRAM`:
@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use crate::tag::MARKER;
+use fabric_proto::tag::MARKER;
 
 /// The other tools' part of a comment: everything before our segment, trailing blanks trimmed.
 pub fn foreign_part(comment: &str) -> &str {
@@ -45,7 +45,14 @@ pub fn merge_foreign(value: &str, current: &str) -> String {
     }
 }
 
-/// The accounting database copy of one job's `AdminComment`.
+/// The accounting database copy of one job's `AdminComment`, as the shim and the repair see it.
+///
+/// Why a seam of its own and not [`crate::slurm::Slurm`]: its write replays **the other tool's
+/// own `sacctmgr` command line** with only the value replaced (the job addressed exactly as that
+/// tool addressed it, `N` or `A_T`), which `Slurm::set_admin_comment_db` must not do (it writes
+/// our form, addressed our way); and its `sleep` lets the tests run the repair's later looks
+/// without waiting. Its read goes through the same door as every other read of accounting
+/// ([`crate::slurm::Sacct`], bounded, and [`crate::slurm::comment_of_named_job`]).
 pub trait AccountingDb {
     /// Reads it.
     fn read(&self, job: &str) -> Result<String, String>;

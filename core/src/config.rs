@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::hostlist::{Hostlist, HostlistError};
-use crate::probe::Severity;
+use fabric_proto::hostlist::{Hostlist, HostlistError};
+use fabric_proto::verdict::Severity;
 
 /// What is wrong with a configuration file.
 #[derive(Debug, thiserror::Error)]
@@ -183,22 +183,6 @@ pub fn default_thresholds() -> BTreeMap<String, Threshold> {
     m.insert("tx_pause_storm_warning_events".into(), any_warns);
     m.insert("tx_pause_storm_error_events".into(), any_fails);
     m
-}
-
-/// A TOML error as one line: where (`line 3, column 1`), what, and for an unknown key the
-/// nearest known one (`did you mean `gpus`?`, [`crate::suggest::explain`]). Shared by every
-/// TOML reader (this file, the cost file, `accept`'s thresholds).
-pub fn toml_message(text: &str, e: &toml::de::Error) -> String {
-    let what = crate::suggest::explain(&e.message().trim().replace('\n', "; "));
-    match e.span() {
-        Some(span) => {
-            let before = &text[..span.start.min(text.len())];
-            let line = before.matches('\n').count() + 1;
-            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-            format!("line {line}, column {column}: {what}")
-        }
-        None => what,
-    }
 }
 
 /// Every counter name a `[counters.<name>]` table may use: the threshold keys of the defaults,
@@ -421,7 +405,7 @@ impl Config {
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: toml_message(text, &e),
+            message: fabric_base::toml_error::toml_message(text, &e),
         })?;
         cfg.validate(path)?;
         Ok(cfg)
@@ -477,10 +461,11 @@ impl Config {
         let known = known_counter_keys();
         for (name, t) in thresholds {
             if !t.driver_specific && !known.contains(name) {
-                let hint = match crate::suggest::nearest(name, known.iter().map(String::as_str)) {
-                    Some(k) => format!("did you mean `{k}`? "),
-                    None => String::new(),
-                };
+                let hint =
+                    match fabric_proto::suggest::nearest(name, known.iter().map(String::as_str)) {
+                        Some(k) => format!("did you mean `{k}`? "),
+                        None => String::new(),
+                    };
                 return Err(value(format!(
                     "[counters.{name}]: no counter of that name is known, so this threshold would judge nothing; {hint}(a counter of a driver this version does not list: add `driver_specific = true` to the table; docs/checks.md lists the known names)"
                 )));

@@ -198,11 +198,6 @@ impl Deadline {
         let left = self.remaining();
         cap.min(left.saturating_sub(reserve)).max(floor).min(left)
     }
-
-    /// The earlier of the deadline and `now + d`.
-    pub fn clamp_instant(&self, d: Duration) -> Instant {
-        (Instant::now() + d).min(self.at)
-    }
 }
 
 #[cfg(test)]

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use crate::deadline::{Budget, Deadline};
 use crate::jobstep::Relay;
-use crate::plugin_args::DrainLimit;
 use crate::slurm::{NodeInfo, Slurm};
+use fabric_proto::plugin_args::DrainLimit;
 
 /// Every reason fabric-check writes starts with this.
 pub const PREFIX: &str = "fabric-check:";
@@ -118,12 +118,10 @@ pub fn decide(
 
 /// How long a node waits after draining before it checks for a race with other nodes that
 /// drained at the same time (prologs of one job run concurrently on every node, slurmctld fans
-/// `HealthCheckProgram` out to every node at once): one and a half times the resolution of
-/// Slurm's reason time ([`Slurm::reason_time_resolution`], one second), so that any drain that
-/// lands after our re-check carries a strictly later reason time than ours and yields to us.
-pub const RACE_SETTLE: Duration = Duration::from_millis(1500);
-
-/// The settle wait for a Slurm whose reason times have `resolution`.
+/// `HealthCheckProgram` out to every node at once), for a Slurm whose reason times have
+/// `resolution` ([`Slurm::reason_time_resolution`], one second): one and a half times it, so that
+/// any drain that lands after our re-check carries a strictly later reason time than ours and
+/// yields to us.
 pub fn settle_wait(resolution: Duration) -> Duration {
     resolution.mul_f64(1.5)
 }

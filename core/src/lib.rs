@@ -1,5 +1,5 @@
 //! `fabric-core`: the node-side library of fabric-check: probe, configuration, job step, drain
-//! etiquette, rendezvous, collective and the Slurm CLI adapter.
+//! etiquette and the Slurm CLI adapter.
 //!
 //! Crate map:
 //!
@@ -9,45 +9,35 @@
 //! | [`deadline`] | the job step's one absolute deadline, which every phase draws from |
 //! | [`probe`] | node probe: sysfs gather, pure checks, verdicts, outputs |
 //! | [`config`] | the TOML configuration (expectations and thresholds per node pattern) |
-//! | [`bom`] | the node's bill of materials and drift against a pinned one |
 //! | [`record`] | `fabric-run` records read back from a user-writable spool (types in `fabric-proto`) |
-//! | [`exec`] | running programs by absolute path, scrubbed environment, bounded in time |
 //! | [`drain`] | drain/resume etiquette and the mass-drain guard |
 //! | [`slurm`] | the [`slurm::Slurm`] seam and its CLI adapter (`scontrol`, `sinfo`, `sacct`, `sacctmgr`), bounded in time |
-//! | [`rendezvous`] | MUNGE-authenticated rendezvous of a job's nodes at rank 0 |
 //! | [`coexist`] | sharing `AdminComment` with jobstats-style tools: the `EpilogSlurmctld` wrapper's merge and repair |
-//! | [`collective`] | `fabric-check collective`: ring all-reduce, figures, outlier nodes |
 //! | [`stepgate`] | the Slurm 23.11+ step gate prepended to a `--fabric-check=full` step's tasks |
-//! | [`stats`] | the project's one percentile (linear interpolation, numpy's default) and median |
 //! | `testing` | fakes of the job step's seams (tests, and feature `test-fakes`) |
 //!
-//! The contract modules ([`tag`], [`plugin_args`], [`invocation`], [`verdict`], [`check_id`],
-//! [`fabric_option`], [`hostlist`], and the record types under [`record`]) live in `fabric-proto`
-//! and are re-exported here under their old paths.
+//! The percentile, bounded program runs, the bill of materials and TOML error lines live in
+//! `fabric-base`, under core and `fabric-report` alike.
 //!
-//! The workspace denies `unsafe`; two files here allow it, each block with a `// SAFETY:`
-//! comment: `rendezvous/libmunge.rs`, libmunge loaded at run time for the rendezvous's MUNGE
-//! credentials, and `collective/verbs/ffi.rs`, the libibverbs FFI, compiled only with the
-//! `verbs` feature.
+//! The contracts (tag, plugin arguments, invocation, verdict, check ids, the `--fabric-check`
+//! option, hostlists and the record types) live in `fabric-proto` and are named there
+//! (`fabric_proto::tag`, ...); core does not re-export them.
+//!
+//! The rendezvous and the collective, with their FFI (libmunge, verbs, NCCL), live in
+//! `fabric-net`; the job step reaches them through its `Meet` and `ProbeRunner` seams, whose real
+//! implementations call that crate. Core has no `unsafe` (`forbid`, below).
 
-pub mod bom;
+#![forbid(unsafe_code)]
+
 pub mod coexist;
-pub mod collective;
 pub mod config;
 pub mod deadline;
 pub mod drain;
-pub mod exec;
 pub mod jobstep;
 pub mod probe;
 pub mod record;
-pub mod rendezvous;
 pub mod slurm;
-pub mod stats;
 pub mod stepgate;
 pub mod tag_ledger;
 #[cfg(any(test, feature = "test-fakes"))]
 pub mod testing;
-
-pub use fabric_proto::{
-    check_id, fabric_option, hostlist, invocation, job_state, plugin_args, suggest, tag, verdict,
-};

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::deadline::Deadline;
-use crate::exec::{ExecError, run_bounded, safe_command};
+use fabric_base::exec::{
+    ExecError, MAX_OUTPUT_BYTES, run_bounded, run_bounded_reading, safe_command,
+};
 
 /// What fabric-check's job step, health check and node commands ask of Slurm.
 ///
@@ -155,6 +157,77 @@ impl NodeInfo {
     }
 }
 
+/// The one way fabric-check runs `sacct`: the job step's comment read and lost-tag check
+/// ([`SlurmCli`]), `fabric-check jobs`, `fabric-check report` and the jobstats coexistence's
+/// read of the database copy. By absolute path, separate arguments, stdin from `/dev/null`, and
+/// bounded: at [`Sacct::timeout`] sacct and every process it started are killed and the error
+/// ([`SlurmError::Exec`], [`ExecError::Timeout`]) names it.
+#[derive(Debug, Clone)]
+pub struct Sacct {
+    /// The program (absolute path).
+    pub program: PathBuf,
+    /// Bound of each call.
+    pub timeout: Duration,
+    /// Whether sacct gets the caller's environment (`jobs` and `report`, run by a person whose
+    /// `SLURM_CONF` or `SLURM_CLUSTERS` choose what accounting to ask) rather than the scrubbed
+    /// one of [`safe_command`] (root's contexts).
+    pub inherit_env: bool,
+}
+
+impl Sacct {
+    /// Runs `sacct ARGS` with `env` added, handing its stdout to `read` as it comes.
+    pub fn run<T: Send>(
+        &self,
+        args: &[&str],
+        env: &[(&str, &str)],
+        read: impl FnOnce(&mut (dyn std::io::Read + Send)) -> T + Send,
+    ) -> Result<T, SlurmError> {
+        let mut cmd = if self.inherit_env {
+            let mut c = std::process::Command::new(&self.program);
+            c.stdin(std::process::Stdio::null());
+            c
+        } else {
+            safe_command(&self.program)
+        };
+        cmd.args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let (value, done) = run_bounded_reading(cmd, self.timeout, read)?;
+        if !done.status.success() {
+            return Err(SlurmError::Failed {
+                command: format!("{} {}", self.name(), args.join(" ")),
+                code: done.code(),
+                stderr: done.stderr_text().trim().chars().take(500).collect(),
+            });
+        }
+        Ok(value)
+    }
+
+    /// The program's file name (`sacct`), as the other commands of [`SlurmError`] are named.
+    fn name(&self) -> String {
+        self.program
+            .file_name()
+            .unwrap_or(self.program.as_os_str())
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Runs `sacct ARGS` and returns its output (at most [`MAX_OUTPUT_BYTES`], the rest read
+    /// and dropped).
+    pub fn text(&self, args: &[&str], env: &[(&str, &str)]) -> Result<String, SlurmError> {
+        self.run(args, env, |r| {
+            let mut kept = Vec::new();
+            let _ = std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut *r, MAX_OUTPUT_BYTES),
+                &mut kept,
+            );
+            let _ = std::io::copy(r, &mut std::io::sink());
+            String::from_utf8_lossy(&kept).into_owned()
+        })
+    }
+}
+
 /// Where the Slurm commands are and how long each may take.
 #[derive(Debug, Clone)]
 pub struct SlurmCli {
@@ -184,6 +257,25 @@ impl SlurmCli {
             deadline: Some(deadline),
             ..Self::default()
         }
+    }
+
+    /// `sacct ARGS` through the one door ([`Sacct`]), bounded by the per-call limit and the
+    /// deadline.
+    fn sacct(&self, args: &[&str], env: &[(&str, &str)]) -> Result<String, SlurmError> {
+        let limit = self
+            .deadline
+            .map_or(self.timeout, |d| d.limit(self.timeout));
+        if limit.is_zero() {
+            return Err(SlurmError::NoTimeLeft {
+                command: "sacct".to_owned(),
+            });
+        }
+        Sacct {
+            program: self.bin_dir.join("sacct"),
+            timeout: limit,
+            inherit_env: false,
+        }
+        .text(args, env)
     }
 
     fn run(&self, program: &str, args: &[&str]) -> Result<String, SlurmError> {
@@ -356,8 +448,7 @@ impl SlurmCli {
             Err(SlurmError::Failed { .. }) => {}
             Err(e) => return Err(e),
         }
-        let text = self.run(
-            "sacct",
+        let text = self.sacct(
             &[
                 "-n",
                 "-P",
@@ -367,6 +458,7 @@ impl SlurmCli {
                 "-o",
                 "JobIDRaw,JobID,AdminComment",
             ],
+            &[],
         )?;
         comment_from_sacct(&text, job_id).ok_or_else(|| SlurmError::Parse {
             command: "sacct".into(),
@@ -378,8 +470,7 @@ impl SlurmCli {
     /// records whose `JobID` is one of `jobs` exactly.
     pub fn job_records(&self, jobs: &[String]) -> Result<Vec<JobRecord>, SlurmError> {
         let list = jobs.join(",");
-        let text = self.run_env(
-            "sacct",
+        let text = self.sacct(
             &[
                 "-n",
                 "-P",
@@ -514,10 +605,23 @@ pub fn comment_from_json(text: &str, job_id: u32) -> Result<Option<JobComment>, 
 /// The line of job `job_id` in `sacct -n -P -X -o JobIDRaw,JobID,AdminComment` output.
 pub fn comment_from_sacct(text: &str, job_id: u32) -> Option<JobComment> {
     let raw = job_id.to_string();
+    comment_line(text, |r, _| r == raw)
+}
+
+/// The line of job `job` in `sacct -n -P -X -o JobIDRaw,JobID,AdminComment` output, the job
+/// named by its raw id (`N`) or as sacct names it (`A_T`, `H+O`): how the jobstats coexistence
+/// addresses the job the other tool wrote.
+pub fn comment_of_named_job(text: &str, job: &str) -> Option<JobComment> {
+    comment_line(text, |raw, name| raw == job || name == job)
+}
+
+/// The one reader of `JobIDRaw|JobID|AdminComment` lines (the comment last: it may hold `|`):
+/// the first whose ids `pick` takes.
+fn comment_line(text: &str, pick: impl Fn(&str, &str) -> bool) -> Option<JobComment> {
     text.lines().find_map(|line| {
         let mut it = line.splitn(3, '|');
-        let (r, name, comment) = (it.next()?, it.next()?, it.next()?);
-        (r == raw).then(|| JobComment {
+        let (raw, name, comment) = (it.next()?, it.next()?, it.next()?);
+        pick(raw, name).then(|| JobComment {
             job: name.to_owned(),
             text: comment.to_owned(),
         })
@@ -717,6 +821,40 @@ esac"#,
             cli.admin_comment(13),
             Err(SlurmError::Parse { .. })
         ));
+    }
+
+    #[test]
+    fn a_hanging_sacct_is_killed_at_its_limit_and_named_in_the_error() {
+        let dir = stand_in("sleep 30");
+        let sacct = Sacct {
+            program: dir.path().join("sacct"),
+            timeout: Duration::from_millis(300),
+            inherit_env: false,
+        };
+        let start = std::time::Instant::now();
+        let err = sacct.text(&["-n", "-P"], &[]).unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&dir.path().join("sacct").display().to_string())
+                && text.contains("did not finish within 300 ms and was killed"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_database_copy_of_a_job_named_as_its_array_task_is_found_by_either_id() {
+        let text = "11|2_1|x\n12|2_2|JS1:b fabric-check/v1 {}\n";
+        assert_eq!(
+            comment_of_named_job(text, "2_2").unwrap().text,
+            "JS1:b fabric-check/v1 {}"
+        );
+        assert_eq!(comment_of_named_job(text, "11").unwrap().job, "2_1");
+        assert_eq!(comment_of_named_job(text, "2"), None);
     }
 
     #[test]

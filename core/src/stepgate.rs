@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::tag::{CollectiveSummary, Verdict};
+use fabric_proto::tag::{CollectiveSummary, Verdict};
 
 /// The step gate's rendezvous ports start here (the prolog's collective uses 48000, the verdict
 /// rendezvous 47000).
@@ -104,14 +104,14 @@ impl StepResult {
 /// Where one node's step results go: `<spool>/<job>/<node>.steps.jsonl`; `None` when the names
 /// would escape the spool.
 pub fn results_path(spool_root: &Path, job_id: &str, node: &str) -> Option<PathBuf> {
-    crate::record::node_records_path(spool_root, job_id, node)
+    fabric_proto::record::node_records_path(spool_root, job_id, node)
         .map(|p| p.with_file_name(format!("{node}.steps.jsonl")))
 }
 
 /// Where local task 0 tells this node's other tasks that the step's check is over:
 /// `<spool>/<job>/<node>.step-<step>.done`, holding `ok` or `slow`.
 pub fn done_path(spool_root: &Path, job_id: &str, node: &str, step: u32) -> Option<PathBuf> {
-    crate::record::node_records_path(spool_root, job_id, node)
+    fabric_proto::record::node_records_path(spool_root, job_id, node)
         .map(|p| p.with_file_name(format!("{node}.step-{step}.done")))
 }
 

@@ -25,9 +25,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::job_state::JobState;
 use crate::slurm::{JobRecord, Slurm, SlurmError};
-use crate::tag;
+use fabric_proto::job_state::JobState;
+use fabric_proto::tag;
 
 /// The ledger's file name in the node's state folder.
 pub const LEDGER: &str = "tags-written.jsonl";
@@ -300,7 +300,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tag::{Form, JobTag, Verdict};
+    use fabric_proto::tag::{Form, JobTag, Verdict};
 
     fn w(job: &str, at_s: u64) -> Written {
         Written {

@@ -9,19 +9,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::collective;
 use crate::deadline::Deadline;
-use crate::exec::ExecError;
-use crate::fabric_option::FabricMode;
-use crate::invocation::{Invocation, Script};
 use crate::jobstep::{
     JobStep, Meet, MeetRequest, ProbeRunError, ProbeRunner, Relay, Seams, Setup,
     runner::{CollectiveRequest, ProbeRequest},
 };
-use crate::probe::{Finding, Report, Severity};
-use crate::rendezvous::{Gathered, RendezvousError};
+use crate::probe::Report;
 use crate::slurm::{JobComment, JobRecord, NodeInfo, Slurm, SlurmError};
-use crate::tag::Verdict;
+use fabric_base::exec::ExecError;
+use fabric_net::collective;
+use fabric_net::rendezvous::{Gathered, RendezvousError};
+use fabric_proto::fabric_option::FabricMode;
+use fabric_proto::invocation::{Invocation, Script};
+use fabric_proto::tag::Verdict;
+use fabric_proto::verdict::{Finding, Severity};
 
 /// One call the fake Slurm saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -496,11 +497,11 @@ impl Meet for FakeMeet {
         }
         let n = req.nodes.len();
         let len = serde_json::to_vec(&payload).map_or(0, |p| p.len());
-        if req.rank != 0 && !crate::rendezvous::payload_fits(len) {
+        if req.rank != 0 && !fabric_net::rendezvous::payload_fits(len) {
             // As the real follower refuses to send it.
             return Err(RendezvousError::Config(format!(
                 "this node's payload is {len} bytes; a join may have at most {} bytes",
-                crate::rendezvous::MAX_JOIN_BYTES
+                fabric_net::rendezvous::MAX_JOIN_BYTES
             )));
         }
         let mut payloads = vec![None; n];
@@ -936,7 +937,7 @@ pub fn job_files_through_the_tag(
     step_results: &[u8],
 ) -> Result<String, String> {
     use crate::jobstep::{epilog, payload::PrologPayload, prolog};
-    use crate::tag::{self, MARKER, MAX_TAG_BYTES};
+    use fabric_proto::tag::{self, MARKER, MAX_TAG_BYTES};
     let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
     let lines = Lines::default();
     let peer = |verdict| {

@@ -3,6 +3,8 @@
 //! (`fabric_core::jobstep::meet::meeting_id`), so one step's summaries never reach the other's
 //! leader, whichever port each leader got.
 
+// The private munged helper lives with the rendezvous tests in fabric-net.
+#[path = "../../net/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use common::munged::Munged;
 use fabric_core::jobstep::meet::meeting_id;
-use fabric_core::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver, gather};
+use fabric_net::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver, gather};
 use serde_json::json;
 
 fn config(munged: &Munged, meeting: u64, base: u16) -> RendezvousConfig {

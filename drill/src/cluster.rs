@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fabric_core::exec::{run_bounded, safe_command};
+use fabric_base::exec::{run_bounded, safe_command};
 use fabric_proto::job_state::JobState;
 
 use crate::observe::{JobView, NodeView};

@@ -82,8 +82,8 @@ impl Ttd {
     fn of(mut samples: Vec<f64>) -> Ttd {
         samples.sort_by(f64::total_cmp);
         Ttd {
-            p50_s: fabric_core::stats::percentile_of_sorted(&samples, 50.0),
-            p95_s: fabric_core::stats::percentile_of_sorted(&samples, 95.0),
+            p50_s: fabric_base::stats::percentile_of_sorted(&samples, 50.0),
+            p95_s: fabric_base::stats::percentile_of_sorted(&samples, 95.0),
             max_s: samples.last().copied(),
             samples_s: samples,
         }
@@ -233,7 +233,7 @@ fn ratio(a: usize, b: usize) -> Option<f64> {
 }
 
 fn median(v: &[f64]) -> Option<f64> {
-    fabric_core::stats::median(v)
+    fabric_base::stats::median(v)
 }
 
 /// Scores every round.

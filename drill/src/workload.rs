@@ -179,7 +179,7 @@ fn figures(partition: &str, runs: &[WorkloadRun]) -> FabricFigures {
         .collect();
     let ckpt: Vec<f64> = mine.iter().filter_map(|r| r.ckpt_total_s).collect();
     let rec: Vec<f64> = mine.iter().filter_map(|r| r.recovery_s).collect();
-    use fabric_core::stats::{median, percentile};
+    use fabric_base::stats::{median, percentile};
     FabricFigures {
         partition: partition.to_owned(),
         clean_runs: mine.iter().filter(|r| !r.faulted).count(),

@@ -1,6 +1,6 @@
 //! Bills of materials: the pinned BOM the probe compares with, and those `accept` reads.
 #![no_main]
-use fabric_core::bom::Bom;
+use fabric_base::bom::Bom;
 use fabric_report::accept::bom::read;
 use libfuzzer_sys::fuzz_target;
 

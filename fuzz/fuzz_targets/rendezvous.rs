@@ -2,7 +2,7 @@
 //! MUNGE credentials, and the job step's typed payloads gathered at the leader.
 #![no_main]
 use fabric_core::jobstep::payload::{EpilogPayload, PrologPayload};
-use fabric_core::rendezvous::{Gathered, fuzzing, typed};
+use fabric_net::rendezvous::{Gathered, fuzzing, typed};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: &[u8]| {

@@ -84,3 +84,17 @@ fn the_contract_crate_needs_only_serde_and_thiserror() {
     names.sort();
     assert_eq!(names, ["serde", "serde_json", "thiserror"], "{direct:?}");
 }
+
+#[test]
+fn the_report_crate_links_the_contract_and_leaf_crates_but_not_core() {
+    let linked = linked_packages("fabric-report");
+    for needed in ["fabric-proto", "fabric-base"] {
+        assert!(linked.iter().any(|p| p == needed), "{linked:?}");
+    }
+    for below in ["fabric-core", "cudarc", "rdma-sys"] {
+        assert!(
+            !linked.iter().any(|p| p == below),
+            "fabric-report links {below}: {linked:?}"
+        );
+    }
+}

@@ -4,7 +4,7 @@
 //! The input is `sacct -X -P -o` [`FIELDS`] (with its header; columns are found by name, so any
 //! order and any subset that has `JobID`, `State` and `AdminComment` reads) or the
 //! `sacct --json` history that `report` reads: both go through the report's readers. Every job's
-//! `AdminComment` is decoded with the tag module's entry point ([`fabric_core::tag::extract`]),
+//! `AdminComment` is decoded with the tag module's entry point ([`fabric_proto::tag::extract`]),
 //! so whatever forms it reads (the JSON written live, the backtick form `sacctmgr` leaves) this
 //! reads too. Array tasks (`123_4`, a pending `123_[1-9]`) and heterogeneous components
 //! (`123+1`) keep their own id, and [`JobFilter::job_ids`] addresses them exactly: `123_4` is one
@@ -12,8 +12,8 @@
 
 use serde::Serialize;
 
-use fabric_core::hostlist::Hostlist;
-use fabric_core::tag::{JobTag, Verdict, extract};
+use fabric_proto::hostlist::Hostlist;
+use fabric_proto::tag::{JobTag, Verdict, extract};
 
 use crate::report::sacct_text::utc_text;
 use crate::report::{InputNotes, JobRecord, ReportError, sacct_json, sacct_text};
@@ -356,7 +356,7 @@ fn row(rec: JobRecord) -> JobRow {
             failing.extend(t.missing.iter().map(|n| FailingNode {
                 node: n.clone(),
                 verdict: Verdict::Error,
-                checks: vec![fabric_core::check_id::RENDEZVOUS_MISSING.into()],
+                checks: vec![fabric_proto::check_id::RENDEZVOUS_MISSING.into()],
                 drained: false,
             }));
             let drained = t

@@ -253,7 +253,8 @@ impl Tracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fabric_core::record::{Meta, read_records};
+    use fabric_core::record::read_records;
+    use fabric_proto::record::Meta;
 
     fn tracker(dir: &tempfile::TempDir) -> (Tracker, PathBuf) {
         let path = dir.path().join("r.jsonl");

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use fabric_core::bom::Bom;
 use fabric_core::probe::gather::{Roots, gather};
 use fabric_core::probe::output::write_atomic;
 
@@ -55,7 +54,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             );
         }
     }
-    let bom = Bom::from_snapshot(&node, &snap);
+    let bom = snap.bom(&node);
     if let Some(pin) = &args.pin {
         write_atomic(pin, bom.to_json().as_bytes()).with_context(|| {
             format!(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use fabric_core::config::Config;
-use fabric_core::plugin_args::{PluginArgs, plugstack_lines};
+use fabric_proto::plugin_args::{PluginArgs, plugstack_lines};
 
 /// The plugstack.conf read when neither `--plugstack` nor `--config` is given.
 const DEFAULT_PLUGSTACK: &str = "/etc/slurm/plugstack.conf";

@@ -17,8 +17,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow};
+use fabric_base::exec::{run_bounded, safe_command};
 use fabric_core::coexist::{self, AccountingDb, Captured, Reconciled};
-use fabric_core::exec::{run_bounded, safe_command};
+use fabric_core::slurm::{self, Sacct};
 
 /// Where the shim finds its capture folder.
 const SHIM_DIR_ENV: &str = "FABRIC_CHECK_SHIM_DIR";
@@ -44,6 +45,9 @@ pub struct Args {
     /// Longest run of the program; it is killed after.
     #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
     pub program_timeout: Duration,
+    /// Longest a read of the database copy (`sacct`) may take; at the limit it is killed.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub sacct_timeout: Duration,
     /// The other tool's EpilogSlurmctld program and its arguments.
     #[arg(last = true, required = true)]
     pub program: Vec<String>,
@@ -58,6 +62,9 @@ pub struct ShimArgs {
     /// Longest wait for the job's nodes to finish their epilogs before the write.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub wait_epilogs: Duration,
+    /// Longest a read of the database copy (`sacct`) may take; at the limit it is killed.
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub sacct_timeout: Duration,
     /// `sacctmgr`'s own arguments.
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -66,6 +73,8 @@ pub struct ShimArgs {
 /// The database copy through the real Slurm commands.
 struct SlurmDb {
     bin: PathBuf,
+    /// Its reads, through the one door to accounting.
+    sacct: Sacct,
     /// The other tool's own `sacctmgr` arguments; a write replaces the value of the word at `at`
     /// (its `AdminComment=`).
     line: Vec<String>,
@@ -73,34 +82,37 @@ struct SlurmDb {
     at: usize,
 }
 
+/// The real `sacct` of `slurm_bin`, with a scrubbed environment (slurmctld runs this as root).
+fn db_sacct(slurm_bin: &Path, timeout: Duration) -> Sacct {
+    Sacct {
+        program: slurm_bin.join("sacct"),
+        timeout,
+        inherit_env: false,
+    }
+}
+
 impl AccountingDb for SlurmDb {
     fn read(&self, job: &str) -> Result<String, String> {
-        let mut c = safe_command(self.bin.join("sacct"));
         // AdminComment last: it may hold the separator. The job is addressed as the other tool
         // did (`N`, or `<ArrayJobId>_<TaskId>` as jobstats does for array tasks).
-        c.args([
-            "-n",
-            "-P",
-            "-X",
-            "-j",
-            job,
-            "-o",
-            "JobIDRaw,JobID,AdminComment",
-        ]);
-        let done = run_bounded(c, None, Duration::from_secs(20)).map_err(|e| e.to_string())?;
-        if !done.status.success() {
-            return Err(format!("sacct failed: {}", done.stderr_text().trim()));
-        }
-        Ok(done
-            .stdout_text()
-            .lines()
-            .find_map(|l| {
-                let mut f = l.splitn(3, '|');
-                let (raw, id, comment) = (f.next()?, f.next()?, f.next()?);
-                (raw == job || id == job).then_some(comment)
-            })
-            .unwrap_or_default()
-            .to_owned())
+        let text = self
+            .sacct
+            .text(
+                &[
+                    "-n",
+                    "-P",
+                    "-X",
+                    "-j",
+                    job,
+                    "-o",
+                    "JobIDRaw,JobID,AdminComment",
+                ],
+                &[],
+            )
+            .map_err(|e| e.to_string())?;
+        Ok(slurm::comment_of_named_job(&text, job)
+            .map(|c| c.text)
+            .unwrap_or_default())
     }
 
     fn write(&self, _job: &str, text: &str) -> Result<(), String> {
@@ -155,6 +167,7 @@ pub fn shim(args: ShimArgs) -> anyhow::Result<i32> {
     wait_for_epilogs(&args.slurm_bin, &job, args.wait_epilogs);
     let db = SlurmDb {
         bin: args.slurm_bin.clone(),
+        sacct: db_sacct(&args.slurm_bin, args.sacct_timeout),
         line: args.args.clone(),
         at,
     };
@@ -301,6 +314,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     wait_for_epilogs(&args.slurm_bin, &job, args.wait_epilogs);
     let db = SlurmDb {
         bin: args.slurm_bin.clone(),
+        sacct: db_sacct(&args.slurm_bin, args.sacct_timeout),
         line: record.line,
         at: record.at,
     };

@@ -10,8 +10,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use fabric_core::collective::{self, CollectiveConfig, Report};
-use fabric_core::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver};
+use fabric_net::collective::{self, CollectiveConfig, Report};
+use fabric_net::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver};
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -62,7 +62,7 @@ pub struct Args {
     #[arg(long)]
     pub rendezvous_ms: Option<u64>,
     /// First rendezvous port; the leader listens on PORT_BASE + job_id % 1000 (or the next 3).
-    #[arg(long, default_value_t = fabric_core::rendezvous::DEFAULT_BASE_PORT)]
+    #[arg(long, default_value_t = fabric_net::rendezvous::DEFAULT_BASE_PORT)]
     pub port_base: u16,
     /// Sweep sizes in bytes per rank, small to large (suffixes K, M): `4K,64K,1M`.
     #[arg(long, value_delimiter = ',')]
@@ -130,7 +130,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(ns) = &args.netns {
         enter_netns(ns)?;
     }
-    let nodes = fabric_core::hostlist::Hostlist::parse(&args.nodes)
+    let nodes = fabric_proto::hostlist::Hostlist::parse(&args.nodes)
         .and_then(|h| h.expand())
         .map_err(|e| anyhow::anyhow!("--nodes {:?}: {e}", args.nodes))?;
     let my_rank = nodes

@@ -57,3 +57,40 @@ pub fn read_text(path: &Path, flag: &str) -> anyhow::Result<String> {
         )
     })
 }
+
+/// The sacct of `jobs` and `report` (given with the hidden `--sacct`), through the one door to
+/// accounting ([`fabric_core::slurm::Sacct`]): bounded by `--sacct-timeout`, with the user's
+/// environment (their `SLURM_CONF` or `SLURM_CLUSTERS` choose the accounting asked).
+pub fn sacct(program: &Path, timeout: std::time::Duration) -> fabric_core::slurm::Sacct {
+    fabric_core::slurm::Sacct {
+        program: program.to_path_buf(),
+        timeout,
+        inherit_env: true,
+    }
+}
+
+/// A failed sacct run of `jobs` or `report` as one error that says what to do; `instead` is the
+/// option that reads a saved output instead.
+pub fn sacct_error(
+    e: fabric_core::slurm::SlurmError,
+    program: &Path,
+    instead: &str,
+) -> anyhow::Error {
+    use fabric_base::exec::ExecError;
+    use fabric_core::slurm::SlurmError;
+    match e {
+        SlurmError::Exec(ExecError::Spawn { source, .. }) => {
+            anyhow::Error::new(source).context(format!(
+                "cannot run {}; is Slurm's client installed? (or pass {instead})",
+                program.display()
+            ))
+        }
+        SlurmError::Exec(timeout @ ExecError::Timeout { .. }) => anyhow::anyhow!(
+            "{timeout}; slurmdbd may be slow or unreachable: raise --sacct-timeout, ask for a shorter window, or pass {instead}"
+        ),
+        SlurmError::Failed { code, stderr, .. } => anyhow::anyhow!(
+            "sacct failed (exit status: {code}): {stderr}; check that slurmdbd is reachable and accounting is on"
+        ),
+        other => other.into(),
+    }
+}

@@ -9,7 +9,6 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
 use fabric_report::jobs::{self, JobFilter, JobId};
@@ -63,6 +62,9 @@ pub struct Args {
     /// The sacct binary to run (absolute path).
     #[arg(long, default_value = "/usr/bin/sacct", hide = true)]
     sacct: PathBuf,
+    /// Longest a sacct run may take; at the limit it is killed, with whatever it started.
+    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
+    sacct_timeout: std::time::Duration,
 }
 
 /// Unix seconds from the forms `--since`/`--until` take ([`sacct_text::parse_when`]).
@@ -177,26 +179,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 }
 
 fn run_sacct(args: &Args, filter: &JobFilter) -> anyhow::Result<String> {
-    let out = Command::new(&args.sacct)
-        .args(sacct_args(args, filter)?)
-        .env("SLURM_TIME_FORMAT", "%s")
-        .env("TZ", "UTC")
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| {
-            format!(
-                "cannot run {}; is Slurm's client installed? (or pass --sacct-file)",
-                args.sacct.display()
-            )
-        })?;
-    if !out.status.success() {
-        bail!(
-            "sacct failed ({}): {}; check that slurmdbd is reachable and accounting is on",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    String::from_utf8(out.stdout).context("sacct printed text that is not UTF-8")
+    let words = sacct_args(args, filter)?;
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let env = [("SLURM_TIME_FORMAT", "%s"), ("TZ", "UTC")];
+    let out = super::input::sacct(&args.sacct, args.sacct_timeout)
+        .run(&words, &env, |r| {
+            let mut b = Vec::new();
+            r.read_to_end(&mut b).map(|_| b)
+        })
+        .map_err(|e| super::input::sacct_error(e, &args.sacct, "--sacct-file"))?
+        .context("cannot read sacct's output")?;
+    String::from_utf8(out).context("sacct printed text that is not UTF-8")
 }
 
 #[cfg(test)]

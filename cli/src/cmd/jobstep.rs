@@ -9,12 +9,12 @@
 
 use std::time::Instant;
 
-use fabric_core::invocation::{Invocation, Script};
 use fabric_core::jobstep::{
     self, JobStep, RendezvousMeet, Seams, Setup, StdoutRelay, SubprocessRunner,
 };
-use fabric_core::rendezvous::SystemResolver;
 use fabric_core::slurm::SlurmCli;
+use fabric_net::rendezvous::SystemResolver;
+use fabric_proto::invocation::{Invocation, Script};
 
 /// The words of `prolog` and `epilog`, as the plugin writes them: `--job-id N --node X --nodes L
 /// --option M [--job-uid U] -- PLUGSTACK-WORDS`, parsed by [`Invocation::parse_flags`] (the

@@ -12,8 +12,8 @@ use anyhow::Context;
 use fabric_core::drain::{self, DrainAction, ResumeAction};
 use fabric_core::jobstep::health::HealthSetup;
 use fabric_core::jobstep::{self, StdoutRelay, SubprocessRunner};
-use fabric_core::plugin_args::{PluginArgs, plugstack_lines};
 use fabric_core::slurm::SlurmCli;
+use fabric_proto::plugin_args::{PluginArgs, plugstack_lines};
 
 /// Arguments of `fabric-check drain`.
 #[derive(Debug, clap::Args)]
@@ -73,7 +73,7 @@ pub fn drain(args: DrainArgs) -> anyhow::Result<i32> {
         .with_context(|| format!("no node named {}", args.node))?;
     let reason = drain::reason(&args.check, &args.message);
     // By hand there is no mass-drain guard: the admin decides.
-    let limit = fabric_core::plugin_args::DrainLimit::Nodes(u32::MAX);
+    let limit = fabric_proto::plugin_args::DrainLimit::Nodes(u32::MAX);
     match drain::decide(me, &all, limit, args.dry_run, &reason) {
         DrainAction::Drain(r) => {
             slurm.drain(&args.node, &r)?;

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use fabric_core::bom::Bom;
+use fabric_base::bom::Bom;
 use fabric_core::config::Config;
 use fabric_core::probe::gather::Roots;
-use fabric_core::probe::{self, Baseline, Finding, ProbeInput, Report, Severity, output};
+use fabric_core::probe::{self, Baseline, ProbeInput, Report, output};
+use fabric_proto::verdict::{Finding, Severity};
 use serde_json::Value;
 
 /// Output format.
@@ -107,7 +108,7 @@ fn info(check: &str, message: String) -> Finding {
 /// so it does not fail a node on its own). `gpu`: also from GPU memory on that CUDA device.
 #[cfg(feature = "verbs")]
 fn verbs_loopback(sysfs_root: &Path, gpu: Option<usize>) -> Finding {
-    use fabric_core::collective::{CollectiveError, verbs};
+    use fabric_net::collective::{CollectiveError, verbs};
     match verbs::loopback(sysfs_root, verbs::DEFAULT_PORT_BUDGET, gpu) {
         Ok(r) => loopback_finding(&r),
         Err(CollectiveError::Unavailable(why)) => {
@@ -126,13 +127,13 @@ fn verbs_loopback(sysfs_root: &Path, gpu: Option<usize>) -> Finding {
 }
 
 #[cfg(feature = "verbs")]
-const VERBS_ID: &str = fabric_core::check_id::VERBS_LOOPBACK;
+const VERBS_ID: &str = fabric_proto::check_id::VERBS_LOOPBACK;
 
 /// The finding of a loopback that ran: each port's host figures, its GPU figures next to them,
 /// and the GPU run's note. A skipped GPU run stays `info`; a failed one is a `warn` (the host
 /// figures are kept).
 #[cfg(feature = "verbs")]
-fn loopback_finding(r: &fabric_core::collective::verbs::LoopbackReport) -> Finding {
+fn loopback_finding(r: &fabric_net::collective::verbs::LoopbackReport) -> Finding {
     let mut parts: Vec<String> = r
         .ports
         .iter()
@@ -173,7 +174,7 @@ fn loopback_finding(r: &fabric_core::collective::verbs::LoopbackReport) -> Findi
 #[cfg(not(feature = "verbs"))]
 fn verbs_loopback(_sysfs_root: &Path, _gpu: Option<usize>) -> Finding {
     info(
-        fabric_core::check_id::VERBS_LOOPBACK,
+        fabric_proto::check_id::VERBS_LOOPBACK,
         "verbs.loopback skipped: this fabric-check was built without the `verbs` cargo feature"
             .into(),
     )
@@ -327,7 +328,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
 #[cfg(all(test, feature = "verbs"))]
 mod tests {
     use super::*;
-    use fabric_core::collective::verbs::{
+    use fabric_net::collective::verbs::{
         GpuRegistration, GpuRun, LoopbackReport, Memory, PortLoopback,
     };
 

@@ -5,7 +5,6 @@
 
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use anyhow::{Context, bail};
 use fabric_report::cost::CostFile;
@@ -54,6 +53,9 @@ pub struct Args {
     /// The sacct binary to run (absolute path).
     #[arg(long, default_value = "/usr/bin/sacct", hide = true)]
     sacct: PathBuf,
+    /// Longest the sacct run may take; at the limit it is killed, with whatever it started.
+    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
+    sacct_timeout: std::time::Duration,
 }
 
 /// Which jobs and which window (boxed: keeps the subcommand enum small).
@@ -203,57 +205,43 @@ fn run_sacct(
     threads: usize,
     each: &(dyn Fn(&mut Acc, fabric_report::report::JobRecord) + Sync),
 ) -> anyhow::Result<Streamed<Acc>> {
-    let mut cmd = Command::new(&args.sacct);
-    cmd.args(["-X", "-D", "-P", "-o", sacct_text::FIELDS]);
-    cmd.env("SLURM_TIME_FORMAT", "%s").env("TZ", "UTC");
-    if let Some(s) = &args.filters.start {
-        cmd.args(["-S", &sacct_text::utc_text(parse_when(s, "--start")?)]);
+    let mut words = vec!["-X", "-D", "-P", "-o", sacct_text::FIELDS];
+    let start = match &args.filters.start {
+        Some(s) => Some(sacct_text::utc_text(parse_when(s, "--start")?)),
+        None => None,
+    };
+    let end = match &args.filters.end {
+        Some(e) => Some(sacct_text::utc_text(parse_when(e, "--end")?)),
+        None => None,
+    };
+    if let Some(s) = &start {
+        words.extend(["-S", s]);
     }
-    if let Some(e) = &args.filters.end {
-        cmd.args(["-E", &sacct_text::utc_text(parse_when(e, "--end")?)]);
+    if let Some(e) = &end {
+        words.extend(["-E", e]);
     }
     if let Some(p) = &args.filters.partition {
-        cmd.args(["-r", p]);
+        words.extend(["-r", p]);
     }
     if let Some(a) = &args.filters.account {
-        cmd.args(["-A", a]);
+        words.extend(["-A", a]);
     }
     match &args.filters.user {
-        Some(u) => cmd.args(["-u", u]),
-        None => cmd.arg("-a"),
+        Some(u) => words.extend(["-u", u]),
+        None => words.push("-a"),
     };
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| {
-            format!(
-                "cannot run {}; is Slurm's client installed?",
-                args.sacct.display()
+    let env = [("SLURM_TIME_FORMAT", "%s"), ("TZ", "UTC")];
+    let parsed = super::input::sacct(&args.sacct, args.sacct_timeout)
+        .run(&words, &env, |r| {
+            sacct_text::stream(
+                BufReader::with_capacity(1 << 20, r),
+                "sacct",
+                threads,
+                Acc::default,
+                each,
             )
-        })?;
-    let stdout = child.stdout.take().context("sacct has no stdout")?;
-    let mut stderr = child.stderr.take().context("sacct has no stderr")?;
-    let err_thread = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let parsed = sacct_text::stream(
-        BufReader::with_capacity(1 << 20, stdout),
-        "sacct",
-        threads,
-        Acc::default,
-        each,
-    );
-    let status = child.wait()?;
-    let stderr = err_thread.join().unwrap_or_default();
-    if !status.success() {
-        bail!(
-            "sacct failed ({status}): {}; check that slurmdbd is reachable and accounting is on",
-            stderr.trim()
-        );
-    }
+        })
+        .map_err(|e| super::input::sacct_error(e, &args.sacct, "--input"))?;
     Ok(parsed?)
 }
 

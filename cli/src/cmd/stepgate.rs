@@ -16,11 +16,11 @@ use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use fabric_core::collective::{self, Report};
 use fabric_core::jobstep::Relay;
 use fabric_core::jobstep::gate::{self, GateOutcome, StepCollective};
-use fabric_core::plugin_args::PluginArgs;
 use fabric_core::stepgate::{self, STEP_PORT_BASE, StepEnv};
+use fabric_net::collective::{self, Report};
+use fabric_proto::plugin_args::PluginArgs;
 
 /// Arguments of `step-gate`.
 #[derive(Debug, clap::Args)]

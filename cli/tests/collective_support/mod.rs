@@ -1,7 +1,7 @@
 //! Shared by the collective tests: a private munged, and N `fabric-check collective` ranks.
 #![allow(dead_code)]
 
-#[path = "../../../core/tests/common/munged.rs"]
+#[path = "../../../net/tests/common/munged.rs"]
 pub mod munged;
 
 use std::process::{Command, Output, Stdio};

@@ -4,7 +4,7 @@
 //!
 //! What the job produced (its `fabric-run` records, its step gates' results, a step gate naming
 //! this node slow) lives in the user-writable spool: it goes into the tag marked as reported by
-//! the job (`"reported_by":"job"`, [`crate::tag::JobReported`]) and never drains a node, so it
+//! the job (`"reported_by":"job"`, [`fabric_proto::tag::JobReported`]) and never drains a node, so it
 //! never counts toward the mass-drain guard either. A drain needs evidence root gathered.
 
 use std::path::PathBuf;
@@ -15,12 +15,12 @@ use super::payload::{EpilogPayload, MAX_STEP_RESULTS};
 use super::pending::PendingPrologTag;
 use super::prolog::{probe_limit, probe_request};
 use super::tag_write::{TagWrite, write_tag};
-use crate::invocation::JobStepExit;
-use crate::plugin_args::Policy;
 use crate::probe::Baseline;
 use crate::record::{self, JobDir, ReadLimits, RecordError, Records};
 use crate::stepgate;
-use crate::tag::{
+use fabric_proto::invocation::JobStepExit;
+use fabric_proto::plugin_args::Policy;
+use fabric_proto::tag::{
     CollectiveSummary, DuringJob, MAX_REPORTED_NAMES, RunSummary, SlowClaim, Verdict,
 };
 
@@ -128,7 +128,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         steps,
         slow,
     };
-    let dropped = payload.fit(crate::rendezvous::MAX_PAYLOAD_BYTES);
+    let dropped = payload.fit(fabric_net::rendezvous::MAX_PAYLOAD_BYTES);
     if !dropped.is_empty() {
         step.say(&format!(
             "job {job}: what the job wrote on {node} is too large to travel with root's evidence; \
@@ -159,7 +159,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
 
 /// The leader's merge of every node's payload into the tag; whether the tag has it (or nothing
 /// needed writing).
-fn lead(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<EpilogPayload>) -> bool {
+fn lead(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<EpilogPayload>) -> bool {
     let job = step.job_id();
     let runs: Vec<RunSummary> = met
         .payloads
@@ -255,7 +255,7 @@ pub(super) fn open_job_dir(step: &JobStep<'_>) -> Option<JobDir> {
 pub(super) fn read_node_records(step: &JobStep<'_>, dir: &JobDir) -> Option<(PathBuf, Records)> {
     let setup = step.setup;
     let job = setup.inv.job_id.to_string();
-    let path = record::node_records_path(&setup.plugin.spool_dir, &job, step.node())?;
+    let path = fabric_proto::record::node_records_path(&setup.plugin.spool_dir, &job, step.node())?;
     let name = path.file_name()?.to_str()?;
     let limits = ReadLimits {
         owner_uid: setup.inv.job_uid,

@@ -6,12 +6,11 @@
 use std::time::{Duration, Instant};
 
 use super::Relay;
-use crate::collective;
 use crate::deadline::Deadline;
-use crate::hostlist::Hostlist;
-use crate::plugin_args::{PluginArgs, Policy};
-use crate::record;
 use crate::stepgate::{self, Action, StepEnv, StepResult};
+use fabric_net::collective;
+use fabric_proto::hostlist::Hostlist;
+use fabric_proto::plugin_args::{PluginArgs, Policy};
 
 /// What the task's environment lacks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,7 +191,7 @@ fn check(
     };
     if let Some(line) = line
         && let Some(path) = stepgate::results_path(&plugin.spool_dir, &job, &env.node)
-        && let Err(e) = record::append_in_spool(&path, line.as_bytes(), uid)
+        && let Err(e) = fabric_proto::record::append_in_spool(&path, line.as_bytes(), uid)
     {
         relay.line(&format!(
             "cannot leave the step's result in {}: {e}; the epilog will not see it",
@@ -201,7 +200,7 @@ fn check(
     }
     if let Some(done) = stepgate::done_path(&plugin.spool_dir, &job, &env.node, env.step_id) {
         let word: &[u8] = if slow { b"slow" } else { b"ok" };
-        if let Err(e) = record::append_in_spool(&done, word, uid) {
+        if let Err(e) = fabric_proto::record::append_in_spool(&done, word, uid) {
             relay.line(&format!(
                 "cannot tell this node's other tasks ({}: {e}); they wait out the budget",
                 done.display()
@@ -307,7 +306,7 @@ mod tests {
             job_id: 7,
             node: "n2".into(),
             nodes: vec!["n1".into(), "n2".into()],
-            verdict: crate::tag::Verdict::Fail,
+            verdict: fabric_proto::tag::Verdict::Fail,
             duration_ms: 40,
             budget_ms: 500,
             sizes: vec![],

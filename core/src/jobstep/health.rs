@@ -14,9 +14,9 @@ use super::Relay;
 use super::runner::{Against, ProbeRequest, ProbeRunner};
 use crate::deadline::Deadline;
 use crate::drain::{self, DrainRequest, ResumeAction};
-use crate::plugin_args::{PluginArgs, expand_node};
 use crate::slurm::{Slurm, SlurmError};
-use crate::tag::Verdict;
+use fabric_proto::plugin_args::{PluginArgs, expand_node};
+use fabric_proto::tag::Verdict;
 
 /// The exit code when the probe could not run.
 pub const EXIT_COULD_NOT_RUN: i32 = 3;

@@ -11,11 +11,11 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::JobStep;
-use crate::rendezvous::typed::{Met, decode};
-use crate::rendezvous::{
+use crate::slurm::Slurm;
+use fabric_net::rendezvous::typed::{Met, decode};
+use fabric_net::rendezvous::{
     Gathered, MapResolver, Munge, RendezvousConfig, RendezvousError, Resolve, SystemResolver,
 };
-use crate::slurm::Slurm;
 
 /// One meeting of a job's nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,7 +224,7 @@ impl Meet for RendezvousMeet<'_> {
         )?;
         cfg.timeout = by.saturating_duration_since(Instant::now());
         cfg.hard_deadline = Some(req.deadline);
-        crate::rendezvous::gather(&cfg, req.rank, &payload)
+        fabric_net::rendezvous::gather(&cfg, req.rank, &payload)
     }
 }
 

@@ -45,10 +45,10 @@ pub use results::*;
 pub use runner::{ProbeRunError, ProbeRunner, SubprocessRunner};
 
 pub use crate::deadline::{Budget, Deadline};
-use crate::hostlist::Hostlist;
-use crate::invocation::{Invocation, JobStepExit, Script};
-use crate::plugin_args::{PluginArgs, expand_node};
 pub use crate::slurm::Slurm;
+use fabric_proto::hostlist::Hostlist;
+use fabric_proto::invocation::{Invocation, JobStepExit, Script};
+use fabric_proto::plugin_args::{PluginArgs, expand_node};
 
 /// Where the job step's lines go: the plugin copies the child's stdout into the slurmd log.
 pub trait Relay {

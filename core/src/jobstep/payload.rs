@@ -4,7 +4,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::tag::{CollectiveSummary, DuringJob, NodeResult, RunSummary, SlowClaim};
+use fabric_proto::tag::{CollectiveSummary, DuringJob, NodeResult, RunSummary, SlowClaim};
 
 /// A field the job wrote, decoded on its own: when it does not decode, it is taken as absent,
 /// and the rest of the payload (root's evidence) still arrives.
@@ -103,7 +103,7 @@ pub struct StepEndPayload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tag::Verdict;
+    use fabric_proto::tag::Verdict;
     use serde_json::json;
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::JobStep;
-use crate::tag::{CollectiveSummary, JobTag, NodeResult};
+use fabric_proto::tag::{CollectiveSummary, JobTag, NodeResult};
 
 const PREFIX: &str = "prolog-tag-";
 const SUFFIX: &str = ".json";
@@ -67,7 +67,7 @@ impl PendingPrologTag {
         {
             let mut p = previous.unwrap_or_default();
             for (n, r) in self.nodes {
-                if r.verdict != crate::tag::Verdict::Pass {
+                if r.verdict != fabric_proto::tag::Verdict::Pass {
                     p.earlier.entry(n).or_insert(r);
                 }
             }

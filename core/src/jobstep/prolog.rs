@@ -10,11 +10,11 @@ use super::pending::PendingPrologTag;
 use super::runner::{Against, CollectiveRequest, ProbeRequest};
 use super::tag_write::{TagWrite, write_tag};
 use super::{JobStep, now_unix};
-use crate::check_id;
-use crate::fabric_option::FabricMode;
-use crate::invocation::{JobStepExit, ports};
-use crate::plugin_args::{Policy, expand_node};
-use crate::tag::{NodeResult, Verdict};
+use fabric_proto::check_id;
+use fabric_proto::fabric_option::FabricMode;
+use fabric_proto::invocation::{JobStepExit, ports};
+use fabric_proto::plugin_args::{Policy, expand_node};
+use fabric_proto::tag::{NodeResult, Verdict};
 
 /// The probe's request for this node (`save` the snapshot, or compare with a `baseline`).
 pub fn probe_request(
@@ -251,7 +251,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
 }
 
 /// The leader's tag from every node's payload.
-fn lead_tag(step: &JobStep<'_>, met: crate::rendezvous::typed::Met<PrologPayload>) {
+fn lead_tag(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<PrologPayload>) {
     let mut nodes = BTreeMap::new();
     let mut all_notes = Vec::new();
     // Every rank holds the same collective report: take the first one present.

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::probe::{CounterSnapshot, Report, Severity};
-use crate::tag::{DuringJob, JobTag, NodeResult, Verdict};
+use crate::probe::{CounterSnapshot, Report};
+use fabric_proto::tag::{DuringJob, JobTag, NodeResult, Verdict};
+use fabric_proto::verdict::Severity;
 
 /// Counters that rise with any traffic and say nothing about health.
 fn is_traffic(name: &str) -> bool {
@@ -29,7 +30,7 @@ pub fn node_result(report: &Report) -> NodeResult {
         }
     }
     if report.verdict == Verdict::Error {
-        checks.push(crate::check_id::PROBE_ERROR.into());
+        checks.push(fabric_proto::check_id::PROBE_ERROR.into());
     }
     NodeResult {
         verdict: report.verdict,
@@ -131,7 +132,7 @@ pub fn prolog_tag(
         for n in prev.missing {
             earlier.entry(n).or_insert(NodeResult {
                 verdict: Verdict::Error,
-                checks: vec![crate::check_id::RENDEZVOUS_MISSING.into()],
+                checks: vec![fabric_proto::check_id::RENDEZVOUS_MISSING.into()],
                 probe_ms: None,
                 drained: false,
             });

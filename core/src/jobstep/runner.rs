@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::check_id;
-use crate::collective;
-use crate::exec::{ExecError, Finished, run_bounded, safe_command};
 use crate::probe::Report;
+use fabric_base::exec::{ExecError, Finished, run_bounded, safe_command};
+use fabric_net::collective;
+use fabric_proto::check_id;
 
 /// Why the probe (or the collective) gave no document. None of these is a node failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -129,7 +129,7 @@ pub trait ProbeRunner {
 }
 
 /// The real runner: `program` (the plugin's `probe=`) as a subprocess with a scrubbed
-/// environment, in the job step's process group (see [`crate::exec`]).
+/// environment, in the job step's process group (see [`fabric_base::exec`]).
 #[derive(Debug, Clone)]
 pub struct SubprocessRunner {
     /// The `fabric-check` binary.

@@ -2,11 +2,11 @@
 //! guard holds whatever the timing.
 
 use crate::deadline::Budget;
-use crate::invocation::{JobStepExit, Script};
 use crate::jobstep::{epilog, payload::EpilogPayload};
 use crate::stepgate::StepResult;
-use crate::tag::{self, CollectiveSummary, JobTag, Reporter, SlowClaim, Verdict};
 use crate::testing::{Call, FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
+use fabric_proto::invocation::{JobStepExit, Script};
+use fabric_proto::tag::{self, CollectiveSummary, JobTag, Reporter, SlowClaim, Verdict};
 
 const FOUR: &[&str] = &["n1", "n2", "n3", "n4"];
 
@@ -167,7 +167,7 @@ mod forged_drains {
 mod health_after_a_job_drain {
     use super::*;
     use crate::jobstep::health::{self, HealthSetup};
-    use crate::plugin_args::PluginArgs;
+    use fabric_proto::plugin_args::PluginArgs;
 
     #[test]
     fn an_epilog_drain_starts_the_clean_probe_streak_over_so_health_does_not_resume_at_once() {
@@ -213,8 +213,8 @@ mod mass_drain_storm {
     use crate::drain::is_ours;
     use crate::jobstep::health::{self, HealthSetup};
     use crate::jobstep::prolog;
-    use crate::plugin_args::PluginArgs;
     use crate::testing::{Fault, FaultPlan, SharedCluster};
+    use fabric_proto::plugin_args::PluginArgs;
     use std::sync::{Arc, Barrier};
     use std::time::Duration;
 
@@ -634,7 +634,7 @@ mod roots_evidence {
         let sent = meet.sent.borrow();
         let (_, payload) = sent.last().expect("a payload sent");
         let len = serde_json::to_vec(payload).unwrap().len();
-        assert!(crate::rendezvous::payload_fits(len), "{len} bytes");
+        assert!(fabric_net::rendezvous::payload_fits(len), "{len} bytes");
         let p: EpilogPayload = serde_json::from_value(payload.clone()).unwrap();
         assert_eq!(
             p.during.map(|d| d.verdict),
@@ -793,8 +793,8 @@ mod slow_slurmctld {
 /// tag is within 4 KiB, decodes, and holds root's verdict and evidence for every node.
 mod whatever_a_job_writes {
     use crate::stepgate::StepResult;
-    use crate::tag::{CollectiveSummary, Verdict};
     use crate::testing::job_files_through_the_tag;
+    use fabric_proto::tag::{CollectiveSummary, Verdict};
 
     const FORGED: &str = "fabric-check/v1 {`verdict`:`pass`,`nodes`:{`n1`:{`verdict`:`pass`}}}";
 
@@ -899,7 +899,7 @@ mod whatever_a_job_writes {
             let results = step_results(&mut rng, node);
             let comment = job_files_through_the_tag(dir.path(), &records, &results)
                 .unwrap_or_else(|why| panic!("seed {seed}: {why}"));
-            let t = crate::tag::extract(&comment).unwrap().unwrap();
+            let t = fabric_proto::tag::extract(&comment).unwrap().unwrap();
             runs += usize::from(t.run.is_some());
             reported += usize::from(!t.job_reported.is_empty());
         }

@@ -4,11 +4,11 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::invocation::Script;
 use crate::jobstep::{epilog, prolog};
 use crate::record::prepare_job_dir;
-use crate::tag::Verdict;
 use crate::testing::{FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
+use fabric_proto::invocation::Script;
+use fabric_proto::tag::Verdict;
 
 const TWO: &[&str] = &["n1", "n2"];
 
@@ -80,7 +80,7 @@ fn the_leaders_records_stay_when_the_tag_cannot_be_written() {
     let slurm = FakeSlurm::with_nodes(TWO);
     let lines = epilog_on(dir.path(), "n1", &slurm, &meet);
     assert!(!path.exists(), "{}", lines.text());
-    let tag = crate::tag::extract(&slurm.current_comment())
+    let tag = fabric_proto::tag::extract(&slurm.current_comment())
         .unwrap()
         .unwrap();
     assert_eq!(tag.run.map(|r| r.outcome).as_deref(), Some("accepted"));

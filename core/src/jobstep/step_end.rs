@@ -46,10 +46,10 @@ use super::JobStep;
 use super::meet::{Delivery, deliver_to};
 use super::payload::StepEndPayload;
 use super::tag_write::{TagWrite, Target, write_tag_to};
-use crate::invocation::{BATCH_STEP_ID, JobStepExit};
-use crate::plugin_args::Policy;
 use crate::record;
-use crate::tag::RunSummary;
+use fabric_proto::invocation::{BATCH_STEP_ID, JobStepExit};
+use fabric_proto::plugin_args::Policy;
+use fabric_proto::tag::RunSummary;
 
 /// What the step's end did.
 #[derive(Debug, Clone, PartialEq, Eq)]

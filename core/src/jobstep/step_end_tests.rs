@@ -5,13 +5,13 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::invocation::Script;
 use crate::jobstep::step_end::{StepEnd, end_of_step};
 use crate::jobstep::tag_write::TagWrite;
 use crate::jobstep::{Setup, epilog};
 use crate::record::prepare_job_dir;
-use crate::tag::{self, Reporter, Verdict};
 use crate::testing::{Call, FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
+use fabric_proto::invocation::Script;
+use fabric_proto::tag::{self, Reporter, Verdict};
 
 /// A `fabric-run` record line of job 7, step `step`, on `node`.
 fn line(node: &str, step: &str, ts: f64, body: &str) -> String {
@@ -200,7 +200,7 @@ fn the_batch_scripts_end_summarises_every_step_of_its_node_in_the_live_tag() {
     append(dir.path(), "n1", &run_lines("n1", "0", 2, "accepted"));
     append(dir.path(), "n1", &run_lines("n1", "1", 3, "accepted"));
     let slurm = FakeSlurm::with_nodes(&["n1"]);
-    let (done, lines) = step_end_on(dir.path(), crate::invocation::BATCH_STEP_ID, &slurm);
+    let (done, lines) = step_end_on(dir.path(), fabric_proto::invocation::BATCH_STEP_ID, &slurm);
     assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
     assert_eq!(live_json(&slurm)["run"]["steps"], 5);
 }
@@ -276,7 +276,7 @@ fn rank_lines(node: &str, rank: u32, step: &str, steps: u32, outcome: &str) -> V
 }
 
 /// `node`'s records of job 7, summarised as the epilog reads them.
-fn summary_of(dir: &Path, node: &str) -> crate::tag::RunSummary {
+fn summary_of(dir: &Path, node: &str) -> fabric_proto::tag::RunSummary {
     let me = nix::unistd::getuid().as_raw();
     let jd = crate::record::JobDir::open(&dir.join("spool"), "7", Some(me))
         .unwrap()
@@ -312,7 +312,7 @@ fn multi_step_end(
     (done, meet, lines)
 }
 
-fn step_payload(run: &crate::tag::RunSummary) -> serde_json::Value {
+fn step_payload(run: &fabric_proto::tag::RunSummary) -> serde_json::Value {
     serde_json::to_value(crate::jobstep::payload::StepEndPayload {
         run: Some(run.clone()),
         this_step: true,
@@ -320,7 +320,7 @@ fn step_payload(run: &crate::tag::RunSummary) -> serde_json::Value {
     .unwrap()
 }
 
-fn epilog_payload(run: &crate::tag::RunSummary) -> serde_json::Value {
+fn epilog_payload(run: &fabric_proto::tag::RunSummary) -> serde_json::Value {
     serde_json::to_value(crate::jobstep::payload::EpilogPayload {
         run: Some(run.clone()),
         ..Default::default()
@@ -427,7 +427,7 @@ fn the_batch_scripts_end_after_a_two_node_step_keeps_both_nodes_in_the_summary()
         dir.path(),
         "n1",
         "n1",
-        crate::invocation::BATCH_STEP_ID,
+        fabric_proto::invocation::BATCH_STEP_ID,
         &[],
         &slurm,
     );

@@ -1,7 +1,7 @@
 //! The leader's read-modify-write of the job's tag in `AdminComment`: read from structured
 //! output, written to the job's exact name (`A_T`, `H+O`), in the live form through `scontrol`
 //! and, once the job has finished, in the database form through `sacctmgr` (see
-//! [`crate::tag::Form`]).
+//! [`fabric_proto::tag::Form`]).
 //!
 //! Every read-modify-write of one node holds that node's tag lock (`<state_dir>/tag.lock`,
 //! root's), so the step-ends and the epilog leader on one node never interleave their read and
@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::JobStep;
-use crate::tag::{self, Form, JobTag, Verdict};
+use fabric_proto::tag::{self, Form, JobTag, Verdict};
 
 /// What came of a tag write.
 #[derive(Debug, Clone, PartialEq, Eq)]

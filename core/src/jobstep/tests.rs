@@ -4,15 +4,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::invocation::{JobStepExit, Script};
 use crate::jobstep::payload::PrologPayload;
 use crate::jobstep::{ProbeRunError, epilog, health, prolog};
 use crate::probe::Report;
-use crate::tag::{self, JobTag, NodeResult, Verdict};
 use crate::testing::{
     Call, FakeMeet, FakeRunner, FakeSlurm, Lines, NodesAnswer, drained_by_us, report, seams, setup,
     step,
 };
+use fabric_proto::invocation::{JobStepExit, Script};
+use fabric_proto::tag::{self, JobTag, NodeResult, Verdict};
 
 const FOUR: &[&str] = &["n1", "n2", "n3", "n4"];
 
@@ -1002,7 +1002,7 @@ mod prolog_tag_kept {
 mod health_streaks {
     use super::*;
     use crate::jobstep::health::{EXIT_COULD_NOT_RUN, HealthSetup};
-    use crate::plugin_args::PluginArgs;
+    use fabric_proto::plugin_args::PluginArgs;
 
     fn health_setup(dir: &std::path::Path) -> HealthSetup {
         let (plugin, problems) =
@@ -1159,7 +1159,7 @@ mod health_streaks {
 
 mod collective_addresses {
     use super::*;
-    use crate::fabric_option::FabricMode;
+    use fabric_proto::fabric_option::FabricMode;
 
     /// The `full` prolog of a two-node job on n1; returns the collective's addresses.
     fn collective_addrs(words: &[&str]) -> Vec<(String, String)> {

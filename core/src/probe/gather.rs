@@ -26,6 +26,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fabric_base::bom::Bom;
+
 /// Sysfs attributes are at most one page; anything longer is not one.
 pub const MAX_ATTR_BYTES: usize = 4096;
 /// Tool outputs (ethtool -S on a big NIC is tens of KiB) are capped here.
@@ -289,6 +291,61 @@ pub struct Snapshot {
     pub gpus_unreadable: Option<String>,
     /// Why `module/` could not be listed (loaded modules unknown), when it could not.
     pub modules_unreadable: Option<String>,
+}
+
+impl Snapshot {
+    /// The node's bill of materials ([`Bom`]) as this snapshot shows it.
+    pub fn bom(&self, node: &str) -> Bom {
+        let snap = self;
+        let mut items = BTreeMap::new();
+        let mut put = |k: String, v: Option<String>| {
+            if let Some(v) = v {
+                items.insert(k, v);
+            }
+        };
+        put("kernel".into(), snap.kernel_release.clone());
+        for d in &snap.devices {
+            let h = format!("hca/{}", d.name);
+            put(format!("{h}/model"), d.hca_type.clone());
+            put(format!("{h}/board_id"), d.board_id.clone());
+            put(format!("{h}/fw_ver"), d.fw_ver.clone());
+            put(format!("{h}/driver"), d.driver.clone());
+            for p in &d.ports {
+                let pk = format!("{h}/port{}", p.num);
+                put(format!("{pk}/link_layer"), p.link_layer.clone());
+                if p.is_active() {
+                    put(
+                        format!("{pk}/rate"),
+                        p.rate.as_ref().map(|r| r.text.clone()),
+                    );
+                }
+                let mtu = p
+                    .netdev
+                    .as_ref()
+                    .and_then(|n| snap.netdevs.get(n))
+                    .and_then(|n| n.mtu);
+                put(format!("{pk}/mtu"), mtu.map(|m| m.to_string()));
+            }
+        }
+        put("gpu/count".into(), Some(snap.gpus.len().to_string()));
+        for g in &snap.gpus {
+            put(
+                format!("gpu/{}/model", g.pci),
+                Some(g.model.map_or_else(
+                    || format!("10de:{}", g.device_id.trim_start_matches("0x")),
+                    str::to_string,
+                )),
+            );
+        }
+        for (m, v) in &snap.module_versions {
+            put(format!("module/{m}/version"), Some(v.clone()));
+        }
+        Bom {
+            schema: fabric_base::bom::SCHEMA.to_string(),
+            node: node.to_string(),
+            items,
+        }
+    }
 }
 
 /// How one attribute read went.

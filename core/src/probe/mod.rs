@@ -22,14 +22,14 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::bom::Bom;
 use crate::config::NodeExpectations;
+use fabric_base::bom::Bom;
 use gather::{Roots, Snapshot};
 
 /// The `schema` value of a probe document.
 pub const SCHEMA: &str = "fabric-check/probe/v1";
 
-pub use fabric_proto::verdict::{Finding, Severity, Verdict};
+use fabric_proto::verdict::{Finding, Severity, Verdict};
 
 /// One port's counters in a snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -357,7 +357,7 @@ pub fn run(input: &ProbeInput) -> Report {
     let expect = &input.expect;
     let snap = gather::gather(&input.roots, |d| expect.ignores(d));
     let counters = CounterSnapshot::from_snapshot(&snap);
-    let bom_now = Bom::from_snapshot(&input.node, &snap);
+    let bom_now = snap.bom(&input.node);
     let ctx = checks::Ctx {
         node: &input.node,
         snap: &snap,

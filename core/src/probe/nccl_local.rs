@@ -57,7 +57,7 @@ pub fn run(bytes: usize, iters: usize) -> Finding {
             msg,
         ),
         Err(p) => {
-            let why = crate::collective::nccl::cudarc_panic_reason(p.as_ref());
+            let why = fabric_net::collective::nccl::cudarc_panic_reason(p.as_ref());
             info(
                 json!({"skipped": true}),
                 format!(
@@ -86,7 +86,7 @@ mod imp {
     use serde_json::json;
 
     use super::{Finding, ID, Severity, busbw_gbps, info};
-    use crate::stats::percentile_of_sorted;
+    use fabric_base::stats::percentile_of_sorted;
 
     pub fn run(bytes: usize, iters: usize) -> Result<Finding, String> {
         let n = CudaContext::device_count()

@@ -10,7 +10,6 @@
 mod spool;
 mod summary;
 
-pub use fabric_proto::record::*;
 pub use spool::{FOREIGN_PREFIX, JOB_DIR_MODE, JobDir, Prepared, SpoolError, prepare_job_dir};
 pub use summary::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_LINE_BYTES, ReadLimits, RecordError, Records, merge_nodes,

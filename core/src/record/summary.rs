@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{CWD, FileType, Mode, OFlags, fstat, openat};
 
-use super::{Body, Outcome, Record, Source, VERSION};
-use crate::stats::percentile_of_sorted;
-use crate::tag::RunSummary;
+use fabric_base::stats::percentile_of_sorted;
+use fabric_proto::record::{Body, Outcome, Record, Source, VERSION};
+use fabric_proto::tag::RunSummary;
 
 /// Default bound on the bytes read from one records file: 16 MiB (about 100 000 records; a
 /// one-week run marking a step per second on 8 ranks exceeds it and is read head and tail).
@@ -357,11 +357,11 @@ fn parse_into(buf: &[u8], limits: &ReadLimits, out: &mut Records) {
 pub const MAX_TS: f64 = 1e11;
 
 /// Whether every number of a record is one a wrapper can have written: times within
-/// `0..=`[`MAX_TS`], durations finite and at most [`crate::tag::MAX_SECONDS`] (negative ones are
+/// `0..=`[`MAX_TS`], durations finite and at most [`fabric_proto::tag::MAX_SECONDS`] (negative ones are
 /// clamped to zero where they are summed). A record with any other is malformed: the job wrote
 /// it to make a sum overflow to infinity, which JSON cannot say.
 fn numbers_in_range(r: &Record) -> bool {
-    let secs = |d: f64| d.is_finite() && d <= crate::tag::MAX_SECONDS;
+    let secs = |d: f64| d.is_finite() && d <= fabric_proto::tag::MAX_SECONDS;
     let ts_ok = r.meta.ts.is_finite() && (0.0..=MAX_TS).contains(&r.meta.ts);
     ts_ok
         && match &r.body {
@@ -598,7 +598,7 @@ pub fn summarize(recs: &Records) -> Option<RunSummary> {
         ranks: fin.ranks,
         lead_rank: job.lead_rank,
         truncated: recs.truncated,
-        reported_by: crate::tag::Reporter::Job,
+        reported_by: fabric_proto::tag::Reporter::Job,
     };
     // Each duration was bounded where it was read; their sums are clamped all the same.
     summary.scrub();
@@ -765,7 +765,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = summarize_records(&file(&dir, &two_ranks()), &ReadLimits::default()).unwrap();
         assert_eq!(s.steps, 3, "rank 0's steps only");
-        // Two timed steps, 1 s and 2 s: the median is their mean (crate::stats).
+        // Two timed steps, 1 s and 2 s: the median is their mean (fabric_base::stats).
         assert_eq!(s.step_p50_s, Some(1.5));
         assert_eq!(s.step_max_s, Some(2.0));
         assert_eq!(

@@ -162,9 +162,9 @@ fn primary(r: &SizeRow) -> Option<&Measure> {
     r.out_of_place.as_ref().or(r.in_place.as_ref())
 }
 
-/// The project's median ([`fabric_core::stats::median`]); NaN when no value is finite.
+/// The project's median ([`fabric_base::stats::median`]); NaN when no value is finite.
 fn median(v: &[f64]) -> f64 {
-    fabric_core::stats::median(v).unwrap_or(f64::NAN)
+    fabric_base::stats::median(v).unwrap_or(f64::NAN)
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -189,110 +189,8 @@ type Key = (u64, String, String, Option<i64>);
 /// Builds the report.
 pub fn analyse(inp: &Inputs) -> AcceptReport {
     let t = &inp.thresholds;
-    let mut by_key: BTreeMap<Key, Vec<(&str, &SizeRow)>> = BTreeMap::new();
-    for run in &inp.runs {
-        for r in &run.rows {
-            by_key
-                .entry((r.size_b, r.dtype.clone(), r.redop.clone(), r.root))
-                .or_default()
-                .push((run.file.as_str(), r));
-        }
-    }
-    let mut sizes = Vec::new();
-    for ((size_b, dtype, redop, root), rows) in &by_key {
-        let m: Vec<(&str, &Measure)> = rows
-            .iter()
-            .filter_map(|(f, r)| primary(r).map(|m| (*f, m)))
-            .collect();
-        if m.is_empty() {
-            continue;
-        }
-        let bus: Vec<f64> = m.iter().map(|(_, x)| x.busbw_gbps).collect();
-        let times: Vec<f64> = m.iter().map(|(_, x)| x.time_us).collect();
-        let ip: Vec<f64> = rows
-            .iter()
-            .filter_map(|(_, r)| r.in_place.as_ref().map(|x| x.busbw_gbps))
-            .collect();
-        let worst = |g: fn(&super::IterStats) -> Option<f64>| {
-            m.iter()
-                .filter_map(|(_, x)| x.iter.as_ref().and_then(g))
-                .reduce(f64::max)
-        };
-        let wrongs: Vec<f64> = rows
-            .iter()
-            .flat_map(|(_, r)| [r.out_of_place.as_ref(), r.in_place.as_ref()])
-            .flatten()
-            .filter_map(|x| x.wrong)
-            .collect();
-        let med = median(&bus);
-        let outlier_runs = if m.len() >= 3 {
-            m.iter()
-                .filter(|(_, x)| x.busbw_gbps < med * (1.0 - t.outlier_drop_pct / 100.0))
-                .map(|(f, _)| f.to_string())
-                .collect()
-        } else {
-            Vec::new()
-        };
-        sizes.push(SizeSummary {
-            size_b: *size_b,
-            dtype: dtype.clone(),
-            redop: redop.clone(),
-            root: *root,
-            runs: m.len(),
-            busbw_mean_gbps: mean(&bus),
-            busbw_min_gbps: bus.iter().copied().fold(f64::INFINITY, f64::min),
-            busbw_max_gbps: bus.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            busbw_in_place_mean_gbps: (!ip.is_empty()).then(|| mean(&ip)),
-            algbw_mean_gbps: mean(&m.iter().map(|(_, x)| x.algbw_gbps).collect::<Vec<_>>()),
-            time_min_us: times.iter().copied().fold(f64::INFINITY, f64::min),
-            time_avg_us: mean(&times),
-            time_max_us: times.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            p95_us: worst(|s| s.p95_us),
-            p99_us: worst(|s| s.p99_us),
-            wrong: (!wrongs.is_empty()).then(|| wrongs.iter().sum()),
-            cv_pct: cv_pct(&bus),
-            outlier_runs,
-        });
-    }
-
-    // Outlier ranks.
-    let mut ranks: BTreeMap<(String, usize), OutlierRank> = BTreeMap::new();
-    let mut rank_data = false;
-    for run in &inp.runs {
-        for r in &run.rows {
-            for x in [r.out_of_place.as_ref(), r.in_place.as_ref()]
-                .into_iter()
-                .flatten()
-            {
-                if x.per_process_mean_us.len() < 2 {
-                    continue;
-                }
-                rank_data = true;
-                let med = median(&x.per_process_mean_us);
-                for (i, v) in x.per_process_mean_us.iter().enumerate() {
-                    let skew = (v / med - 1.0) * 100.0;
-                    if skew > t.max_rank_skew_pct {
-                        let e = ranks
-                            .entry((run.file.clone(), i))
-                            .or_insert_with(|| OutlierRank {
-                                file: run.file.clone(),
-                                rank: i,
-                                host: run
-                                    .devices
-                                    .iter()
-                                    .find(|d| d.rank as usize == i)
-                                    .map(|d| d.host.clone()),
-                                sizes: 0,
-                                worst_skew_pct: 0.0,
-                            });
-                        e.sizes += 1;
-                        e.worst_skew_pct = e.worst_skew_pct.max(skew);
-                    }
-                }
-            }
-        }
-    }
-    let outlier_ranks: Vec<OutlierRank> = ranks.into_values().collect();
+    let sizes = size_summaries(inp);
+    let (outlier_ranks, rank_data) = find_outlier_ranks(inp);
 
     let bom_report = (!inp.boms.is_empty()).then(|| bom::compare(&inp.boms, &t.bom.ignore));
 
@@ -595,6 +493,121 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
         questions: questions::answer(&inp.boms, &inp.probes, &inp.runs, inp.expect_nodes),
         problems: inp.problems.clone(),
     }
+}
+
+/// One summary per (size, dtype, redop, root) over every run that measured it, with the runs
+/// whose bus bandwidth fell below the median by more than `outlier_drop_pct`.
+fn size_summaries(inp: &Inputs) -> Vec<SizeSummary> {
+    let t = &inp.thresholds;
+    let mut by_key: BTreeMap<Key, Vec<(&str, &SizeRow)>> = BTreeMap::new();
+    for run in &inp.runs {
+        for r in &run.rows {
+            by_key
+                .entry((r.size_b, r.dtype.clone(), r.redop.clone(), r.root))
+                .or_default()
+                .push((run.file.as_str(), r));
+        }
+    }
+    let mut sizes = Vec::new();
+    for ((size_b, dtype, redop, root), rows) in &by_key {
+        let m: Vec<(&str, &Measure)> = rows
+            .iter()
+            .filter_map(|(f, r)| primary(r).map(|m| (*f, m)))
+            .collect();
+        if m.is_empty() {
+            continue;
+        }
+        let bus: Vec<f64> = m.iter().map(|(_, x)| x.busbw_gbps).collect();
+        let times: Vec<f64> = m.iter().map(|(_, x)| x.time_us).collect();
+        let ip: Vec<f64> = rows
+            .iter()
+            .filter_map(|(_, r)| r.in_place.as_ref().map(|x| x.busbw_gbps))
+            .collect();
+        let worst = |g: fn(&super::IterStats) -> Option<f64>| {
+            m.iter()
+                .filter_map(|(_, x)| x.iter.as_ref().and_then(g))
+                .reduce(f64::max)
+        };
+        let wrongs: Vec<f64> = rows
+            .iter()
+            .flat_map(|(_, r)| [r.out_of_place.as_ref(), r.in_place.as_ref()])
+            .flatten()
+            .filter_map(|x| x.wrong)
+            .collect();
+        let med = median(&bus);
+        let outlier_runs = if m.len() >= 3 {
+            m.iter()
+                .filter(|(_, x)| x.busbw_gbps < med * (1.0 - t.outlier_drop_pct / 100.0))
+                .map(|(f, _)| f.to_string())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        sizes.push(SizeSummary {
+            size_b: *size_b,
+            dtype: dtype.clone(),
+            redop: redop.clone(),
+            root: *root,
+            runs: m.len(),
+            busbw_mean_gbps: mean(&bus),
+            busbw_min_gbps: bus.iter().copied().fold(f64::INFINITY, f64::min),
+            busbw_max_gbps: bus.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            busbw_in_place_mean_gbps: (!ip.is_empty()).then(|| mean(&ip)),
+            algbw_mean_gbps: mean(&m.iter().map(|(_, x)| x.algbw_gbps).collect::<Vec<_>>()),
+            time_min_us: times.iter().copied().fold(f64::INFINITY, f64::min),
+            time_avg_us: mean(&times),
+            time_max_us: times.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            p95_us: worst(|s| s.p95_us),
+            p99_us: worst(|s| s.p99_us),
+            wrong: (!wrongs.is_empty()).then(|| wrongs.iter().sum()),
+            cv_pct: cv_pct(&bus),
+            outlier_runs,
+        });
+    }
+    sizes
+}
+
+/// The ranks slower than their run's median by more than `max_rank_skew_pct` at some size, and
+/// whether any run had per-rank times at all.
+fn find_outlier_ranks(inp: &Inputs) -> (Vec<OutlierRank>, bool) {
+    let t = &inp.thresholds;
+    let mut ranks: BTreeMap<(String, usize), OutlierRank> = BTreeMap::new();
+    let mut rank_data = false;
+    for run in &inp.runs {
+        for r in &run.rows {
+            for x in [r.out_of_place.as_ref(), r.in_place.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                if x.per_process_mean_us.len() < 2 {
+                    continue;
+                }
+                rank_data = true;
+                let med = median(&x.per_process_mean_us);
+                for (i, v) in x.per_process_mean_us.iter().enumerate() {
+                    let skew = (v / med - 1.0) * 100.0;
+                    if skew > t.max_rank_skew_pct {
+                        let e = ranks
+                            .entry((run.file.clone(), i))
+                            .or_insert_with(|| OutlierRank {
+                                file: run.file.clone(),
+                                rank: i,
+                                host: run
+                                    .devices
+                                    .iter()
+                                    .find(|d| d.rank as usize == i)
+                                    .map(|d| d.host.clone()),
+                                sizes: 0,
+                                worst_skew_pct: 0.0,
+                            });
+                        e.sizes += 1;
+                        e.worst_skew_pct = e.worst_skew_pct.max(skew);
+                    }
+                }
+            }
+        }
+    }
+    (ranks.into_values().collect(), rank_data)
 }
 
 #[cfg(test)]

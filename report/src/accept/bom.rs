@@ -1,6 +1,6 @@
 //! BOM consistency across nodes, read as generic JSON.
 //!
-//! The BOM type is owned by `fabric_core::bom`; this module deliberately does not depend on its Rust
+//! The BOM type is owned by `fabric_base::bom`; this module deliberately does not depend on its Rust
 //! shape, only on the pinned files being JSON objects. Each file is flattened into dotted paths
 //! (`nics.0.fw_ver`), and every path is compared across nodes. Keys that identify a node rather
 //! than describe it (node and host names, serials, GUIDs, MAC addresses, timestamps) are expected

@@ -102,7 +102,7 @@ impl Thresholds {
         let t: Thresholds = toml::from_str(text).map_err(|e| {
             format!(
                 "thresholds file {path} is invalid: {}; see docs/cost-model.md",
-                fabric_core::config::toml_message(text, &e)
+                fabric_base::toml_error::toml_message(text, &e)
             )
         })?;
         let numbers = [

@@ -186,7 +186,7 @@ impl CostFile {
     pub fn parse(text: &str, path: &str) -> Result<Self, CostError> {
         let file: CostFile = toml::from_str(text).map_err(|e| CostError::Parse {
             path: path.into(),
-            message: fabric_core::config::toml_message(text, &e),
+            message: fabric_base::toml_error::toml_message(text, &e),
         })?;
         if file.fabric.is_empty() {
             return Err(CostError::Parse {

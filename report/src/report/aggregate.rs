@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use super::{GroupBy, InputNotes, JobRecord, JobState, TagState};
 use crate::cost::{self, CostBreakdown, CostFile, UsageFigures};
-use fabric_core::tag::Verdict;
+use fabric_proto::tag::Verdict;
 
 /// The fewest node-hours a group needs before its drains are given per 1000 node-hours. A rate
 /// per thousand from fewer than a hundred node-hours extrapolates more than tenfold: one drain
@@ -605,12 +605,12 @@ pub(crate) fn widen(x: f32) -> f64 {
 }
 
 /// Sorts `v` in place (so the samples come out in the same order whatever threads read them)
-/// and takes the project's median of it ([`fabric_core::stats`]), each
+/// and takes the project's median of it ([`fabric_base::stats`]), each
 /// sample widened by its decimal form ([`widen`]).
 fn median(v: &mut [f32]) -> Option<f64> {
     v.sort_by(f32::total_cmp);
     let wide: Vec<f64> = v.iter().map(|x| widen(*x)).collect();
-    fabric_core::stats::median(&wide)
+    fabric_base::stats::median(&wide)
 }
 
 fn pct(num: Decimal, den: Decimal) -> Option<Decimal> {

@@ -24,7 +24,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use fabric_core::tag::{MARKER, RunSummary, Verdict};
+use fabric_proto::tag::{MARKER, RunSummary, Verdict};
 
 /// Errors reading accounting data.
 #[derive(Debug, thiserror::Error)]
@@ -61,7 +61,7 @@ pub enum ReportError {
     },
 }
 
-pub use fabric_core::job_state::JobState;
+pub use fabric_proto::job_state::JobState;
 
 /// What the job's `AdminComment` says about fabric-check.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,7 +74,7 @@ pub enum TagState {
     Present(Box<TagFacts>),
 }
 
-/// The parts of a [`fabric_core::tag::JobTag`] the report uses, decoded without building the per-node
+/// The parts of a [`fabric_proto::tag::JobTag`] the report uses, decoded without building the per-node
 /// map (a tag may list every node of a large job): the verdict, the probe time, the nodes this
 /// job's probe drained with their first failing check, and the run summary. Field names are the
 /// tag's (the contract in `core/src/tag.rs`); a test checks both decoders agree.
@@ -248,7 +248,7 @@ impl std::str::FromStr for GroupBy {
 }
 
 /// Decodes an `AdminComment` into a [`TagState`] (the segment is found as
-/// [`fabric_core::tag::extract`] finds it: the first occurrence of the marker followed by a
+/// [`fabric_proto::tag::extract`] finds it: the first occurrence of the marker followed by a
 /// decodable JSON object wins; when none decodes, the first is reported unreadable).
 pub fn tag_state(comment: &str) -> TagState {
     // The marker's searcher is built once (building one per comment cost more than the search).
@@ -258,7 +258,7 @@ pub fn tag_state(comment: &str) -> TagState {
     for start in FINDER.find_iter(comment.as_bytes()) {
         let rest = &comment[start + MARKER.len()..];
         // Either form (the database form's base32 decoded) and older backtick-mangled JSON.
-        let json: Cow<'_, str> = match fabric_core::tag::segment_json(rest) {
+        let json: Cow<'_, str> = match fabric_proto::tag::segment_json(rest) {
             Ok(json) => json,
             Err(e) => {
                 first_error.get_or_insert(e.to_string());
@@ -348,8 +348,8 @@ mod tests {
 
     #[test]
     fn a_broken_marker_ahead_of_ours_still_reads_our_tag_as_the_writer_does() {
-        let tag = fabric_core::tag::JobTag::default();
-        let comment = fabric_core::tag::splice("x fabric-check/v1 {broken", &tag);
+        let tag = fabric_proto::tag::JobTag::default();
+        let comment = fabric_proto::tag::splice("x fabric-check/v1 {broken", &tag);
         assert!(
             matches!(tag_state(&comment), TagState::Present(_)),
             "{comment:?}"
@@ -363,7 +363,7 @@ mod tests {
 
     #[test]
     fn the_lean_decoder_agrees_with_the_tag_module() {
-        use fabric_core::tag::{JobTag, NodeResult, extract, splice};
+        use fabric_proto::tag::{JobTag, NodeResult, extract, splice};
         let mut t = JobTag {
             nnodes: 3,
             probed_at: Some(1_700_000_000),
@@ -430,7 +430,7 @@ mod tests {
 
     #[test]
     fn the_report_reads_the_database_form_as_it_comes_out_of_sacctmgr_of_22_05() {
-        use fabric_core::tag::{Form, JobTag, NodeResult, splice, splice_as};
+        use fabric_proto::tag::{Form, JobTag, NodeResult, splice, splice_as};
         let mut t = JobTag {
             nnodes: 2,
             ..JobTag::default()

@@ -550,6 +550,21 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
         ),
     ];
     rows.retain(|row| row.cells.iter().any(|c| c.text != "n/a"));
+    let notes = side_by_side_notes(r);
+    let mut tables = vec![Table {
+        title: "Fabrics side by side".into(),
+        columns: cols.clone(),
+        rows,
+        notes,
+    }];
+    tables.extend(cost_table(r, &cols, cur));
+    tables.extend(drain_table(r, &cols));
+    tables
+}
+
+/// The notes under the side-by-side table: the window, input warnings, small samples, groups
+/// without a price or a drain rate, a short window, GPUs counted from the cost file.
+fn side_by_side_notes(r: &Report) -> Vec<String> {
     let mut notes = vec![format!(
         "window: {} h ({} to {}, from the {}); grouped by {}; n = sample size.",
         r.window.hours.round_dp(2),
@@ -621,107 +636,111 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
     if r.groups.iter().any(|g| g.gpus_from_cost_file) {
         notes.push("some jobs had no gres/gpu in their TRES; their GPUs were counted as nodes × gpus_per_node from the cost file.".into());
     }
-    let mut tables = vec![Table {
-        title: "Fabrics side by side".into(),
-        columns: cols.clone(),
-        rows,
-        notes,
-    }];
-    if r.groups.iter().any(|g| g.cost.is_some()) {
-        let items: Vec<(&'static str, &'static str)> = r
-            .groups
-            .iter()
-            .find_map(|g| g.cost.as_ref())
-            .map(|c| c.lines.iter().map(|l| (l.item, l.kind)).collect())
-            .unwrap_or_default();
-        let mut rows: Vec<Row> = items
-            .iter()
-            .map(|(item, kind)| {
-                let label = if *kind == "share" {
-                    format!("  of which {item}")
-                } else {
-                    (*item).to_string()
-                };
-                Row::text(
-                    &label,
-                    cur,
-                    r.groups
-                        .iter()
-                        .map(|g| {
-                            g.cost
-                                .as_ref()
-                                .and_then(|c| c.lines.iter().find(|l| l.item == *item))
-                                .map_or("n/a".into(), |l| money(l.amount, cur))
-                        })
-                        .collect(),
-                )
-            })
-            .collect();
-        rows.push(Row::text(
-            "total (spend lines only)",
-            cur,
-            r.groups
-                .iter()
-                .map(|g| {
-                    g.cost
-                        .as_ref()
-                        .map_or("n/a".into(), |c| money(c.total, cur))
-                })
-                .collect(),
-        ));
-        rows.push(Row::text(
-            "capacity cost per GPU-hour",
-            cur,
-            r.groups
-                .iter()
-                .map(|g| {
-                    g.cost.as_ref().map_or("n/a".into(), |c| {
-                        format!("{:.4} {cur}", c.capacity_cost_per_gpu_h.round_dp(4))
+    notes
+}
+
+/// The cost breakdown over the window, when any group is priced.
+fn cost_table(r: &Report, cols: &[String], cur: &str) -> Option<Table> {
+    if !r.groups.iter().any(|g| g.cost.is_some()) {
+        return None;
+    }
+    let items: Vec<(&'static str, &'static str)> = r
+        .groups
+        .iter()
+        .find_map(|g| g.cost.as_ref())
+        .map(|c| c.lines.iter().map(|l| (l.item, l.kind)).collect())
+        .unwrap_or_default();
+    let mut rows: Vec<Row> = items
+        .iter()
+        .map(|(item, kind)| {
+            let label = if *kind == "share" {
+                format!("  of which {item}")
+            } else {
+                (*item).to_string()
+            };
+            Row::text(
+                &label,
+                cur,
+                r.groups
+                    .iter()
+                    .map(|g| {
+                        g.cost
+                            .as_ref()
+                            .and_then(|c| c.lines.iter().find(|l| l.item == *item))
+                            .map_or("n/a".into(), |l| money(l.amount, cur))
                     })
-                })
-                .collect(),
-        ));
-        tables.push(Table {
-            title: "Cost breakdown over the window".into(),
-            columns: cols.clone(),
-            rows,
-            notes: vec!["\"of which\" lines are shares of the capital and running spend above, not added to the total (docs/cost-model.md).".into()],
-        });
-    }
-    if r.groups.iter().any(|g| g.drains > 0) {
-        let mut reasons: Vec<String> = r
-            .groups
+                    .collect(),
+            )
+        })
+        .collect();
+    rows.push(Row::text(
+        "total (spend lines only)",
+        cur,
+        r.groups
             .iter()
-            .flat_map(|g| g.top_drain_reasons.iter().map(|(k, _)| k.clone()))
-            .collect();
-        reasons.sort();
-        reasons.dedup();
-        let rows = reasons
-            .iter()
-            .map(|k| {
-                Row::text(
-                    k,
-                    "drains",
-                    r.groups
-                        .iter()
-                        .map(|g| {
-                            g.top_drain_reasons
-                                .iter()
-                                .find(|(x, _)| x == k)
-                                .map_or("0".into(), |(_, n)| n.to_string())
-                        })
-                        .collect(),
-                )
+            .map(|g| {
+                g.cost
+                    .as_ref()
+                    .map_or("n/a".into(), |c| money(c.total, cur))
             })
-            .collect();
-        tables.push(Table {
-            title: "Drain reasons (first failing check)".into(),
-            columns: cols,
-            rows,
-            notes: vec![],
-        });
+            .collect(),
+    ));
+    rows.push(Row::text(
+        "capacity cost per GPU-hour",
+        cur,
+        r.groups
+            .iter()
+            .map(|g| {
+                g.cost.as_ref().map_or("n/a".into(), |c| {
+                    format!("{:.4} {cur}", c.capacity_cost_per_gpu_h.round_dp(4))
+                })
+            })
+            .collect(),
+    ));
+    Some(Table {
+        title: "Cost breakdown over the window".into(),
+        columns: cols.to_vec(),
+        rows,
+        notes: vec!["\"of which\" lines are shares of the capital and running spend above, not added to the total (docs/cost-model.md).".into()],
+    })
+}
+
+/// Drain reasons (first failing check) per group, when any group drained.
+fn drain_table(r: &Report, cols: &[String]) -> Option<Table> {
+    if !r.groups.iter().any(|g| g.drains > 0) {
+        return None;
     }
-    tables
+    let mut reasons: Vec<String> = r
+        .groups
+        .iter()
+        .flat_map(|g| g.top_drain_reasons.iter().map(|(k, _)| k.clone()))
+        .collect();
+    reasons.sort();
+    reasons.dedup();
+    let rows = reasons
+        .iter()
+        .map(|k| {
+            Row::text(
+                k,
+                "drains",
+                r.groups
+                    .iter()
+                    .map(|g| {
+                        g.top_drain_reasons
+                            .iter()
+                            .find(|(x, _)| x == k)
+                            .map_or("0".into(), |(_, n)| n.to_string())
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    Some(Table {
+        title: "Drain reasons (first failing check)".into(),
+        columns: cols.to_vec(),
+        rows,
+        notes: vec![],
+    })
 }
 
 const PALETTE: [RGBColor; 8] = [

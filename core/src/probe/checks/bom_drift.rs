@@ -1,6 +1,6 @@
 //! `bom.drift`: the node's bill of materials matches the pinned one.
 //!
-//! Compares [`crate::bom::Bom::from_snapshot`] with a BOM written by `fabric-check bom --pin`
+//! Compares [`Snapshot::bom`](crate::probe::gather::Snapshot::bom) with a BOM written by `fabric-check bom --pin`
 //! (`--bom-pin FILE`, or `[bom] pin` / `bom_pin` in the config) and names each change: the
 //! acceptance guide says to re-test when firmware, driver, kernel, NIC or GPU model, link rate
 //! or MTU changes. Each change is a `warn` by default (`[bom] drift_severity = "fail"` drains).
@@ -10,8 +10,8 @@
 use serde_json::json;
 
 use super::Ctx;
-use crate::bom;
 use crate::probe::Finding;
+use fabric_base::bom;
 
 /// The check id.
 pub const ID: &str = fabric_proto::check_id::BOM_DRIFT;
@@ -63,16 +63,15 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
 mod tests {
     use super::super::testing::*;
     use super::*;
-    use crate::bom::Bom;
     use crate::probe::Severity;
 
     #[test]
     fn a_firmware_change_is_named() {
         let mut s = ib_node(2);
         s.devices[1].fw_ver = Some("28.39.1002".into());
-        let pin = Bom::from_snapshot("n1", &s);
+        let pin = s.bom("n1");
         s.devices[1].fw_ver = Some("28.40.1000".into());
-        let now = Bom::from_snapshot("n1", &s);
+        let now = s.bom("n1");
         let cnow = crate::probe::CounterSnapshot::from_snapshot(&s);
         let e = Default::default();
         let f = check(&Ctx {

@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::gather::{Device, Port, Snapshot};
 use super::{Baseline, CounterSnapshot, Finding, Severity, port_key};
-use crate::bom::Bom;
 use crate::config::NodeExpectations;
+use fabric_base::bom::Bom;
 
 pub mod bom_drift;
 pub mod gpu_count;
@@ -496,7 +496,7 @@ pub mod testing {
         f: fn(&Ctx<'_>) -> Vec<Finding>,
     ) -> Vec<Finding> {
         let now = CounterSnapshot::from_snapshot(snap);
-        let bom = Bom::from_snapshot("n1", snap);
+        let bom = snap.bom("n1");
         f(&Ctx {
             node: "n1",
             snap,

@@ -19,7 +19,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// The only `PATH` a child sees.
-pub use fabric_proto::invocation::SAFE_PATH;
+use fabric_proto::invocation::SAFE_PATH;
 
 /// Most bytes kept of a child's stdout and of its stderr.
 pub const MAX_OUTPUT_BYTES: u64 = 8 << 20;
@@ -224,6 +224,78 @@ pub fn run_bounded(
     })
 }
 
+/// Runs `cmd` with its stdout handed to `read` as it comes (for output too large to hold, such
+/// as `sacct` over months of jobs), bounded like [`run_bounded`]: at `limit` the program and
+/// every process it started are killed, which ends its stdout, and the answer is
+/// [`ExecError::Timeout`] naming the program, whatever `read` made of the part it saw. The
+/// returned [`Finished`] holds the stderr (bounded); its stdout is empty (it went to `read`).
+pub fn run_bounded_reading<T: Send>(
+    mut cmd: Command,
+    limit: Duration,
+    read: impl FnOnce(&mut (dyn Read + Send)) -> T + Send,
+) -> Result<(T, Finished), ExecError> {
+    let program = Path::new(cmd.get_program()).display().to_string();
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let start = Instant::now();
+    let mut child =
+        spawn_retrying_busy(&mut cmd, start, limit).map_err(|source| ExecError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+    let err = child.stderr.take().map(pump);
+    let mut stdout = child.stdout.take();
+    let pid = child.id() as i32;
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || match stdout.as_mut() {
+            Some(out) => read(out),
+            None => read(&mut std::io::empty()),
+        });
+        let mut nap = Duration::from_micros(100);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Ok(s),
+                Ok(None) if start.elapsed() < limit => {
+                    std::thread::sleep(nap);
+                    nap = (nap * 2).min(Duration::from_millis(2));
+                }
+                Ok(None) => {
+                    // Killed before it is reaped: its pid cannot have been reused.
+                    kill_tree(pid);
+                    let _ = child.wait();
+                    break Err(ExecError::Timeout {
+                        program: program.clone(),
+                        limit_ms: limit.as_millis(),
+                    });
+                }
+                Err(source) => {
+                    kill_tree(pid);
+                    let _ = child.wait();
+                    break Err(ExecError::Wait {
+                        program: program.clone(),
+                        source,
+                    });
+                }
+            }
+        };
+        // The program is gone, so its stdout has ended and the reader returns.
+        let value = match reader.join() {
+            Ok(v) => v,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        let status = status?;
+        let until = Instant::now() + PIPE_LINGER.min(limit.saturating_sub(start.elapsed()));
+        Ok((
+            value,
+            Finished {
+                status,
+                stdout: Vec::new(),
+                stderr: err.map(|p| p.take(until)).unwrap_or_default(),
+                duration: start.elapsed(),
+            },
+        ))
+    })
+}
+
 /// Every live descendant of `root`, by the parent ids in `/proc`.
 fn descendants(root: i32) -> Vec<i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -325,6 +397,58 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    #[test]
+    fn a_streamed_output_reaches_the_reader_whole_and_the_stderr_is_kept() {
+        let mut c = safe_command("/bin/sh");
+        c.args(["-c", "seq 1 200000; echo done >&2"]);
+        let (lines, done) = run_bounded_reading(c, Duration::from_secs(20), |r| {
+            std::io::BufRead::lines(std::io::BufReader::new(r)).count()
+        })
+        .unwrap();
+        assert_eq!(lines, 200_000);
+        assert!(done.status.success());
+        assert_eq!(done.stderr_text().trim(), "done");
+    }
+
+    #[test]
+    fn a_hanging_streamed_program_and_its_children_are_killed_at_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("pid");
+        let mut c = safe_command("/bin/sh");
+        c.args([
+            "-c",
+            &format!(
+                "echo first; (trap '' TERM; exec sleep 30) & echo $! > {}; sleep 30",
+                pidfile.display()
+            ),
+        ]);
+        let start = Instant::now();
+        let err = run_bounded_reading(c, Duration::from_millis(300), |r| {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+        .unwrap_err();
+        assert!(
+            matches!(&err, ExecError::Timeout { program, .. } if program == "/bin/sh"),
+            "{err}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        let grandchild: i32 = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            is_dead(grandchild),
+            "grandchild {grandchild} outlived the kill"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fabric_core::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver, gather};
+use fabric_net::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver, gather};
 use serde_json::json;
 
 struct Args {
@@ -38,7 +38,7 @@ fn parse() -> Result<Args, String> {
         socket: String::new(),
         job: 4242,
         base_port: 44_000,
-        workers: fabric_core::rendezvous::DEFAULT_WORKERS,
+        workers: fabric_net::rendezvous::DEFAULT_WORKERS,
     };
     while let Some(k) = it.next() {
         let v = it.next().ok_or(format!("{k} needs a value"))?;

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::munged::Munged;
-use fabric_core::rendezvous::munge::{Backend, Munge, MungeError};
+use fabric_net::rendezvous::munge::{Backend, Munge, MungeError};
 
 fn client(m: &Munged, backend: Backend) -> Munge {
     Munge {

@@ -50,10 +50,8 @@ use serde::Serialize;
 pub use self::ffi::CudaError;
 pub use self::ffi::VerbsError;
 use super::CollectiveError;
-use crate::stats::percentile;
+use fabric_base::stats::percentile;
 
-/// The queue-pair type of the loopback: reliable connected, as perftest's `ib_write_bw`.
-pub const LOOPBACK_QP_TYPE: rdma_sys::ibv_qp_type::Type = rdma_sys::ibv_qp_type::IBV_QPT_RC;
 /// Bytes per bandwidth write (perftest's `ib_write_bw` default size).
 pub const BW_MSG_BYTES: u32 = 64 * 1024;
 /// Bytes per latency write.

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::munged::Munged;
-use fabric_core::rendezvous::{
+use fabric_net::rendezvous::{
     self, Gathered, MapResolver, Munge, RendezvousConfig, RendezvousError, Share, SystemResolver,
     gather,
 };

@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::munged::Munged;
-use fabric_core::rendezvous::{
+use fabric_net::rendezvous::{
     DEFAULT_WORKERS, MapResolver, Munge, PROTOCOL_VERSION, RendezvousConfig, SystemResolver, gather,
 };
 use serde_json::json;
@@ -154,7 +154,7 @@ fn a_flood_of_connections_and_oversized_lines_leaves_the_leader_bounded_and_the_
     // Counted per reason, not a line (and a list entry) per connection: the flood cannot fill
     // the prolog's share of the slurmd log.
     assert!(
-        g.rejected.len() <= fabric_core::rendezvous::rejections::MAX_REASONS + 1,
+        g.rejected.len() <= fabric_net::rendezvous::rejections::MAX_REASONS + 1,
         "{} lines for 400 connections: {:?}",
         g.rejected.len(),
         g.rejected

@@ -76,8 +76,7 @@ pub enum CollectiveError {
     Cuda(#[from] verbs::CudaError),
 }
 
-/// The overall verdict: the same type as `fabric-check probe`'s.
-pub use crate::probe::Verdict;
+use fabric_proto::verdict::Verdict;
 
 /// Figures of one size of the sweep.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -331,8 +330,8 @@ pub(crate) fn expected_coefficient(ranks: &[usize], iter: u32) -> f32 {
 
 impl Report {
     /// The condensed form the job tag keeps.
-    pub fn summary(&self) -> crate::tag::CollectiveSummary {
-        crate::tag::CollectiveSummary {
+    pub fn summary(&self) -> fabric_proto::tag::CollectiveSummary {
+        fabric_proto::tag::CollectiveSummary {
             verdict: Some(self.verdict),
             busbw_gb_s: self.sizes.iter().map(|s| s.busbw_gb_s).reduce(f64::max),
             small_time_us: self.sizes.first().map(|s| s.time_us_mean),
@@ -692,7 +691,7 @@ fn fill_report(
         .map(|p| present[(p + m - 1) % m])
         .map(|r| {
             by_rank(r)
-                .and_then(|x| crate::stats::median(&x.probe_s))
+                .and_then(|x| fabric_base::stats::median(&x.probe_s))
                 .filter(|t| *t > 0.0)
                 .map(|t| PROBE_BYTES as f64 / t / 1e9)
         })
@@ -785,11 +784,11 @@ pub fn size_figures(count: u64, per_iter_s: &[f64], ranks: usize, wrong: u64) ->
         count,
         iterations: per_iter_s.len() as u32,
         time_us_mean: mean_s * 1e6,
-        time_us_p50: us(crate::stats::percentile(per_iter_s, 50.0)),
-        time_us_p95: us(crate::stats::percentile(per_iter_s, 95.0)),
-        time_us_p99: us(crate::stats::percentile(per_iter_s, 99.0)),
-        time_us_min: us(crate::stats::percentile(per_iter_s, 0.0)),
-        time_us_max: us(crate::stats::percentile(per_iter_s, 100.0)),
+        time_us_p50: us(fabric_base::stats::percentile(per_iter_s, 50.0)),
+        time_us_p95: us(fabric_base::stats::percentile(per_iter_s, 95.0)),
+        time_us_p99: us(fabric_base::stats::percentile(per_iter_s, 99.0)),
+        time_us_min: us(fabric_base::stats::percentile(per_iter_s, 0.0)),
+        time_us_max: us(fabric_base::stats::percentile(per_iter_s, 100.0)),
         cv: stats::coefficient_of_variation(per_iter_s).unwrap_or(0.0),
         algbw_gb_s: algbw,
         busbw_gb_s: stats::allreduce_busbw_gb_s(algbw, ranks),
@@ -842,7 +841,7 @@ pub fn attribute(in_rate: &[Option<f64>], slow_factor: f64) -> Attribution {
     let score: Vec<f64> = best.iter().map(|b| 1.0 / b).collect();
     let z = stats::robust_z(&score);
     let outliers = stats::high_outliers(&score, slow_factor);
-    let typical = crate::stats::median(&best).unwrap_or(0.0);
+    let typical = fabric_base::stats::median(&best).unwrap_or(0.0);
     let slow_links = (0..m)
         .filter(|p| rate[*p] * SLOW_LINK_FACTOR < typical)
         .collect();

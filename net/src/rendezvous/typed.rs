@@ -5,10 +5,9 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Gathered, RendezvousConfig, RendezvousError, gather, sanitise};
+use super::{Gathered, sanitise};
 
 /// A payload that did not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,22 +62,10 @@ pub fn decode<T: DeserializeOwned>(nodes: &[String], gathered: Gathered) -> Met<
     }
 }
 
-/// [`gather`] with a typed payload.
-pub fn gather_typed<T: Serialize + DeserializeOwned>(
-    cfg: &RendezvousConfig,
-    my_rank: usize,
-    payload: &T,
-) -> Result<Met<T>, RendezvousError> {
-    let value = serde_json::to_value(payload)
-        .map_err(|e| RendezvousError::Config(format!("payload does not serialise: {e}")))?;
-    let g = gather(cfg, my_rank, &value)?;
-    Ok(decode(&cfg.nodes, g))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde::Deserialize;
+    use serde::{Deserialize, Serialize};
     use serde_json::json;
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]

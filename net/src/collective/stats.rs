@@ -1,8 +1,8 @@
 //! Statistics for the collective: coefficient of variation, nccl-tests' bandwidths and robust
 //! (median absolute deviation) outlier detection. Percentiles and the median are
-//! [`crate::stats`]'s.
+//! [`fabric_base::stats`]'s.
 
-use crate::stats::median;
+use fabric_base::stats::median;
 
 /// The arithmetic mean.
 pub fn mean(samples: &[f64]) -> Option<f64> {

@@ -13,8 +13,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::probe::gather::Snapshot;
-
 /// The `schema` value of a BOM document.
 pub const SCHEMA: &str = "fabric-check/bom/v1";
 
@@ -63,58 +61,6 @@ pub struct Bom {
 }
 
 impl Bom {
-    /// The BOM of a snapshot.
-    pub fn from_snapshot(node: &str, snap: &Snapshot) -> Self {
-        let mut items = BTreeMap::new();
-        let mut put = |k: String, v: Option<String>| {
-            if let Some(v) = v {
-                items.insert(k, v);
-            }
-        };
-        put("kernel".into(), snap.kernel_release.clone());
-        for d in &snap.devices {
-            let h = format!("hca/{}", d.name);
-            put(format!("{h}/model"), d.hca_type.clone());
-            put(format!("{h}/board_id"), d.board_id.clone());
-            put(format!("{h}/fw_ver"), d.fw_ver.clone());
-            put(format!("{h}/driver"), d.driver.clone());
-            for p in &d.ports {
-                let pk = format!("{h}/port{}", p.num);
-                put(format!("{pk}/link_layer"), p.link_layer.clone());
-                if p.is_active() {
-                    put(
-                        format!("{pk}/rate"),
-                        p.rate.as_ref().map(|r| r.text.clone()),
-                    );
-                }
-                let mtu = p
-                    .netdev
-                    .as_ref()
-                    .and_then(|n| snap.netdevs.get(n))
-                    .and_then(|n| n.mtu);
-                put(format!("{pk}/mtu"), mtu.map(|m| m.to_string()));
-            }
-        }
-        put("gpu/count".into(), Some(snap.gpus.len().to_string()));
-        for g in &snap.gpus {
-            put(
-                format!("gpu/{}/model", g.pci),
-                Some(g.model.map_or_else(
-                    || format!("10de:{}", g.device_id.trim_start_matches("0x")),
-                    str::to_string,
-                )),
-            );
-        }
-        for (m, v) in &snap.module_versions {
-            put(format!("module/{m}/version"), Some(v.clone()));
-        }
-        Self {
-            schema: SCHEMA.to_string(),
-            node: node.to_string(),
-            items,
-        }
-    }
-
     /// Reads a pinned BOM.
     pub fn load(path: &Path) -> Result<Self, BomError> {
         let text = std::fs::read_to_string(path).map_err(|source| BomError::Read {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::exec::{ExecError, run_bounded, safe_command};
+use fabric_base::exec::{ExecError, run_bounded, safe_command};
 
 /// The absolute path of the `munge` client on Debian and RHEL.
 pub const MUNGE_BIN: &str = "/usr/bin/munge";

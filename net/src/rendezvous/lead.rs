@@ -1,0 +1,645 @@
+//! The leader's side of the rendezvous (rank 0): listen, greet each connection with a
+//! MUNGE-signed hello and its own challenge, check each join ([`check_join`]) in a fixed pool
+//! of workers, then answer every follower with the gathered payloads (or an ack) and collect
+//! their signed `done`.
+
+use super::*;
+
+struct Joined {
+    rank: usize,
+    nonce: String,
+    payload: Value,
+    conn: Conn,
+}
+
+/// A greeted connection: its challenge, and the join line once it has arrived.
+struct Greeted {
+    conn: Conn,
+    peer: SocketAddr,
+    challenge: String,
+    by: Instant,
+}
+
+/// An accepted connection whose `want` the leader has not read yet.
+struct Asking {
+    conn: Conn,
+    peer: SocketAddr,
+    ip: IpAddr,
+    by: Instant,
+}
+
+/// Work for the leader's pool: CPU and MUNGE work only, never a wait for a peer.
+enum Job {
+    /// Sign and send the hello (the connection asked for this job).
+    Greet(Conn, SocketAddr),
+    /// Check the join line that arrived on a greeted connection.
+    Check(Greeted, Vec<u8>),
+}
+
+/// What the pool hands back.
+enum Out {
+    /// The hello went out: wait (in the leader's poll loop) for the join.
+    Greeted(Greeted),
+    /// A verdict on a connection.
+    Done(Admitted),
+}
+
+/// The peer, and either a join or why it was turned away.
+type Admitted = (IpAddr, String, Result<Joined, String>);
+
+/// The leader's bookkeeping while followers join.
+struct Tally {
+    payloads: Vec<Option<Value>>,
+    joined: Vec<Joined>,
+    rejected: Rejections,
+    nonces: HashSet<String>,
+    /// Connections from an address not yet decided (greeting, waiting for a join, checking).
+    in_flight: HashMap<IpAddr, usize>,
+    /// Greetings an address may still get in this rendezvous (each costs a `munge`).
+    greets_left: HashMap<IpAddr, usize>,
+}
+
+impl Tally {
+    fn settle(&mut self, ip: IpAddr) {
+        if let Some(c) = self.in_flight.get_mut(&canonical(ip)) {
+            *c = c.saturating_sub(1);
+        }
+    }
+
+    fn take(&mut self, (ip, peer, r): Admitted, deadline: Instant) {
+        self.settle(ip);
+        match r {
+            Ok(mut j) if self.payloads[j.rank].is_some() => {
+                self.rejected
+                    .add(peer, format!("rank {} has already joined", j.rank));
+                j.conn.reject("this rank has already joined", deadline);
+            }
+            Ok(mut j) if !self.nonces.insert(j.nonce.clone()) => {
+                self.rejected.add(peer, "reused nonce");
+                j.conn.reject("reused nonce", deadline);
+            }
+            Ok(j) => {
+                self.payloads[j.rank] = Some(j.payload.clone());
+                self.joined.push(j);
+            }
+            Err(reason) => self.rejected.add(peer, sanitise(&reason)),
+        }
+    }
+}
+
+fn work(cfg: &RendezvousConfig, port: u16, job: Job, stop: &AtomicBool, deadline: Instant) -> Out {
+    if stop.load(Ordering::Relaxed) {
+        let peer = match &job {
+            Job::Greet(_, peer) => *peer,
+            Job::Check(g, _) => g.peer,
+        };
+        let e = ReadError::Stopped.to_string();
+        return Out::Done((peer.ip(), peer.to_string(), Err(e)));
+    }
+    match job {
+        Job::Greet(conn, peer) => match greet(cfg, port, conn, peer, deadline) {
+            Ok(g) => Out::Greeted(g),
+            Err(e) => Out::Done((peer.ip(), peer.to_string(), Err(e))),
+        },
+        Job::Check(g, line) => {
+            let (ip, name) = (g.peer.ip(), g.peer.to_string());
+            Out::Done((ip, name, check_join(cfg, g, &line)))
+        }
+    }
+}
+
+pub(super) fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousError> {
+    let start = Instant::now();
+    let deadline = cfg.bounded(start, cfg.timeout);
+    let unspecified = match cfg.addrs[0] {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    };
+    let n = cfg.nodes.len();
+    let admit_cap = n.saturating_sub(1) + ADMIT_MARGIN;
+    let ports = cfg.ports();
+    let mut bound = None;
+    let mut last_err = String::from("no port to try");
+    for p in &ports {
+        // The kernel queues connections until the poll loop takes them: room for a burst of
+        // strangers on top of every follower, so that a follower's SYN is not dropped (and
+        // retried only a second later) while the leader is busy.
+        match listen(unspecified, *p, (admit_cap * 4).clamp(128, 4096)) {
+            Ok(l) => {
+                bound = Some((l, *p));
+                break;
+            }
+            Err(e) => last_err = e.to_string(),
+        }
+    }
+    let (listener, port) = bound.ok_or_else(|| RendezvousError::Bind {
+        ports: ports.clone(),
+        reason: last_err,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| RendezvousError::Io(e.to_string()))?;
+
+    // Connections are taken only from the job's nodes' addresses, at most as many undecided at
+    // a time from one address as the job has nodes there (a stranger on a node can cost that
+    // node its place, never another's), and at most N−1+ADMIT_MARGIN in all.
+    let mut per_addr: HashMap<IpAddr, usize> = HashMap::new();
+    for a in &cfg.addrs[1..] {
+        *per_addr.entry(canonical(*a)).or_default() += 1;
+    }
+    let mut tally = Tally {
+        payloads: vec![None; n],
+        joined: Vec::new(),
+        rejected: Rejections::default(),
+        nonces: HashSet::new(),
+        in_flight: HashMap::new(),
+        greets_left: per_addr
+            .iter()
+            .map(|(ip, k)| (*ip, k * GREETS_PER_NODE))
+            .collect(),
+    };
+    tally.payloads[0] = Some(payload.clone());
+    let (work_tx, work_rx) = mpsc::channel::<Job>();
+    let work_rx = Mutex::new(work_rx);
+    let stop = AtomicBool::new(false);
+
+    std::thread::scope(|scope| {
+        let (out_tx, out_rx) = mpsc::channel::<Out>();
+        let mut workers = 0;
+        for i in 0..cfg.workers.clamp(1, n.max(2) - 1) {
+            let out_tx = out_tx.clone();
+            let (work_rx, stop) = (&work_rx, &stop);
+            let spawned = std::thread::Builder::new()
+                .name(format!("rdv-admit-{i}"))
+                .stack_size(WORKER_STACK_BYTES)
+                .spawn_scoped(scope, move || {
+                    loop {
+                        // A poisoned lock only means another worker panicked; keep going.
+                        let next = work_rx
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .recv();
+                        let Ok(job) = next else { break };
+                        if out_tx.send(work(cfg, port, job, stop, deadline)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            match spawned {
+                Ok(_) => workers += 1,
+                Err(e) => {
+                    // Fewer workers (none at worst: then the leader works inline) instead of a
+                    // panic when the system is out of threads.
+                    tally
+                        .rejected
+                        .note(format!("started {workers} admit workers, not more: {e}"));
+                    break;
+                }
+            }
+        }
+        drop(out_tx);
+        let dispatch = |job: Job, tally: &mut Tally, waiting: &mut Vec<Greeted>| {
+            let out = if workers == 0 {
+                work(cfg, port, job, &stop, deadline)
+            } else {
+                match work_tx.send(job) {
+                    Ok(()) => return,
+                    Err(mpsc::SendError(job)) => work(cfg, port, job, &stop, deadline),
+                }
+            };
+            match out {
+                Out::Greeted(g) => waiting.push(g),
+                Out::Done(a) => tally.take(a, deadline),
+            }
+        };
+        let mut other_jobs = 0usize;
+        let mut waiting: Vec<Greeted> = Vec::new();
+        // Accepted connections whose `want` has not arrived yet: they cost a descriptor and
+        // their address's place among the asking, but no `munge` and no greeting.
+        let mut asking: Vec<Asking> = Vec::new();
+        let mut asking_per_addr: HashMap<IpAddr, usize> = HashMap::new();
+        let mut undecided = 0usize;
+        while tally.payloads.iter().any(Option::is_none) && Instant::now() < deadline {
+            // Sleep until a connection arrives or an open one has something to read.
+            let ready: Vec<bool> = {
+                use std::os::fd::AsFd;
+                let mut fds = Vec::with_capacity(waiting.len() + asking.len() + 1);
+                fds.push(nix::poll::PollFd::new(
+                    listener.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                ));
+                for g in &waiting {
+                    fds.push(nix::poll::PollFd::new(
+                        g.conn.stream.as_fd(),
+                        nix::poll::PollFlags::POLLIN,
+                    ));
+                }
+                for a in &asking {
+                    fds.push(nix::poll::PollFd::new(
+                        a.conn.stream.as_fd(),
+                        nix::poll::PollFlags::POLLIN,
+                    ));
+                }
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(POLL_MS));
+                fds.iter()
+                    .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                    .collect()
+            };
+            let polled_waiting = waiting.len();
+            // Read the wants first: a follower admitted now is greeted in this pass.
+            let now = Instant::now();
+            for (i, mut a) in std::mem::take(&mut asking).into_iter().enumerate() {
+                let readable = ready.get(1 + polled_waiting + i).copied().unwrap_or(false);
+                let got = if readable {
+                    a.conn.try_read_line(MAX_WANT_BYTES)
+                } else {
+                    Ok(None)
+                };
+                let line = match got {
+                    Ok(None) if now < a.by => {
+                        asking.push(a);
+                        continue;
+                    }
+                    Ok(None) => Err(format!(
+                        "asked for nothing within {} ms (a follower of protocol 2 or older \
+                         waits for a hello instead: run one fabric-check release on every node)",
+                        cfg.conn_budget().as_millis()
+                    )),
+                    Ok(Some(line)) => Ok(line),
+                    Err(e) => Err(e.to_string()),
+                };
+                if let Some(c) = asking_per_addr.get_mut(&a.ip) {
+                    *c = c.saturating_sub(1);
+                }
+                let asked = line.and_then(|l| match serde_json::from_slice::<Msg>(&l) {
+                    Ok(Msg::Want { v, .. }) if v != PROTOCOL_VERSION => Err(format!(
+                        "speaks protocol version {v}, this leader {PROTOCOL_VERSION}: run one \
+                         fabric-check release on every node"
+                    )),
+                    Ok(Msg::Want { job_id, .. }) => Ok(job_id),
+                    Ok(_) => Err("did not start with a want".into()),
+                    Err(e) => Err(sanitise(&format!("malformed message: {e}"))),
+                });
+                let job_id = match asked {
+                    Ok(j) => j,
+                    Err(why) => {
+                        a.conn.reject(&why, deadline);
+                        tally.rejected.add(a.peer, why);
+                        continue;
+                    }
+                };
+                if job_id != cfg.job_id {
+                    // Another job's follower trying the ports while its own leader is not
+                    // listening yet (neighbouring job ids share ports): normal, cheap, and
+                    // counted rather than logged one by one.
+                    a.conn.reject(
+                        &format!(
+                            "this port serves the rendezvous of job {}, not of job {job_id}",
+                            cfg.job_id
+                        ),
+                        deadline,
+                    );
+                    other_jobs += 1;
+                    continue;
+                }
+                let allowed = per_addr.get(&a.ip).copied().unwrap_or(0);
+                let now_here = tally.in_flight.get(&a.ip).copied().unwrap_or(0);
+                let greets = tally.greets_left.entry(a.ip).or_default();
+                let refused = if now_here >= allowed {
+                    Some("more connections at once than that address has nodes")
+                } else if *greets == 0 {
+                    Some("too many connections from that address")
+                } else if undecided >= admit_cap {
+                    Some("too many connections waiting")
+                } else {
+                    None
+                };
+                if let Some(why) = refused {
+                    a.conn.reject(why, deadline);
+                    tally.rejected.add(a.peer, why);
+                    continue;
+                }
+                *greets -= 1;
+                *tally.in_flight.entry(a.ip).or_default() += 1;
+                undecided += 1;
+                dispatch(Job::Greet(a.conn, a.peer), &mut tally, &mut waiting);
+            }
+            if ready[0] {
+                loop {
+                    match listener.accept() {
+                        Ok((stream, peer)) => {
+                            let ip = canonical(peer.ip());
+                            let Some(allowed) = per_addr.get(&ip).copied() else {
+                                tally
+                                    .rejected
+                                    .add(peer, "not an address of this job's nodes");
+                                continue;
+                            };
+                            let here = asking_per_addr.entry(ip).or_default();
+                            let refused = if *here >= allowed {
+                                Some("more connections at once than that address has nodes")
+                            } else if asking.len() >= admit_cap {
+                                Some("too many connections waiting")
+                            } else {
+                                None
+                            };
+                            if let Some(why) = refused {
+                                tally.rejected.add(peer, why);
+                                continue;
+                            }
+                            let conn = Conn::new(stream);
+                            if let Err(e) = conn.stream.set_nonblocking(true) {
+                                tally.rejected.add(peer, e.to_string());
+                                continue;
+                            }
+                            *here += 1;
+                            asking.push(Asking {
+                                conn,
+                                peer,
+                                ip,
+                                by: deadline.min(Instant::now() + cfg.conn_budget()),
+                            });
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) => {
+                            // Out of descriptors or similar: say so, try again on the next pass.
+                            tally.rejected.note(format!("accept: {e}"));
+                            break;
+                        }
+                    }
+                }
+            }
+            // Read what greeted connections sent; a complete join goes to the pool.
+            let mut still = Vec::with_capacity(waiting.len());
+            // Connections greeted since the poll come last and were not polled.
+            for (i, mut g) in std::mem::take(&mut waiting).into_iter().enumerate() {
+                let readable = ready.get(i + 1).copied().unwrap_or(false);
+                let got = if readable {
+                    g.conn.try_read_line(MAX_JOIN_BYTES)
+                } else {
+                    Ok(None)
+                };
+                match got {
+                    Ok(Some(line)) => dispatch(Job::Check(g, line), &mut tally, &mut still),
+                    Ok(None) if now < g.by => still.push(g),
+                    Ok(None) => {
+                        let e = ReadError::Timeout.to_string();
+                        g.conn.reject(&e, deadline);
+                        tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
+                    }
+                    Err(e) => {
+                        let e = e.to_string();
+                        g.conn.reject(&e, deadline);
+                        tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
+                    }
+                }
+            }
+            waiting = still;
+            while let Ok(out) = out_rx.try_recv() {
+                match out {
+                    Out::Greeted(g) => waiting.push(g),
+                    Out::Done(a) => tally.take(a, deadline),
+                }
+            }
+            undecided = tally.in_flight.values().sum();
+        }
+        drop(listener);
+        if !asking.is_empty() {
+            tally.rejected.note(format!(
+                "{} connection(s) that had asked for nothing yet when the rendezvous ended",
+                asking.len()
+            ));
+        }
+        if other_jobs > 0 {
+            tally.rejected.note(format!(
+                "{other_jobs} connection(s) asking for other jobs' rendezvous (their leaders \
+                 were not listening yet, or sat on the next ports)"
+            ));
+        }
+        for g in waiting {
+            tally.settle(g.peer.ip());
+            tally.rejected.add(g.peer, "no join before the deadline");
+        }
+        // Workers finish what they hold (MUNGE calls, bounded by its timeout), skip what is
+        // queued, and stop.
+        stop.store(true, Ordering::Relaxed);
+        drop(work_tx);
+        while let Ok(out) = out_rx.recv() {
+            if let Out::Done(a) = out {
+                tally.take(a, deadline);
+            }
+        }
+    });
+    let Tally {
+        payloads,
+        joined,
+        rejected,
+        ..
+    } = tally;
+
+    let missing: Vec<String> = (0..n)
+        .filter(|r| payloads[*r].is_none())
+        .map(|r| cfg.nodes[r].clone())
+        .collect();
+    let shared = match cfg.share {
+        Share::All => Some(payloads.clone()),
+        Share::Ack => None,
+    };
+    answer_all(cfg, joined, &missing, shared.as_ref())?;
+    Ok(Gathered {
+        my_rank: 0,
+        port,
+        payloads,
+        missing,
+        rejected: rejected.into_lines(),
+    })
+}
+
+/// Sends every joined follower its `done`, encoding credentials on up to `cfg.workers` threads.
+fn answer_all(
+    cfg: &RendezvousConfig,
+    joined: Vec<Joined>,
+    missing: &[String],
+    shared: Option<&Vec<Option<Value>>>,
+) -> Result<(), RendezvousError> {
+    let answer = |mut j: Joined| -> Result<(), RendezvousError> {
+        let by = cfg.bounded(Instant::now(), Duration::from_secs(1));
+        if shared.is_none() {
+            let ack = Msg::Ack {
+                job_id: cfg.job_id,
+                missing: missing.to_vec(),
+            };
+            let _ = j.conn.write_msg(&ack, by);
+            return Ok(());
+        }
+        let claim = DoneClaim {
+            purpose: DONE_PURPOSE.into(),
+            job_id: cfg.job_id,
+            nonce: j.nonce.clone(),
+            missing: missing.to_vec(),
+            payloads: shared.cloned(),
+        };
+        let bytes = serde_json::to_vec(&claim).map_err(|e| RendezvousError::Io(e.to_string()))?;
+        let credential = cfg.munge.encode_for(&bytes, cfg.restrict_uid)?;
+        // A follower that vanished meanwhile is its own problem; the others still get answers.
+        let _ = j.conn.write_msg(&Msg::Done { credential }, by);
+        Ok(())
+    };
+    let queue = Mutex::new(joined);
+    let next = || {
+        queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop()
+    };
+    let run = || -> Result<(), RendezvousError> {
+        while let Some(j) = next() {
+            answer(j)?;
+        }
+        Ok(())
+    };
+    std::thread::scope(|scope| {
+        let mut helpers = Vec::new();
+        for _ in 1..cfg.workers.max(1) {
+            match std::thread::Builder::new()
+                .stack_size(WORKER_STACK_BYTES)
+                .spawn_scoped(scope, run)
+            {
+                Ok(h) => helpers.push(h),
+                Err(_) => break,
+            }
+        }
+        let mut result = run();
+        for h in helpers {
+            match h.join() {
+                Ok(r) => result = result.and(r),
+                Err(_) => {
+                    result = result.and(Err(RendezvousError::Io(
+                        "a thread answering followers panicked".into(),
+                    )));
+                }
+            }
+        }
+        result
+    })
+}
+
+/// IPv4-mapped IPv6 addresses as IPv4, so one node has one key.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// On a leader's worker: sign the hello for this connection and send it.
+fn greet(
+    cfg: &RendezvousConfig,
+    port: u16,
+    mut conn: Conn,
+    peer: SocketAddr,
+    deadline: Instant,
+) -> Result<Greeted, String> {
+    // A greeted peer costs a descriptor and its address's place, no thread: it may take until
+    // the rendezvous's deadline (a follower slowed by a loaded node is not cut off).
+    let by = deadline;
+    conn.stream
+        .set_nonblocking(false)
+        .map_err(|e| e.to_string())?;
+    let challenge = random_hex().map_err(|e| e.to_string())?;
+    let hello = HelloClaim {
+        purpose: HELLO_PURPOSE.into(),
+        job_id: cfg.job_id,
+        leader: cfg.nodes[0].clone(),
+        port,
+        challenge: challenge.clone(),
+    };
+    let bytes = serde_json::to_vec(&hello).map_err(|e| e.to_string())?;
+    let credential = cfg
+        .munge
+        .encode_for(&bytes, cfg.restrict_uid)
+        .map_err(|e| format!("cannot sign our hello: {e}"))?;
+    conn.write_msg(
+        &Msg::Hello {
+            v: PROTOCOL_VERSION,
+            job_id: cfg.job_id,
+            leader: cfg.nodes[0].clone(),
+            challenge: challenge.clone(),
+            credential,
+        },
+        by,
+    )?;
+    conn.stream
+        .set_nonblocking(true)
+        .map_err(|e| e.to_string())?;
+    Ok(Greeted {
+        conn,
+        peer,
+        challenge,
+        by,
+    })
+}
+
+/// On a leader's worker: check the follower's join (its credential, job, challenge and rank).
+fn check_join(cfg: &RendezvousConfig, g: Greeted, line: &[u8]) -> Result<Joined, String> {
+    let Greeted {
+        mut conn,
+        challenge,
+        by,
+        ..
+    } = g;
+    let _ = conn.stream.set_nonblocking(false);
+    let by = by.max(Instant::now() + SLICE);
+    let credential = match serde_json::from_slice::<Msg>(line) {
+        Ok(Msg::Join { credential }) => credential,
+        Ok(_) => {
+            conn.reject("expected a join message", by);
+            return Err("sent something other than a join".into());
+        }
+        Err(e) => {
+            let e = sanitise(&format!("malformed message: {e}"));
+            conn.reject(&e, by);
+            return Err(e);
+        }
+    };
+    let mut refuse = |reason: String| {
+        let reason = sanitise(&reason);
+        conn.reject(&reason, by);
+        Err(reason)
+    };
+    let decoded = match cfg.munge.decode(&credential) {
+        Ok(d) => d,
+        Err(e) => return refuse(e.to_string()),
+    };
+    if !cfg.allowed_uids.contains(&decoded.uid) {
+        return refuse(format!("credential of uid {} is not allowed", decoded.uid));
+    }
+    let claim: JoinClaim = match serde_json::from_slice(&decoded.payload) {
+        Ok(c) => c,
+        Err(e) => return refuse(format!("credential payload is not a join: {e}")),
+    };
+    if claim.purpose != JOIN_PURPOSE {
+        return refuse(format!("credential is for {:?}", claim.purpose));
+    }
+    if claim.job_id != cfg.job_id {
+        return refuse(format!(
+            "credential is for job {}, not {}",
+            claim.job_id, cfg.job_id
+        ));
+    }
+    if claim.challenge != challenge {
+        return refuse("credential does not answer this connection's challenge (replayed?)".into());
+    }
+    if claim.rank == 0 || claim.rank >= cfg.nodes.len() || cfg.nodes[claim.rank] != claim.node {
+        return refuse(format!(
+            "node {} is not participant rank {}",
+            claim.node, claim.rank
+        ));
+    }
+    Ok(Joined {
+        rank: claim.rank,
+        nonce: claim.nonce,
+        payload: claim.payload,
+        conn,
+    })
+}
