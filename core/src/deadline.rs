@@ -111,6 +111,12 @@ impl Budget {
         deadline.limit_leaving(TAG_LOCK_WAIT, self.slurm_call() * 2, Duration::ZERO)
     }
 
+    /// How long the batch script's `step-end` may wait for its node's step ends still in
+    /// flight: until the deadline, less the two Slurm calls of its own write after it.
+    pub fn step_end_wait(&self, deadline: &Deadline) -> Duration {
+        deadline.limit_leaving(deadline.remaining(), self.slurm_call() * 2, Duration::ZERO)
+    }
+
     /// The cap of each call of a drain's settle step, with `left` before the deadline, a settle
     /// `wait` and Slurm calls of at most `call_limit`: the drain call and the re-check share
     /// what is left after the wait, a whole `call_limit` kept for the undo and

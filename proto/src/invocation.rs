@@ -22,6 +22,11 @@ pub const EXIT_MARKER: &str = "fabric-check-exit=";
 /// `slurm_spank_exit`), so `step-end` there writes the summary of every step of its node.
 pub const BATCH_STEP_ID: u32 = 0xffff_fffb;
 
+/// Step ids from here up are Slurm's special steps (batch script, extern, interactive, pending):
+/// none of them is a parallel step (no collective checks one, no `step-end` but the batch
+/// script's runs at one).
+pub const FIRST_SPECIAL_STEP_ID: u32 = 0xffff_fff0;
+
 /// TCP port bases of the job step's cross-node phases; each adds `job_id % span` so that
 /// concurrent jobs sharing a node do not collide (see `docs/architecture.md`).
 pub mod ports {

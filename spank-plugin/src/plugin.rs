@@ -1,7 +1,7 @@
 //! What each SPANK callback does, written against [`Host`] so it can be tested without Slurm.
 
 use fabric_proto::fabric_option::FabricMode;
-use fabric_proto::invocation::{BATCH_STEP_ID, Invocation, JobStepExit};
+use fabric_proto::invocation::{BATCH_STEP_ID, FIRST_SPECIAL_STEP_ID, Invocation, JobStepExit};
 use fabric_proto::plugin_args::{ArgProblem, JobMode, PluginArgs};
 use fabric_proto::record::PLUGIN_SPOOL_ENV;
 
@@ -425,10 +425,6 @@ pub fn script_rc(script: Script, rc: i32) -> i32 {
         Script::Epilog | Script::StepEnd => 0,
     }
 }
-
-/// Step ids from here up are Slurm's special steps (batch script, extern, interactive, pending):
-/// none of them is a parallel step the collective could check.
-const FIRST_SPECIAL_STEP_ID: u32 = 0xffff_fff0;
 
 /// The command `slurm_spank_task_init` prepends to every task of a `--fabric-check=full` step:
 /// `<probe> step-gate --plugin-arg WORD... --`, followed by the task's own command line.

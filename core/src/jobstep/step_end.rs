@@ -37,17 +37,46 @@
 //!
 //! What a peer sends is the job's (its records are user-written): reported by the job, never a
 //! reason to drain, bounded like the epilog's payload.
+//!
+//! The batch script's end waits for the step ends still in flight on its node. Slurm 24.11's
+//! `srun` returns as soon as the step's tasks end, so a batch script whose last command is a
+//! multi-node `srun fabric-run` ends while that step's end on this node (the leader of its
+//! meeting) is still gathering; without the wait the batch end would write what it knew (its
+//! own node and the earlier meetings), the job would complete, slurmstepd would kill the step's
+//! end before its write, and the epilog would find the followers' records new and write the tag
+//! after the job, in the database's `b32:` form. So, on each node, with no thread and bounded:
+//!
+//! - every numbered step's end holds a shared `flock` on `<state_dir>/step-ends-<job>` (root's)
+//!   from its start (before the meeting) until after its tag write, then appends its step id
+//!   there ("this step's end is over") and lets the lock go; shared, so that steps ending at
+//!   once never wait for each other;
+//! - the batch script's end, before it reads the kept summaries and writes, polls
+//!   ([`STEP_END_POLL`]) for the exclusive lock (held by nobody: no step end in flight) and for
+//!   every step its node's records name to be listed as over. It stops waiting when both hold,
+//!   at its budget ([`crate::deadline::Budget::step_end_wait`], never past its deadline), or
+//!   when a step named in the records is still not over after [`STEP_END_GRACE`] with no step
+//!   end holding the lock (that step's end never came: killed, timed out, never spawned).
+//!
+//! Why the records and not the lock alone: the lock closes nothing in the window between the
+//! batch end's start and the moment the last step's end is spawned and takes it (slurmstepd
+//! spawns it from `slurm_spank_exit` after the tasks end, which races `srun`'s return). The
+//! records close that window without any timing guess: a step whose records are on this node
+//! and whose end is not listed as over is an end still to come, so the batch end waits for it
+//! (a grace only bounds an end that never comes); and when every step is listed as over, the
+//! batch end does not wait at all. A job user can only make it wait the grace (records naming
+//! steps that never ran): bounded, and nothing is lost.
 
-use std::collections::BTreeMap;
-use std::io::Read;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use super::JobStep;
 use super::meet::{Delivery, deliver_to};
 use super::payload::StepEndPayload;
 use super::tag_write::{TagWrite, Target, write_tag_to};
 use crate::record;
-use fabric_proto::invocation::{BATCH_STEP_ID, JobStepExit};
+use fabric_proto::invocation::{BATCH_STEP_ID, FIRST_SPECIAL_STEP_ID, JobStepExit};
 use fabric_proto::plugin_args::Policy;
 use fabric_proto::tag::RunSummary;
 
@@ -84,7 +113,9 @@ pub fn end_of_step(step: &JobStep<'_>) -> StepEnd {
         step.say("step-end without --step-id: nothing to do");
         return StepEnd::NoRecords;
     };
-    let own = own_payload(step, step_id);
+    // A numbered step's end is in flight on this node until this is dropped (after its write).
+    let _in_flight = (step_id != BATCH_STEP_ID).then(|| InFlight::begin(step, step_id));
+    let (own, named) = own_payload(step, step_id);
     if setup.nodes.len() < 2 {
         // A one-node step (or the batch script's): no meeting.
         if !own.this_step {
@@ -93,6 +124,10 @@ pub fn end_of_step(step: &JobStep<'_>) -> StepEnd {
         let Some(run) = own.run else {
             return StepEnd::NoRecords;
         };
+        if step_id == BATCH_STEP_ID {
+            // What the steps' ends on this node heard goes into the kept summaries first.
+            wait_for_step_ends(step, &named);
+        }
         return write(step, step_id, [(step.node().to_owned(), run)].into());
     }
     match deliver_to(step, own, Some(step_id)) {
@@ -118,24 +153,176 @@ pub fn end_of_step(step: &JobStep<'_>) -> StepEnd {
 }
 
 /// This node's records, summarised, and whether one of them names step `step_id` (the batch
-/// script's end comes after every step it started: any record will do there).
-fn own_payload(step: &JobStep<'_>, step_id: u32) -> StepEndPayload {
+/// script's end comes after every step it started: any record will do there); with the
+/// numbered steps the records name (the job's words: only ever a reason to wait a bounded
+/// while).
+fn own_payload(step: &JobStep<'_>, step_id: u32) -> (StepEndPayload, BTreeSet<u32>) {
     let Some(dir) = super::epilog::open_job_dir(step) else {
-        return StepEndPayload::default();
+        return Default::default();
     };
     let Some((_, recs)) = super::epilog::read_node_records(step, &dir) else {
-        return StepEndPayload::default();
+        return Default::default();
     };
-    let this_step = step_id.to_string();
-    let named = step_id == BATCH_STEP_ID
-        || recs
-            .records
-            .iter()
-            .any(|r| r.meta.step_id.as_deref() == Some(this_step.as_str()));
+    let steps: BTreeSet<u32> = recs
+        .records
+        .iter()
+        .filter_map(|r| r.meta.step_id.as_deref()?.parse::<u32>().ok())
+        .filter(|id| *id < FIRST_SPECIAL_STEP_ID)
+        .collect();
+    let named = step_id == BATCH_STEP_ID || steps.contains(&step_id);
     let run = record::summarize(&recs);
-    StepEndPayload {
+    let own = StepEndPayload {
         this_step: named && run.is_some(),
         run,
+    };
+    (own, steps)
+}
+
+/// How long the batch script's end waits for the end of a step its node's records name when no
+/// step end holds the lock: the time slurmstepd takes to spawn an end that is still to come
+/// (an end that never comes costs the batch end this, once).
+pub const STEP_END_GRACE: Duration = Duration::from_secs(2);
+
+/// How often the batch script's end looks again at the step ends in flight.
+pub const STEP_END_POLL: Duration = Duration::from_millis(20);
+
+/// The most bytes of the list of steps whose end is over that are read (a line per step end).
+const MAX_STEP_ENDS_BYTES: u64 = 1 << 20;
+
+/// A numbered step's end in flight on this node: a shared lock on `<state_dir>/step-ends-<job>`
+/// (see the module docs); dropped, it lists its step as over and lets the lock go.
+struct InFlight {
+    file: Option<std::fs::File>,
+    step_id: u32,
+}
+
+/// The file of the step ends of this node's share of the job: lock and list of the steps whose
+/// end is over (root's; removed by the epilog).
+fn step_ends_path(step: &JobStep<'_>) -> PathBuf {
+    step.setup
+        .state_dir
+        .join(format!("step-ends-{}", step.job_id()))
+}
+
+/// Opens (creating) [`step_ends_path`] for appending, said when it cannot be.
+fn open_step_ends(step: &JobStep<'_>) -> Option<std::fs::File> {
+    let path = step_ends_path(step);
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        Ok(f) => Some(f),
+        Err(e) => {
+            step.say(&format!(
+                "cannot open the step ends' file {} ({e}); the batch script's end will not wait for this one",
+                path.display()
+            ));
+            None
+        }
+    }
+}
+
+impl InFlight {
+    /// Takes the shared lock. Only the batch end's brief look holds it exclusively, so this
+    /// retries a few times, then goes on unlocked (said): this end is then listed when it is
+    /// over, which the batch end also waits for.
+    fn begin(step: &JobStep<'_>, step_id: u32) -> Self {
+        use rustix::fs::{FlockOperation, flock};
+        let file = open_step_ends(step);
+        if let Some(f) = &file {
+            let until = Instant::now() + step.deadline().limit(Duration::from_millis(200));
+            while flock(f, FlockOperation::NonBlockingLockShared).is_err() {
+                if Instant::now() >= until {
+                    step.say("the step ends' lock is held; this step's end goes on unlocked");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        Self { file, step_id }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(f) = &mut self.file {
+            // One short append (`O_APPEND`): whole even when steps end at once.
+            let _ = f.write_all(format!("{}\n", self.step_id).as_bytes());
+        }
+        // Closing the file lets the lock go.
+    }
+}
+
+/// The steps whose end on this node is over, as listed (bounded; an unreadable list is empty).
+fn steps_ended(step: &JobStep<'_>) -> BTreeSet<u32> {
+    let mut text = String::new();
+    if let Ok(f) = std::fs::File::open(step_ends_path(step)) {
+        let _ = f.take(MAX_STEP_ENDS_BYTES).read_to_string(&mut text);
+    }
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// Whether some step's end holds the lock now (a look: the exclusive lock, let go at once).
+fn step_end_in_flight(file: &std::fs::File) -> bool {
+    use rustix::fs::{FlockOperation, flock};
+    if flock(file, FlockOperation::NonBlockingLockExclusive).is_ok() {
+        let _ = flock(file, FlockOperation::Unlock);
+        false
+    } else {
+        true
+    }
+}
+
+/// The batch script's end: waits, polling and bounded (see the module docs), until no step end
+/// holds the lock and every step in `named` is listed as over, so that the kept summaries hold
+/// what the steps' meetings heard. Returns at once when nothing is in flight or to come.
+fn wait_for_step_ends(step: &JobStep<'_>, named: &BTreeSet<u32>) {
+    let Some(file) = open_step_ends(step) else {
+        return;
+    };
+    let start = Instant::now();
+    let until = start + step.setup.budget().step_end_wait(step.deadline());
+    let mut quiet_since = start;
+    let mut said = false;
+    loop {
+        let busy = step_end_in_flight(&file);
+        let ended = steps_ended(step);
+        let pending: Vec<u32> = named.difference(&ended).copied().collect();
+        if !busy && pending.is_empty() {
+            if said {
+                step.say(&format!(
+                    "the step ends on this node are over after {} ms",
+                    start.elapsed().as_millis()
+                ));
+            }
+            return;
+        }
+        let now = Instant::now();
+        if busy {
+            quiet_since = now;
+        }
+        let why = if now >= until {
+            Some("this end's budget is spent")
+        } else if now >= quiet_since + STEP_END_GRACE {
+            Some("no step end is running")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            step.say(&format!(
+                "writing without waiting longer for the end of step(s) {pending:?} on this node ({why} after {} ms); the epilog merges the rest",
+                start.elapsed().as_millis()
+            ));
+            return;
+        }
+        if !said {
+            step.say(&format!(
+                "waiting for the step ends on this node (in flight: {busy}; not over yet: step(s) {pending:?})"
+            ));
+            said = true;
+        }
+        std::thread::sleep(STEP_END_POLL.min(until.saturating_duration_since(now)));
     }
 }
 
@@ -230,4 +417,5 @@ impl PeerRuns {
 /// job's summary is merged).
 pub fn forget_peer_runs(step: &JobStep<'_>) {
     let _ = std::fs::remove_file(PeerRuns::path(step));
+    let _ = std::fs::remove_file(step_ends_path(step));
 }

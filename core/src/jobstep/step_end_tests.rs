@@ -452,3 +452,144 @@ fn a_multi_node_step_whose_nodes_have_no_record_of_it_writes_nothing() {
     assert_eq!(done, StepEnd::NoRecords);
     assert_eq!(slurm.calls(), vec![]);
 }
+
+// ---- the batch script's end and the step ends still in flight on its node ------------------
+
+/// Job 7 with a two-node step 1 whose records are on both nodes; n2's summary.
+fn two_node_step_one(dir: &Path) -> fabric_proto::tag::RunSummary {
+    append(dir, "n1", &rank_lines("n1", 0, "1", 5, "accepted"));
+    append(dir, "n2", &rank_lines("n2", 1, "1", 5, "accepted"));
+    summary_of(dir, "n2")
+}
+
+/// Step 1's end on its first node n1, in a thread of the test (as slurmstepd runs it beside the
+/// batch script's): it starts after `start_after` and meets n2 for `meeting` (its own fake
+/// Slurm; what it keeps for the batch end is on disk).
+fn leader_of_step_one(
+    dir: &Path,
+    n2: &fabric_proto::tag::RunSummary,
+    start_after: std::time::Duration,
+    meeting: std::time::Duration,
+) -> std::thread::JoinHandle<StepEnd> {
+    let dir = dir.to_owned();
+    let payload = step_payload(n2);
+    std::thread::spawn(move || {
+        std::thread::sleep(start_after);
+        let mut s = setup(&dir, Script::StepEnd, "n[1-2]", "n1", &["policy=enforce"]);
+        s.inv.step_id = Some(1);
+        let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+        let runner = FakeRunner::answering(vec![]);
+        let meet = FakeMeet {
+            peers: [("n2".to_owned(), payload)].into(),
+            delay: meeting,
+            ..FakeMeet::default()
+        };
+        let lines = Lines::default();
+        end_of_step(&step(&s, seams(&slurm, &runner, &meet, &lines)))
+    })
+}
+
+/// The batch script's end on n1 (job 7 on n1 and n2), with how long it took.
+fn batch_end(dir: &Path, slurm: &FakeSlurm) -> (StepEnd, Lines, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let (done, _, lines) = multi_step_end(
+        dir,
+        "n1",
+        "n1",
+        fabric_proto::invocation::BATCH_STEP_ID,
+        &[],
+        slurm,
+    );
+    (done, lines, started.elapsed())
+}
+
+#[test]
+fn a_batch_end_that_starts_while_a_steps_first_node_is_still_meeting_waits_and_keeps_both_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let n2 = two_node_step_one(dir.path());
+    let ms = std::time::Duration::from_millis;
+    let leader = leader_of_step_one(dir.path(), &n2, ms(0), ms(700));
+    // srun has returned and the batch script ended while step 1's end is gathering.
+    std::thread::sleep(ms(150));
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    let (done, lines, _) = batch_end(dir.path(), &slurm);
+    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
+    assert_eq!(
+        live_json(&slurm)["run"]["ranks"],
+        2,
+        "n2's ranks, heard at step 1's meeting, are in the batch end's summary: {}",
+        lines.text()
+    );
+    assert!(lines.has("waiting for the step ends"), "{}", lines.text());
+    assert!(lines.has("are over after"), "{}", lines.text());
+    assert_eq!(leader.join().unwrap(), StepEnd::Written(TagWrite::Live));
+}
+
+#[test]
+fn a_batch_end_that_starts_before_the_last_steps_end_has_begun_waits_for_it_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let n2 = two_node_step_one(dir.path());
+    let ms = std::time::Duration::from_millis;
+    // slurmstepd has not spawned step 1's end yet when the batch script's end starts: no lock
+    // is held, but n1's records name step 1 and its end is not over.
+    let leader = leader_of_step_one(dir.path(), &n2, ms(400), ms(300));
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    let (done, lines, _) = batch_end(dir.path(), &slurm);
+    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
+    assert_eq!(live_json(&slurm)["run"]["ranks"], 2, "{}", lines.text());
+    assert_eq!(leader.join().unwrap(), StepEnd::Written(TagWrite::Live));
+}
+
+#[test]
+fn a_batch_end_with_no_step_end_in_flight_or_to_come_does_not_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let n2 = two_node_step_one(dir.path());
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    // Step 1's end came and went before the batch script ended.
+    let (done, _, _) = multi_step_end(
+        dir.path(),
+        "n[1-2]",
+        "n1",
+        1,
+        &[("n2", step_payload(&n2))],
+        &slurm,
+    );
+    assert_eq!(done, StepEnd::Written(TagWrite::Live));
+    let (done, lines, took) = batch_end(dir.path(), &slurm);
+    assert_eq!(
+        done,
+        StepEnd::Written(TagWrite::Unchanged),
+        "{}",
+        lines.text()
+    );
+    assert!(!lines.has("waiting for the step ends"), "{}", lines.text());
+    assert!(
+        took < crate::jobstep::step_end::STEP_END_GRACE,
+        "no wait: {took:?}"
+    );
+    assert_eq!(live_json(&slurm)["run"]["ranks"], 2);
+    // The epilog takes the list of ended steps with the kept summaries.
+    epilog_on(dir.path(), &slurm);
+    assert!(!dir.path().join("state/n1/step-ends-7").exists());
+}
+
+#[test]
+fn a_batch_end_whose_steps_end_never_comes_waits_only_the_grace_and_writes_its_own_node() {
+    let dir = tempfile::tempdir().unwrap();
+    // Step 1's end on n1 was killed before it listed itself (or the job's records name a step
+    // that never ran: the job's words cost at most the grace).
+    two_node_step_one(dir.path());
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    let (done, lines, took) = batch_end(dir.path(), &slurm);
+    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
+    assert!(lines.has("no step end is running"), "{}", lines.text());
+    assert!(
+        took >= crate::jobstep::step_end::STEP_END_GRACE,
+        "{took:?}: the grace"
+    );
+    assert_eq!(
+        live_json(&slurm)["run"]["ranks"],
+        1,
+        "n1 alone; the epilog adds n2"
+    );
+}
