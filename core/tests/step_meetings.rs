@@ -7,38 +7,17 @@
 #[path = "../../net/tests/common/mod.rs"]
 mod common;
 
-use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
 use std::thread;
 use std::time::Duration;
 
 use common::munged::Munged;
 use fabric_core::jobstep::meet::meeting_id;
-use fabric_net::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver, gather};
+use fabric_net::rendezvous::{RendezvousConfig, gather};
 use serde_json::json;
 
+/// Both meetings start at the same port: the second leader takes the next one.
 fn config(munged: &Munged, meeting: u64, base: u16) -> RendezvousConfig {
-    let names: Vec<String> = vec!["n1".into(), "n2".into()];
-    let map = MapResolver::<SystemResolver> {
-        map: names
-            .iter()
-            .map(|n| (n.clone(), IpAddr::V4(Ipv4Addr::LOCALHOST)))
-            .collect::<BTreeMap<_, _>>(),
-        fallback: None,
-    };
-    let me = nix::unistd::getuid().as_raw();
-    let mut cfg = RendezvousConfig::new(
-        names,
-        &map,
-        meeting,
-        Munge::with_socket(&munged.socket),
-        vec![me],
-    )
-    .unwrap();
-    // Both meetings start at the same port: the second leader takes the next one.
-    cfg.base_port = base - (meeting % 1000) as u16;
-    cfg.timeout = Duration::from_secs(5);
-    cfg
+    common::loopback::config(munged, 2, meeting, base, Duration::from_secs(5))
 }
 
 #[test]

@@ -3,17 +3,15 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::net::{Ipv4Addr, TcpStream};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::munged::Munged;
 use fabric_net::rendezvous::{
-    self, Gathered, MapResolver, Munge, RendezvousConfig, RendezvousError, Share, SystemResolver,
-    gather,
+    self, Gathered, Munge, RendezvousConfig, RendezvousError, Share, gather,
 };
 use serde_json::{Value, json};
 
@@ -21,27 +19,7 @@ use serde_json::{Value, json};
 static NEXT_BASE: AtomicU16 = AtomicU16::new(41_000);
 
 fn config(munged: &Munged, nodes: usize, job_id: u64, base: u16) -> RendezvousConfig {
-    let names: Vec<String> = (1..=nodes).map(|i| format!("n{i}")).collect();
-    let map = MapResolver::<SystemResolver> {
-        map: names
-            .iter()
-            .map(|n| (n.clone(), IpAddr::V4(Ipv4Addr::LOCALHOST)))
-            .collect::<BTreeMap<_, _>>(),
-        fallback: None,
-    };
-    let me = nix::unistd::getuid().as_raw();
-    let mut cfg = RendezvousConfig::new(
-        names,
-        &map,
-        job_id,
-        Munge::with_socket(&munged.socket),
-        vec![me],
-    )
-    .unwrap();
-    // The first port is `base` itself: each test keeps to its own window of ports.
-    cfg.base_port = base - (job_id % 1000) as u16;
-    cfg.timeout = Duration::from_millis(1500);
-    cfg
+    common::loopback::config(munged, nodes, job_id, base, Duration::from_millis(1500))
 }
 
 fn base() -> u16 {
