@@ -25,6 +25,26 @@ fn tree_listing(tb: &Testbed, node: &str) -> String {
     lines.join("\n")
 }
 
+/// `fabric-check drill --testbed` with `args`, against this testbed, as its `scripts/testbed`.
+fn run_drill(tb: &Testbed, args: &[&str]) -> std::process::Output {
+    Command::new(tb.dir.join("bin/fabric-check"))
+        .args([
+            "drill",
+            "--testbed",
+            "--testbed-script",
+            tb.repo
+                .join("scripts/testbed")
+                .to_str()
+                .expect("utf-8 path"),
+        ])
+        .args(args)
+        .env("SLURM_CONF", &tb.slurm_conf)
+        .env("FABRIC_TESTBED_DIR", &tb.dir)
+        .current_dir(&tb.repo)
+        .output()
+        .expect("run fabric-check drill")
+}
+
 #[test]
 fn a_short_drill_catches_every_injection_drains_nothing_else_and_restores_the_cluster() {
     let tb = Testbed::get();
@@ -32,12 +52,9 @@ fn a_short_drill_catches_every_injection_drains_nothing_else_and_restores_the_cl
         let nodes = ["n1", "n2", "n3", "n4"];
         let before: Vec<String> = nodes.iter().map(|n| tree_listing(&tb, n)).collect();
         let t0 = Instant::now();
-        let out = Command::new(tb.dir.join("bin/fabric-check"))
-            .args([
-                "drill",
-                "--testbed",
-                "--testbed-script",
-                tb.repo.join("scripts/testbed").to_str().expect("utf-8 path"),
+        let out = run_drill(
+            &tb,
+            &[
                 "--seed",
                 "21",
                 "--classes",
@@ -49,12 +66,8 @@ fn a_short_drill_catches_every_injection_drains_nothing_else_and_restores_the_cl
                 "--format",
                 "json",
                 "--summary-line",
-            ])
-            .env("SLURM_CONF", &tb.slurm_conf)
-            .env("FABRIC_TESTBED_DIR", &tb.dir)
-            .current_dir(&tb.repo)
-            .output()
-            .expect("run fabric-check drill");
+            ],
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "drill failed:\n{stdout}\n{stderr}");
@@ -109,12 +122,9 @@ fn the_workload_runs_clean_and_faulted_on_each_fabric_and_reports_them_side_by_s
             ),
         )
         .expect("write the job script");
-        let out = Command::new(tb.dir.join("bin/fabric-check"))
-            .args([
-                "drill",
-                "--testbed",
-                "--testbed-script",
-                tb.repo.join("scripts/testbed").to_str().expect("utf-8 path"),
+        let out = run_drill(
+            &tb,
+            &[
                 "--workload",
                 script.to_str().expect("utf-8 path"),
                 "--partitions",
@@ -123,12 +133,8 @@ fn the_workload_runs_clean_and_faulted_on_each_fabric_and_reports_them_side_by_s
                 "1",
                 "--format",
                 "json",
-            ])
-            .env("SLURM_CONF", &tb.slurm_conf)
-            .env("FABRIC_TESTBED_DIR", &tb.dir)
-            .current_dir(&tb.repo)
-            .output()
-            .expect("run fabric-check drill --workload");
+            ],
+        );
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
