@@ -287,7 +287,8 @@ mod mass_drain_storm {
         }
     }
 
-    fn drained_by_fabric_check(cluster: &SharedCluster) -> Vec<String> {
+    /// The nodes drained with a reason of ours.
+    pub(super) fn drained_by_fabric_check(cluster: &SharedCluster) -> Vec<String> {
         cluster
             .nodes()
             .into_iter()
@@ -652,7 +653,6 @@ mod roots_evidence {
 /// call's own limit.
 mod slow_slurmctld {
     use super::*;
-    use crate::drain::is_ours;
     use crate::jobstep::prolog;
     use crate::testing::{Fault, FaultPlan, SharedCluster};
     use std::sync::{Arc, Barrier};
@@ -703,12 +703,7 @@ mod slow_slurmctld {
         for t in threads {
             t.join().expect("a prolog thread panicked");
         }
-        cluster
-            .nodes()
-            .into_iter()
-            .filter(|n| n.is_drained() && is_ours(&n.reason))
-            .map(|n| n.name)
-            .collect()
+        super::mass_drain_storm::drained_by_fabric_check(cluster)
     }
 
     #[test]
