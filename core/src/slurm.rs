@@ -405,7 +405,9 @@ impl SlurmCli {
     }
 
     /// The job's `AdminComment` and exact name, from structured output only: slurmctld's JSON
-    /// (`scontrol --json show job`), the record whose `job_id` is `job_id`; on Slurm 22.05,
+    /// (`scontrol --local --json show job`: `--local`, as the job runs on this cluster, spares
+    /// the `REQUEST_FED_INFO` that `slurm_load_job` sends first without it, so the read is one
+    /// `REQUEST_JOB_INFO_SINGLE`), the record whose `job_id` is `job_id`; on Slurm 22.05,
     /// which has no `scontrol --json` (and whose `squeue --json` ignores every filter and lists
     /// all the jobs slurmctld holds), `squeue -h --local --jobs=ID --states=all -O` [`SQUEUE_FIELDS`]:
     /// one job's records (one RPC for that job), the raw id, the exact name and the comment
@@ -413,7 +415,7 @@ impl SlurmCli {
     /// accounting (`sacct -P` of `JobIDRaw`, `JobID`, `AdminComment`, the same layout).
     pub fn admin_comment(&self, job_id: u32) -> Result<JobComment, SlurmError> {
         let id = job_id.to_string();
-        let live = match self.run("scontrol", &["--json", "show", "job", &id]) {
+        let live = match self.run("scontrol", &["--local", "--json", "show", "job", &id]) {
             Err(SlurmError::Failed { stderr, .. }) if stderr.contains("unrecognized option") => {
                 let jobs = format!("--jobs={id}");
                 let text = self.run(
@@ -430,7 +432,7 @@ impl SlurmCli {
                     Err(e) => Err(e),
                 }
             }
-            other => other.map(|text| ("scontrol --json show job", Some(text))),
+            other => other.map(|text| ("scontrol --local --json show job", Some(text))),
         };
         match live {
             Ok((_, None)) => {}
