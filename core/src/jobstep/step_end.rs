@@ -20,7 +20,10 @@
 //! - writes it as the tag's `run` (reported by the job, never a reason to drain) through the
 //!   tag writer's one read and one write, live only: a job that is already completing is left
 //!   to its epilog, which merges every node's records and writes the job's summary over this
-//!   one; the records stay for it.
+//!   one; the records stay for it. When the merged summary is the one this node's step ends
+//!   last put in the live tag (`<state_dir>/step-run-written-<job>.json`), there is nothing to
+//!   write and the tag is not even read: the batch script's end after the last step's end (it
+//!   waited for that end, below) costs slurmctld nothing.
 //!
 //! A step on several nodes: every node of the step runs `step-end` (the plugin passes the step's
 //! nodes, in their order), and they meet at the step's first node as the prolog's nodes meet
@@ -331,6 +334,14 @@ fn wait_for_step_ends(step: &JobStep<'_>, named: &BTreeSet<u32>) {
 fn write(step: &JobStep<'_>, step_id: u32, fresh: BTreeMap<String, RunSummary>) -> StepEnd {
     let job = step.job_id();
     let heard = fresh.len();
+    if let Some(unchanged) = unchanged_since_last_write(step, &fresh) {
+        step.say(&format!(
+            "step {job}.{step_id}: the run summary is the one this node's step ends last wrote ({} step(s)); the tag is not read again",
+            unchanged.steps
+        ));
+        return StepEnd::Written(TagWrite::Unchanged);
+    }
+    let mut merged = None;
     let written = write_tag_to(step, Target::LiveOnly, |prev| {
         // Under the node's tag lock: the read-modify-write of the kept summaries too.
         let mut all = PeerRuns::load(step);
@@ -339,10 +350,14 @@ fn write(step: &JobStep<'_>, step_id: u32, fresh: BTreeMap<String, RunSummary>) 
         let runs: Vec<RunSummary> = all.into_values().collect();
         let mut t = prev.unwrap_or_default();
         if let Some(run) = record::merge_nodes(&runs) {
+            merged = Some(run.clone());
             t.run = Some(run);
         }
         t
     });
+    if let (TagWrite::Live | TagWrite::Unchanged, Some(run)) = (&written, &merged) {
+        WrittenRun::keep(step, run);
+    }
     if matches!(written, TagWrite::Live | TagWrite::Unchanged) {
         step.say(&format!(
             "step {job}.{step_id}: run summary of {} in the live tag ({heard} node(s) heard at this end)",
@@ -413,9 +428,70 @@ impl PeerRuns {
     }
 }
 
+/// The merged summary when it is the one this node's step ends last put in the live tag: `fresh`
+/// merged with the kept summaries changes nothing, so there is nothing to write and no reason
+/// to ask slurmctld for the tag (one read less per job: the batch script's end after the last
+/// step's end, a step end spawned twice). Local files only; the epilog still reads the tag and
+/// completes it.
+fn unchanged_since_last_write(
+    step: &JobStep<'_>,
+    fresh: &BTreeMap<String, RunSummary>,
+) -> Option<RunSummary> {
+    let last = WrittenRun::load(step)?;
+    let mut all = PeerRuns::load(step);
+    all.extend(fresh.iter().map(|(n, r)| (n.clone(), r.clone())));
+    let runs: Vec<RunSummary> = all.into_values().collect();
+    record::merge_nodes(&runs).filter(|merged| *merged == last)
+}
+
+/// The run summary this node's step ends last put in the live tag (or found there), in root's
+/// state folder (`<state_dir>/step-run-written-<job>.json`; removed by the epilog).
+struct WrittenRun;
+
+/// The most bytes of the last written summary that are read (one summary, well under 1 KiB).
+const MAX_WRITTEN_RUN_BYTES: u64 = 64 << 10;
+
+impl WrittenRun {
+    fn path(step: &JobStep<'_>) -> PathBuf {
+        step.setup
+            .state_dir
+            .join(format!("step-run-written-{}.json", step.job_id()))
+    }
+
+    /// The summary last written; `None` when there is none or it cannot be read (the step end
+    /// then reads the tag as before).
+    fn load(step: &JobStep<'_>) -> Option<RunSummary> {
+        let file = std::fs::File::open(Self::path(step)).ok()?;
+        let mut bytes = Vec::new();
+        let n = file
+            .take(MAX_WRITTEN_RUN_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        if n as u64 > MAX_WRITTEN_RUN_BYTES {
+            return None;
+        }
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Keeps `run` (written whole, then renamed); a failure only costs the next end a read.
+    fn keep(step: &JobStep<'_>, run: &RunSummary) {
+        let path = Self::path(step);
+        let tmp = path.with_extension("tmp");
+        let done = serde_json::to_vec(run)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        if done.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 /// Removes the run summaries the step ends of the job kept on this node (the epilog, once the
 /// job's summary is merged).
 pub fn forget_peer_runs(step: &JobStep<'_>) {
     let _ = std::fs::remove_file(PeerRuns::path(step));
+    let _ = std::fs::remove_file(WrittenRun::path(step));
     let _ = std::fs::remove_file(step_ends_path(step));
 }

@@ -125,11 +125,13 @@ fn a_later_step_rewrites_the_summary_of_every_step_so_far_without_counting_one_t
     append(dir.path(), "n1", &run_lines("n1", "1", 4, "accepted"));
     step_end_on(dir.path(), 1, &slurm);
     assert_eq!(live_json(&slurm)["run"]["steps"], 7);
-    // The same step's end seen twice (a retried spawn) changes nothing and writes nothing.
+    // The same step's end seen twice (a retried spawn) changes nothing: the summary is the one
+    // this node last wrote, so it neither writes nor asks slurmctld for the tag.
     let before = slurm.calls().len();
-    let (done, _) = step_end_on(dir.path(), 1, &slurm);
+    let (done, lines) = step_end_on(dir.path(), 1, &slurm);
     assert_eq!(done, StepEnd::Written(TagWrite::Unchanged));
-    assert_eq!(slurm.calls().len(), before + 1, "one read, no write");
+    assert_eq!(slurm.calls().len(), before, "no read, no write");
+    assert!(lines.has("the tag is not read again"), "{}", lines.text());
     assert_eq!(live_json(&slurm)["run"]["steps"], 7);
 }
 
@@ -464,13 +466,13 @@ fn two_node_step_one(dir: &Path) -> fabric_proto::tag::RunSummary {
 
 /// Step 1's end on its first node n1, in a thread of the test (as slurmstepd runs it beside the
 /// batch script's): it starts after `start_after` and meets n2 for `meeting` (its own fake
-/// Slurm; what it keeps for the batch end is on disk).
+/// Slurm, whose live tag it returns; what it keeps for the batch end is on disk).
 fn leader_of_step_one(
     dir: &Path,
     n2: &fabric_proto::tag::RunSummary,
     start_after: std::time::Duration,
     meeting: std::time::Duration,
-) -> std::thread::JoinHandle<StepEnd> {
+) -> std::thread::JoinHandle<(StepEnd, serde_json::Value)> {
     let dir = dir.to_owned();
     let payload = step_payload(n2);
     std::thread::spawn(move || {
@@ -485,7 +487,8 @@ fn leader_of_step_one(
             ..FakeMeet::default()
         };
         let lines = Lines::default();
-        end_of_step(&step(&s, seams(&slurm, &runner, &meet, &lines)))
+        let done = end_of_step(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        (done, live_json(&slurm))
     })
 }
 
@@ -513,16 +516,24 @@ fn a_batch_end_that_starts_while_a_steps_first_node_is_still_meeting_waits_and_k
     std::thread::sleep(ms(150));
     let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
     let (done, lines, _) = batch_end(dir.path(), &slurm);
-    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
+    // It waited for step 1's end, which wrote both nodes' summary: the batch end's own summary
+    // (n1's records and what step 1's end heard from n2) is that one, so it asks slurmctld
+    // nothing. Without the wait it would have written n1 alone.
     assert_eq!(
-        live_json(&slurm)["run"]["ranks"],
-        2,
-        "n2's ranks, heard at step 1's meeting, are in the batch end's summary: {}",
+        done,
+        StepEnd::Written(TagWrite::Unchanged),
+        "{}",
         lines.text()
     );
+    assert_eq!(slurm.calls(), vec![], "{}", lines.text());
     assert!(lines.has("waiting for the step ends"), "{}", lines.text());
     assert!(lines.has("are over after"), "{}", lines.text());
-    assert_eq!(leader.join().unwrap(), StepEnd::Written(TagWrite::Live));
+    let (leader_done, leader_tag) = leader.join().unwrap();
+    assert_eq!(leader_done, StepEnd::Written(TagWrite::Live));
+    assert_eq!(
+        leader_tag["run"]["ranks"], 2,
+        "n2's ranks, heard at step 1's meeting, are in the live tag"
+    );
 }
 
 #[test]
@@ -535,9 +546,16 @@ fn a_batch_end_that_starts_before_the_last_steps_end_has_begun_waits_for_it_too(
     let leader = leader_of_step_one(dir.path(), &n2, ms(400), ms(300));
     let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
     let (done, lines, _) = batch_end(dir.path(), &slurm);
-    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
-    assert_eq!(live_json(&slurm)["run"]["ranks"], 2, "{}", lines.text());
-    assert_eq!(leader.join().unwrap(), StepEnd::Written(TagWrite::Live));
+    assert_eq!(
+        done,
+        StepEnd::Written(TagWrite::Unchanged),
+        "it waited for step 1's end and found its summary written: {}",
+        lines.text()
+    );
+    assert_eq!(slurm.calls(), vec![], "{}", lines.text());
+    let (leader_done, leader_tag) = leader.join().unwrap();
+    assert_eq!(leader_done, StepEnd::Written(TagWrite::Live));
+    assert_eq!(leader_tag["run"]["ranks"], 2);
 }
 
 #[test]
