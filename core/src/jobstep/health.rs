@@ -214,6 +214,13 @@ fn check_tags(setup: &HealthSetup, slurm: &dyn Slurm, relay: &dyn Relay) {
         tracing::error!(job = %s.job, "{s}");
         relay.line(&s.to_string());
     }
+    let removed = super::step_end::remove_leftovers(&setup.state_dir, now);
+    if removed > 0 {
+        tracing::info!(
+            removed,
+            "removed step-end files of jobs whose epilog never ran here"
+        );
+    }
     let now_s = now
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -488,6 +488,31 @@ impl WrittenRun {
     }
 }
 
+/// The prefixes of the files the step ends keep per job in the state folder (the epilog removes
+/// them; [`remove_leftovers`] those of a job whose epilog never ran here).
+const KEPT_PREFIXES: [&str; 3] = ["step-runs-", "step-run-written-", "step-ends-"];
+
+/// Removes what the step ends kept for jobs whose epilog never ran on this node (the node died,
+/// slurmd was killed): the files of [`KEPT_PREFIXES`] older than
+/// [`super::pending::KEEP_AT_MOST`]. `fabric-check health` calls it; the count removed.
+pub fn remove_leftovers(state_dir: &std::path::Path, now: std::time::SystemTime) -> usize {
+    let Ok(dir) = std::fs::read_dir(state_dir) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            KEPT_PREFIXES.iter().any(|p| name.starts_with(p))
+                && e.file_type().is_ok_and(|t| t.is_file())
+                && e.metadata().and_then(|m| m.modified()).is_ok_and(|m| {
+                    now.duration_since(m).unwrap_or_default() > super::pending::KEEP_AT_MOST
+                })
+                && std::fs::remove_file(e.path()).is_ok()
+        })
+        .count()
+}
+
 /// Removes the run summaries the step ends of the job kept on this node (the epilog, once the
 /// job's summary is merged).
 pub fn forget_peer_runs(step: &JobStep<'_>) {

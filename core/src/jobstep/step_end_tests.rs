@@ -611,3 +611,34 @@ fn a_batch_end_whose_steps_end_never_comes_waits_only_the_grace_and_writes_its_o
         "n1 alone; the epilog adds n2"
     );
 }
+
+#[test]
+fn health_removes_the_step_end_files_of_a_job_whose_epilog_never_ran_after_a_week_only() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "step-runs-7.json",
+        "step-run-written-7.json",
+        "step-ends-7",
+        "prolog-tag-7.json",
+        "tags-written.jsonl",
+    ] {
+        std::fs::write(dir.path().join(name), "{}").unwrap();
+    }
+    let now = std::time::SystemTime::now();
+    let day = std::time::Duration::from_secs(86_400);
+    assert_eq!(
+        crate::jobstep::step_end::remove_leftovers(dir.path(), now + day),
+        0,
+        "a day old: the epilog may still come"
+    );
+    assert_eq!(
+        crate::jobstep::step_end::remove_leftovers(dir.path(), now + 8 * day),
+        3
+    );
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["prolog-tag-7.json", "tags-written.jsonl"]);
+}

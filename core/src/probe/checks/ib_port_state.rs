@@ -31,10 +31,11 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
                     "the configuration expects it ACTIVE".to_string(),
                 )
             } else if active > 0 {
-                (
-                    Severity::Fail,
-                    format!("{active} of its {} peers are ACTIVE", members.len() - 1),
-                )
+                (Severity::Fail, {
+                    let peers = members.len() - 1;
+                    let noun = if peers == 1 { "peer is" } else { "peers are" };
+                    format!("{active} of its {peers} {noun} ACTIVE")
+                })
             } else {
                 (
                     Severity::Info,
@@ -80,6 +81,18 @@ mod tests {
         );
         assert!(
             f[0].message.contains("7 of its 7 peers"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn a_down_port_beside_one_active_peer_says_peer_in_the_singular() {
+        let mut s = ib_node(2);
+        s.devices[1].ports[0] = down(s.devices[1].ports[0].clone());
+        let f = run(&s, check);
+        assert!(
+            f[0].message.ends_with("1 of its 1 peer is ACTIVE"),
             "{}",
             f[0].message
         );
