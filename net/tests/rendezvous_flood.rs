@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::munged::Munged;
 use fabric_net::rendezvous::{
@@ -41,17 +41,6 @@ fn connect_from(from: Ipv4Addr, port: u16) -> Option<TcpStream> {
     Some(TcpStream::from(fd))
 }
 
-fn wait_for_listener(port: u16) {
-    let t = Instant::now();
-    while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(3),
-            "the leader never listened"
-        );
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn a_flood_of_connections_and_oversized_lines_leaves_the_leader_bounded_and_the_follower_joins() {
     let Some(m) = Munged::start() else { return };
@@ -70,7 +59,8 @@ fn a_flood_of_connections_and_oversized_lines_leaves_the_leader_bounded_and_the_
     let me = nix::unistd::getuid().as_raw();
     let mut cfg =
         RendezvousConfig::new(names, &map, 1301, Munge::with_socket(&m.socket), vec![me]).unwrap();
-    cfg.base_port = 43_000;
+    // A window of free ports (see common::ports), the job's first port its first.
+    cfg.base_port = common::ports::free_window(cfg.port_span) - (cfg.job_id % 1000) as u16;
     cfg.timeout = Duration::from_secs(3);
     let port = cfg.ports()[0];
 
@@ -93,7 +83,7 @@ fn a_flood_of_connections_and_oversized_lines_leaves_the_leader_bounded_and_the_
         let cfg = cfg.clone();
         thread::spawn(move || gather(&cfg, 0, &json!({"rank": 0})))
     };
-    wait_for_listener(port);
+    common::ports::wait_until_we_listen(port, "the leader", Duration::from_secs(30));
 
     // Oversized lines: after the hello, 24 MiB without a newline, from four nodes' addresses.
     let mut refused_early = 0;

@@ -5,7 +5,6 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, TcpStream};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,15 +14,20 @@ use fabric_net::rendezvous::{
 };
 use serde_json::{Value, json};
 
-/// Each test gets its own port range so tests can run in parallel.
-static NEXT_BASE: AtomicU16 = AtomicU16::new(41_000);
+/// How long the test itself waits for something that comes at once on an idle machine (a
+/// leader listening, a thread's answer): long enough for a loaded one, and only ever the bound
+/// of a wait for that event, never a figure a test asserts.
+const PATIENCE: Duration = Duration::from_secs(30);
 
+/// The leader's wait: the timing assertions below are figured against it.
 fn config(munged: &Munged, nodes: usize, job_id: u64, base: u16) -> RendezvousConfig {
     common::loopback::config(munged, nodes, job_id, base, Duration::from_millis(1500))
 }
 
+/// Each test gets its own window of free ports (all the ports a follower tries), so that tests
+/// in parallel, another run of this suite and the kernel's ephemeral ports do not meet.
 fn base() -> u16 {
-    NEXT_BASE.fetch_add(20, Ordering::SeqCst)
+    common::ports::free_window(rendezvous::DEFAULT_PORT_SPAN)
 }
 
 fn spawn_rank(
@@ -34,16 +38,12 @@ fn spawn_rank(
     thread::spawn(move || gather(&cfg, rank, &json!({ "rank": rank, "verdict": "pass" })))
 }
 
-/// Connects to the leader's port, waiting up to 3 s for it to listen.
+/// Connects to the leader's port once this process listens there (the leader, not whoever else
+/// may hold the port), waiting for that up to [`PATIENCE`].
 fn connect_to_leader(port: u16) -> TcpStream {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        match TcpStream::connect((Ipv4Addr::LOCALHOST, port)) {
-            Ok(s) => return s,
-            Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
-            Err(e) => panic!("leader never listened: {e}"),
-        }
-    }
+    common::ports::wait_until_we_listen(port, "the leader", PATIENCE);
+    TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+        .unwrap_or_else(|e| panic!("the leader listened on port {port}, then refused: {e}"))
 }
 
 /// The follower's first line: the job it looks for.
@@ -58,9 +58,7 @@ fn want(job_id: u64) -> String {
 /// the leader's first line (its hello, or a reject).
 fn ask(port: u16, job_id: u64) -> (TcpStream, BufReader<TcpStream>, Value) {
     let mut stream = connect_to_leader(port);
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
     stream.write_all(want(job_id).as_bytes()).unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut line = String::new();
@@ -198,8 +196,9 @@ fn a_participant_without_a_credential_is_rejected() {
 
 #[test]
 fn a_credential_from_another_munge_key_is_rejected() {
+    // Started before the leader, whose wait it would otherwise eat into on a loaded machine.
+    let Some(other) = Munged::start() else { return };
     let Some(g) = leader_facing(1102, |_, port| {
-        let other = Munged::start().unwrap();
         let answer = forge(port, 1102, |hello| {
             Munge::with_socket(&other.socket)
                 .encode(&claim(hello, 1102, "n2", 1))
@@ -305,7 +304,7 @@ fn a_follower_skips_another_jobs_leader_on_its_port() {
     let mine = config(&m, 2, 42, b);
     assert_eq!(other.ports()[0], mine.ports()[0]);
     let other_leader = spawn_rank(&other, 0);
-    thread::sleep(Duration::from_millis(100));
+    common::ports::wait_until_we_listen(other.ports()[0], "job 2042's leader", PATIENCE);
     let leader = spawn_rank(&mine, 0);
     let follower = spawn_rank(&mine, 1);
     let g = follower.join().unwrap().unwrap();
@@ -317,19 +316,32 @@ fn a_follower_skips_another_jobs_leader_on_its_port() {
     );
 }
 
-/// A listener on `port` that runs `serve` on each connection (a thread each), for up to `for_`.
-fn squat(
-    port: u16,
-    for_: Duration,
-    serve: impl Fn(TcpStream) + Send + Sync + 'static,
-) -> thread::JoinHandle<usize> {
+/// A listener on `port` that runs `serve` on each connection (a thread each).
+struct Squat {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    accepting: thread::JoinHandle<usize>,
+}
+
+impl Squat {
+    /// Stops taking connections, waits for every one taken to be served, and says how many
+    /// were.
+    fn end(self) -> usize {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.accepting.join().unwrap()
+    }
+}
+
+/// Listens on `port` (bound before it returns) until [`Squat::end`], at most [`PATIENCE`].
+fn squat(port: u16, serve: impl Fn(TcpStream) + Send + Sync + 'static) -> Squat {
     let listener = std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).unwrap();
     listener.set_nonblocking(true).unwrap();
     let serve = std::sync::Arc::new(serve);
-    thread::spawn(move || {
-        let end = Instant::now() + for_;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopped = stop.clone();
+    let accepting = thread::spawn(move || {
+        let end = Instant::now() + PATIENCE;
         let mut served = Vec::new();
-        while Instant::now() < end {
+        while !stopped.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < end {
             match listener.accept() {
                 Ok((s, _)) => {
                     s.set_nonblocking(false).unwrap();
@@ -344,7 +356,8 @@ fn squat(
             h.join().unwrap();
         }
         n
-    })
+    });
+    Squat { stop, accepting }
 }
 
 #[test]
@@ -356,13 +369,12 @@ fn a_squatter_on_the_leaders_port_is_sent_only_the_job_id_and_followers_reach_th
     let seen = received.clone();
     // It says hello as a leader of this job would, but cannot sign it (a made-up credential),
     // and keeps every byte each connection sent it.
-    let squatter = squat(port, Duration::from_secs(2), move |mut s| {
+    let squatter = squat(port, move |mut s| {
         let hello = json!({"type":"hello","v":rendezvous::PROTOCOL_VERSION,"job_id":1201,
             "leader":"n1","challenge":"00112233445566778899aabbccddeeff",
             "credential":"MUNGE:forged:"});
         let _ = writeln!(s, "{hello}");
-        s.set_read_timeout(Some(Duration::from_millis(800)))
-            .unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
         let mut got = Vec::new();
         let mut buf = [0u8; 4096];
         while let Ok(n) = std::io::Read::read(&mut s, &mut buf) {
@@ -385,7 +397,7 @@ fn a_squatter_on_the_leaders_port_is_sent_only_the_job_id_and_followers_reach_th
     }
     assert!(leader.join().unwrap().unwrap().missing.is_empty());
     assert!(
-        squatter.join().unwrap() >= 2,
+        squatter.end() >= 2,
         "every follower tried the squatter first"
     );
     let received = received.lock().unwrap();
@@ -408,7 +420,7 @@ fn a_squatter_on_the_leaders_port_is_sent_only_the_job_id_and_followers_reach_th
 fn a_listener_that_drips_its_hello_holds_a_follower_only_for_its_connection_budget() {
     let Some(m) = Munged::start() else { return };
     let cfg = config(&m, 2, 1202, base());
-    let dripper = squat(cfg.ports()[0], Duration::from_secs(2), |mut s| {
+    let dripper = squat(cfg.ports()[0], |mut s| {
         for b in br#"{"type":"hello","v":2,"job_id":1202,"leader":"n1","challenge":""#
             .iter()
             .cycle()
@@ -430,7 +442,7 @@ fn a_listener_that_drips_its_hello_holds_a_follower_only_for_its_connection_budg
         t.elapsed()
     );
     assert!(leader.join().unwrap().unwrap().missing.is_empty());
-    dripper.join().unwrap();
+    dripper.end();
 }
 
 #[test]
@@ -438,7 +450,7 @@ fn a_follower_without_a_real_leader_gives_up_at_its_deadline_even_when_a_listene
     let Some(m) = Munged::start() else { return };
     let mut cfg = config(&m, 2, 1203, base());
     cfg.port_span = 1;
-    let dripper = squat(cfg.ports()[0], Duration::from_secs(2), |mut s| {
+    let dripper = squat(cfg.ports()[0], |mut s| {
         for _ in 0..80 {
             if s.write_all(b" ").is_err() {
                 return;
@@ -454,7 +466,7 @@ fn a_follower_without_a_real_leader_gives_up_at_its_deadline_even_when_a_listene
         "the follower took {:?}",
         t.elapsed()
     );
-    dripper.join().unwrap();
+    dripper.end();
 }
 
 #[test]
@@ -581,7 +593,7 @@ fn a_connection_asking_for_another_job_is_turned_away_naming_both_jobs() {
 fn a_follower_of_an_older_protocol_is_told_to_run_one_release_everywhere() {
     let Some(g) = leader_facing(1303, |_, port| {
         let mut s = connect_to_leader(port);
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
         writeln!(s, "{}", json!({"type": "want", "v": 2, "job_id": 1303})).unwrap();
         let mut line = String::new();
         BufReader::new(s).read_line(&mut line).unwrap();

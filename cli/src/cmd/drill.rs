@@ -12,7 +12,7 @@ use fabric_drill::inject::{Injector, Loads, NodeExecInjector, TestbedInjector, r
 use fabric_drill::journal::Journal;
 use fabric_drill::plan::{DrillNode, Plan, PlanSpec};
 use fabric_drill::run::{Drill, RunConfig};
-use fabric_drill::score::{self, Prices};
+use fabric_drill::score::{self, Prices, RoundOutcome};
 use fabric_drill::{render, workload};
 use fabric_proto::hostlist::Hostlist;
 
@@ -417,55 +417,13 @@ fn classes(a: &Args) -> anyhow::Result<Vec<FaultClass>> {
 /// `fabric-check drill`.
 pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.restore && !a.testbed && a.reservation.is_none() {
-        // The journal's undos are complete in themselves: no reservation is needed to replay.
-        let path = a
-            .state_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
-            .join("journal.jsonl");
-        let mut journal = Journal::open(&path)?;
-        let mut inj = NodeExecInjector {
-            prefix: Vec::new(),
-            interface: a.interface.clone(),
-            priority: a.priority,
-            congestion_rate: String::new(),
-            loads: Loads::default(),
-        };
-        let n = replay(&mut inj, &mut journal)?;
-        journal.compact()?;
-        println!("restored {n} change(s) from {}", path.display());
-        return Ok(0);
+        return restore_without_reservation(&a);
     }
     let mut s = setup(&a)?;
     // A drill that was stopped leaves its journal: undo what it changed first.
     let mut journal = Journal::open(&s.journal_path)?;
-    let pending = journal.pending()?;
-    if !pending.is_empty() || a.restore {
-        for p in &pending {
-            eprintln!(
-                "fabric-check drill: undoing {} on {} (journal entry {})",
-                p.what, p.node, p.id
-            );
-        }
-        let n = replay(s.injector.as_mut(), &mut journal)?;
-        journal.compact()?;
-        if a.restore {
-            println!("restored {n} change(s) from {}", journal.path().display());
-            // What the stopped drill's faults drained stays drained: name it, resume nothing.
-            let names: Vec<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
-            if let Ok(views) = s.cluster.nodes() {
-                for v in views
-                    .iter()
-                    .filter(|v| names.contains(&v.name) && v.out_of_service())
-                {
-                    println!(
-                        "{} is {} ({}): if the drill did it, `fabric-check resume {}`",
-                        v.name, v.state, v.reason, v.name
-                    );
-                }
-            }
-            return Ok(0);
-        }
+    if undo_stopped_drill(&a, &mut s, &mut journal)? {
+        return Ok(0);
     }
     if let Some(w) = &a.workload {
         return run_workload(&a, &mut s, w, &mut journal);
@@ -487,41 +445,8 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         print!("{}", plan.describe());
         return Ok(0);
     }
-    // Safety: nobody else's job on the drill's nodes, and every node in service.
     let names: Vec<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
-    let foreign = s.cluster.foreign_jobs(&names)?;
-    if !foreign.is_empty() {
-        bail!(
-            "the drill's nodes run jobs that are not the drill's ({}): the drill would disturb them; wait until they end or drill on other nodes",
-            foreign.join(", ")
-        );
-    }
-    // A node slurmctld is re-checking (`idle*` just after a resume) gets half a minute.
-    let mut views = s.cluster.nodes()?;
-    for _ in 0..60 {
-        let checking = views.iter().any(|v| {
-            names.contains(&v.name)
-                && v.state.ends_with('*')
-                && !v.state.contains("drain")
-                && !v.state.contains("down")
-        });
-        if !checking {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        views = s.cluster.nodes()?;
-    }
-    let out: Vec<String> = views
-        .iter()
-        .filter(|v| names.contains(&v.name) && v.out_of_service())
-        .map(|v| format!("{} ({}: {})", v.name, v.state, v.reason))
-        .collect();
-    if !out.is_empty() {
-        bail!(
-            "the drill's nodes must be in service before it starts, and these are not: {}; resume them or leave them out with --nodes",
-            out.join(", ")
-        );
-    }
+    ensure_nodes_free(&mut s.cluster, &names)?;
     eprintln!(
         "fabric-check drill: seed {seed}, {} rounds on {}",
         plan.rounds.len(),
@@ -544,43 +469,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             cfg: s.cfg.clone(),
         };
         drill.run(&plan, |o| {
-            let r = score::score_round(o);
-            eprintln!(
-                "round {:>3} {:<17} {:<4} {:<6} {}{}",
-                o.round.index,
-                o.round.class.id(),
-                o.round.node,
-                o.round.moment.id(),
-                match (&r.hit, r.ttd_s) {
-                    (Some(h), Some(t)) =>
-                        format!("caught by {} ({}) in {t:.1} s", h.detector.id(), h.check),
-                    _ if o.round.class.is_control() => "control".into(),
-                    _ => "MISSED".into(),
-                },
-                if r.false_nodes.is_empty() {
-                    String::new()
-                } else {
-                    let what: Vec<String> = o
-                        .signals
-                        .iter()
-                        .filter(|s| r.false_nodes.contains_key(&s.node))
-                        .map(|s| {
-                            format!(
-                                "{} {} {} ({:?})",
-                                s.node,
-                                s.detector.id(),
-                                s.check,
-                                s.strength
-                            )
-                        })
-                        .collect();
-                    format!("; false positives: {}", what.join(", "))
-                } + &o
-                    .error
-                    .as_ref()
-                    .map(|e| format!("; error: {e}"))
-                    .unwrap_or_default()
-            );
+            eprintln!("{}", round_line(o));
         })
     };
     if !setup_ids.is_empty() {
@@ -601,6 +490,142 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         println!("{}", score::summary_line(&scores));
     }
     Ok(0)
+}
+
+/// `--restore` outside a drill: replays the journal. Its undos are complete in themselves, so
+/// no reservation is needed.
+fn restore_without_reservation(a: &Args) -> anyhow::Result<i32> {
+    let path = a
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+        .join("journal.jsonl");
+    let mut journal = Journal::open(&path)?;
+    let mut inj = NodeExecInjector {
+        prefix: Vec::new(),
+        interface: a.interface.clone(),
+        priority: a.priority,
+        congestion_rate: String::new(),
+        loads: Loads::default(),
+    };
+    let n = replay(&mut inj, &mut journal)?;
+    journal.compact()?;
+    println!("restored {n} change(s) from {}", path.display());
+    Ok(0)
+}
+
+/// Undoes what a stopped drill left in its journal. With `--restore` that is all: it names the
+/// drill's nodes left out of service and says so (`true`).
+fn undo_stopped_drill(a: &Args, s: &mut Setup, journal: &mut Journal) -> anyhow::Result<bool> {
+    let pending = journal.pending()?;
+    if !pending.is_empty() || a.restore {
+        for p in &pending {
+            eprintln!(
+                "fabric-check drill: undoing {} on {} (journal entry {})",
+                p.what, p.node, p.id
+            );
+        }
+        let n = replay(s.injector.as_mut(), journal)?;
+        journal.compact()?;
+        if a.restore {
+            println!("restored {n} change(s) from {}", journal.path().display());
+            // What the stopped drill's faults drained stays drained: name it, resume nothing.
+            let names: Vec<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
+            if let Ok(views) = s.cluster.nodes() {
+                for v in views
+                    .iter()
+                    .filter(|v| names.contains(&v.name) && v.out_of_service())
+                {
+                    println!(
+                        "{} is {} ({}): if the drill did it, `fabric-check resume {}`",
+                        v.name, v.state, v.reason, v.name
+                    );
+                }
+            }
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Safety before the first round: nobody else's job on the drill's nodes, and every node in
+/// service.
+fn ensure_nodes_free(cluster: &mut SlurmCluster, names: &[String]) -> anyhow::Result<()> {
+    let foreign = cluster.foreign_jobs(names)?;
+    if !foreign.is_empty() {
+        bail!(
+            "the drill's nodes run jobs that are not the drill's ({}): the drill would disturb them; wait until they end or drill on other nodes",
+            foreign.join(", ")
+        );
+    }
+    // A node slurmctld is re-checking (`idle*` just after a resume) gets half a minute.
+    let mut views = cluster.nodes()?;
+    for _ in 0..60 {
+        let checking = views.iter().any(|v| {
+            names.contains(&v.name)
+                && v.state.ends_with('*')
+                && !v.state.contains("drain")
+                && !v.state.contains("down")
+        });
+        if !checking {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        views = cluster.nodes()?;
+    }
+    let out: Vec<String> = views
+        .iter()
+        .filter(|v| names.contains(&v.name) && v.out_of_service())
+        .map(|v| format!("{} ({}: {})", v.name, v.state, v.reason))
+        .collect();
+    if !out.is_empty() {
+        bail!(
+            "the drill's nodes must be in service before it starts, and these are not: {}; resume them or leave them out with --nodes",
+            out.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The line each round ends with: what was injected where, and what caught it.
+fn round_line(o: &RoundOutcome) -> String {
+    let r = score::score_round(o);
+    format!(
+        "round {:>3} {:<17} {:<4} {:<6} {}{}",
+        o.round.index,
+        o.round.class.id(),
+        o.round.node,
+        o.round.moment.id(),
+        match (&r.hit, r.ttd_s) {
+            (Some(h), Some(t)) =>
+                format!("caught by {} ({}) in {t:.1} s", h.detector.id(), h.check),
+            _ if o.round.class.is_control() => "control".into(),
+            _ => "MISSED".into(),
+        },
+        if r.false_nodes.is_empty() {
+            String::new()
+        } else {
+            let what: Vec<String> = o
+                .signals
+                .iter()
+                .filter(|s| r.false_nodes.contains_key(&s.node))
+                .map(|s| {
+                    format!(
+                        "{} {} {} ({:?})",
+                        s.node,
+                        s.detector.id(),
+                        s.check,
+                        s.strength
+                    )
+                })
+                .collect();
+            format!("; false positives: {}", what.join(", "))
+        } + &o
+            .error
+            .as_ref()
+            .map(|e| format!("; error: {e}"))
+            .unwrap_or_default()
+    )
 }
 
 fn prices(a: &Args) -> anyhow::Result<Prices> {

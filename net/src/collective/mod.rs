@@ -393,6 +393,63 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
         )));
     }
     let hard_deadline = cfg.started + cfg.budget + rz.timeout + Duration::from_secs(2);
+    let meeting = meet(cfg)?;
+    let fail = |e: CollectiveError| meeting.fail(e);
+    let mut ring = Ring::establish(
+        &meeting.listener,
+        meeting.right_addr,
+        meeting.left_rank,
+        cfg.my_rank,
+        rz.job_id,
+        &meeting.session,
+        hard_deadline,
+    )
+    .map_err(fail)?;
+
+    let sizes: Vec<usize> = cfg
+        .sizes_bytes
+        .iter()
+        .map(|b| ((*b / 4) as usize).max(1))
+        .collect();
+    let raw = sweep(cfg, &meeting, &mut ring, &sizes, hard_deadline)?;
+    let report_bytes = pass_report(cfg, &meeting, &mut ring, &sizes, raw, hard_deadline)?;
+    let mut report: Report = serde_json::from_slice(&report_bytes).map_err(|e| {
+        fail(CollectiveError::Ring(format!(
+            "bad report from rank 0: {e}"
+        )))
+    })?;
+    report.node = rz.nodes[cfg.my_rank].clone();
+    Ok(report)
+}
+
+/// This rank's place in the ring, from the rendezvous.
+struct Meeting {
+    /// Where this rank's left neighbour connects for the data.
+    listener: TcpListener,
+    /// The participants that did not join.
+    missing: Vec<String>,
+    /// The ranks that joined, in order: the ring.
+    present: Vec<usize>,
+    /// Rank 0's session, which binds the ring's connections to this collective.
+    session: String,
+    /// This rank's position in `present`.
+    pos: usize,
+    left_rank: usize,
+    right_addr: SocketAddr,
+}
+
+impl Meeting {
+    fn fail(&self, e: CollectiveError) -> Failure {
+        Box::new((e, self.missing.clone()))
+    }
+}
+
+/// Listens for the left neighbour's data connection, meets the others over the rendezvous
+/// (every rank shares its data address, rank 0 also the session) and finds this rank's
+/// neighbours among those that joined.
+fn meet(cfg: &CollectiveConfig) -> Result<Meeting, Failure> {
+    let rz = &cfg.rendezvous;
+    let n_all = rz.nodes.len();
     let my_ip: IpAddr = rz.addrs[cfg.my_rank];
     let listener = TcpListener::bind((my_ip, 0)).map_err(|e| {
         Box::new((
@@ -447,22 +504,28 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
                 "no data address for the right neighbour".into(),
             ))
         })?;
-    let mut ring = Ring::establish(
-        &listener,
-        right_addr,
+    Ok(Meeting {
+        listener,
+        missing,
+        present,
+        session,
+        pos,
         left_rank,
-        cfg.my_rank,
-        rz.job_id,
-        &session,
-        hard_deadline,
-    )
-    .map_err(fail)?;
+        right_addr,
+    })
+}
 
-    let sizes: Vec<usize> = cfg
-        .sizes_bytes
-        .iter()
-        .map(|b| ((*b / 4) as usize).max(1))
-        .collect();
+/// The sweep: rank 0 plans each step and sends it round the ring (every rank prepares its
+/// input first), then all run it; each rank keeps its own timings and wrong-element counts.
+fn sweep(
+    cfg: &CollectiveConfig,
+    meeting: &Meeting,
+    ring: &mut Ring,
+    sizes: &[usize],
+    hard_deadline: Instant,
+) -> Result<RankRaw, Failure> {
+    let fail = |e: CollectiveError| meeting.fail(e);
+    let (present, pos, m) = (&meeting.present, meeting.pos, meeting.present.len());
     let mut raw = RankRaw {
         rank: cfg.my_rank,
         iter_s: vec![Vec::new(); sizes.len()],
@@ -491,7 +554,7 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
             Ok(())
         };
         let cmd = if pos == 0 {
-            let cmd = planner.next(&sizes);
+            let cmd = planner.next(sizes);
             prepare(cmd, &mut data)?;
             ring.send_frame(&cmd.encode(), hard_deadline)
                 .map_err(fail)?;
@@ -532,15 +595,33 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
         if pos == 0 {
             planner.observe(si, timed, dt);
         }
-        let coef = expected_coefficient(&present, iter_no);
+        let coef = expected_coefficient(present, iter_no);
         raw.wrong[si] += count_wrong(&data, coef);
         if timed {
             raw.iter_s[si].push(dt);
         }
     }
+    Ok(raw)
+}
 
-    // Gather raw figures at rank 0 around the ring, then pass the report around.
-    let report_bytes = if pos == 0 {
+/// Gathers every rank's raw figures at rank 0 around the ring, then passes rank 0's report
+/// around; each rank gets the report's bytes.
+fn pass_report(
+    cfg: &CollectiveConfig,
+    meeting: &Meeting,
+    ring: &mut Ring,
+    sizes: &[usize],
+    raw: RankRaw,
+    hard_deadline: Instant,
+) -> Result<Vec<u8>, Failure> {
+    let fail = |e: CollectiveError| meeting.fail(e);
+    let (present, missing, pos, m) = (
+        &meeting.present,
+        &meeting.missing,
+        meeting.pos,
+        meeting.present.len(),
+    );
+    if pos == 0 {
         let mine = serde_json::to_vec(&vec![&raw])
             .map_err(|e| fail(CollectiveError::Ring(e.to_string())))?;
         ring.send_frame(&mine, hard_deadline).map_err(fail)?;
@@ -548,11 +629,11 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
             serde_json::from_slice(&ring.recv_frame(hard_deadline).map_err(fail)?)
                 .map_err(|e| fail(CollectiveError::Ring(format!("bad gathered figures: {e}"))))?;
         let mut report = empty_report(cfg, "tcp");
-        fill_report(&mut report, cfg, &present, &missing, &sizes, &all);
+        fill_report(&mut report, cfg, present, missing, sizes, &all);
         let bytes =
             serde_json::to_vec(&report).map_err(|e| fail(CollectiveError::Ring(e.to_string())))?;
         ring.send_frame(&bytes, hard_deadline).map_err(fail)?;
-        bytes
+        Ok(bytes)
     } else {
         let mut all: Vec<RankRaw> =
             serde_json::from_slice(&ring.recv_frame(hard_deadline).map_err(fail)?)
@@ -565,15 +646,8 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
         if pos + 1 < m {
             ring.send_frame(&report, hard_deadline).map_err(fail)?;
         }
-        report
-    };
-    let mut report: Report = serde_json::from_slice(&report_bytes).map_err(|e| {
-        fail(CollectiveError::Ring(format!(
-            "bad report from rank 0: {e}"
-        )))
-    })?;
-    report.node = rz.nodes[cfg.my_rank].clone();
-    Ok(report)
+        Ok(report)
+    }
 }
 
 /// Rank 0's sweep plan: sizes small to large, each with one warm-up and timed iterations while

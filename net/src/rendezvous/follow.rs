@@ -75,44 +75,16 @@ pub(super) fn follow(
             if left.is_zero() {
                 break;
             }
-            let stream = match connect_from(
-                me,
-                SocketAddr::new(leader, *port),
-                left.min(Duration::from_millis(500)),
-            ) {
-                // A connection to itself: the kernel gave our socket the very port we asked for
-                // while nothing listened there (the rendezvous ports lie in the ephemeral range;
-                // likely only when nodes share an address, as virtual nodes do). It would wait a
-                // whole conn_budget for a hello it can only send itself.
-                Ok(s) if is_self_connected(&s) => {
+            let to = SocketAddr::new(leader, *port);
+            let (mut conn, challenge) = match ask(cfg, me, to, left, deadline) {
+                Ok(asked) => asked,
+                Err(Unanswered::Nothing(why)) => {
                     if !found_listener {
-                        last = format!("port {port}: nothing listened (connected to itself)");
+                        last = why;
                     }
                     continue;
                 }
-                Ok(s) => s,
-                Err(e) => {
-                    if !found_listener {
-                        last = format!("port {port}: {e}");
-                    }
-                    continue;
-                }
-            };
-            let conn_deadline = deadline.min(Instant::now() + cfg.conn_budget());
-            let mut conn = Conn::new(stream);
-            // Only the job id goes out before the leader has proven itself: another job's
-            // leader turns us away at once, without a `munge` call on its side.
-            let want = Msg::Want {
-                v: PROTOCOL_VERSION,
-                job_id: cfg.job_id,
-            };
-            let challenge = match conn
-                .write_msg(&want, conn_deadline)
-                .and_then(|()| conn.read_msg(MAX_HELLO_BYTES, conn_deadline))
-                .and_then(|m| check_hello(cfg, *port, m))
-            {
-                Ok(c) => c,
-                Err(e) => {
+                Err(Unanswered::Listener(e)) => {
                     // What a listener said matters more than the ports where none listened;
                     // the first few different complaints are kept.
                     let seen = format!("port {port}: the listener {}", sanitise(&e));
@@ -129,57 +101,11 @@ pub(super) fn follow(
                     continue;
                 }
             };
-            let claim = JoinClaim {
-                purpose: JOIN_PURPOSE.into(),
-                job_id: cfg.job_id,
-                node: cfg.nodes[my_rank].clone(),
-                rank: my_rank,
-                nonce: nonce.clone(),
-                challenge,
-                payload: payload.clone(),
-            };
-            let bytes =
-                serde_json::to_vec(&claim).map_err(|e| RendezvousError::Io(e.to_string()))?;
-            let credential = cfg.munge.encode_for(&bytes, cfg.restrict_uid)?;
             // The leader is authenticated: from here on only the rendezvous's deadline counts.
-            conn.write_msg(&Msg::Join { credential }, deadline)
-                .map_err(RendezvousError::Io)?;
-            let answer_by = cfg.bounded(Instant::now(), cfg.timeout + cfg.grace());
-            let answer = match conn.read_line(done_limit(cfg.nodes.len(), cfg.share), answer_by) {
-                Ok(line) => line,
-                Err(ReadError::Timeout) => {
-                    return Err(RendezvousError::Timeout(
-                        "waiting for the leader's answer".into(),
-                    ));
-                }
-                Err(e) => return Err(RendezvousError::Io(format!("the leader {e}"))),
-            };
-            return match serde_json::from_slice::<Msg>(&answer) {
-                Ok(Msg::Reject { reason }) => Err(RendezvousError::Rejected(sanitise(&reason))),
-                Ok(Msg::Done { credential }) => {
-                    accept_done(cfg, my_rank, *port, &nonce, payload, &credential)
-                }
-                Ok(Msg::Ack { job_id, missing })
-                    if cfg.share == Share::Ack && job_id == cfg.job_id =>
-                {
-                    let mut payloads = vec![None; cfg.nodes.len()];
-                    payloads[my_rank] = Some(payload.clone());
-                    Ok(Gathered {
-                        my_rank,
-                        port: *port,
-                        payloads,
-                        missing: missing
-                            .iter()
-                            .take(cfg.nodes.len())
-                            .map(|m| sanitise(m))
-                            .collect(),
-                        rejected: Vec::new(),
-                    })
-                }
-                _ => Err(RendezvousError::BadLeader(
-                    "answered with an unexpected message".into(),
-                )),
-            };
+            join(
+                cfg, my_rank, &nonce, payload, &mut conn, challenge, deadline,
+            )?;
+            return answer(cfg, my_rank, *port, &nonce, payload, &mut conn);
         }
         if Instant::now() >= deadline {
             return Err(RendezvousError::NoLeader {
@@ -245,4 +171,122 @@ fn accept_done(
         missing: claim.missing.iter().map(|m| sanitise(m)).collect(),
         rejected: Vec::new(),
     })
+}
+
+/// Why a port gave no leader to join.
+enum Unanswered {
+    /// Nothing listened there (what to say, should no listener be found at all).
+    Nothing(String),
+    /// A listener that is not the job's leader, or said no: what it did.
+    Listener(String),
+}
+
+/// Ask stage: connects to `to` within `left` (at most half a second) and, within the connection
+/// budget and the rendezvous's `deadline`, asks for the job and checks the listener's hello.
+/// Returns the connection and the hello's challenge.
+fn ask(
+    cfg: &RendezvousConfig,
+    me: IpAddr,
+    to: SocketAddr,
+    left: Duration,
+    deadline: Instant,
+) -> Result<(Conn, String), Unanswered> {
+    let port = to.port();
+    let stream = match connect_from(me, to, left.min(Duration::from_millis(500))) {
+        // A connection to itself: the kernel gave our socket the very port we asked for
+        // while nothing listened there (the rendezvous ports lie in the ephemeral range;
+        // likely only when nodes share an address, as virtual nodes do). It would wait a
+        // whole conn_budget for a hello it can only send itself.
+        Ok(s) if is_self_connected(&s) => {
+            return Err(Unanswered::Nothing(format!(
+                "port {port}: nothing listened (connected to itself)"
+            )));
+        }
+        Ok(s) => s,
+        Err(e) => return Err(Unanswered::Nothing(format!("port {port}: {e}"))),
+    };
+    let conn_deadline = deadline.min(Instant::now() + cfg.conn_budget());
+    let mut conn = Conn::new(stream);
+    // Only the job id goes out before the leader has proven itself: another job's
+    // leader turns us away at once, without a `munge` call on its side.
+    let want = Msg::Want {
+        v: PROTOCOL_VERSION,
+        job_id: cfg.job_id,
+    };
+    conn.write_msg(&want, conn_deadline)
+        .and_then(|()| conn.read_msg(MAX_HELLO_BYTES, conn_deadline))
+        .and_then(|m| check_hello(cfg, port, m))
+        .map(|challenge| (conn, challenge))
+        .map_err(Unanswered::Listener)
+}
+
+/// Join stage: sends the signed join that answers the leader's `challenge`.
+fn join(
+    cfg: &RendezvousConfig,
+    my_rank: usize,
+    nonce: &str,
+    payload: &Value,
+    conn: &mut Conn,
+    challenge: String,
+    deadline: Instant,
+) -> Result<(), RendezvousError> {
+    let claim = JoinClaim {
+        purpose: JOIN_PURPOSE.into(),
+        job_id: cfg.job_id,
+        node: cfg.nodes[my_rank].clone(),
+        rank: my_rank,
+        nonce: nonce.to_owned(),
+        challenge,
+        payload: payload.clone(),
+    };
+    let bytes = serde_json::to_vec(&claim).map_err(|e| RendezvousError::Io(e.to_string()))?;
+    let credential = cfg.munge.encode_for(&bytes, cfg.restrict_uid)?;
+    conn.write_msg(&Msg::Join { credential }, deadline)
+        .map_err(RendezvousError::Io)
+}
+
+/// Result stage: reads the leader's answer to the join on `port`: a reject, the signed `done`
+/// with the gathered payloads, or (payloads not shared) an ack.
+fn answer(
+    cfg: &RendezvousConfig,
+    my_rank: usize,
+    port: u16,
+    nonce: &str,
+    payload: &Value,
+    conn: &mut Conn,
+) -> Result<Gathered, RendezvousError> {
+    let answer_by = cfg.bounded(Instant::now(), cfg.timeout + cfg.grace());
+    let answer = match conn.read_line(done_limit(cfg.nodes.len(), cfg.share), answer_by) {
+        Ok(line) => line,
+        Err(ReadError::Timeout) => {
+            return Err(RendezvousError::Timeout(
+                "waiting for the leader's answer".into(),
+            ));
+        }
+        Err(e) => return Err(RendezvousError::Io(format!("the leader {e}"))),
+    };
+    match serde_json::from_slice::<Msg>(&answer) {
+        Ok(Msg::Reject { reason }) => Err(RendezvousError::Rejected(sanitise(&reason))),
+        Ok(Msg::Done { credential }) => {
+            accept_done(cfg, my_rank, port, nonce, payload, &credential)
+        }
+        Ok(Msg::Ack { job_id, missing }) if cfg.share == Share::Ack && job_id == cfg.job_id => {
+            let mut payloads = vec![None; cfg.nodes.len()];
+            payloads[my_rank] = Some(payload.clone());
+            Ok(Gathered {
+                my_rank,
+                port,
+                payloads,
+                missing: missing
+                    .iter()
+                    .take(cfg.nodes.len())
+                    .map(|m| sanitise(m))
+                    .collect(),
+                rejected: Vec::new(),
+            })
+        }
+        _ => Err(RendezvousError::BadLeader(
+            "answered with an unexpected message".into(),
+        )),
+    }
 }

@@ -60,6 +60,29 @@ struct Tally {
 }
 
 impl Tally {
+    /// Rank 0's own payload in, every other rank missing, and each address's greetings:
+    /// [`GREETS_PER_NODE`] for each of its nodes.
+    fn new(n: usize, payload: &Value, per_addr: &HashMap<IpAddr, usize>) -> Self {
+        let mut payloads = vec![None; n];
+        payloads[0] = Some(payload.clone());
+        Self {
+            payloads,
+            joined: Vec::new(),
+            rejected: Rejections::default(),
+            nonces: HashSet::new(),
+            in_flight: HashMap::new(),
+            greets_left: per_addr
+                .iter()
+                .map(|(ip, k)| (*ip, k * GREETS_PER_NODE))
+                .collect(),
+        }
+    }
+
+    /// Every rank has joined.
+    fn complete(&self) -> bool {
+        !self.payloads.iter().any(Option::is_none)
+    }
+
     fn settle(&mut self, ip: IpAddr) {
         if let Some(c) = self.in_flight.get_mut(&canonical(ip)) {
             *c = c.saturating_sub(1);
@@ -87,36 +110,137 @@ impl Tally {
     }
 }
 
-fn work(cfg: &RendezvousConfig, port: u16, job: Job, stop: &AtomicBool, deadline: Instant) -> Out {
-    if stop.load(Ordering::Relaxed) {
-        let peer = match &job {
-            Job::Greet(_, peer) => *peer,
-            Job::Check(g, _) => g.peer,
-        };
-        let e = ReadError::Stopped.to_string();
-        return Out::Done((peer.ip(), peer.to_string(), Err(e)));
-    }
-    match job {
-        Job::Greet(conn, peer) => match greet(cfg, port, conn, peer, deadline) {
-            Ok(g) => Out::Greeted(g),
-            Err(e) => Out::Done((peer.ip(), peer.to_string(), Err(e))),
-        },
-        Job::Check(g, line) => {
-            let (ip, name) = (g.peer.ip(), g.peer.to_string());
-            Out::Done((ip, name, check_join(cfg, g, &line)))
+/// What a job of the pool needs: the same on every worker and on the leader.
+#[derive(Clone, Copy)]
+struct Admit<'a> {
+    cfg: &'a RendezvousConfig,
+    port: u16,
+    stop: &'a AtomicBool,
+    deadline: Instant,
+}
+
+impl Admit<'_> {
+    fn work(self, job: Job) -> Out {
+        let Self {
+            cfg,
+            port,
+            stop,
+            deadline,
+        } = self;
+        if stop.load(Ordering::Relaxed) {
+            let peer = match &job {
+                Job::Greet(_, peer) => *peer,
+                Job::Check(g, _) => g.peer,
+            };
+            let e = ReadError::Stopped.to_string();
+            return Out::Done((peer.ip(), peer.to_string(), Err(e)));
+        }
+        match job {
+            Job::Greet(conn, peer) => match greet(cfg, port, conn, peer, deadline) {
+                Ok(g) => Out::Greeted(g),
+                Err(e) => Out::Done((peer.ip(), peer.to_string(), Err(e))),
+            },
+            Job::Check(g, line) => {
+                let (ip, name) = (g.peer.ip(), g.peer.to_string());
+                Out::Done((ip, name, check_join(cfg, g, &line)))
+            }
         }
     }
+}
+
+/// The leader's side of its pool: where jobs go, and whether anyone takes them.
+struct Pool<'a> {
+    admit: Admit<'a>,
+    /// Workers started; with none the leader works inline.
+    workers: usize,
+    work_tx: mpsc::Sender<Job>,
+}
+
+impl Pool<'_> {
+    /// Hands `job` to a worker, or does it here when there is none: a greeting done here joins
+    /// `waiting`, a verdict goes to the tally.
+    fn dispatch(&self, job: Job, tally: &mut Tally, waiting: &mut Vec<Greeted>) {
+        let out = if self.workers == 0 {
+            self.admit.work(job)
+        } else {
+            match self.work_tx.send(job) {
+                Ok(()) => return,
+                Err(mpsc::SendError(job)) => self.admit.work(job),
+            }
+        };
+        match out {
+            Out::Greeted(g) => waiting.push(g),
+            Out::Done(a) => tally.take(a, self.admit.deadline),
+        }
+    }
+
+    /// Workers finish what they hold (MUNGE calls, bounded by its timeout), skip what is
+    /// queued, and stop.
+    fn close(self) {
+        self.admit.stop.store(true, Ordering::Relaxed);
+        drop(self.work_tx);
+    }
+}
+
+/// Starts up to `cfg.workers` admit workers, at most one per follower. Fewer (none at worst:
+/// then the leader works inline) instead of a panic when the system is out of threads; the
+/// number started comes back.
+fn start_workers<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    admit: Admit<'env>,
+    work_rx: &'env Mutex<mpsc::Receiver<Job>>,
+    out_tx: mpsc::Sender<Out>,
+    rejected: &mut Rejections,
+) -> usize {
+    let n = admit.cfg.nodes.len();
+    let mut workers = 0;
+    for i in 0..admit.cfg.workers.clamp(1, n.max(2) - 1) {
+        let out_tx = out_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("rdv-admit-{i}"))
+            .stack_size(WORKER_STACK_BYTES)
+            .spawn_scoped(scope, move || {
+                loop {
+                    // A poisoned lock only means another worker panicked; keep going.
+                    let next = work_rx
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .recv();
+                    let Ok(job) = next else { break };
+                    if out_tx.send(admit.work(job)).is_err() {
+                        break;
+                    }
+                }
+            });
+        match spawned {
+            Ok(_) => workers += 1,
+            Err(e) => {
+                rejected.note(format!("started {workers} admit workers, not more: {e}"));
+                break;
+            }
+        }
+    }
+    workers
 }
 
 pub(super) fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, RendezvousError> {
     let start = Instant::now();
     let deadline = cfg.bounded(start, cfg.timeout);
+    let admit_cap = cfg.nodes.len().saturating_sub(1) + ADMIT_MARGIN;
+    let (listener, port) = bind(cfg, admit_cap)?;
+    let door = Door::new(cfg, listener, admit_cap, deadline);
+    let mut tally = Tally::new(cfg.nodes.len(), payload, &door.per_addr);
+    gather(cfg, port, door, &mut tally, deadline);
+    finish(cfg, port, tally)
+}
+
+/// Listen stage: the first port of the job's span that binds, on the unspecified address of
+/// the leader's family, non-blocking.
+fn bind(cfg: &RendezvousConfig, admit_cap: usize) -> Result<(TcpListener, u16), RendezvousError> {
     let unspecified = match cfg.addrs[0] {
         IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
     };
-    let n = cfg.nodes.len();
-    let admit_cap = n.saturating_sub(1) + ADMIT_MARGIN;
     let ports = cfg.ports();
     let mut bound = None;
     let mut last_err = String::from("no port to try");
@@ -139,270 +263,334 @@ pub(super) fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, 
     listener
         .set_nonblocking(true)
         .map_err(|e| RendezvousError::Io(e.to_string()))?;
+    Ok((listener, port))
+}
 
-    // Connections are taken only from the job's nodes' addresses, at most as many undecided at
-    // a time from one address as the job has nodes there (a stranger on a node can cost that
-    // node its place, never another's), and at most N−1+ADMIT_MARGIN in all.
-    let mut per_addr: HashMap<IpAddr, usize> = HashMap::new();
-    for a in &cfg.addrs[1..] {
-        *per_addr.entry(canonical(*a)).or_default() += 1;
-    }
-    let mut tally = Tally {
-        payloads: vec![None; n],
-        joined: Vec::new(),
-        rejected: Rejections::default(),
-        nonces: HashSet::new(),
-        in_flight: HashMap::new(),
-        greets_left: per_addr
-            .iter()
-            .map(|(ip, k)| (*ip, k * GREETS_PER_NODE))
-            .collect(),
-    };
-    tally.payloads[0] = Some(payload.clone());
+/// Gather stage: until every rank has joined or the deadline passes, take connections
+/// ([`Door::accept`]), read what each asks for ([`Door::read_wants`]) and greet the job's own
+/// followers on the pool, then check their joins on the pool ([`Door::read_joins`]).
+fn gather(
+    cfg: &RendezvousConfig,
+    port: u16,
+    mut door: Door<'_>,
+    tally: &mut Tally,
+    deadline: Instant,
+) {
     let (work_tx, work_rx) = mpsc::channel::<Job>();
     let work_rx = Mutex::new(work_rx);
     let stop = AtomicBool::new(false);
-
+    let admit = Admit {
+        cfg,
+        port,
+        stop: &stop,
+        deadline,
+    };
     std::thread::scope(|scope| {
         let (out_tx, out_rx) = mpsc::channel::<Out>();
-        let mut workers = 0;
-        for i in 0..cfg.workers.clamp(1, n.max(2) - 1) {
-            let out_tx = out_tx.clone();
-            let (work_rx, stop) = (&work_rx, &stop);
-            let spawned = std::thread::Builder::new()
-                .name(format!("rdv-admit-{i}"))
-                .stack_size(WORKER_STACK_BYTES)
-                .spawn_scoped(scope, move || {
-                    loop {
-                        // A poisoned lock only means another worker panicked; keep going.
-                        let next = work_rx
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .recv();
-                        let Ok(job) = next else { break };
-                        if out_tx.send(work(cfg, port, job, stop, deadline)).is_err() {
-                            break;
-                        }
+        let workers = start_workers(scope, admit, &work_rx, out_tx, &mut tally.rejected);
+        let pool = Pool {
+            admit,
+            workers,
+            work_tx,
+        };
+        while !tally.complete() && Instant::now() < deadline {
+            let ready = door.poll();
+            let polled_waiting = door.waiting.len();
+            // Read the wants first: a follower admitted now is greeted in this pass.
+            let now = Instant::now();
+            door.read_wants(&ready, polled_waiting, now, tally, &pool);
+            if ready[0] {
+                door.accept(tally);
+            }
+            door.read_joins(&ready, now, tally, &pool);
+            while let Ok(out) = out_rx.try_recv() {
+                match out {
+                    Out::Greeted(g) => door.waiting.push(g),
+                    Out::Done(a) => tally.take(a, deadline),
+                }
+            }
+            door.undecided = tally.in_flight.values().sum();
+        }
+        door.close(tally);
+        pool.close();
+        while let Ok(out) = out_rx.recv() {
+            if let Out::Done(a) = out {
+                tally.take(a, deadline);
+            }
+        }
+    });
+}
+
+/// The leader's listener and the connections it holds between the accept and a verdict.
+struct Door<'a> {
+    cfg: &'a RendezvousConfig,
+    listener: TcpListener,
+    deadline: Instant,
+    /// The job's nodes per address (the leader's own left out).
+    per_addr: HashMap<IpAddr, usize>,
+    /// The most connections asking at once, and undecided at once.
+    admit_cap: usize,
+    /// Accepted connections whose `want` has not arrived yet: they cost a descriptor and
+    /// their address's place among the asking, but no `munge` and no greeting.
+    asking: Vec<Asking>,
+    asking_per_addr: HashMap<IpAddr, usize>,
+    /// Greeted connections whose join has not arrived yet.
+    waiting: Vec<Greeted>,
+    /// Connections greeting, waiting for a join or being checked, as of the last pass.
+    undecided: usize,
+    /// Connections turned away because they asked for another job.
+    other_jobs: usize,
+}
+
+impl<'a> Door<'a> {
+    fn new(
+        cfg: &'a RendezvousConfig,
+        listener: TcpListener,
+        admit_cap: usize,
+        deadline: Instant,
+    ) -> Self {
+        // Connections are taken only from the job's nodes' addresses, at most as many undecided
+        // at a time from one address as the job has nodes there (a stranger on a node can cost
+        // that node its place, never another's), and at most N−1+ADMIT_MARGIN in all.
+        let mut per_addr: HashMap<IpAddr, usize> = HashMap::new();
+        for a in &cfg.addrs[1..] {
+            *per_addr.entry(canonical(*a)).or_default() += 1;
+        }
+        Self {
+            cfg,
+            listener,
+            deadline,
+            per_addr,
+            admit_cap,
+            asking: Vec::new(),
+            asking_per_addr: HashMap::new(),
+            waiting: Vec::new(),
+            undecided: 0,
+            other_jobs: 0,
+        }
+    }
+
+    /// Sleeps until a connection arrives or an open one has something to read. What is ready:
+    /// the listener first, then each waiting connection, then each asking one.
+    fn poll(&self) -> Vec<bool> {
+        use std::os::fd::AsFd;
+        let mut fds = Vec::with_capacity(self.waiting.len() + self.asking.len() + 1);
+        fds.push(nix::poll::PollFd::new(
+            self.listener.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        ));
+        for g in &self.waiting {
+            fds.push(nix::poll::PollFd::new(
+                g.conn.stream.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            ));
+        }
+        for a in &self.asking {
+            fds.push(nix::poll::PollFd::new(
+                a.conn.stream.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            ));
+        }
+        let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(POLL_MS));
+        fds.iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect()
+    }
+
+    /// Ask stage: reads the `want` of each asking connection that has sent one. Another job's
+    /// follower, a wrong protocol or a want over its address's share is turned away; the job's
+    /// own follower is greeted on the pool.
+    fn read_wants(
+        &mut self,
+        ready: &[bool],
+        polled_waiting: usize,
+        now: Instant,
+        tally: &mut Tally,
+        pool: &Pool<'_>,
+    ) {
+        let deadline = self.deadline;
+        for (i, mut a) in std::mem::take(&mut self.asking).into_iter().enumerate() {
+            let readable = ready.get(1 + polled_waiting + i).copied().unwrap_or(false);
+            let Some(asked) = self.want(&mut a, readable, now) else {
+                self.asking.push(a);
+                continue;
+            };
+            let job_id = match asked {
+                Ok(j) => j,
+                Err(why) => {
+                    a.conn.reject(&why, deadline);
+                    tally.rejected.add(a.peer, why);
+                    continue;
+                }
+            };
+            if job_id != self.cfg.job_id {
+                // Another job's follower trying the ports while its own leader is not
+                // listening yet (neighbouring job ids share ports): normal, cheap, and
+                // counted rather than logged one by one.
+                a.conn.reject(
+                    &format!(
+                        "this port serves the rendezvous of job {}, not of job {job_id}",
+                        self.cfg.job_id
+                    ),
+                    deadline,
+                );
+                self.other_jobs += 1;
+                continue;
+            }
+            if let Err(why) = self.book_greeting(tally, a.ip) {
+                a.conn.reject(why, deadline);
+                tally.rejected.add(a.peer, why);
+                continue;
+            }
+            pool.dispatch(Job::Greet(a.conn, a.peer), tally, &mut self.waiting);
+        }
+    }
+
+    /// The job id an asking connection asked for, or why it is turned away; `None` while it
+    /// may still send its want.
+    fn want(
+        &mut self,
+        a: &mut Asking,
+        readable: bool,
+        now: Instant,
+    ) -> Option<Result<u64, String>> {
+        let got = if readable {
+            a.conn.try_read_line(MAX_WANT_BYTES)
+        } else {
+            Ok(None)
+        };
+        let line = match got {
+            Ok(None) if now < a.by => return None,
+            Ok(None) => Err(format!(
+                "asked for nothing within {} ms (a follower of protocol 2 or older \
+                 waits for a hello instead: run one fabric-check release on every node)",
+                self.cfg.conn_budget().as_millis()
+            )),
+            Ok(Some(line)) => Ok(line),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Some(c) = self.asking_per_addr.get_mut(&a.ip) {
+            *c = c.saturating_sub(1);
+        }
+        Some(line.and_then(|l| match serde_json::from_slice::<Msg>(&l) {
+            Ok(Msg::Want { v, .. }) if v != PROTOCOL_VERSION => Err(format!(
+                "speaks protocol version {v}, this leader {PROTOCOL_VERSION}: run one \
+                 fabric-check release on every node"
+            )),
+            Ok(Msg::Want { job_id, .. }) => Ok(job_id),
+            Ok(_) => Err("did not start with a want".into()),
+            Err(e) => Err(sanitise(&format!("malformed message: {e}"))),
+        }))
+    }
+
+    /// Counts a greeting for the job's follower at `ip` against its address and the cap, or
+    /// says why it gets none now.
+    fn book_greeting(&mut self, tally: &mut Tally, ip: IpAddr) -> Result<(), &'static str> {
+        let allowed = self.per_addr.get(&ip).copied().unwrap_or(0);
+        let now_here = tally.in_flight.get(&ip).copied().unwrap_or(0);
+        let greets = tally.greets_left.entry(ip).or_default();
+        if now_here >= allowed {
+            Err("more connections at once than that address has nodes")
+        } else if *greets == 0 {
+            Err("too many connections from that address")
+        } else if self.undecided >= self.admit_cap {
+            Err("too many connections waiting")
+        } else {
+            *greets -= 1;
+            *tally.in_flight.entry(ip).or_default() += 1;
+            self.undecided += 1;
+            Ok(())
+        }
+    }
+
+    /// Accept stage: takes every queued connection from one of the job's nodes' addresses,
+    /// within its address's share and the cap, to ask what it wants.
+    fn accept(&mut self, tally: &mut Tally) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    let ip = canonical(peer.ip());
+                    let Some(allowed) = self.per_addr.get(&ip).copied() else {
+                        tally
+                            .rejected
+                            .add(peer, "not an address of this job's nodes");
+                        continue;
+                    };
+                    let here = self.asking_per_addr.entry(ip).or_default();
+                    let refused = if *here >= allowed {
+                        Some("more connections at once than that address has nodes")
+                    } else if self.asking.len() >= self.admit_cap {
+                        Some("too many connections waiting")
+                    } else {
+                        None
+                    };
+                    if let Some(why) = refused {
+                        tally.rejected.add(peer, why);
+                        continue;
                     }
-                });
-            match spawned {
-                Ok(_) => workers += 1,
+                    let conn = Conn::new(stream);
+                    if let Err(e) = conn.stream.set_nonblocking(true) {
+                        tally.rejected.add(peer, e.to_string());
+                        continue;
+                    }
+                    *here += 1;
+                    self.asking.push(Asking {
+                        conn,
+                        peer,
+                        ip,
+                        by: self.deadline.min(Instant::now() + self.cfg.conn_budget()),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => {
-                    // Fewer workers (none at worst: then the leader works inline) instead of a
-                    // panic when the system is out of threads.
-                    tally
-                        .rejected
-                        .note(format!("started {workers} admit workers, not more: {e}"));
+                    // Out of descriptors or similar: say so, try again on the next pass.
+                    tally.rejected.note(format!("accept: {e}"));
                     break;
                 }
             }
         }
-        drop(out_tx);
-        let dispatch = |job: Job, tally: &mut Tally, waiting: &mut Vec<Greeted>| {
-            let out = if workers == 0 {
-                work(cfg, port, job, &stop, deadline)
+    }
+
+    /// Join stage: reads what greeted connections sent; a complete join goes to the pool to be
+    /// checked, a connection silent past its time is turned away.
+    fn read_joins(&mut self, ready: &[bool], now: Instant, tally: &mut Tally, pool: &Pool<'_>) {
+        let deadline = self.deadline;
+        let mut still = Vec::with_capacity(self.waiting.len());
+        // Connections greeted since the poll come last and were not polled.
+        for (i, mut g) in std::mem::take(&mut self.waiting).into_iter().enumerate() {
+            let readable = ready.get(i + 1).copied().unwrap_or(false);
+            let got = if readable {
+                g.conn.try_read_line(MAX_JOIN_BYTES)
             } else {
-                match work_tx.send(job) {
-                    Ok(()) => return,
-                    Err(mpsc::SendError(job)) => work(cfg, port, job, &stop, deadline),
-                }
+                Ok(None)
             };
-            match out {
-                Out::Greeted(g) => waiting.push(g),
-                Out::Done(a) => tally.take(a, deadline),
-            }
-        };
-        let mut other_jobs = 0usize;
-        let mut waiting: Vec<Greeted> = Vec::new();
-        // Accepted connections whose `want` has not arrived yet: they cost a descriptor and
-        // their address's place among the asking, but no `munge` and no greeting.
-        let mut asking: Vec<Asking> = Vec::new();
-        let mut asking_per_addr: HashMap<IpAddr, usize> = HashMap::new();
-        let mut undecided = 0usize;
-        while tally.payloads.iter().any(Option::is_none) && Instant::now() < deadline {
-            // Sleep until a connection arrives or an open one has something to read.
-            let ready: Vec<bool> = {
-                use std::os::fd::AsFd;
-                let mut fds = Vec::with_capacity(waiting.len() + asking.len() + 1);
-                fds.push(nix::poll::PollFd::new(
-                    listener.as_fd(),
-                    nix::poll::PollFlags::POLLIN,
-                ));
-                for g in &waiting {
-                    fds.push(nix::poll::PollFd::new(
-                        g.conn.stream.as_fd(),
-                        nix::poll::PollFlags::POLLIN,
-                    ));
+            match got {
+                Ok(Some(line)) => pool.dispatch(Job::Check(g, line), tally, &mut still),
+                Ok(None) if now < g.by => still.push(g),
+                Ok(None) => {
+                    let e = ReadError::Timeout.to_string();
+                    g.conn.reject(&e, deadline);
+                    tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
                 }
-                for a in &asking {
-                    fds.push(nix::poll::PollFd::new(
-                        a.conn.stream.as_fd(),
-                        nix::poll::PollFlags::POLLIN,
-                    ));
-                }
-                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(POLL_MS));
-                fds.iter()
-                    .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
-                    .collect()
-            };
-            let polled_waiting = waiting.len();
-            // Read the wants first: a follower admitted now is greeted in this pass.
-            let now = Instant::now();
-            for (i, mut a) in std::mem::take(&mut asking).into_iter().enumerate() {
-                let readable = ready.get(1 + polled_waiting + i).copied().unwrap_or(false);
-                let got = if readable {
-                    a.conn.try_read_line(MAX_WANT_BYTES)
-                } else {
-                    Ok(None)
-                };
-                let line = match got {
-                    Ok(None) if now < a.by => {
-                        asking.push(a);
-                        continue;
-                    }
-                    Ok(None) => Err(format!(
-                        "asked for nothing within {} ms (a follower of protocol 2 or older \
-                         waits for a hello instead: run one fabric-check release on every node)",
-                        cfg.conn_budget().as_millis()
-                    )),
-                    Ok(Some(line)) => Ok(line),
-                    Err(e) => Err(e.to_string()),
-                };
-                if let Some(c) = asking_per_addr.get_mut(&a.ip) {
-                    *c = c.saturating_sub(1);
-                }
-                let asked = line.and_then(|l| match serde_json::from_slice::<Msg>(&l) {
-                    Ok(Msg::Want { v, .. }) if v != PROTOCOL_VERSION => Err(format!(
-                        "speaks protocol version {v}, this leader {PROTOCOL_VERSION}: run one \
-                         fabric-check release on every node"
-                    )),
-                    Ok(Msg::Want { job_id, .. }) => Ok(job_id),
-                    Ok(_) => Err("did not start with a want".into()),
-                    Err(e) => Err(sanitise(&format!("malformed message: {e}"))),
-                });
-                let job_id = match asked {
-                    Ok(j) => j,
-                    Err(why) => {
-                        a.conn.reject(&why, deadline);
-                        tally.rejected.add(a.peer, why);
-                        continue;
-                    }
-                };
-                if job_id != cfg.job_id {
-                    // Another job's follower trying the ports while its own leader is not
-                    // listening yet (neighbouring job ids share ports): normal, cheap, and
-                    // counted rather than logged one by one.
-                    a.conn.reject(
-                        &format!(
-                            "this port serves the rendezvous of job {}, not of job {job_id}",
-                            cfg.job_id
-                        ),
-                        deadline,
-                    );
-                    other_jobs += 1;
-                    continue;
-                }
-                let allowed = per_addr.get(&a.ip).copied().unwrap_or(0);
-                let now_here = tally.in_flight.get(&a.ip).copied().unwrap_or(0);
-                let greets = tally.greets_left.entry(a.ip).or_default();
-                let refused = if now_here >= allowed {
-                    Some("more connections at once than that address has nodes")
-                } else if *greets == 0 {
-                    Some("too many connections from that address")
-                } else if undecided >= admit_cap {
-                    Some("too many connections waiting")
-                } else {
-                    None
-                };
-                if let Some(why) = refused {
-                    a.conn.reject(why, deadline);
-                    tally.rejected.add(a.peer, why);
-                    continue;
-                }
-                *greets -= 1;
-                *tally.in_flight.entry(a.ip).or_default() += 1;
-                undecided += 1;
-                dispatch(Job::Greet(a.conn, a.peer), &mut tally, &mut waiting);
-            }
-            if ready[0] {
-                loop {
-                    match listener.accept() {
-                        Ok((stream, peer)) => {
-                            let ip = canonical(peer.ip());
-                            let Some(allowed) = per_addr.get(&ip).copied() else {
-                                tally
-                                    .rejected
-                                    .add(peer, "not an address of this job's nodes");
-                                continue;
-                            };
-                            let here = asking_per_addr.entry(ip).or_default();
-                            let refused = if *here >= allowed {
-                                Some("more connections at once than that address has nodes")
-                            } else if asking.len() >= admit_cap {
-                                Some("too many connections waiting")
-                            } else {
-                                None
-                            };
-                            if let Some(why) = refused {
-                                tally.rejected.add(peer, why);
-                                continue;
-                            }
-                            let conn = Conn::new(stream);
-                            if let Err(e) = conn.stream.set_nonblocking(true) {
-                                tally.rejected.add(peer, e.to_string());
-                                continue;
-                            }
-                            *here += 1;
-                            asking.push(Asking {
-                                conn,
-                                peer,
-                                ip,
-                                by: deadline.min(Instant::now() + cfg.conn_budget()),
-                            });
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(e) => {
-                            // Out of descriptors or similar: say so, try again on the next pass.
-                            tally.rejected.note(format!("accept: {e}"));
-                            break;
-                        }
-                    }
+                Err(e) => {
+                    let e = e.to_string();
+                    g.conn.reject(&e, deadline);
+                    tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
                 }
             }
-            // Read what greeted connections sent; a complete join goes to the pool.
-            let mut still = Vec::with_capacity(waiting.len());
-            // Connections greeted since the poll come last and were not polled.
-            for (i, mut g) in std::mem::take(&mut waiting).into_iter().enumerate() {
-                let readable = ready.get(i + 1).copied().unwrap_or(false);
-                let got = if readable {
-                    g.conn.try_read_line(MAX_JOIN_BYTES)
-                } else {
-                    Ok(None)
-                };
-                match got {
-                    Ok(Some(line)) => dispatch(Job::Check(g, line), &mut tally, &mut still),
-                    Ok(None) if now < g.by => still.push(g),
-                    Ok(None) => {
-                        let e = ReadError::Timeout.to_string();
-                        g.conn.reject(&e, deadline);
-                        tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
-                    }
-                    Err(e) => {
-                        let e = e.to_string();
-                        g.conn.reject(&e, deadline);
-                        tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
-                    }
-                }
-            }
-            waiting = still;
-            while let Ok(out) = out_rx.try_recv() {
-                match out {
-                    Out::Greeted(g) => waiting.push(g),
-                    Out::Done(a) => tally.take(a, deadline),
-                }
-            }
-            undecided = tally.in_flight.values().sum();
         }
+        self.waiting = still;
+    }
+
+    /// Stops listening, and notes what was left undecided when the rendezvous ended.
+    fn close(self, tally: &mut Tally) {
+        let Self {
+            listener,
+            asking,
+            waiting,
+            other_jobs,
+            ..
+        } = self;
         drop(listener);
         if !asking.is_empty() {
             tally.rejected.note(format!(
@@ -420,24 +608,19 @@ pub(super) fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, 
             tally.settle(g.peer.ip());
             tally.rejected.add(g.peer, "no join before the deadline");
         }
-        // Workers finish what they hold (MUNGE calls, bounded by its timeout), skip what is
-        // queued, and stop.
-        stop.store(true, Ordering::Relaxed);
-        drop(work_tx);
-        while let Ok(out) = out_rx.recv() {
-            if let Out::Done(a) = out {
-                tally.take(a, deadline);
-            }
-        }
-    });
+    }
+}
+
+/// Result stage: the ranks that never joined, and every joined follower answered with the
+/// gathered payloads (or an ack).
+fn finish(cfg: &RendezvousConfig, port: u16, tally: Tally) -> Result<Gathered, RendezvousError> {
     let Tally {
         payloads,
         joined,
         rejected,
         ..
     } = tally;
-
-    let missing: Vec<String> = (0..n)
+    let missing: Vec<String> = (0..cfg.nodes.len())
         .filter(|r| payloads[*r].is_none())
         .map(|r| cfg.nodes[r].clone())
         .collect();

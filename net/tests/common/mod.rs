@@ -3,3 +3,4 @@
 
 pub mod loopback;
 pub mod munged;
+pub mod ports;

@@ -194,268 +194,15 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
 
     let bom_report = (!inp.boms.is_empty()).then(|| bom::compare(&inp.boms, &t.bom.ignore));
 
-    let mut checks = Vec::new();
-    let mut check = |id: String, status: &'static str, observed: String, expected: String| {
-        checks.push(Check {
-            id,
-            status,
-            observed,
-            expected,
-        });
-    };
-    check(
-        "inputs.readable".into(),
-        if inp.problems.is_empty() {
-            "pass"
-        } else if inp.problems.iter().all(Problem::is_warning) {
-            "warn"
-        } else {
-            "fail"
-        },
-        match inp.problems.iter().find(|p| p.is_warning()) {
-            Some(first) if inp.problems.iter().all(Problem::is_warning) => format!(
-                "{} problem(s) in {} run file(s), all usable as far as they go; first: {first}",
-                inp.problems.len(),
-                inp.runs.len()
-            ),
-            _ => format!(
-                "{} problem(s) in {} run file(s)",
-                inp.problems.len(),
-                inp.runs.len()
-            ),
-        },
-        "every input complete and well-formed".into(),
-    );
-    let host_counts: Vec<usize> = inp.runs.iter().map(|r| r.hosts().len()).collect();
-    match inp.expect_nodes {
-        None => check(
-            "scale.nodes".into(),
-            "open",
-            format!("{host_counts:?} hosts per run"),
-            "give --nodes N to check the exact node count".into(),
-        ),
-        Some(_) if host_counts.iter().all(|h| *h == 0) => check(
-            "scale.nodes".into(),
-            "open",
-            "no rank lines in the outputs".into(),
-            "keep nccl-tests' header in the outputs".into(),
-        ),
-        Some(n) if inp.runs.iter().any(|r| !r.device_list_complete()) => check(
-            "scale.nodes".into(),
-            // Too few hosts in an elided or cut device list prove nothing; too many do.
-            if host_counts.iter().any(|h| *h as u32 > n) {
-                "fail"
-            } else {
-                "open"
-            },
-            format!("{host_counts:?} hosts among the ranks listed; a device list is incomplete"),
-            format!("{n} in every run (keep the whole device list in the outputs)"),
-        ),
-        Some(n) => check(
-            "scale.nodes".into(),
-            if host_counts.iter().all(|h| *h as u32 == n) {
-                "pass"
-            } else {
-                "fail"
-            },
-            format!("{host_counts:?} hosts per run"),
-            format!("{n} in every run"),
-        ),
-    }
-    let rank_counts: Vec<usize> = inp.runs.iter().map(NcclRun::rank_count).collect();
-    match (inp.expect_nodes, inp.expect_gpus_per_node) {
-        (Some(n), Some(g)) if rank_counts.iter().any(|c| *c > 0) => check(
-            "scale.gpus".into(),
-            if rank_counts.iter().all(|c| *c as u32 == n * g) {
-                "pass"
-            } else {
-                "fail"
-            },
-            format!("{rank_counts:?} ranks per run"),
-            format!("{} ({} nodes × {} GPUs)", n * g, n, g),
-        ),
-        _ => check(
-            "scale.gpus".into(),
-            "open",
-            format!("{rank_counts:?} ranks per run"),
-            "give --nodes and --gpus-per-node".into(),
-        ),
-    }
-    let wrong_total: f64 = sizes.iter().filter_map(|s| s.wrong).sum();
-    let oob: u64 = inp.runs.iter().filter_map(|r| r.out_of_bounds).sum();
-    let checked = sizes.iter().any(|s| s.wrong.is_some())
-        || inp.runs.iter().any(|r| r.out_of_bounds.is_some());
-    if t.zero_wrong {
-        check(
-            "correctness.wrong".into(),
-            if !checked {
-                "open"
-            } else if wrong_total == 0.0 && oob == 0 {
-                "pass"
-            } else {
-                "fail"
-            },
-            if checked {
-                format!("{wrong_total} wrong elements, {oob} out-of-bounds values")
-            } else {
-                "correctness not checked (N/A; run with -c 1)".into()
-            },
-            "0".into(),
-        );
-    }
-    for mb in &t.min_busbw {
-        let bytes = mb.bytes().unwrap_or(0);
-        let at: Vec<&SizeSummary> = sizes.iter().filter(|s| s.size_b == bytes).collect();
-        let id = format!("busbw.min@{}", fmt_size(bytes));
-        if at.is_empty() {
-            check(
-                id,
-                "fail",
-                "no result at this size".into(),
-                format!("≥ {} GB/s (run with -e ≥ {})", mb.gbps, fmt_size(bytes)),
-            );
-        } else {
-            let lowest = at
-                .iter()
-                .map(|s| s.busbw_mean_gbps)
-                .fold(f64::INFINITY, f64::min);
-            check(
-                id,
-                if lowest >= mb.gbps { "pass" } else { "fail" },
-                format!("{lowest:.2} GB/s mean over {} run(s)", at[0].runs),
-                format!("≥ {} GB/s", mb.gbps),
-            );
-        }
-    }
-    if let Some(max) = t.max_cv_pct {
-        let min_b = t.cv_min_bytes();
-        let cvs: Vec<(u64, f64)> = sizes
-            .iter()
-            .filter(|s| s.size_b >= min_b)
-            .filter_map(|s| s.cv_pct.map(|c| (s.size_b, c)))
-            .collect();
-        match cvs
-            .iter()
-            .copied()
-            .reduce(|a, b| if b.1 > a.1 { b } else { a })
-        {
-            None => check(
-                "variation.cv".into(),
-                "open",
-                "fewer than two runs per size".into(),
-                format!("≤ {max}% (repeat the run)"),
-            ),
-            Some((size, worst)) => check(
-                "variation.cv".into(),
-                if worst <= max { "pass" } else { "fail" },
-                format!("worst {worst:.2}% at {}", fmt_size(size)),
-                format!("≤ {max}% at sizes ≥ {}", fmt_size(min_b)),
-            ),
-        }
-    }
-    let mut outlier_files: Vec<&str> = sizes
-        .iter()
-        .flat_map(|s| s.outlier_runs.iter().map(String::as_str))
-        .collect();
-    outlier_files.sort();
-    outlier_files.dedup();
-    if let Some(max) = t.max_outlier_runs {
-        let max_runs = sizes.iter().map(|s| s.runs).max().unwrap_or(0);
-        if max_runs < 3 {
-            check(
-                "variation.outlier_runs".into(),
-                "open",
-                format!("{max_runs} run(s)"),
-                "three or more runs to find outliers".into(),
-            );
-        } else {
-            check(
-                "variation.outlier_runs".into(),
-                if outlier_files.len() as u64 <= max {
-                    "pass"
-                } else {
-                    "fail"
-                },
-                if outlier_files.is_empty() {
-                    "none".into()
-                } else {
-                    outlier_files.join(", ")
-                },
-                format!(
-                    "≤ {max} runs more than {}% below the median",
-                    t.outlier_drop_pct
-                ),
-            );
-        }
-    }
-    check(
-        "ranks.outliers".into(),
-        if !rank_data {
-            "open"
-        } else if outlier_ranks.is_empty() {
-            "pass"
-        } else {
-            "fail"
-        },
-        if !rank_data {
-            "no per-rank timing (needs -J output with -I 1 on several processes)".into()
-        } else {
-            format!("{} slow rank(s)", outlier_ranks.len())
-        },
-        format!(
-            "no rank more than {}% slower than the median rank",
-            t.max_rank_skew_pct
-        ),
-    );
-    match &bom_report {
-        None => check(
-            "bom.consistent".into(),
-            "open",
-            "no BOMs given".into(),
-            "pass --bom for every node".into(),
-        ),
-        Some(b) if b.nodes.len() < 2 => check(
-            "bom.consistent".into(),
-            "open",
-            "one BOM".into(),
-            "BOMs of two or more nodes".into(),
-        ),
-        Some(b) => check(
-            "bom.consistent".into(),
-            if b.drift.is_empty() { "pass" } else { "fail" },
-            format!(
-                "{} of {} fields differ across {} nodes",
-                b.drift.len(),
-                b.compared,
-                b.nodes.len()
-            ),
-            "identical on every node (identity keys excepted)".into(),
-        ),
-    }
-    let hosts: std::collections::BTreeSet<&str> = inp
-        .runs
-        .iter()
-        .flat_map(|r| r.devices.iter().map(|d| d.host.as_str()))
-        .collect();
-    if let Some(b) = &bom_report
-        && !hosts.is_empty()
-    {
-        let missing: Vec<&str> = hosts
-            .iter()
-            .copied()
-            .filter(|h| !b.nodes.iter().any(|n| n == h))
-            .collect();
-        check(
-            "bom.covers_hosts".into(),
-            if missing.is_empty() { "pass" } else { "fail" },
-            if missing.is_empty() {
-                format!("{} hosts, all pinned", hosts.len())
-            } else {
-                format!("no BOM for {}", missing.join(", "))
-            },
-            "a pinned BOM for every host in the runs".into(),
-        );
-    }
+    let mut checks = Checks(Vec::new());
+    inputs_check(inp, &mut checks);
+    scale_checks(inp, &mut checks);
+    correctness_check(inp, &sizes, &mut checks);
+    busbw_checks(t, &sizes, &mut checks);
+    variation_checks(t, &sizes, &mut checks);
+    rank_check(t, &outlier_ranks, rank_data, &mut checks);
+    bom_checks(inp, bom_report.as_ref(), &mut checks);
+    let Checks(checks) = checks;
     let verdict = if checks.iter().any(|c| c.status == "fail") {
         "fail"
     } else if checks.iter().any(|c| c.status == "warn") {
@@ -492,6 +239,304 @@ pub fn analyse(inp: &Inputs) -> AcceptReport {
         checks,
         questions: questions::answer(&inp.boms, &inp.probes, &inp.runs, inp.expect_nodes),
         problems: inp.problems.clone(),
+    }
+}
+
+/// The checks in the order the report lists them.
+struct Checks(Vec<Check>);
+
+impl Checks {
+    fn add(&mut self, id: String, status: &'static str, observed: String, expected: String) {
+        self.0.push(Check {
+            id,
+            status,
+            observed,
+            expected,
+        });
+    }
+}
+
+/// `inputs.readable`: every run file complete and well-formed.
+fn inputs_check(inp: &Inputs, checks: &mut Checks) {
+    checks.add(
+        "inputs.readable".into(),
+        if inp.problems.is_empty() {
+            "pass"
+        } else if inp.problems.iter().all(Problem::is_warning) {
+            "warn"
+        } else {
+            "fail"
+        },
+        match inp.problems.iter().find(|p| p.is_warning()) {
+            Some(first) if inp.problems.iter().all(Problem::is_warning) => format!(
+                "{} problem(s) in {} run file(s), all usable as far as they go; first: {first}",
+                inp.problems.len(),
+                inp.runs.len()
+            ),
+            _ => format!(
+                "{} problem(s) in {} run file(s)",
+                inp.problems.len(),
+                inp.runs.len()
+            ),
+        },
+        "every input complete and well-formed".into(),
+    );
+}
+
+/// `scale.nodes` and `scale.gpus`: the hosts and ranks of every run against `--nodes` and
+/// `--gpus-per-node`.
+fn scale_checks(inp: &Inputs, checks: &mut Checks) {
+    let host_counts: Vec<usize> = inp.runs.iter().map(|r| r.hosts().len()).collect();
+    match inp.expect_nodes {
+        None => checks.add(
+            "scale.nodes".into(),
+            "open",
+            format!("{host_counts:?} hosts per run"),
+            "give --nodes N to check the exact node count".into(),
+        ),
+        Some(_) if host_counts.iter().all(|h| *h == 0) => checks.add(
+            "scale.nodes".into(),
+            "open",
+            "no rank lines in the outputs".into(),
+            "keep nccl-tests' header in the outputs".into(),
+        ),
+        Some(n) if inp.runs.iter().any(|r| !r.device_list_complete()) => checks.add(
+            "scale.nodes".into(),
+            // Too few hosts in an elided or cut device list prove nothing; too many do.
+            if host_counts.iter().any(|h| *h as u32 > n) {
+                "fail"
+            } else {
+                "open"
+            },
+            format!("{host_counts:?} hosts among the ranks listed; a device list is incomplete"),
+            format!("{n} in every run (keep the whole device list in the outputs)"),
+        ),
+        Some(n) => checks.add(
+            "scale.nodes".into(),
+            if host_counts.iter().all(|h| *h as u32 == n) {
+                "pass"
+            } else {
+                "fail"
+            },
+            format!("{host_counts:?} hosts per run"),
+            format!("{n} in every run"),
+        ),
+    }
+    let rank_counts: Vec<usize> = inp.runs.iter().map(NcclRun::rank_count).collect();
+    match (inp.expect_nodes, inp.expect_gpus_per_node) {
+        (Some(n), Some(g)) if rank_counts.iter().any(|c| *c > 0) => checks.add(
+            "scale.gpus".into(),
+            if rank_counts.iter().all(|c| *c as u32 == n * g) {
+                "pass"
+            } else {
+                "fail"
+            },
+            format!("{rank_counts:?} ranks per run"),
+            format!("{} ({} nodes × {} GPUs)", n * g, n, g),
+        ),
+        _ => checks.add(
+            "scale.gpus".into(),
+            "open",
+            format!("{rank_counts:?} ranks per run"),
+            "give --nodes and --gpus-per-node".into(),
+        ),
+    }
+}
+
+/// `correctness.wrong` (with `zero_wrong`): no wrong element and no out-of-bounds value.
+fn correctness_check(inp: &Inputs, sizes: &[SizeSummary], checks: &mut Checks) {
+    let t = &inp.thresholds;
+    let wrong_total: f64 = sizes.iter().filter_map(|s| s.wrong).sum();
+    let oob: u64 = inp.runs.iter().filter_map(|r| r.out_of_bounds).sum();
+    let checked = sizes.iter().any(|s| s.wrong.is_some())
+        || inp.runs.iter().any(|r| r.out_of_bounds.is_some());
+    if t.zero_wrong {
+        checks.add(
+            "correctness.wrong".into(),
+            if !checked {
+                "open"
+            } else if wrong_total == 0.0 && oob == 0 {
+                "pass"
+            } else {
+                "fail"
+            },
+            if checked {
+                format!("{wrong_total} wrong elements, {oob} out-of-bounds values")
+            } else {
+                "correctness not checked (N/A; run with -c 1)".into()
+            },
+            "0".into(),
+        );
+    }
+}
+
+/// `busbw.min@SIZE`: the lowest mean bus bandwidth at each size a minimum is set for.
+fn busbw_checks(t: &Thresholds, sizes: &[SizeSummary], checks: &mut Checks) {
+    for mb in &t.min_busbw {
+        let bytes = mb.bytes().unwrap_or(0);
+        let at: Vec<&SizeSummary> = sizes.iter().filter(|s| s.size_b == bytes).collect();
+        let id = format!("busbw.min@{}", fmt_size(bytes));
+        if at.is_empty() {
+            checks.add(
+                id,
+                "fail",
+                "no result at this size".into(),
+                format!("≥ {} GB/s (run with -e ≥ {})", mb.gbps, fmt_size(bytes)),
+            );
+        } else {
+            let lowest = at
+                .iter()
+                .map(|s| s.busbw_mean_gbps)
+                .fold(f64::INFINITY, f64::min);
+            checks.add(
+                id,
+                if lowest >= mb.gbps { "pass" } else { "fail" },
+                format!("{lowest:.2} GB/s mean over {} run(s)", at[0].runs),
+                format!("≥ {} GB/s", mb.gbps),
+            );
+        }
+    }
+}
+
+/// `variation.cv` and `variation.outlier_runs`: how much the runs differ at each size.
+fn variation_checks(t: &Thresholds, sizes: &[SizeSummary], checks: &mut Checks) {
+    if let Some(max) = t.max_cv_pct {
+        let min_b = t.cv_min_bytes();
+        let cvs: Vec<(u64, f64)> = sizes
+            .iter()
+            .filter(|s| s.size_b >= min_b)
+            .filter_map(|s| s.cv_pct.map(|c| (s.size_b, c)))
+            .collect();
+        match cvs
+            .iter()
+            .copied()
+            .reduce(|a, b| if b.1 > a.1 { b } else { a })
+        {
+            None => checks.add(
+                "variation.cv".into(),
+                "open",
+                "fewer than two runs per size".into(),
+                format!("≤ {max}% (repeat the run)"),
+            ),
+            Some((size, worst)) => checks.add(
+                "variation.cv".into(),
+                if worst <= max { "pass" } else { "fail" },
+                format!("worst {worst:.2}% at {}", fmt_size(size)),
+                format!("≤ {max}% at sizes ≥ {}", fmt_size(min_b)),
+            ),
+        }
+    }
+    let mut outlier_files: Vec<&str> = sizes
+        .iter()
+        .flat_map(|s| s.outlier_runs.iter().map(String::as_str))
+        .collect();
+    outlier_files.sort();
+    outlier_files.dedup();
+    if let Some(max) = t.max_outlier_runs {
+        let max_runs = sizes.iter().map(|s| s.runs).max().unwrap_or(0);
+        if max_runs < 3 {
+            checks.add(
+                "variation.outlier_runs".into(),
+                "open",
+                format!("{max_runs} run(s)"),
+                "three or more runs to find outliers".into(),
+            );
+        } else {
+            checks.add(
+                "variation.outlier_runs".into(),
+                if outlier_files.len() as u64 <= max {
+                    "pass"
+                } else {
+                    "fail"
+                },
+                if outlier_files.is_empty() {
+                    "none".into()
+                } else {
+                    outlier_files.join(", ")
+                },
+                format!(
+                    "≤ {max} runs more than {}% below the median",
+                    t.outlier_drop_pct
+                ),
+            );
+        }
+    }
+}
+
+/// `ranks.outliers`: no rank slower than the median rank by more than the skew allowed.
+fn rank_check(t: &Thresholds, outlier_ranks: &[OutlierRank], rank_data: bool, checks: &mut Checks) {
+    checks.add(
+        "ranks.outliers".into(),
+        if !rank_data {
+            "open"
+        } else if outlier_ranks.is_empty() {
+            "pass"
+        } else {
+            "fail"
+        },
+        if !rank_data {
+            "no per-rank timing (needs -J output with -I 1 on several processes)".into()
+        } else {
+            format!("{} slow rank(s)", outlier_ranks.len())
+        },
+        format!(
+            "no rank more than {}% slower than the median rank",
+            t.max_rank_skew_pct
+        ),
+    );
+}
+
+/// `bom.consistent` and `bom.covers_hosts`: the nodes' bills of materials agree and cover
+/// every host in the runs.
+fn bom_checks(inp: &Inputs, bom_report: Option<&BomReport>, checks: &mut Checks) {
+    match &bom_report {
+        None => checks.add(
+            "bom.consistent".into(),
+            "open",
+            "no BOMs given".into(),
+            "pass --bom for every node".into(),
+        ),
+        Some(b) if b.nodes.len() < 2 => checks.add(
+            "bom.consistent".into(),
+            "open",
+            "one BOM".into(),
+            "BOMs of two or more nodes".into(),
+        ),
+        Some(b) => checks.add(
+            "bom.consistent".into(),
+            if b.drift.is_empty() { "pass" } else { "fail" },
+            format!(
+                "{} of {} fields differ across {} nodes",
+                b.drift.len(),
+                b.compared,
+                b.nodes.len()
+            ),
+            "identical on every node (identity keys excepted)".into(),
+        ),
+    }
+    let hosts: std::collections::BTreeSet<&str> = inp
+        .runs
+        .iter()
+        .flat_map(|r| r.devices.iter().map(|d| d.host.as_str()))
+        .collect();
+    if let Some(b) = &bom_report
+        && !hosts.is_empty()
+    {
+        let missing: Vec<&str> = hosts
+            .iter()
+            .copied()
+            .filter(|h| !b.nodes.iter().any(|n| n == h))
+            .collect();
+        checks.add(
+            "bom.covers_hosts".into(),
+            if missing.is_empty() { "pass" } else { "fail" },
+            if missing.is_empty() {
+                format!("{} hosts, all pinned", hosts.len())
+            } else {
+                format!("no BOM for {}", missing.join(", "))
+            },
+            "a pinned BOM for every host in the runs".into(),
+        );
     }
 }
 

@@ -12,7 +12,16 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 
 /// The report as tables.
 pub fn accept_tables(r: &AcceptReport) -> Vec<Table> {
-    let mut tables = vec![Table {
+    let mut tables = vec![checks_table(r), sizes_table(r)];
+    tables.extend(slow_ranks_table(r));
+    tables.extend(bom_drift_table(r));
+    tables.push(questions_table(r));
+    tables
+}
+
+/// The checks with the verdict, and the input problems as notes.
+fn checks_table(r: &AcceptReport) -> Table {
+    Table {
         title: format!("Acceptance: {}", r.verdict.to_uppercase()),
         columns: vec!["status".into(), "observed".into(), "expected".into()],
         rows: r
@@ -31,8 +40,12 @@ pub fn accept_tables(r: &AcceptReport) -> Vec<Table> {
             .iter()
             .map(|p| format!("input problem: {p}"))
             .collect(),
-    }];
-    tables.push(Table {
+    }
+}
+
+/// One row per size (dtype, redop, root) over every run, the runs as a note.
+fn sizes_table(r: &AcceptReport) -> Table {
+    Table {
         title: "Per size, across runs".into(),
         columns: [
             "runs",
@@ -98,56 +111,66 @@ pub fn accept_tables(r: &AcceptReport) -> Vec<Table> {
                 .collect::<Vec<_>>()
                 .join("; ")
         )],
-    });
-    if !r.outlier_ranks.is_empty() {
-        tables.push(Table {
-            title: "Slow ranks".into(),
-            columns: vec!["host".into(), "sizes".into(), "worst excess %".into()],
-            rows: r
-                .outlier_ranks
-                .iter()
-                .map(|o| {
-                    Row::text(
-                        &format!("{} rank {}", o.file, o.rank),
-                        "",
-                        vec![
-                            o.host.clone().unwrap_or_default(),
-                            o.sizes.to_string(),
-                            format!("{:.1}", o.worst_skew_pct),
-                        ],
-                    )
-                })
-                .collect(),
-            notes: vec![],
-        });
     }
-    if let Some(b) = &r.bom
-        && !b.drift.is_empty()
-    {
-        tables.push(Table {
-            title: "BOM drift across nodes".into(),
-            columns: vec!["values (nodes)".into()],
-            rows: b
-                .drift
-                .iter()
-                .map(|d| {
-                    Row::text(
-                        &d.path,
-                        "",
-                        vec![
-                            d.values
-                                .iter()
-                                .map(|(v, n)| format!("{v} ({})", n.join(",")))
-                                .collect::<Vec<_>>()
-                                .join(" | "),
-                        ],
-                    )
-                })
-                .collect(),
-            notes: vec![],
-        });
+}
+
+/// The ranks slower than the median rank, when there are any.
+fn slow_ranks_table(r: &AcceptReport) -> Option<Table> {
+    if r.outlier_ranks.is_empty() {
+        return None;
     }
-    tables.push(Table {
+    Some(Table {
+        title: "Slow ranks".into(),
+        columns: vec!["host".into(), "sizes".into(), "worst excess %".into()],
+        rows: r
+            .outlier_ranks
+            .iter()
+            .map(|o| {
+                Row::text(
+                    &format!("{} rank {}", o.file, o.rank),
+                    "",
+                    vec![
+                        o.host.clone().unwrap_or_default(),
+                        o.sizes.to_string(),
+                        format!("{:.1}", o.worst_skew_pct),
+                    ],
+                )
+            })
+            .collect(),
+        notes: vec![],
+    })
+}
+
+/// The fields that differ across the nodes' BOMs, when any do.
+fn bom_drift_table(r: &AcceptReport) -> Option<Table> {
+    let b = r.bom.as_ref().filter(|b| !b.drift.is_empty())?;
+    Some(Table {
+        title: "BOM drift across nodes".into(),
+        columns: vec!["values (nodes)".into()],
+        rows: b
+            .drift
+            .iter()
+            .map(|d| {
+                Row::text(
+                    &d.path,
+                    "",
+                    vec![
+                        d.values
+                            .iter()
+                            .map(|(v, n)| format!("{v} ({})", n.join(",")))
+                            .collect::<Vec<_>>()
+                            .join(" | "),
+                    ],
+                )
+            })
+            .collect(),
+        notes: vec![],
+    })
+}
+
+/// The purchase questions that apply to the fabric seen.
+fn questions_table(r: &AcceptReport) -> Table {
+    Table {
         title: "Purchase questions".into(),
         columns: vec!["applies to".into(), "status".into(), "answer".into()],
         rows: r
@@ -162,8 +185,7 @@ pub fn accept_tables(r: &AcceptReport) -> Vec<Table> {
             })
             .collect(),
         notes: vec![],
-    });
-    tables
+    }
 }
 
 fn busbw_chart(r: &AcceptReport, svg: &mut String) -> Result<(), Box<dyn std::error::Error>> {
