@@ -493,7 +493,7 @@ impl WrittenRun {
 const KEPT_PREFIXES: [&str; 3] = ["step-runs-", "step-run-written-", "step-ends-"];
 
 /// Removes what the step ends kept for jobs whose epilog never ran on this node (the node died,
-/// slurmd was killed): the files of [`KEPT_PREFIXES`] older than
+/// slurmd was killed): the files `step-runs-`, `step-run-written-` and `step-ends-` older than
 /// [`super::pending::KEEP_AT_MOST`]. `fabric-check health` calls it; the count removed.
 pub fn remove_leftovers(state_dir: &std::path::Path, now: std::time::SystemTime) -> usize {
     let Ok(dir) = std::fs::read_dir(state_dir) else {
