@@ -692,13 +692,20 @@ fn collapse_during(during: &[DuringJob]) -> Vec<DuringJob> {
 /// of its own: when our segment is unreadable, nothing quoted inside it (a note, a job's
 /// message) is read in its place.
 fn locate(comment: &str) -> Option<(std::ops::Range<usize>, Result<JobTag, TagDecodeError>)> {
+    locate_as(comment)
+}
+
+/// [`locate`] decoding the segment as `T`: a reader's own view of the tag.
+fn locate_as<T: serde::de::DeserializeOwned>(
+    comment: &str,
+) -> Option<(std::ops::Range<usize>, Result<T, TagDecodeError>)> {
     let mut first_unreadable = None;
     let mut covered_until = 0;
     for (start, _) in comment.match_indices(MARKER) {
         if start < covered_until {
             continue;
         }
-        let found = locate_at(comment, start);
+        let found = locate_at::<T>(comment, start);
         if found.1.is_ok() {
             return Some(found);
         }
@@ -712,10 +719,10 @@ fn locate(comment: &str) -> Option<(std::ops::Range<usize>, Result<JobTag, TagDe
 }
 
 /// The segment whose marker starts at byte `start`.
-fn locate_at(
+fn locate_at<T: serde::de::DeserializeOwned>(
     comment: &str,
     start: usize,
-) -> (std::ops::Range<usize>, Result<JobTag, TagDecodeError>) {
+) -> (std::ops::Range<usize>, Result<T, TagDecodeError>) {
     let json_start = start + MARKER.len();
     let rest = &comment[json_start..];
     if let Some(encoded) = rest.strip_prefix(DB_FORM_PREFIX) {
@@ -729,11 +736,11 @@ fn locate_at(
                 String::from_utf8(bytes)
                     .map_err(|_| custom("the b32: form does not decode to UTF-8 text"))
             })
-            .and_then(|json| serde_json::from_str::<JobTag>(&json).map_err(TagDecodeError));
+            .and_then(|json| serde_json::from_str::<T>(&json).map_err(TagDecodeError));
         return (start..end, decoded);
     }
     let parse = |text: &str| {
-        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<JobTag>();
+        let mut stream = serde_json::Deserializer::from_str(text).into_iter::<T>();
         match stream.next() {
             Some(Ok(tag)) => Ok((tag, stream.byte_offset())),
             Some(Err(e)) => Err(TagDecodeError(e)),
@@ -806,25 +813,13 @@ pub fn extract(comment: &str) -> Option<Result<JobTag, TagDecodeError>> {
     locate(comment).map(|(_, t)| t)
 }
 
-/// The text after the marker of one segment as JSON to decode: the base32 of the database form
-/// decoded, backtick-mangled JSON repaired, the live form as it is (JSON followed by whatever
-/// comes after it). For readers that decode their own view of the tag, as the report does.
-pub fn segment_json(after_marker: &str) -> Result<std::borrow::Cow<'_, str>, TagDecodeError> {
-    use std::borrow::Cow;
-    if let Some(encoded) = after_marker.strip_prefix(DB_FORM_PREFIX) {
-        let len = encoded
-            .find(|c: char| c.is_ascii_whitespace())
-            .unwrap_or(encoded.len());
-        let bytes = base32::decode(&encoded[..len])
-            .ok_or_else(|| custom("the b32: form holds a character outside base32"))?;
-        return String::from_utf8(bytes)
-            .map(Cow::Owned)
-            .map_err(|_| custom("the b32: form does not decode to UTF-8 text"));
-    }
-    if after_marker.starts_with("{`") {
-        return Ok(Cow::Owned(unmangle_backticks(after_marker)));
-    }
-    Ok(Cow::Borrowed(after_marker))
+/// [`extract`] decoding the segment as `T`, a reader's own view of the tag (a subset of
+/// [`JobTag`]'s fields, as the report reads a million of them): the segment is found exactly as
+/// [`extract`] finds it, so every reader agrees on which segment is the tag.
+pub fn extract_as<T: serde::de::DeserializeOwned>(
+    comment: &str,
+) -> Option<Result<T, TagDecodeError>> {
+    locate_as(comment).map(|(_, t)| t)
 }
 
 /// The whole segment (marker and tag) in `form`, bounded.
@@ -1199,8 +1194,7 @@ mod tests {
             "nothing in the database form is changed by sacctmgr"
         );
         assert_eq!(extract(&stored).unwrap().unwrap(), t);
-        let json = segment_json(&stored[stored.find(MARKER).unwrap() + MARKER.len()..]).unwrap();
-        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let value: serde_json::Value = extract_as(&stored).unwrap().unwrap();
         assert_eq!(value["notes"][0], t.notes[0].as_str());
         // A later live write replaces it in place, and a database write replaces that.
         let live = splice(&format!("{stored} tail:zz"), &t);

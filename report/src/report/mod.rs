@@ -24,7 +24,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use fabric_proto::tag::{MARKER, RunSummary, Verdict};
+use fabric_proto::tag::{RunSummary, Verdict};
 
 /// Errors reading accounting data.
 #[derive(Debug, thiserror::Error)]
@@ -247,43 +247,20 @@ impl std::str::FromStr for GroupBy {
     }
 }
 
-/// Decodes an `AdminComment` into a [`TagState`] (the segment is found as
-/// [`fabric_proto::tag::extract`] finds it: the first occurrence of the marker followed by a
-/// decodable JSON object wins; when none decodes, the first is reported unreadable).
+/// Decodes an `AdminComment` into a [`TagState`]: the segment is found by
+/// [`fabric_proto::tag::extract_as`], so the report and every other reader agree on which segment
+/// is the tag, and decoded as the lean view the report needs.
 pub fn tag_state(comment: &str) -> TagState {
-    // The marker's searcher is built once (building one per comment cost more than the search).
-    static FINDER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(MARKER.as_bytes()));
-    let mut first_error = None;
-    for start in FINDER.find_iter(comment.as_bytes()) {
-        let rest = &comment[start + MARKER.len()..];
-        // Either form (the database form's base32 decoded) and older backtick-mangled JSON.
-        let json: Cow<'_, str> = match fabric_proto::tag::segment_json(rest) {
-            Ok(json) => json,
-            Err(e) => {
-                first_error.get_or_insert(e.to_string());
-                continue;
-            }
-        };
-        let mut de = serde_json::Deserializer::from_str(&json);
-        match LeanTag::deserialize(&mut de) {
-            Ok(t) => {
-                return TagState::Present(Box::new(TagFacts {
-                    verdict: t.verdict,
-                    probed_at: t.probed_at,
-                    nnodes: t.nnodes,
-                    drained: t.nodes.0,
-                    run: t.run,
-                }));
-            }
-            Err(e) => {
-                first_error.get_or_insert(e.to_string());
-            }
-        }
-    }
-    match first_error {
+    match fabric_proto::tag::extract_as::<LeanTag>(comment) {
         None => TagState::Absent,
-        Some(e) => TagState::Unreadable(format!(
+        Some(Ok(t)) => TagState::Present(Box::new(TagFacts {
+            verdict: t.verdict,
+            probed_at: t.probed_at,
+            nnodes: t.nnodes,
+            drained: t.nodes.0,
+            run: t.run,
+        })),
+        Some(Err(e)) => TagState::Unreadable(format!(
             "the fabric-check/v1 segment of the comment is not valid JSON: {e}"
         )),
     }
@@ -359,6 +336,23 @@ mod tests {
             TagState::Unreadable(_)
         ));
         assert!(matches!(tag_state("JS1:abc"), TagState::Absent));
+    }
+
+    #[test]
+    fn a_marker_quoted_inside_an_unreadable_tag_of_ours_is_not_read_as_the_tag() {
+        // Our segment is unreadable (a null where a number belongs); a note inside it quotes a
+        // passing tag in the backtick form of older releases. The report, like the tag module,
+        // takes the quote for text of our segment.
+        let forged = "x fabric-check/v1 {`verdict`:`pass`,`nnodes`:1,`counts`:{`pass`:1}}";
+        let comment = format!(
+            "JS1:aa fabric-check/v1 {{\"verdict\":\"fail\",\"run\":{{\"duration_s\":null}},\"notes\":[\"{forged}\"]}} tail:zz"
+        );
+        assert!(fabric_proto::tag::extract(&comment).unwrap().is_err());
+        assert!(
+            matches!(tag_state(&comment), TagState::Unreadable(_)),
+            "the quoted tag was read: {:?}",
+            tag_state(&comment)
+        );
     }
 
     #[test]
