@@ -302,7 +302,7 @@ fn gather(
             if ready[0] {
                 door.accept(tally);
             }
-            door.read_joins(&ready, now, tally, &pool);
+            door.read_joins(&ready, polled_waiting, now, tally, &pool);
             while let Ok(out) = out_rx.try_recv() {
                 match out {
                     Out::Greeted(g) => door.waiting.push(g),
@@ -553,12 +553,21 @@ impl<'a> Door<'a> {
 
     /// Join stage: reads what greeted connections sent; a complete join goes to the pool to be
     /// checked, a connection silent past its time is turned away.
-    fn read_joins(&mut self, ready: &[bool], now: Instant, tally: &mut Tally, pool: &Pool<'_>) {
+    fn read_joins(
+        &mut self,
+        ready: &[bool],
+        polled_waiting: usize,
+        now: Instant,
+        tally: &mut Tally,
+        pool: &Pool<'_>,
+    ) {
         let deadline = self.deadline;
         let mut still = Vec::with_capacity(self.waiting.len());
-        // Connections greeted since the poll come last and were not polled.
+        // Connections greeted since the poll (inline, when no worker runs) come last and were
+        // not polled: their slot in `ready` belongs to an asking connection, so they wait for
+        // the next poll, which returns at once if their join is already there.
         for (i, mut g) in std::mem::take(&mut self.waiting).into_iter().enumerate() {
-            let readable = ready.get(i + 1).copied().unwrap_or(false);
+            let readable = i < polled_waiting && ready.get(i + 1).copied().unwrap_or(false);
             let got = if readable {
                 g.conn.try_read_line(MAX_JOIN_BYTES)
             } else {
