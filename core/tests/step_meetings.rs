@@ -1,6 +1,6 @@
-//! The ends of two steps of one job meet at once on the same first node, each apart, over the
-//! real rendezvous and a private munged: a step's end is a meeting of its own
-//! (`fabric_core::jobstep::meet::meeting_id`), so one step's summaries never reach the other's
+//! The ends of two steps of one job, its prolog and its epilog meet at once on the same first
+//! node, each apart, over the real rendezvous and a private munged: each is a meeting of its own
+//! (`fabric_core::jobstep::meet::meeting_id`), so one meeting's payloads never reach another's
 //! leader, whichever port each leader got.
 
 // The private munged helper lives with the rendezvous tests in fabric-net.
@@ -11,7 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::munged::Munged;
-use fabric_core::jobstep::meet::meeting_id;
+use fabric_core::jobstep::meet::{Meeting, meeting_id};
 use fabric_net::rendezvous::{RendezvousConfig, gather};
 use serde_json::json;
 
@@ -21,20 +21,16 @@ fn config(munged: &Munged, meeting: u64, base: u16) -> RendezvousConfig {
 }
 
 #[test]
-fn two_steps_of_one_job_ending_together_meet_apart_and_the_jobs_own_meeting_too() {
+fn two_steps_of_one_job_ending_together_meet_apart_and_apart_from_the_jobs_prolog_and_epilog() {
     let Some(m) = Munged::start() else { return };
     let job = 4242;
     let meetings = [
-        meeting_id(job, Some(0)),
-        meeting_id(job, Some(1)),
-        meeting_id(job, None),
+        meeting_id(job, Meeting::StepEnd(0)),
+        meeting_id(job, Meeting::StepEnd(1)),
+        meeting_id(job, Meeting::Prolog),
+        meeting_id(job, Meeting::Epilog),
     ];
-    assert_eq!(
-        meetings[2],
-        u64::from(job),
-        "the prolog's and epilog's id is the job's"
-    );
-    assert!(meetings[0] != meetings[1] && meetings[0] != meetings[2]);
+    assert_eq!(meetings[2], u64::from(job), "the prolog's id is the job's");
     // Free now, none in the ephemeral range, and this run's alone (see common::ports).
     let first_port = common::ports::free_window(fabric_net::rendezvous::DEFAULT_PORT_SPAN);
     let handles: Vec<_> = meetings

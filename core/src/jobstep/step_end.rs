@@ -75,7 +75,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::JobStep;
-use super::meet::{Delivery, deliver_to};
+use super::meet::{Delivery, Meeting, deliver_to};
 use super::payload::StepEndPayload;
 use super::tag_write::{TagWrite, Target, write_tag_to};
 use crate::record;
@@ -133,7 +133,7 @@ pub fn end_of_step(step: &JobStep<'_>) -> StepEnd {
         }
         return write(step, step_id, [(step.node().to_owned(), run)].into());
     }
-    match deliver_to(step, own, Some(step_id)) {
+    match deliver_to(step, own, Meeting::StepEnd(step_id)) {
         Delivery::Leader(met) => {
             if !met.payloads.values().any(|p| p.this_step) {
                 return StepEnd::NoRecords;

@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::jobstep::meet::Meeting;
 use crate::jobstep::step_end::{StepEnd, end_of_step};
 use crate::jobstep::tag_write::TagWrite;
 use crate::jobstep::{Setup, epilog};
@@ -348,7 +349,7 @@ fn a_two_node_steps_first_node_writes_both_nodes_summary_live_and_the_epilog_the
     assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", lines.text());
     // The step's own meeting, among the step's nodes.
     let sent = meet.sent.borrow();
-    assert_eq!(sent[0].0.step, Some(0));
+    assert_eq!(sent[0].0.meeting, Meeting::StepEnd(0));
     assert_eq!(sent[0].0.nodes, ["n1", "n2"]);
     let json = live_json(&slurm);
     assert_eq!(json["run"]["ranks"], 2, "both nodes' ranks: {json}");
@@ -402,7 +403,7 @@ fn a_follower_of_a_multi_node_step_hands_its_summary_to_the_first_node_without_a
     assert_eq!(slurm.calls(), vec![]);
     let sent = meet.sent.borrow();
     let (req, payload) = &sent[0];
-    assert_eq!((req.rank, req.step), (1, Some(3)));
+    assert_eq!((req.rank, req.meeting), (1, Meeting::StepEnd(3)));
     assert_eq!(payload["this_step"], true);
     assert_eq!(payload["run"]["steps"], 4);
 }

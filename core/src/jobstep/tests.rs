@@ -527,6 +527,35 @@ mod prolog_tag {
         assert!(!slurm.calls().contains(&Call::AdminComment));
     }
 
+    /// A node's prolog can still be looking for its leader when the job's epilog starts (the
+    /// prolog's leader found no free port, the job ended): the two meet apart, so the epilog's
+    /// leader never takes a prolog's verdict for that node's epilog.
+    #[test]
+    fn the_prolog_and_the_epilog_of_one_job_meet_at_meetings_of_their_own() {
+        use crate::jobstep::meet::{Meeting, meeting_id};
+        let dir = tempfile::tempdir().unwrap();
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let lines = Lines::default();
+        let mut met = Vec::new();
+        for script in [Script::Prolog, Script::Epilog] {
+            let s = setup(dir.path(), script, "n[1-2]", "n2", &[]);
+            let runner = answering(report("n2", Verdict::Pass));
+            let meet = FakeMeet::default();
+            match script {
+                Script::Prolog => prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines))),
+                _ => epilog::run(&step(&s, seams(&slurm, &runner, &meet, &lines))),
+            };
+            let sent = meet.sent.borrow();
+            let (req, _) = sent.last().expect("n2 meets its first node");
+            met.push(req.meeting);
+        }
+        assert_eq!(met, [Meeting::Prolog, Meeting::Epilog]);
+        assert_ne!(
+            meeting_id(7, Meeting::Prolog),
+            meeting_id(7, Meeting::Epilog)
+        );
+    }
+
     /// The Slurm calls of a passing prolog on `node` of a job on `list` whose other nodes all pass.
     fn passing_prolog_calls(list: &str, node: &str) -> Vec<Call> {
         let dir = tempfile::tempdir().unwrap();
