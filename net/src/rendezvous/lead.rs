@@ -294,15 +294,13 @@ fn gather(
             work_tx,
         };
         while !tally.complete() && Instant::now() < deadline {
-            let ready = door.poll();
-            let polled_waiting = door.waiting.len();
+            let polled = door.poll();
             // Read the wants first: a follower admitted now is greeted in this pass.
-            let now = Instant::now();
-            door.read_wants(&ready, polled_waiting, now, tally, &pool);
-            if ready[0] {
+            door.read_wants(&polled, tally, &pool);
+            if polled.listener() {
                 door.accept(tally);
             }
-            door.read_joins(&ready, polled_waiting, now, tally, &pool);
+            door.read_joins(&polled, tally, &pool);
             while let Ok(out) = out_rx.try_recv() {
                 match out {
                     Out::Greeted(g) => door.waiting.push(g),
@@ -319,6 +317,38 @@ fn gather(
             }
         }
     });
+}
+
+/// What one poll found ready, and when.
+struct Polled {
+    /// The listener first, then each waiting connection, then each asking one.
+    ready: Vec<bool>,
+    /// How many connections were waiting (greeted) when polled.
+    waiting: usize,
+    /// Read after the poll returned.
+    now: Instant,
+}
+
+impl Polled {
+    /// A connection is at the listener.
+    fn listener(&self) -> bool {
+        self.ready.first().copied().unwrap_or(false)
+    }
+
+    /// Waiting connection `i` has something to read. Connections greeted since the poll
+    /// (inline, when no admit worker runs) come last and were not polled: they wait for the
+    /// next poll, which returns at once if their join is already there.
+    fn waiting(&self, i: usize) -> bool {
+        i < self.waiting && self.ready.get(1 + i).copied().unwrap_or(false)
+    }
+
+    /// Asking connection `i` has something to read.
+    fn asking(&self, i: usize) -> bool {
+        self.ready
+            .get(1 + self.waiting + i)
+            .copied()
+            .unwrap_or(false)
+    }
 }
 
 /// The leader's listener and the connections it holds between the accept and a verdict.
@@ -370,9 +400,8 @@ impl<'a> Door<'a> {
         }
     }
 
-    /// Sleeps until a connection arrives or an open one has something to read. What is ready:
-    /// the listener first, then each waiting connection, then each asking one.
-    fn poll(&self) -> Vec<bool> {
+    /// Sleeps until a connection arrives or an open one has something to read.
+    fn poll(&self) -> Polled {
         use std::os::fd::AsFd;
         let mut fds = Vec::with_capacity(self.waiting.len() + self.asking.len() + 1);
         fds.push(nix::poll::PollFd::new(
@@ -392,26 +421,23 @@ impl<'a> Door<'a> {
             ));
         }
         let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(POLL_MS));
-        fds.iter()
-            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
-            .collect()
+        Polled {
+            ready: fds
+                .iter()
+                .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                .collect(),
+            waiting: self.waiting.len(),
+            now: Instant::now(),
+        }
     }
 
     /// Ask stage: reads the `want` of each asking connection that has sent one. Another job's
     /// follower, a wrong protocol or a want over its address's share is turned away; the job's
     /// own follower is greeted on the pool.
-    fn read_wants(
-        &mut self,
-        ready: &[bool],
-        polled_waiting: usize,
-        now: Instant,
-        tally: &mut Tally,
-        pool: &Pool<'_>,
-    ) {
+    fn read_wants(&mut self, polled: &Polled, tally: &mut Tally, pool: &Pool<'_>) {
         let deadline = self.deadline;
         for (i, mut a) in std::mem::take(&mut self.asking).into_iter().enumerate() {
-            let readable = ready.get(1 + polled_waiting + i).copied().unwrap_or(false);
-            let Some(asked) = self.want(&mut a, readable, now) else {
+            let Some(asked) = self.want(&mut a, polled.asking(i), polled.now) else {
                 self.asking.push(a);
                 continue;
             };
@@ -553,22 +579,12 @@ impl<'a> Door<'a> {
 
     /// Join stage: reads what greeted connections sent; a complete join goes to the pool to be
     /// checked, a connection silent past its time is turned away.
-    fn read_joins(
-        &mut self,
-        ready: &[bool],
-        polled_waiting: usize,
-        now: Instant,
-        tally: &mut Tally,
-        pool: &Pool<'_>,
-    ) {
+    fn read_joins(&mut self, polled: &Polled, tally: &mut Tally, pool: &Pool<'_>) {
         let deadline = self.deadline;
+        let now = polled.now;
         let mut still = Vec::with_capacity(self.waiting.len());
-        // Connections greeted since the poll (inline, when no worker runs) come last and were
-        // not polled: their slot in `ready` belongs to an asking connection, so they wait for
-        // the next poll, which returns at once if their join is already there.
         for (i, mut g) in std::mem::take(&mut self.waiting).into_iter().enumerate() {
-            let readable = i < polled_waiting && ready.get(i + 1).copied().unwrap_or(false);
-            let got = if readable {
+            let got = if polled.waiting(i) {
                 g.conn.try_read_line(MAX_JOIN_BYTES)
             } else {
                 Ok(None)
@@ -834,4 +850,35 @@ fn check_join(cfg: &RendezvousConfig, g: Greeted, line: &[u8]) -> Result<Joined,
         payload: claim.payload,
         conn,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_greeted_after_the_poll_does_not_read_an_asking_connections_readiness() {
+        // Polled: the listener, two waiting connections, one asking; then a third was greeted
+        // inline, after the poll.
+        let polled = Polled {
+            ready: vec![false, false, true, true],
+            waiting: 2,
+            now: Instant::now(),
+        };
+        assert!(!polled.listener());
+        assert_eq!(
+            (polled.waiting(0), polled.waiting(1)),
+            (false, true),
+            "the waiting connections' own slots"
+        );
+        assert!(
+            polled.asking(0),
+            "the asking connection's slot follows them"
+        );
+        assert!(
+            !polled.waiting(2),
+            "slot 3 is the asking connection's, not the one greeted since"
+        );
+        assert!(!polled.asking(1), "nothing past the polled ones");
+    }
 }
