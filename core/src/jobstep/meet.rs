@@ -16,7 +16,7 @@ use fabric_net::rendezvous::typed::{Met, decode};
 use fabric_net::rendezvous::{
     Gathered, MapResolver, Munge, RendezvousConfig, RendezvousError, Resolve, SystemResolver,
 };
-use fabric_proto::invocation::Script;
+use fabric_proto::invocation::{Invocation, Script};
 
 /// Which of a job's meetings: each has a rendezvous id of its own ([`meeting_id`]), so a node
 /// still looking for one meeting's leader never joins another's.
@@ -33,10 +33,22 @@ pub enum Meeting {
     StepEnd(u32),
 }
 
+impl Meeting {
+    /// The meeting this invocation of the job step holds; `None` for a step end without
+    /// `--step-id`.
+    pub fn of(inv: &Invocation) -> Option<Meeting> {
+        match inv.script {
+            Script::Prolog => Some(Meeting::Prolog),
+            Script::Epilog => Some(Meeting::Epilog),
+            Script::StepEnd => inv.step_id.map(Meeting::StepEnd),
+        }
+    }
+}
+
 /// One meeting of a job's nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MeetRequest {
-    /// The job id (binds credentials, picks the port).
+    /// The job id (with the meeting, it binds credentials and picks the port).
     pub job_id: u32,
     /// Which meeting: the prolog's, the epilog's or a step end's.
     pub meeting: Meeting,
@@ -279,28 +291,14 @@ pub enum Delivery<T> {
 }
 
 /// [`meet`], saying whether a follower's payload reached the leader (the epilog keeps a node's
-/// records until then).
+/// records until then). The meeting is this invocation's ([`Meeting::of`]: the job's prolog or
+/// epilog, or a step's end), among `setup.nodes` (for a step end, the step's nodes there).
 pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) -> Delivery<T> {
-    let meeting = match (step.setup.inv.script, step.setup.inv.step_id) {
-        (Script::Prolog, _) => Meeting::Prolog,
-        (Script::Epilog, _) => Meeting::Epilog,
-        (Script::StepEnd, Some(s)) => Meeting::StepEnd(s),
-        (Script::StepEnd, None) => {
-            step.say("rendezvous not possible: a step end without --step-id");
-            return Delivery::Failed;
-        }
-    };
-    deliver_to(step, payload, meeting)
-}
-
-/// [`deliver`] at `meeting` (the job's prolog or epilog, or a step's end), among `setup.nodes`
-/// (the step's nodes there).
-pub fn deliver_to<T: Serialize + DeserializeOwned>(
-    step: &JobStep<'_>,
-    payload: T,
-    meeting: Meeting,
-) -> Delivery<T> {
     let setup = step.setup;
+    let Some(meeting) = Meeting::of(&setup.inv) else {
+        step.say("rendezvous not possible: a step end without --step-id");
+        return Delivery::Failed;
+    };
     let Some(rank) = setup.nodes.iter().position(|n| n == step.node()) else {
         return Delivery::Failed;
     };

@@ -27,7 +27,7 @@
 //!
 //! A step on several nodes: every node of the step runs `step-end` (the plugin passes the step's
 //! nodes, in their order), and they meet at the step's first node as the prolog's nodes meet
-//! at the job's ([`super::meet::deliver_to`], a meeting of this step's own): each sends its
+//! at the job's ([`super::meet::deliver`], a meeting of this step's own): each sends its
 //! records summarised ([`StepEndPayload`]; a follower makes no Slurm call), and the first node
 //! merges them with the epilog's rule ([`record::merge_nodes`]) into the live tag. It keeps the
 //! summaries it received in root's state folder (`<state_dir>/step-runs-<job>.json`), so that a
@@ -75,7 +75,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::JobStep;
-use super::meet::{Delivery, Meeting, deliver_to};
+use super::meet::{Delivery, deliver};
 use super::payload::StepEndPayload;
 use super::tag_write::{TagWrite, Target, write_tag_to};
 use crate::record;
@@ -133,7 +133,7 @@ pub fn end_of_step(step: &JobStep<'_>) -> StepEnd {
         }
         return write(step, step_id, [(step.node().to_owned(), run)].into());
     }
-    match deliver_to(step, own, Meeting::StepEnd(step_id)) {
+    match deliver(step, own) {
         Delivery::Leader(met) => {
             if !met.payloads.values().any(|p| p.this_step) {
                 return StepEnd::NoRecords;
