@@ -1,6 +1,6 @@
 //! The ends of two steps of one job, its prolog and its epilog meet at once on the same first
 //! node, each apart, over the real rendezvous and a private munged: each is a meeting of its own
-//! (`fabric_core::jobstep::meet::meeting_id`), so one meeting's payloads never reach another's
+//! (`fabric_net::rendezvous::meeting::meeting_id`), so one meeting's payloads never reach another's
 //! leader, whichever port each leader got.
 
 // The private munged helper lives with the rendezvous tests in fabric-net.
@@ -11,7 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::munged::Munged;
-use fabric_core::jobstep::meet::{Meeting, meeting_id};
+use fabric_net::rendezvous::meeting::{Meeting, meeting_id};
 use fabric_net::rendezvous::{RendezvousConfig, gather};
 use serde_json::json;
 

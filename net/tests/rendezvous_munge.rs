@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::munged::Munged;
+use fabric_net::rendezvous::meeting::{Meeting, meeting_id};
 use fabric_net::rendezvous::{
     self, Gathered, Munge, RendezvousConfig, RendezvousError, Share, gather,
 };
@@ -576,6 +577,12 @@ fn a_connection_asking_for_another_job_is_turned_away_naming_both_jobs() {
             answer["reason"],
             "this port serves the rendezvous of job 1302, not of job 9302"
         );
+        // Another job's epilog meeting, by job and meeting rather than its 64-bit id.
+        let (_w, _r, answer) = ask(port, meeting_id(9302, Meeting::Epilog));
+        assert_eq!(
+            answer["reason"],
+            "this port serves the rendezvous of job 1302, not of job 9302's epilog"
+        );
     }) else {
         return;
     };
@@ -583,7 +590,7 @@ fn a_connection_asking_for_another_job_is_turned_away_naming_both_jobs() {
     assert!(
         g.rejected
             .iter()
-            .any(|r| r.starts_with("1 connection(s) asking for other jobs' rendezvous")),
+            .any(|r| r.starts_with("2 connection(s) asking for other jobs' rendezvous")),
         "{:?}",
         g.rejected
     );

@@ -16,34 +16,8 @@ use fabric_net::rendezvous::typed::{Met, decode};
 use fabric_net::rendezvous::{
     Gathered, MapResolver, Munge, RendezvousConfig, RendezvousError, Resolve, SystemResolver,
 };
-use fabric_proto::invocation::{Invocation, Script};
 
-/// Which of a job's meetings: each has a rendezvous id of its own ([`meeting_id`]), so a node
-/// still looking for one meeting's leader never joins another's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Meeting {
-    /// The prolog's: every node's probe verdict to the first node.
-    Prolog,
-    /// The epilog's: counter rises and records to the first node. Apart from the prolog's since
-    /// a node's prolog can still be looking for its leader when the job's epilog starts (seen on
-    /// 26.05: the prolog's leader found no free port, the job ended, and the other node's prolog
-    /// joined the epilog's leader, which took its verdict for that node's epilog).
-    Epilog,
-    /// The end of this step, among the step's nodes.
-    StepEnd(u32),
-}
-
-impl Meeting {
-    /// The meeting this invocation of the job step holds; `None` for a step end without
-    /// `--step-id`.
-    pub fn of(inv: &Invocation) -> Option<Meeting> {
-        match inv.script {
-            Script::Prolog => Some(Meeting::Prolog),
-            Script::Epilog => Some(Meeting::Epilog),
-            Script::StepEnd => inv.step_id.map(Meeting::StepEnd),
-        }
-    }
-}
+pub use fabric_net::rendezvous::meeting::{Meeting, meeting_id};
 
 /// One meeting of a job's nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,29 +134,6 @@ pub fn leader_addr(
         node: leader.to_owned(),
         reason: format!("{local}; slurmctld: {slurm_said}"),
     })
-}
-
-/// The rendezvous id of a meeting (it binds the MUNGE credentials and picks the port): the job
-/// id for the prolog; the job id with the top bit set for the epilog; for a step's end, the job
-/// id with `step + 1` in the 31 bits above it, so that two steps of one job ending at once on
-/// the same first node meet apart, and apart from the job's prolog and epilog. Slurm's step ids
-/// are small, or its special steps near `u32::MAX` (batch, extern), which fold to the top of the
-/// 31 bits and stay distinct from each other, from the prolog's (never 0 above the job id) and
-/// from the epilog's (never the top bit). A step's meeting keeps the id it had before the
-/// epilog's got its own (`(step + 1) << 32 | job`) for every step id below 2^31 - 1.
-pub fn meeting_id(job_id: u32, meeting: Meeting) -> u64 {
-    const EPILOG: u64 = 1 << 63;
-    const STEP_BITS: u64 = (1 << 31) - 1;
-    let job = u64::from(job_id);
-    match meeting {
-        Meeting::Prolog => job,
-        Meeting::Epilog => EPILOG | job,
-        Meeting::StepEnd(s) => {
-            // step + 1 in 1..=2^31-1: 0 is the prolog's, the top bit the epilog's.
-            let tag = (u64::from(s) % STEP_BITS) + 1;
-            (tag << 32) | job
-        }
-    }
 }
 
 impl Meet for RendezvousMeet<'_> {
@@ -366,38 +317,6 @@ pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) 
 mod tests {
     use super::*;
     use crate::testing::{Call, FakeSlurm, Lines};
-
-    #[test]
-    fn every_meeting_of_a_job_has_an_id_of_its_own_and_steps_keep_theirs() {
-        let job = 360_873;
-        let mut ids = vec![
-            meeting_id(job, Meeting::Prolog),
-            meeting_id(job, Meeting::Epilog),
-        ];
-        // Small step ids and Slurm's special ones near u32::MAX (interactive, batch, extern,
-        // pending; 0xffffffff is no step's).
-        let steps = [
-            0,
-            1,
-            2,
-            999,
-            0xffff_fff0,
-            0xffff_fffa,
-            0xffff_fffb,
-            0xffff_fffc,
-        ];
-        ids.extend(steps.iter().map(|&s| meeting_id(job, Meeting::StepEnd(s))));
-        let distinct: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
-        assert_eq!(distinct.len(), ids.len(), "{ids:x?}");
-        // The job id is in every id's low 32 bits (it binds the credentials).
-        assert!(ids.iter().all(|id| id & 0xffff_ffff == u64::from(job)));
-        assert_eq!(meeting_id(job, Meeting::Prolog), u64::from(job));
-        // A step's id as older releases computed it, so a step's meeting spans an upgrade.
-        assert_eq!(
-            meeting_id(job, Meeting::StepEnd(3)),
-            (4u64 << 32) | u64::from(job)
-        );
-    }
 
     /// A resolver that knows only these names.
     struct Known(&'static [(&'static str, &'static str)]);

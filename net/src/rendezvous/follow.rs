@@ -1,6 +1,7 @@
 //! A follower's side of the rendezvous: find the job's leader on its ports, check its hello
 //! ([`check_hello`]), send a signed join for the hello's challenge and read the answer.
 
+use super::meeting::MeetingName;
 use super::*;
 
 /// Checks a hello: the right job, and a credential from an allowed UID that names this job,
@@ -23,7 +24,7 @@ fn check_hello(cfg: &RendezvousConfig, port: u16, msg: Msg) -> Result<String, St
         return Err(format!("speaks protocol version {v}"));
     }
     if job_id != cfg.job_id {
-        return Err(format!("is the leader of job {job_id}"));
+        return Err(format!("is the leader of {}", MeetingName(job_id)));
     }
     let decoded = cfg
         .munge

@@ -3,6 +3,7 @@
 //! of workers, then answer every follower with the gathered payloads (or an ack) and collect
 //! their signed `done`.
 
+use super::meeting::MeetingName;
 use super::*;
 
 struct Joined {
@@ -455,8 +456,9 @@ impl<'a> Door<'a> {
                 // counted rather than logged one by one.
                 a.conn.reject(
                     &format!(
-                        "this port serves the rendezvous of job {}, not of job {job_id}",
-                        self.cfg.job_id
+                        "this port serves the rendezvous of {}, not of {}",
+                        MeetingName(self.cfg.job_id),
+                        MeetingName(job_id)
                     ),
                     deadline,
                 );
@@ -831,8 +833,9 @@ fn check_join(cfg: &RendezvousConfig, g: Greeted, line: &[u8]) -> Result<Joined,
     }
     if claim.job_id != cfg.job_id {
         return refuse(format!(
-            "credential is for job {}, not {}",
-            claim.job_id, cfg.job_id
+            "credential is for {}, not {}",
+            MeetingName(claim.job_id),
+            MeetingName(cfg.job_id)
         ));
     }
     if claim.challenge != challenge {

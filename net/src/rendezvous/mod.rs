@@ -72,11 +72,13 @@
 //! By stage: this file holds the wire (messages, claims, bounded line reads, sockets) and
 //! [`gather`]; `lead.rs` the leader's side (greet, check joins in the worker pool, answer
 //! all); `follow.rs` a follower's (find the leader, check its hello, join, read the answer);
-//! `munge.rs` and `libmunge.rs` the credentials; `typed.rs` the typed payloads.
+//! `munge.rs` and `libmunge.rs` the credentials; `typed.rs` the typed payloads; `meeting.rs`
+//! the ids of a job's meetings (prolog, epilog, step end) and how log lines name them.
 
 mod follow;
 mod lead;
 mod libmunge;
+pub mod meeting;
 pub mod munge;
 pub mod rejections;
 pub mod typed;
@@ -163,10 +165,11 @@ pub enum RendezvousError {
     },
     /// A follower found no leader for this job before the deadline.
     #[error(
-        "no leader for job {job_id} answered at {addr} on ports {ports:?} within {timeout_ms} ms (is {leader} up?); last try: {last}"
+        "no leader for {} answered at {addr} on ports {ports:?} within {timeout_ms} ms (is {leader} up?); last try: {last}",
+        meeting::MeetingName(*.job_id)
     )]
     NoLeader {
-        /// The job id.
+        /// The rendezvous id (the job's, or one of its meetings').
         job_id: u64,
         /// The leader's node name.
         leader: String,
