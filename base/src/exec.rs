@@ -155,8 +155,8 @@ impl Pump {
 /// process forked between another thread's write and its `exec`, which briefly holds the file).
 const TEXT_FILE_BUSY: i32 = nix::errno::Errno::ETXTBSY as i32;
 
-/// Spawns `cmd`, trying again every 5 ms while the program is busy, within `limit`.
-fn spawn_retrying_busy(
+/// Spawns `cmd`, trying again every 5 ms while the program is busy, until `limit` after `start`.
+pub fn spawn_retrying_busy(
     cmd: &mut Command,
     start: Instant,
     limit: Duration,

@@ -109,15 +109,22 @@ pub fn replay(injector: &mut dyn Injector, journal: &mut Journal) -> Result<usiz
     Ok(ids.len())
 }
 
+/// How long an injector command that is busy (`ETXTBSY`: open for writing somewhere) is retried.
+const BUSY_RETRY: Duration = Duration::from_secs(5);
+
 fn run(argv: &[String]) -> Result<String, InjectError> {
     let (program, args) = argv.split_first().ok_or_else(|| InjectError::Command {
         command: String::new(),
         message: "empty command".into(),
     })?;
-    let out = Command::new(program)
-        .args(args)
+    let mut cmd = Command::new(program);
+    cmd.args(args)
         .stdin(std::process::Stdio::null())
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // A fixture writer or tool just written (or being replaced) can be busy for a moment.
+    let out = fabric_base::exec::spawn_retrying_busy(&mut cmd, Instant::now(), BUSY_RETRY)
+        .and_then(std::process::Child::wait_with_output)
         .map_err(|e| InjectError::Command {
             command: argv.join(" "),
             message: e.to_string(),

@@ -912,8 +912,10 @@ mod tests {
 
     #[test]
     fn a_prolog_child_killed_right_after_its_drain_fails_the_prolog() {
-        let (r, _) = prolog_with_child("echo fabric-check-exit=2; kill -KILL $$", 30);
-        let err = r.expect_err("a killed child that drained is not success");
+        let (r, log) = prolog_with_child("echo fabric-check-exit=2; kill -KILL $$", 30);
+        let Err(err) = r else {
+            panic!("a killed child that drained is not success: {log:?}")
+        };
         assert!(err.contains("Signalled(9)"), "{err}");
     }
 

@@ -95,6 +95,28 @@ fn drain(reader: &mut std::fs::File, buf: &mut Vec<u8>) {
     }
 }
 
+/// Spawns `cmd`, trying again every 5 ms while the program is busy (`ETXTBSY`: open for writing
+/// somewhere, as while an install copies it in place, or in any process that forked between
+/// another thread's write of it and its own `exec`), until `limit` after `start`. The plugin
+/// keeps its own copy of `fabric_base::exec`'s rule: it links the contract crate alone.
+fn spawn_retrying_busy(
+    cmd: &mut Command,
+    start: Instant,
+    limit: Duration,
+) -> std::io::Result<std::process::Child> {
+    loop {
+        match cmd.spawn() {
+            Err(e)
+                if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
+                    && start.elapsed() < limit =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Runs `program args` with only `PATH`, `LANG` and `pass_env`, bounded by `limit`.
 pub fn run(program: &Path, args: &[String], pass_env: &[(&str, String)], limit: Duration) -> Ran {
     let start = Instant::now();
@@ -123,7 +145,7 @@ pub fn run(program: &Path, args: &[String], pass_env: &[(&str, String)], limit: 
     for (k, v) in pass_env {
         cmd.env(k, v);
     }
-    let spawned = cmd.spawn();
+    let spawned = spawn_retrying_busy(&mut cmd, start, limit);
     drop(cmd); // closes our copies of the pipe's write end
     let mut child = match spawned {
         Ok(c) => c,
@@ -189,6 +211,31 @@ mod tests {
             "{}",
             r.output
         );
+    }
+
+    #[test]
+    fn a_child_still_open_for_writing_is_run_once_it_is_closed() {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("busy");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o755)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"#!/bin/sh\necho fabric-check-exit=2\n")
+            .unwrap();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(f);
+        });
+        let r = run(&path, &[], &[], Duration::from_secs(5));
+        writer.join().unwrap();
+        assert_eq!(r.outcome, Outcome::Exited(0), "{}", r.output);
+        assert_eq!(r.output.trim(), "fabric-check-exit=2");
     }
 
     #[test]
