@@ -151,25 +151,7 @@ impl Pump {
     }
 }
 
-/// `ETXTBSY`: the program is open for writing somewhere (a package upgrade replacing it, or any
-/// process forked between another thread's write and its `exec`, which briefly holds the file).
-const TEXT_FILE_BUSY: i32 = nix::errno::Errno::ETXTBSY as i32;
-
-/// Spawns `cmd`, trying again every 5 ms while the program is busy, until `limit` after `start`.
-pub fn spawn_retrying_busy(
-    cmd: &mut Command,
-    start: Instant,
-    limit: Duration,
-) -> std::io::Result<std::process::Child> {
-    loop {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(TEXT_FILE_BUSY) && start.elapsed() < limit => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            other => return other,
-        }
-    }
-}
+pub use fabric_proto::invocation::spawn_retrying_busy;
 
 /// Runs `cmd` to completion or until `limit`, then kills it and every process it started.
 /// `input`, when given, is written to its stdin.

@@ -8,11 +8,33 @@
 //! line instead of the lost status. Both sides use these types, never literals.
 
 use std::fmt;
+use std::io;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 use crate::fabric_option::{FabricMode, InvalidFabricMode};
 
 /// The only `PATH` a child of the plugin or of the job step sees.
 pub const SAFE_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Spawns `cmd`, trying again every 5 ms while its program is busy (`ETXTBSY`: open for writing
+/// somewhere, as while an install copies it in place, or in a process that forked between another
+/// thread's write of it and its own `exec`), until `limit` after `start`. The plugin's child, and
+/// every command `fabric_base::exec` and the drill's injectors run, start through this.
+pub fn spawn_retrying_busy(
+    cmd: &mut Command,
+    start: Instant,
+    limit: Duration,
+) -> io::Result<Child> {
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == io::ErrorKind::ExecutableFileBusy && start.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
 
 /// The marker of the child's decision line (`fabric-check-exit=N`).
 pub const EXIT_MARKER: &str = "fabric-check-exit=";
@@ -265,6 +287,24 @@ impl Invocation {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_program_busy_past_the_limit_is_the_busy_error_after_the_limit() {
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("busy");
+        // Held open for writing by this test until the end.
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let start = Instant::now();
+        let limit = Duration::from_millis(60);
+        let e = spawn_retrying_busy(&mut Command::new(&path), start, limit).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ExecutableFileBusy);
+        assert!(start.elapsed() >= limit, "it tried until the limit");
+        drop(f);
+    }
 
     fn sample() -> Invocation {
         Invocation {

@@ -20,7 +20,7 @@ use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use fabric_proto::invocation::{JobStepExit, SAFE_PATH};
+use fabric_proto::invocation::{JobStepExit, SAFE_PATH, spawn_retrying_busy};
 
 /// Most output kept from the child.
 const MAX_OUTPUT: usize = 64 * 1024;
@@ -91,28 +91,6 @@ fn drain(reader: &mut std::fs::File, buf: &mut Vec<u8>) {
                 let room = MAX_OUTPUT.saturating_sub(buf.len());
                 buf.extend_from_slice(&chunk[..n.min(room)]);
             }
-        }
-    }
-}
-
-/// Spawns `cmd`, trying again every 5 ms while the program is busy (`ETXTBSY`: open for writing
-/// somewhere, as while an install copies it in place, or in any process that forked between
-/// another thread's write of it and its own `exec`), until `limit` after `start`. The plugin
-/// keeps its own copy of `fabric_base::exec`'s rule: it links the contract crate alone.
-fn spawn_retrying_busy(
-    cmd: &mut Command,
-    start: Instant,
-    limit: Duration,
-) -> std::io::Result<std::process::Child> {
-    loop {
-        match cmd.spawn() {
-            Err(e)
-                if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
-                    && start.elapsed() < limit =>
-            {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            other => return other,
         }
     }
 }
@@ -214,26 +192,28 @@ mod tests {
     }
 
     #[test]
-    fn a_child_still_open_for_writing_is_run_once_it_is_closed() {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
+    fn a_child_another_process_holds_open_for_writing_is_run_once_it_lets_go() {
+        use std::io::BufRead;
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("busy");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o755)
-            .open(&path)
+        let path = dir.path().join("fabric-check");
+        std::fs::write(&path, "#!/bin/sh\necho fabric-check-exit=2\n").unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        f.write_all(b"#!/bin/sh\necho fabric-check-exit=2\n")
+        // An install copying the program in place: another process has it open for writing
+        // (and says so once it has), for 200 ms.
+        let mut holder = Command::new("/bin/sh")
+            .args(["-c", "exec 3>>\"$1\"; echo open; sleep 0.2", "sh"])
+            .arg(&path)
+            .stdout(Stdio::piped())
+            .spawn()
             .unwrap();
-        let writer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            drop(f);
-        });
+        let mut said = String::new();
+        std::io::BufReader::new(holder.stdout.take().unwrap())
+            .read_line(&mut said)
+            .unwrap();
+        assert_eq!(said.trim(), "open");
         let r = run(&path, &[], &[], Duration::from_secs(5));
-        writer.join().unwrap();
+        holder.wait().unwrap();
         assert_eq!(r.outcome, Outcome::Exited(0), "{}", r.output);
         assert_eq!(r.output.trim(), "fabric-check-exit=2");
     }
