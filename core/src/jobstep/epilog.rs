@@ -13,13 +13,13 @@ use super::JobStep;
 use super::meet::{Delivery, deliver};
 use super::payload::{EpilogPayload, MAX_STEP_RESULTS};
 use super::pending::PendingPrologTag;
+use super::policy::{self, Phase};
 use super::prolog::{probe_limit, probe_request};
 use super::tag_write::{TagWrite, write_tag};
 use crate::probe::Baseline;
 use crate::record::{self, JobDir, ReadLimits, RecordError, Records};
 use crate::stepgate;
 use fabric_proto::invocation::JobStepExit;
-use fabric_proto::plugin_args::Policy;
 use fabric_proto::tag::{
     CollectiveSummary, DuringJob, MAX_REPORTED_NAMES, RunSummary, SlowClaim, Verdict,
 };
@@ -52,8 +52,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
                         "probe",
                         &format!("epilog probe verdict {} on {node}", report.verdict.as_str()),
                     );
-                    if report.verdict == Verdict::Fail
-                        && plugin.policy == Policy::Enforce
+                    if policy::verdict_drains(Phase::Epilog, report.verdict, plugin)
                         && let Some((check, message)) = super::worst_finding(&report)
                     {
                         step.drain_self(&check, &format!("during job {job}: {message}"));
@@ -83,7 +82,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             list.join(" ")
         ));
     }
-    if plugin.policy == Policy::Observe {
+    if !policy::tags(plugin.policy) {
         // Observe tags nothing, so nothing reads this node's fabric-run records; they are still
         // ours to clear, or the spool fills with one folder per job.
         if let Some(dir) = open_job_dir(step) {

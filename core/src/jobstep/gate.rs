@@ -6,11 +6,12 @@
 use std::time::{Duration, Instant};
 
 use super::Relay;
+use super::policy::{Found, Phase};
 use crate::deadline::Deadline;
 use crate::stepgate::{self, Action, StepEnv, StepResult};
 use fabric_net::collective;
 use fabric_proto::hostlist::Hostlist;
-use fabric_proto::plugin_args::{PluginArgs, Policy};
+use fabric_proto::plugin_args::PluginArgs;
 
 /// What the task's environment lacks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,10 +115,10 @@ pub fn run(
     if !slow {
         return GateOutcome::Run;
     }
-    if plugin.policy == Policy::Enforce {
+    if super::policy::decide(Phase::StepGate, Found::JobReportedSlow, plugin).stop_step {
         relay.line(&format!(
             "{} is the slow node of step {}.{}'s ring: its tasks stop before your program starts \
-             (policy=enforce); the node is drained when the job ends. Resubmit excluding it: --exclude={}",
+             (policy=enforce); the job reported it, so the node is not drained for it. Resubmit excluding it: --exclude={}",
             env.node, env.job_id, env.step_id, env.node
         ));
         return GateOutcome::Stop;

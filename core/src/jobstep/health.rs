@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::Relay;
+use super::policy::{self, Phase};
 use super::runner::{Against, ProbeRequest, ProbeRunner};
 use crate::deadline::Deadline;
 use crate::drain::{self, DrainRequest, ResumeAction};
@@ -157,6 +158,15 @@ pub fn run(
         .ok_or_else(|| HealthError::UnknownNode(node.to_owned()))?;
     let streak_path = setup.streak_path();
     match report.verdict {
+        Verdict::Fail if !policy::verdict_drains(Phase::Health, Verdict::Fail, plugin) => {
+            write_streak(&streak_path, 0)?;
+            let (check, message) =
+                super::worst_finding(&report).unwrap_or(("probe".into(), "fail".into()));
+            relay.line(&format!(
+                "{node}: {check}: {message}; not drained (policy={})",
+                plugin.policy.as_str()
+            ));
+        }
         Verdict::Fail => {
             write_streak(&streak_path, 0)?;
             let (check, message) =

@@ -22,6 +22,9 @@
 //! - [`health::run`]: probe an idle node, drain on `fail`, resume our drain after a streak of
 //!   clean probes.
 //!
+//! [`policy`] is the one table every path asks whether a finding drains, stops a step, is
+//! tagged or is told to the job.
+//!
 //! [`results`] holds the pure pieces (node results, counter rises, tag merging); [`pending`]
 //! keeps a prolog verdict that Slurm could not take for the epilog to write.
 
@@ -31,6 +34,7 @@ pub mod health;
 pub mod meet;
 pub mod payload;
 pub mod pending;
+pub mod policy;
 pub mod prolog;
 pub mod results;
 pub mod runner;

@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 use super::meet::meet;
 use super::payload::PrologPayload;
 use super::pending::PendingPrologTag;
+use super::policy::{self, Found, Phase};
 use super::runner::{Against, CollectiveRequest, ProbeRequest};
 use super::tag_write::{TagWrite, write_tag};
 use super::{JobStep, now_unix};
 use fabric_proto::check_id;
 use fabric_proto::fabric_option::FabricMode;
 use fabric_proto::invocation::{JobStepExit, ports};
-use fabric_proto::plugin_args::{Policy, expand_node};
+use fabric_proto::plugin_args::expand_node;
 use fabric_proto::tag::{NodeResult, Verdict};
 
 /// The probe's request for this node (`save` the snapshot, or compare with a `baseline`).
@@ -44,14 +45,9 @@ pub fn probe_limit(step: &JobStep<'_>) -> Duration {
     step.deadline().limit(step.setup.budget().probe())
 }
 
-/// Whether `verdict` drains under the plugin's policy.
+/// Whether `verdict` drains the prolog's node ([`policy`]).
 pub fn wants_drain(step: &JobStep<'_>, verdict: Verdict) -> bool {
-    let plugin = &step.setup.plugin;
-    match verdict {
-        Verdict::Fail => plugin.policy == Policy::Enforce,
-        Verdict::Error => plugin.drain_on_error && plugin.policy == Policy::Enforce,
-        _ => false,
-    }
+    policy::verdict_drains(Phase::Prolog, verdict, &step.setup.plugin)
 }
 
 fn collective_request(step: &JobStep<'_>) -> Result<CollectiveRequest, String> {
@@ -203,7 +199,9 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
                 if report.outliers.iter().any(|o| o == node) {
                     result.verdict = result.verdict.max(Verdict::Fail);
                     result.checks.push(check_id::COLLECTIVE_SLOW_NODE.into());
-                    if plugin.policy == Policy::Enforce && !result.drained {
+                    if policy::decide(Phase::Prolog, Found::SlowNode, plugin).drain
+                        && !result.drained
+                    {
                         let msg = report
                             .messages
                             .first()
@@ -224,7 +222,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     }
 
     // Rendezvous and tag.
-    if plugin.policy != Policy::Observe {
+    if policy::tags(plugin.policy) {
         let payload = PrologPayload {
             result: result.clone(),
             notes,

@@ -80,7 +80,6 @@ use super::payload::StepEndPayload;
 use super::tag_write::{TagWrite, Target, write_tag_to};
 use crate::record;
 use fabric_proto::invocation::{BATCH_STEP_ID, FIRST_SPECIAL_STEP_ID, JobStepExit};
-use fabric_proto::plugin_args::Policy;
 use fabric_proto::tag::RunSummary;
 
 /// What the step's end did.
@@ -109,7 +108,7 @@ pub fn end_of_step(step: &JobStep<'_>) -> StepEnd {
     let job = setup.inv.job_id;
     let step_id = setup.inv.step_id;
     let _span = tracing::info_span!("step_end", job, node = %setup.inv.node).entered();
-    if setup.plugin.policy == Policy::Observe {
+    if !super::policy::tags(setup.plugin.policy) {
         return StepEnd::NoRecords;
     }
     let Some(step_id) = step_id else {

@@ -1153,6 +1153,43 @@ mod health_streaks {
     }
 
     #[test]
+    fn a_failing_health_probe_under_policy_warn_or_observe_drains_nothing_and_says_why() {
+        for policy in ["warn", "observe"] {
+            let dir = tempfile::tempdir().unwrap();
+            let state = format!("state_dir={}/%n", dir.path().display());
+            let pol = format!("policy={policy}");
+            let (plugin, problems) = PluginArgs::parse([state.as_str(), pol.as_str()]);
+            assert!(problems.is_empty());
+            let s = HealthSetup::new("n1".into(), plugin, 3).unwrap();
+            let slurm = FakeSlurm::with_nodes(FOUR);
+            let lines = Lines::default();
+            assert_eq!(
+                run(&s, &slurm, Verdict::Fail, &lines),
+                2,
+                "the verdict's exit code"
+            );
+            assert!(
+                !slurm.node("n1").unwrap().is_drained(),
+                "policy={policy} drained: {}",
+                lines.text()
+            );
+            assert!(
+                !slurm
+                    .calls()
+                    .iter()
+                    .any(|c| matches!(c, Call::Drain { .. })),
+                "policy={policy}: {:?}",
+                slurm.calls()
+            );
+            assert!(
+                lines.has(&format!("not drained (policy={policy})")),
+                "{}",
+                lines.text()
+            );
+        }
+    }
+
+    #[test]
     fn a_probe_that_could_not_run_changes_nothing_and_exits_3() {
         let dir = tempfile::tempdir().unwrap();
         let s = health_setup(dir.path());
