@@ -58,6 +58,10 @@ enum Command {
     /// Run by the SPANK plugin at the end of a step, on its first node (as root).
     #[command(hide = true)]
     StepEnd(cmd::jobstep::Args),
+    /// Started by the job prolog (as root, detached): the in-job watch of this node until the
+    /// epilog stops it.
+    #[command(hide = true)]
+    Watch(cmd::jobstep::Args),
     /// One rank of a ring all-reduce among a job's nodes: figures, #wrong, slow nodes.
     Collective(cmd::collective::Args),
     /// Prepended by the SPANK plugin to a `--fabric-check=full` step's tasks (Slurm 23.11+).
@@ -102,6 +106,7 @@ fn main() {
         Command::Prolog(a) => cmd::jobstep::prolog(a),
         Command::Epilog(a) => cmd::jobstep::epilog(a),
         Command::StepEnd(a) => cmd::jobstep::step_end(a),
+        Command::Watch(a) => cmd::jobstep::watch(a),
         Command::EpilogSlurmctld(a) => cmd::coexist::run(a),
         Command::SacctmgrShim(a) => cmd::coexist::shim(a),
         Command::Dist(a) => cmd::dist::run(a, Cli::command()),

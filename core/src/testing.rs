@@ -403,6 +403,8 @@ pub struct FakeRunner {
     pub probes: RefCell<Vec<(ProbeRequest, Duration)>>,
     /// Each collective request.
     pub collectives: RefCell<Vec<CollectiveRequest>>,
+    /// Each watch started: its words and log file.
+    pub watches: RefCell<Vec<(Vec<String>, std::path::PathBuf)>>,
 }
 
 impl FakeRunner {
@@ -417,6 +419,7 @@ impl FakeRunner {
             }),
             probes: RefCell::new(Vec::new()),
             collectives: RefCell::new(Vec::new()),
+            watches: RefCell::new(Vec::new()),
         }
     }
 
@@ -434,6 +437,13 @@ impl FakeRunner {
 }
 
 impl ProbeRunner for FakeRunner {
+    fn start_watch(&self, argv: &[String], log: &std::path::Path) -> std::io::Result<u32> {
+        self.watches
+            .borrow_mut()
+            .push((argv.to_vec(), log.to_owned()));
+        Ok(0)
+    }
+
     fn probe(&self, req: &ProbeRequest, limit: Duration) -> Result<Report, ProbeRunError> {
         self.probes.borrow_mut().push((req.clone(), limit));
         if limit.is_zero() {

@@ -318,6 +318,7 @@ mod tests {
             node: "n4".into(),
             rises: [("mlx5_6/1/link_downed".to_owned(), 1)].into(),
             verdict: Verdict::Fail,
+            watch: Vec::new(),
         });
         let job = JobView {
             id: 9,

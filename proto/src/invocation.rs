@@ -70,6 +70,9 @@ pub enum Script {
     /// At the end of one step, on the step's first node (slurmstepd's `slurm_spank_exit`, as
     /// root, the job still running): that node's run summary into the live tag.
     StepEnd,
+    /// The in-job watch: started by the prolog (root, its own process group), it samples the
+    /// node until the epilog stops it, and acts on a fault that appears while the job runs.
+    Watch,
 }
 
 impl Script {
@@ -79,6 +82,7 @@ impl Script {
             Script::Prolog => "prolog",
             Script::Epilog => "epilog",
             Script::StepEnd => "step-end",
+            Script::Watch => "watch",
         }
     }
 }
@@ -228,6 +232,7 @@ impl Invocation {
             Some("prolog") => Script::Prolog,
             Some("epilog") => Script::Epilog,
             Some("step-end") => Script::StepEnd,
+            Some("watch") => Script::Watch,
             other => return Err(InvocationError::Script(other.unwrap_or("").to_owned())),
         };
         Self::parse_flags(script, words)

@@ -14,6 +14,7 @@
 //! | [`plugin_args`] | the `plugstack.conf` arguments: job mode, policy, limits, paths |
 //! | [`invocation`] | how the plugin runs the job step, its exit codes and decision line, `PATH` |
 //! | [`job_state`] | Slurm's job states as `sacct` prints them, and which are final |
+//! | [`notice`] | the in-job watch's notice to the running job (`fabric-notice-<node>.jsonl`) |
 //! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment`, and the run summary |
 //! | [`record`] | `fabric-run` JSON-lines records and their writer |
 //! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
@@ -24,6 +25,7 @@ pub mod fabric_option;
 pub mod hostlist;
 pub mod invocation;
 pub mod job_state;
+pub mod notice;
 pub mod plugin_args;
 pub mod record;
 pub mod suggest;

@@ -91,6 +91,12 @@ pub struct PluginArgs {
     /// (`address name...`) or `name address` lines; names not in it go to the system resolver,
     /// and only then to `scontrol show node` (one slurmctld call per node per job).
     pub hosts_file: Option<PathBuf>,
+    /// `watch_interval=SECONDS`: how often the in-job watch samples a checked job's node
+    /// (default 1 s; `0` turns the watch off; 0.1 to 3600).
+    pub watch_interval: Option<Duration>,
+    /// `watch_textfile=FILE`: where the watch keeps its fault counters for node_exporter's
+    /// textfile collector (`%n` expands; default: none).
+    pub watch_textfile: Option<PathBuf>,
 }
 
 impl Default for PluginArgs {
@@ -112,6 +118,8 @@ impl Default for PluginArgs {
             collective_hosts: None,
             step_hosts: None,
             hosts_file: None,
+            watch_interval: Some(DEFAULT_WATCH_INTERVAL),
+            watch_textfile: None,
         }
     }
 }
@@ -134,7 +142,12 @@ pub const KNOWN_KEYS: &[&str] = &[
     "collective_hosts",
     "step_hosts",
     "hosts_file",
+    "watch_interval",
+    "watch_textfile",
 ];
+
+/// The in-job watch's default sampling interval.
+pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Longest timeout accepted; Slurm's own `PrologEpilogTimeout` should be longer still.
 pub const MAX_TIMEOUT_S: u64 = 600;
@@ -266,6 +279,17 @@ impl PluginArgs {
                     .filter(|s| (1..=MAX_TIMEOUT_S).contains(s))
                     .map(|s| args.timeout = Duration::from_secs(s))
                     .ok_or(bad("whole seconds from 1 to 600")),
+                "watch_interval" => value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| *s == 0.0 || (0.1..=3600.0).contains(s))
+                    .map(|s| {
+                        args.watch_interval = (s > 0.0).then(|| Duration::from_secs_f64(s));
+                    })
+                    .ok_or(bad("seconds from 0.1 to 3600, or 0 to turn the watch off")),
+                "watch_textfile" => absolute_path(value)
+                    .map(|p| args.watch_textfile = Some(p))
+                    .ok_or(bad("an absolute path")),
                 "drain_on_error" => parse_bool(value)
                     .map(|b| args.drain_on_error = b)
                     .ok_or(bad(YES_NO)),

@@ -68,6 +68,28 @@ pub struct NodeResult {
     pub drained: bool,
 }
 
+/// A fault the in-job watch saw while the job ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchEvent {
+    /// The check that failed (`ib.port_state`, `ib.counters`, ...).
+    pub check: String,
+    /// What it found (bounded, as a drain reason's message).
+    pub message: String,
+    /// When the watch first saw it (seconds since the epoch).
+    pub seen_at_s: u64,
+    /// How long into the job (since the prolog) that was, in seconds.
+    pub into_job_s: u64,
+    /// When it was no longer seen (a flap that cleared), if it cleared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleared_at_s: Option<u64>,
+    /// Whether the watch drained the node for it.
+    #[serde(default)]
+    pub drained: bool,
+}
+
+/// The most watch events one node keeps in the tag (the first ones: a flapping link repeats).
+pub const MAX_WATCH_EVENTS: usize = 8;
+
 /// Counter rises seen between prolog and epilog on one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DuringJob {
@@ -75,8 +97,12 @@ pub struct DuringJob {
     pub node: String,
     /// `"<device>/<port>/<counter>"` → increase during the job.
     pub rises: BTreeMap<String, u64>,
-    /// Worst verdict of the epilog's judgement of those rises.
+    /// Worst verdict of the epilog's judgement of those rises (and of the watch's faults).
     pub verdict: Verdict,
+    /// Faults the in-job watch saw on this node while the job ran, written into the live tag
+    /// when seen (`fabric-check watch`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub watch: Vec<WatchEvent>,
 }
 
 /// The `fabric-run` summary of a job, merged by the epilog (all durations in seconds).
@@ -678,6 +704,7 @@ fn collapse_during(during: &[DuringJob]) -> Vec<DuringJob> {
             node: hostlist::compress(&names).unwrap_or_else(|| names.join(",")),
             rises: BTreeMap::new(),
             verdict,
+            watch: Vec::new(),
         })
         .collect()
 }
@@ -1344,6 +1371,7 @@ mod tests {
                 node: format!("n{i}"),
                 rises: [("mlx5_0/1/link_downed".to_owned(), 1)].into(),
                 verdict: Verdict::Fail,
+                watch: Vec::new(),
             })
             .collect();
         let root_only = serde_json::from_str::<JobTag>(&t.bounded()).unwrap();
@@ -1454,6 +1482,7 @@ mod tests {
                 node: n.clone(),
                 rises: [("mlx5_0/1/link_downed".to_owned(), 1 + g.below(5))].into(),
                 verdict: Verdict::Fail,
+                watch: Vec::new(),
             })
             .collect();
         t.recount();

@@ -288,7 +288,7 @@ pub fn job_script_in(
     match script {
         Script::Prolog => hooks::maybe_panic("job_prolog", Context::JobScript),
         Script::Epilog => hooks::maybe_panic("job_epilog", Context::JobScript),
-        Script::StepEnd => hooks::maybe_panic("exit", Context::Remote),
+        Script::StepEnd | Script::Watch => hooks::maybe_panic("exit", Context::Remote),
     }
     let req = read_request(host, env.node.clone());
     let job = req.job_id.map_or_else(|| "?".to_owned(), |j| j.to_string());
@@ -422,7 +422,7 @@ fn run_child(
 pub fn script_rc(script: Script, rc: i32) -> i32 {
     match script {
         Script::Prolog => rc,
-        Script::Epilog | Script::StepEnd => 0,
+        Script::Epilog | Script::StepEnd | Script::Watch => 0,
     }
 }
 

@@ -56,6 +56,7 @@ fn run(script: Script, args: Args) -> anyhow::Result<i32> {
         Script::Prolog => jobstep::prolog::run(&step),
         Script::Epilog => jobstep::epilog::run(&step),
         Script::StepEnd => jobstep::step_end::run(&step),
+        Script::Watch => unreachable!("the watch has its own entry"),
     };
     Ok(exit.code())
 }
@@ -73,4 +74,145 @@ pub fn epilog(args: Args) -> anyhow::Result<i32> {
 /// `fabric-check step-end`.
 pub fn step_end(args: Args) -> anyhow::Result<i32> {
     run(Script::StepEnd, args)
+}
+
+/// The real seams of one action of the watch: Slurm's CLI bounded by a fresh deadline.
+struct RealAct;
+
+impl jobstep::watch::Act for RealAct {
+    fn with_step(&self, setup: &Setup, f: &mut dyn FnMut(&JobStep<'_>)) {
+        let relay = StdoutRelay;
+        let mut fresh = setup.clone();
+        fresh.deadline = jobstep::Budget::new(setup.plugin.timeout).job_step(Instant::now());
+        let slurm = SlurmCli::bounded(fresh.slurm_call_limit(), fresh.deadline);
+        let runner = SubprocessRunner {
+            program: fresh.plugin.probe.clone(),
+        };
+        let meet = RendezvousMeet {
+            slurm: &slurm,
+            resolver: &SystemResolver,
+            hosts_file: None,
+            munge_socket: None,
+            relay: &relay,
+        };
+        let step = JobStep {
+            setup: &fresh,
+            seams: Seams {
+                slurm: &slurm,
+                runner: &runner,
+                meet: &meet,
+                relay: &relay,
+            },
+        };
+        f(&step);
+    }
+}
+
+/// `fabric-check watch`: the in-job watch of this node (see `fabric_core::jobstep::watch`).
+/// Its lines go to `<state_dir>/watch-<job>.log`, which the epilog relays into the slurmd log.
+pub fn watch(args: Args) -> anyhow::Result<i32> {
+    use fabric_core::jobstep::watch::{self as w, PidFile, ProbeSampler, RealPace};
+    use fabric_core::probe::{ProbeInput, gather::Roots};
+    use fabric_proto::plugin_args::expand_node;
+    let started = Instant::now();
+    let relay = StdoutRelay;
+    let inv = Invocation::parse_flags(Script::Watch, args.words)?;
+    let setup = Setup::resolve(inv, started, &relay)?;
+    let Some(interval) = setup.plugin.watch_interval else {
+        return Ok(0);
+    };
+    let job = setup.inv.job_id;
+    let node = setup.inv.node.clone();
+    let proc_root = std::path::PathBuf::from("/proc");
+    let me = std::process::id();
+    let start = w::start_time(&proc_root, me)
+        .ok_or_else(|| anyhow::anyhow!("cannot read this process's start time in /proc"))?;
+    let pf = PidFile { pid: me, start };
+    let pid_path = w::pid_path(&setup.state_dir, job);
+    pf.write(&pid_path)?;
+    let snapshot = setup.state_dir.join(format!("job-{job}.json"));
+    let (baseline, at_start) = match w::load_start(&snapshot) {
+        Ok(x) => x,
+        Err(e) => {
+            println!("watch: no prolog snapshot ({e}); the watch does not run for job {job}");
+            let _ = std::fs::remove_file(&pid_path);
+            return Ok(0);
+        }
+    };
+    let started_at_s = baseline.counters.taken_unix_ms / 1000;
+    let config = expand_node(&setup.plugin.config, &node).filter(|c| c.is_file());
+    let expect = match config {
+        Some(p) => fabric_core::config::Config::load(&p)?.for_node(&node),
+        None => fabric_core::config::Config::default().for_node(&node),
+    };
+    let roots = match setup
+        .plugin
+        .sysfs_root
+        .as_deref()
+        .and_then(|r| expand_node(r, &node))
+    {
+        Some(sysfs) => Roots::for_sysfs(sysfs, proc_root.clone(), None),
+        None => Roots::system(),
+    };
+    let mut sampler = ProbeSampler::new(ProbeInput {
+        node: node.clone(),
+        roots,
+        expect,
+        baseline: Some(baseline),
+        bom_pin: None,
+    });
+    let mut notice = fabric_proto::notice::notice_path(&setup.plugin.spool_dir, &job.to_string(), &node)
+        .and_then(|p| match w::NoticeFile::create(&p) {
+            Ok(n) => Some(n),
+            Err(e) => {
+                println!("watch: cannot create the job's notice file {} ({e}); the job is not told of faults", p.display());
+                None
+            }
+        });
+    let metrics = setup
+        .plugin
+        .watch_textfile
+        .as_deref()
+        .and_then(|p| expand_node(p, &node));
+    let mut pace = RealPace {
+        pid_path: pid_path.clone(),
+        me: pf,
+        proc_root,
+        job,
+        last_seen: Instant::now(),
+        last_scan: Instant::now(),
+    };
+    println!(
+        "watch: started for job {job} on {node}, every {} ms",
+        interval.as_millis()
+    );
+    let summary = w::run(
+        &setup,
+        interval,
+        started_at_s,
+        &at_start,
+        &mut sampler,
+        &RealAct,
+        &mut pace,
+        notice.as_mut(),
+        metrics.as_deref(),
+    );
+    if PidFile::read(&pid_path) == Some(pf) {
+        let _ = std::fs::remove_file(&pid_path);
+    }
+    println!(
+        "watch: ended after {} samples; faults seen: {}; cleared: {}",
+        summary.samples,
+        if summary.appeared.is_empty() {
+            "none".to_owned()
+        } else {
+            summary.appeared.join(",")
+        },
+        if summary.cleared.is_empty() {
+            "none".to_owned()
+        } else {
+            summary.cleared.join(",")
+        },
+    );
+    Ok(0)
 }

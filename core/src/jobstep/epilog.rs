@@ -35,6 +35,8 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let plugin = &setup.plugin;
     let node = step.node();
     let job = step.job_id();
+    // The in-job watch first: its faults are in the live tag already; its log goes to slurmd's.
+    super::watch::finish(step);
     let snapshot = step.snapshot_path();
     let during = match Baseline::load(&snapshot) {
         Ok(base) => {
@@ -205,7 +207,7 @@ fn lead(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<EpilogPayloa
                 Some(p) => p.apply(prev),
                 None => prev.unwrap_or_default(),
             };
-            t.during = rows;
+            t.during = super::results::merge_during(std::mem::take(&mut t.during), rows);
             if run.is_some() {
                 t.run = run;
             }

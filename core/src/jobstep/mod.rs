@@ -40,6 +40,7 @@ pub mod results;
 pub mod runner;
 pub mod step_end;
 pub mod tag_write;
+pub mod watch;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

@@ -241,6 +241,8 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let exit = if result.drained {
         JobStepExit::Drained
     } else {
+        // The job runs here: watch the node until the epilog.
+        super::watch::start(step);
         JobStepExit::Proceed
     };
     // The plugin reads this line when slurmstepd reaped us before it could.

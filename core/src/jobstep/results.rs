@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::probe::{CounterSnapshot, Report};
-use fabric_proto::tag::{DuringJob, JobTag, NodeResult, Verdict};
+use fabric_proto::tag::{DuringJob, JobTag, NodeResult, Verdict, WatchEvent};
 use fabric_proto::verdict::Severity;
 
 /// Counters that rise with any traffic and say nothing about health.
@@ -107,6 +107,80 @@ pub fn during_job(node: &str, baseline: &CounterSnapshot, report: &Report) -> Du
         node: node.to_owned(),
         rises: rises(baseline, &report.counters),
         verdict: report.verdict,
+        watch: Vec::new(),
+    }
+}
+
+/// The epilog's `during` rows merged with what the tag already holds: the in-job watch's live
+/// entries ([`DuringJob::watch`]) stay, joined to the epilog's row of the same node (whose
+/// verdict becomes the worse of the two).
+pub fn merge_during(previous: Vec<DuringJob>, rows: Vec<DuringJob>) -> Vec<DuringJob> {
+    let mut by_node: BTreeMap<String, DuringJob> =
+        rows.into_iter().map(|d| (d.node.clone(), d)).collect();
+    for prev in previous.into_iter().filter(|p| !p.watch.is_empty()) {
+        match by_node.get_mut(&prev.node) {
+            Some(row) => {
+                row.verdict = row.verdict.max(prev.verdict);
+                row.watch = prev.watch;
+            }
+            None => {
+                by_node.insert(
+                    prev.node.clone(),
+                    DuringJob {
+                        rises: BTreeMap::new(),
+                        ..prev
+                    },
+                );
+            }
+        }
+    }
+    by_node.into_values().collect()
+}
+
+/// Adds one watch event to `node`'s live `during` entry (made if missing), keeping at most
+/// [`fabric_proto::tag::MAX_WATCH_EVENTS`]; an event of the same check that has not cleared
+/// is not added twice. Returns whether the tag changed.
+pub fn add_watch_event(tag: &mut JobTag, node: &str, event: WatchEvent) -> bool {
+    let idx = match tag.during.iter().position(|d| d.node == node) {
+        Some(i) => i,
+        None => {
+            tag.during.push(DuringJob {
+                node: node.to_owned(),
+                rises: BTreeMap::new(),
+                verdict: Verdict::Pass,
+                watch: Vec::new(),
+            });
+            tag.during.len() - 1
+        }
+    };
+    let row = &mut tag.during[idx];
+    row.verdict = row.verdict.max(Verdict::Fail);
+    if row.watch.iter().any(|e| {
+        e.check == event.check && e.seen_at_s == event.seen_at_s && e.message == event.message
+    }) || row.watch.len() >= fabric_proto::tag::MAX_WATCH_EVENTS
+    {
+        return false;
+    }
+    row.watch.push(event);
+    true
+}
+
+/// Marks `node`'s open watch event of `check` as cleared at `at_s`. Returns whether it changed.
+pub fn clear_watch_event(tag: &mut JobTag, node: &str, check: &str, at_s: u64) -> bool {
+    let Some(row) = tag.during.iter_mut().find(|d| d.node == node) else {
+        return false;
+    };
+    match row
+        .watch
+        .iter_mut()
+        .rev()
+        .find(|e| e.check == check && e.cleared_at_s.is_none())
+    {
+        Some(e) => {
+            e.cleared_at_s = Some(at_s);
+            true
+        }
+        None => false,
     }
 }
 

@@ -126,6 +126,9 @@ pub trait ProbeRunner {
         req: &CollectiveRequest,
         limit: Duration,
     ) -> Result<collective::Report, ProbeRunError>;
+    /// Starts the in-job watch (`<probe> <argv>`) detached: a process group of its own, stdin
+    /// on `/dev/null`, stdout and stderr into `log`; not waited for. Returns its pid.
+    fn start_watch(&self, argv: &[String], log: &std::path::Path) -> std::io::Result<u32>;
 }
 
 /// The real runner: `program` (the plugin's `probe=`) as a subprocess with a scrubbed
@@ -168,6 +171,22 @@ fn classify<T: serde::de::DeserializeOwned>(
 }
 
 impl ProbeRunner for SubprocessRunner {
+    fn start_watch(&self, argv: &[String], log: &std::path::Path) -> std::io::Result<u32> {
+        use std::os::unix::process::CommandExt;
+        let out = std::fs::File::create(log)?;
+        let err = out.try_clone()?;
+        let child = std::process::Command::new(&self.program)
+            .env_clear()
+            .env("PATH", fabric_proto::invocation::SAFE_PATH)
+            .args(argv)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()?;
+        Ok(child.id())
+    }
+
     fn probe(&self, req: &ProbeRequest, limit: Duration) -> Result<Report, ProbeRunError> {
         if limit.is_zero() {
             return Err(ProbeRunError::NoTimeLeft { what: "probe" });

@@ -28,6 +28,8 @@ impl Meeting {
             Script::Prolog => Some(Meeting::Prolog),
             Script::Epilog => Some(Meeting::Epilog),
             Script::StepEnd => inv.step_id.map(Meeting::StepEnd),
+            // The watch meets nobody: each node's watch acts for its own node.
+            Script::Watch => None,
         }
     }
 }

@@ -1,0 +1,1019 @@
+//! The in-job watch: a fault that appears while a checked job runs is found in seconds, not
+//! when the job ends.
+//!
+//! The prolog of a checked job starts `fabric-check watch` on its node ([`spawn`]): root, in a
+//! process group of its own, stdin/stdout/stderr on `/dev/null`, so it neither holds up the
+//! prolog nor dies with the prolog child's group. It samples the node every `watch_interval=`
+//! (default 1 s) with the probe's own gather and checks, in this process (no child, no Slurm
+//! call), against the prolog's snapshot: port state and rate, link layer, MTU, GID, PFC/ECN,
+//! and the health counters over the job window with the probe's thresholds (a per-hour bound
+//! never scaled below one hour, so a single error never drains). A `fail` finding that the
+//! prolog did not already see is a fault; [`policy`](super::policy) says what to do with it
+//! ([`Phase::Watch`]): under `enforce` drain through the one drain path (etiquette, guard,
+//! settle), write a live `during` entry into the job's tag, and tell the job through its notice
+//! file ([`fabric_proto::notice`]); under `warn` the same without the drain. A fault that clears
+//! (a flap) stays recorded, marked cleared.
+//!
+//! Its life: it writes `<state_dir>/watch-<job>.pid` (its pid and start time) and exits when
+//! that file is gone or names another process; the epilog ([`stop`]) removes the file and ends
+//! the watch's process group (SIGTERM, then SIGKILL), so it never outlives the epilog. A watch
+//! that died before the epilog is said in the epilog's log ("the watch was lost"). As a last
+//! guard, it ends when no `slurmstepd` of its job has been seen on the host for
+//! [`JOB_GONE_AFTER`]. A `slurmd` restart does not touch it (it is not slurmd's child).
+//!
+//! The decisions are pure ([`Tracker`]); the sampling and the acting are seams ([`Sampler`],
+//! [`Act`]), so the loop ([`run`]) is tested on fakes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::policy::{self, Found, Phase};
+use super::tag_write::{TagWrite, Target, write_tag_to};
+use super::{JobStep, Setup, now_unix};
+use crate::probe::{Baseline, CounterSnapshot, ProbeInput, Report};
+use fabric_proto::notice::FabricNotice;
+use fabric_proto::tag::WatchEvent;
+use fabric_proto::verdict::{Finding, Severity};
+
+/// Checks whose evidence comes from external tools (`ethtool -S`, `dcb`): a sample that did not
+/// run the tools neither finds nor clears them.
+const TOOL_CHECKS: &[&str] = &["roce.pfc", "roce.congestion"];
+
+/// With no `slurmstepd` of the job seen for this long, the watch ends on its own.
+pub const JOB_GONE_AFTER: Duration = Duration::from_secs(180);
+
+/// How often the watch looks for its job's `slurmstepd` (a scan of `/proc`).
+pub const JOB_SCAN_EVERY: Duration = Duration::from_secs(60);
+
+/// How often (in samples) a real node's tools (`ethtool -S`, `dcb`) are run: they are processes,
+/// the rest of a sample is file reads.
+pub const TOOLS_EVERY: u32 = 10;
+
+/// One fault: a `fail` finding, keyed by check, device and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// `check|device|port`.
+    pub key: String,
+    /// The check id.
+    pub check: String,
+    /// The finding's message.
+    pub message: String,
+}
+
+impl Fault {
+    fn of(f: &Finding) -> Self {
+        Self {
+            key: key(f),
+            check: f.check.clone(),
+            message: f.message.clone(),
+        }
+    }
+}
+
+fn key(f: &Finding) -> String {
+    format!(
+        "{}|{}|{}",
+        f.check,
+        f.device.as_deref().unwrap_or(""),
+        f.port.map_or(String::new(), |p| p.to_string())
+    )
+}
+
+/// What changed between two samples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A fault the job did not start with.
+    Appeared(Fault),
+    /// A fault that is no longer seen.
+    Cleared(Fault),
+}
+
+/// The watch's memory: which faults the job started with (the prolog's `fail` findings, never
+/// reported again) and which it has seen appear and not clear.
+#[derive(Debug, Clone, Default)]
+pub struct Tracker {
+    at_start: BTreeSet<String>,
+    active: BTreeMap<String, Fault>,
+}
+
+impl Tracker {
+    /// A tracker that takes `at_start` (the prolog's findings) as the job's starting point.
+    pub fn new(at_start: &[Finding]) -> Self {
+        Self {
+            at_start: at_start
+                .iter()
+                .filter(|f| f.severity == Severity::Fail)
+                .map(key)
+                .collect(),
+            active: BTreeMap::new(),
+        }
+    }
+
+    /// The changes one sample's findings make. `tools_ran`: whether the sample ran the tools
+    /// (else their checks are neither found nor cleared).
+    pub fn observe(&mut self, findings: &[Finding], tools_ran: bool) -> Vec<Change> {
+        let judged = |check: &str| tools_ran || !TOOL_CHECKS.contains(&check);
+        let now: BTreeMap<String, Fault> = findings
+            .iter()
+            .filter(|f| f.severity == Severity::Fail && judged(&f.check))
+            .map(|f| (key(f), Fault::of(f)))
+            .collect();
+        let mut out = Vec::new();
+        let gone: Vec<String> = self
+            .active
+            .iter()
+            .filter(|(k, f)| judged(&f.check) && !now.contains_key(*k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            if let Some(f) = self.active.remove(&k) {
+                out.push(Change::Cleared(f));
+            }
+        }
+        // A fault the job started with that cleared is forgotten: its return is news.
+        self.at_start
+            .retain(|k| !judged(k.split('|').next().unwrap_or("")) || now.contains_key(k));
+        for (k, f) in now {
+            if self.at_start.contains(&k) || self.active.contains_key(&k) {
+                continue;
+            }
+            self.active.insert(k, f.clone());
+            out.push(Change::Appeared(f));
+        }
+        out
+    }
+}
+
+/// Moves `baseline`'s value of every counter that went down in `now` (counters cleared, driver
+/// reloaded, a port retrained) to the new value, so later rises are counted from the reset
+/// instead of being hidden below the old total. The baseline's time stays the job's start.
+pub fn rebase(baseline: &mut CounterSnapshot, now: &CounterSnapshot) {
+    for (port, after) in &now.ports {
+        let Some(before) = baseline.ports.get_mut(port) else {
+            continue;
+        };
+        for (set_before, set_after) in [
+            (&mut before.counters, &after.counters),
+            (&mut before.hw_counters, &after.hw_counters),
+        ] {
+            for (name, v) in set_after {
+                if let Some(old) = set_before.get_mut(name)
+                    && *v < *old
+                {
+                    *old = *v;
+                }
+            }
+        }
+    }
+    for (dev, after) in &now.netdevs {
+        let Some(before) = baseline.netdevs.get_mut(dev) else {
+            continue;
+        };
+        for (name, v) in &after.ethtool {
+            if let Some(old) = before.ethtool.get_mut(name)
+                && *v < *old
+            {
+                *old = *v;
+            }
+        }
+    }
+}
+
+/// One sample of the node.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// The probe's report against the job's baseline.
+    pub report: Report,
+    /// Whether the external tools ran for it.
+    pub tools_ran: bool,
+}
+
+/// Where samples come from.
+pub trait Sampler {
+    /// Takes one sample.
+    fn sample(&mut self) -> Sample;
+}
+
+/// The real sampler: the probe's gather and checks in this process, against the prolog's
+/// snapshot (rebased when a counter resets); the external tools every [`TOOLS_EVERY`] samples
+/// on a real node (a fixture tree's saved tool outputs are read every sample).
+#[derive(Debug)]
+pub struct ProbeSampler {
+    input: ProbeInput,
+    tools: crate::probe::gather::ToolSource,
+    tools_every: u32,
+    n: u32,
+}
+
+impl ProbeSampler {
+    /// A sampler of `input` (whose baseline is the prolog's snapshot).
+    pub fn new(input: ProbeInput) -> Self {
+        let tools = input.roots.tools.clone();
+        let tools_every = match tools {
+            crate::probe::gather::ToolSource::Run => TOOLS_EVERY,
+            _ => 1,
+        };
+        Self {
+            input,
+            tools,
+            tools_every,
+            n: 0,
+        }
+    }
+}
+
+impl Sampler for ProbeSampler {
+    fn sample(&mut self) -> Sample {
+        let tools_ran = self.n.is_multiple_of(self.tools_every);
+        self.n = self.n.wrapping_add(1);
+        self.input.roots.tools = if tools_ran {
+            self.tools.clone()
+        } else {
+            crate::probe::gather::ToolSource::Unavailable(
+                "not run this sample (the watch runs tools every few samples)".into(),
+            )
+        };
+        let report = crate::probe::run(&self.input);
+        if let Some(b) = &mut self.input.baseline {
+            rebase(&mut b.counters, &report.counters);
+        }
+        Sample { report, tools_ran }
+    }
+}
+
+/// How the watch acts: gives `f` a job step with fresh seams and a fresh deadline (`timeout=`
+/// from now), once per action.
+pub trait Act {
+    /// Runs `f` on a job step made for this action.
+    fn with_step(&self, setup: &Setup, f: &mut dyn FnMut(&JobStep<'_>));
+}
+
+/// What the watch does between samples and when to stop.
+pub trait Pace {
+    /// Waits `d`.
+    fn sleep(&mut self, d: Duration);
+    /// Whether the watch should end (its pid file gone, its job gone).
+    fn should_stop(&mut self) -> bool;
+}
+
+/// The watch's notice file, opened once by root with `O_CREAT|O_EXCL|O_NOFOLLOW` and written
+/// only through that descriptor.
+#[derive(Debug)]
+pub struct NoticeFile {
+    file: std::fs::File,
+    path: PathBuf,
+}
+
+impl NoticeFile {
+    /// Creates the notice file (mode 0644, root's) in the job's spool folder; fails if anything
+    /// is already there.
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(fabric_proto::record::O_NOFOLLOW)
+            .open(path)?;
+        Ok(Self {
+            file,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Appends one notice with one `write(2)`.
+    pub fn append(&mut self, n: &FabricNotice) -> std::io::Result<()> {
+        self.file.write_all(n.to_line().as_bytes())
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// What one watch did, for its last log line and the tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WatchSummary {
+    /// Samples taken.
+    pub samples: u64,
+    /// Faults that appeared.
+    pub appeared: Vec<String>,
+    /// Faults that cleared.
+    pub cleared: Vec<String>,
+    /// Whether the node was drained.
+    pub drained: bool,
+}
+
+/// The watch's loop: sample, compare, act, until `pace` says stop.
+///
+/// `started_at_s` is the prolog's time (the job's start on this node), for "how long into the
+/// job"; `at_start` the prolog's findings.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    setup: &Setup,
+    interval: Duration,
+    started_at_s: u64,
+    at_start: &[Finding],
+    sampler: &mut dyn Sampler,
+    act: &dyn Act,
+    pace: &mut dyn Pace,
+    mut notice: Option<&mut NoticeFile>,
+    metrics: Option<&Path>,
+) -> WatchSummary {
+    let node = setup.inv.node.clone();
+    let job = setup.inv.job_id;
+    let _span = tracing::info_span!("watch", job, node = %node).entered();
+    let mut tracker = Tracker::new(at_start);
+    let mut summary = WatchSummary::default();
+    loop {
+        if pace.should_stop() {
+            break;
+        }
+        let t0 = Instant::now();
+        let sample = sampler.sample();
+        summary.samples += 1;
+        for change in tracker.observe(&sample.report.findings, sample.tools_ran) {
+            let now = now_unix();
+            match change {
+                Change::Appeared(fault) => {
+                    let into = now.saturating_sub(started_at_s);
+                    let action = policy::decide(Phase::Watch, Found::Fail, &setup.plugin);
+                    if let Some(m) = metrics {
+                        bump_metrics(&setup.state_dir, m, &node, &fault.check);
+                    }
+                    summary.appeared.push(fault.check.clone());
+                    let mut drained = false;
+                    let mut said = false;
+                    act.with_step(setup, &mut |step| {
+                        step.say(&format!(
+                            "watch: {}: {} ({}s into job {job}; policy={} → {})",
+                            fault.check,
+                            fault.message,
+                            into,
+                            setup.plugin.policy.as_str(),
+                            action.words()
+                        ));
+                        said = true;
+                        if action.drain {
+                            drained = step
+                                .drain_self(
+                                    &fault.check,
+                                    &format!("during job {job}: {}", fault.message),
+                                )
+                                .out_of_service();
+                        }
+                        if action.tag {
+                            let ev = WatchEvent {
+                                check: fault.check.clone(),
+                                message: bounded(&fault.message),
+                                seen_at_s: now,
+                                into_job_s: into,
+                                cleared_at_s: None,
+                                drained,
+                            };
+                            let w = write_tag_to(step, Target::LiveOnly, |prev| {
+                                let mut t = prev.unwrap_or_default();
+                                super::results::add_watch_event(&mut t, &node, ev);
+                                t
+                            });
+                            if w == TagWrite::NotWritten {
+                                step.say("watch: the live tag was not written; the epilog records the fault");
+                            }
+                        }
+                    });
+                    summary.drained |= drained;
+                    if action.tell_job
+                        && let Some(n) = notice.as_deref_mut()
+                    {
+                        let mut msg =
+                            FabricNotice::new(job, &node, &fault.check, &fault.message, now);
+                        msg.into_job_s = into;
+                        msg.drained = drained;
+                        if let Err(e) = n.append(&msg) {
+                            tracing::warn!("cannot write the notice {}: {e}", n.path().display());
+                        }
+                    }
+                    if !said {
+                        tracing::warn!(check = %fault.check, "watch: no step to act on the fault");
+                    }
+                }
+                Change::Cleared(fault) => {
+                    summary.cleared.push(fault.check.clone());
+                    let action = policy::decide(Phase::Watch, Found::Fail, &setup.plugin);
+                    act.with_step(setup, &mut |step| {
+                        step.say(&format!(
+                            "watch: {} cleared: {} (recorded; a node the watch drained is resumed only by the usual etiquette)",
+                            fault.check, fault.message
+                        ));
+                        if action.tag {
+                            write_tag_to(step, Target::LiveOnly, |prev| {
+                                let mut t = prev.unwrap_or_default();
+                                super::results::clear_watch_event(&mut t, &node, &fault.check, now);
+                                t
+                            });
+                        }
+                    });
+                }
+            }
+        }
+        pace.sleep(interval.saturating_sub(t0.elapsed()));
+    }
+    summary
+}
+
+fn bounded(s: &str) -> String {
+    let mut out: String = s.chars().filter(|c| !c.is_control()).take(160).collect();
+    out.truncate(out.trim_end().len());
+    out
+}
+
+/// Adds one fault of `check` to the node's watch counters (`<state_dir>/watch-faults.json`,
+/// kept across jobs under a lock, since several jobs' watches may share a node) and rewrites
+/// the textfile `path` from them.
+pub fn bump_metrics(state_dir: &Path, path: &Path, node: &str, check: &str) {
+    use rustix::fs::{FlockOperation, flock};
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(state_dir.join("watch-faults.lock"));
+    let _held = lock
+        .ok()
+        .filter(|f| flock(f, FlockOperation::LockExclusive).is_ok());
+    let counts_path = state_dir.join("watch-faults.json");
+    let mut counts: BTreeMap<String, u64> = std::fs::read_to_string(&counts_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    *counts.entry(check.to_owned()).or_default() += 1;
+    if let Ok(text) = serde_json::to_vec(&counts)
+        && let Err(e) = crate::probe::output::write_atomic(&counts_path, &text)
+    {
+        tracing::warn!("cannot write {}: {e}", counts_path.display());
+    }
+    write_metrics(path, node, &counts);
+}
+
+/// Writes the watch's counters for node_exporter's textfile collector (atomically: a temporary
+/// file renamed over the old one): `fabric_check_watch_faults_total{node,check}`.
+pub fn write_metrics(path: &Path, node: &str, counts: &BTreeMap<String, u64>) {
+    let mut text = String::from(
+        "# HELP fabric_check_watch_faults_total Faults the in-job watch saw appear while a job ran, by check.\n\
+         # TYPE fabric_check_watch_faults_total counter\n",
+    );
+    for (check, n) in counts {
+        text.push_str(&format!(
+            "fabric_check_watch_faults_total{{node=\"{node}\",check=\"{check}\"}} {n}\n"
+        ));
+    }
+    if let Err(e) = crate::probe::output::write_atomic(path, text.as_bytes()) {
+        tracing::warn!("cannot write {}: {e}", path.display());
+    }
+}
+
+/// The watch's pid file for `job` in a node's state folder.
+pub fn pid_path(state_dir: &Path, job: u32) -> PathBuf {
+    state_dir.join(format!("watch-{job}.pid"))
+}
+
+/// A process's start time (clock ticks since boot, field 22 of `/proc/<pid>/stat`).
+pub fn start_time(proc_root: &Path, pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: fields follow the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// What a pid file names: `pid start_time`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidFile {
+    /// The watch's pid (also its process group).
+    pub pid: u32,
+    /// Its start time, so that a reused pid is never signalled.
+    pub start: u64,
+}
+
+impl PidFile {
+    /// Reads a pid file (`None` when absent or not ours).
+    pub fn read(path: &Path) -> Option<Self> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let mut w = text.split_whitespace();
+        Some(Self {
+            pid: w.next()?.parse().ok()?,
+            start: w.next()?.parse().ok()?,
+        })
+    }
+
+    /// Writes it (atomically).
+    pub fn write(self, path: &Path) -> std::io::Result<()> {
+        crate::probe::output::write_atomic(
+            path,
+            format!("{} {}\n", self.pid, self.start).as_bytes(),
+        )
+    }
+
+    /// Whether the process it names is alive and is the one that wrote it.
+    pub fn is_alive(self, proc_root: &Path) -> bool {
+        start_time(proc_root, self.pid) == Some(self.start)
+    }
+}
+
+/// How the epilog's stop of the watch went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// No watch was started for this job on this node.
+    NoWatch,
+    /// The watch was running and was ended.
+    Ended,
+    /// The watch had died before the epilog (killed, crashed): faults after that were not seen.
+    Lost,
+}
+
+/// The epilog's half: removes the pid file (so a watch between samples ends by itself) and ends
+/// the watch's process group: SIGTERM, up to `grace` for it to go, then SIGKILL.
+pub fn stop(state_dir: &Path, proc_root: &Path, job: u32, grace: Duration) -> Stopped {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    let path = pid_path(state_dir, job);
+    let Some(pf) = PidFile::read(&path) else {
+        return Stopped::NoWatch;
+    };
+    let _ = std::fs::remove_file(&path);
+    if !pf.is_alive(proc_root) {
+        return Stopped::Lost;
+    }
+    let Ok(raw) = i32::try_from(pf.pid) else {
+        return Stopped::Lost;
+    };
+    let pid = Pid::from_raw(raw);
+    let _ = killpg(pid, Signal::SIGTERM);
+    let until = Instant::now() + grace;
+    while Instant::now() < until {
+        if !pf.is_alive(proc_root) {
+            return Stopped::Ended;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if pf.is_alive(proc_root) {
+        let _ = killpg(pid, Signal::SIGKILL);
+    }
+    Stopped::Ended
+}
+
+/// Whether a `slurmstepd` of `job` runs on this host (`slurmstepd: [<job>.…]` in its cmdline).
+pub fn job_has_stepd(proc_root: &Path, job: u32) -> bool {
+    let want = format!("slurmstepd: [{job}.");
+    let Ok(dir) = std::fs::read_dir(proc_root) else {
+        return true;
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| c.windows(want.len()).any(|w| w == want.as_bytes()))
+        })
+}
+
+/// The real pace: sleeps, and stops when the pid file is gone or no longer names this process,
+/// or when no `slurmstepd` of the job has been seen for [`JOB_GONE_AFTER`].
+#[derive(Debug)]
+pub struct RealPace {
+    /// The pid file.
+    pub pid_path: PathBuf,
+    /// This process.
+    pub me: PidFile,
+    /// `/proc`.
+    pub proc_root: PathBuf,
+    /// The job.
+    pub job: u32,
+    /// When a `slurmstepd` of the job was last seen.
+    pub last_seen: Instant,
+    /// When `/proc` was last scanned.
+    pub last_scan: Instant,
+}
+
+impl Pace for RealPace {
+    fn sleep(&mut self, d: Duration) {
+        std::thread::sleep(d);
+    }
+
+    fn should_stop(&mut self) -> bool {
+        if PidFile::read(&self.pid_path) != Some(self.me) {
+            return true;
+        }
+        if self.last_scan.elapsed() >= JOB_SCAN_EVERY {
+            self.last_scan = Instant::now();
+            if job_has_stepd(&self.proc_root, self.job) {
+                self.last_seen = Instant::now();
+            }
+        }
+        self.last_seen.elapsed() >= JOB_GONE_AFTER
+    }
+}
+
+/// The watch's log (its lines, relayed by the epilog into the slurmd log).
+pub fn log_path(state_dir: &Path, job: u32) -> PathBuf {
+    state_dir.join(format!("watch-{job}.log"))
+}
+
+/// The most of the watch's log the epilog relays (its last lines).
+pub const MAX_RELAYED_LOG_BYTES: usize = 8 * 1024;
+
+/// The prolog's half: starts the watch for this job and node through the runner, unless
+/// `watch_interval=0`. Says what it did.
+pub fn start(step: &JobStep<'_>) {
+    if step.setup.plugin.watch_interval.is_none() {
+        return;
+    }
+    let mut inv = step.setup.inv.clone();
+    inv.script = fabric_proto::invocation::Script::Watch;
+    let log = log_path(&step.setup.state_dir, inv.job_id);
+    match step.seams.runner.start_watch(&inv.to_argv(), &log) {
+        Ok(pid) => step.say(&format!("watch started (pid {pid})")),
+        Err(e) => step.say(&format!(
+            "cannot start the in-job watch ({e}); faults during job {} are found at its end",
+            inv.job_id
+        )),
+    }
+}
+
+/// The epilog's half: stops the watch ([`stop`]) and relays the end of its log.
+pub fn finish(step: &JobStep<'_>) {
+    let state = &step.setup.state_dir;
+    let job = step.job_id();
+    let stopped = stop(state, Path::new("/proc"), job, Duration::from_millis(500));
+    let log = log_path(state, job);
+    if let Ok(text) = std::fs::read(&log) {
+        let from = text.len().saturating_sub(MAX_RELAYED_LOG_BYTES);
+        let tail = String::from_utf8_lossy(&text[from..]);
+        for line in tail.lines().skip(usize::from(from > 0)) {
+            step.say(line);
+        }
+    }
+    let _ = std::fs::remove_file(&log);
+    match stopped {
+        Stopped::NoWatch | Stopped::Ended => {}
+        Stopped::Lost => step.say(&format!(
+            "the in-job watch of job {job} ended before the epilog (killed?): faults after that were found only now"
+        )),
+    }
+}
+
+/// Loads what the watch starts from: the prolog's snapshot (the baseline and the findings the
+/// job started with).
+pub fn load_start(
+    snapshot: &Path,
+) -> Result<(Baseline, Vec<Finding>), crate::probe::BaselineError> {
+    let base = Baseline::load(snapshot)?;
+    #[derive(serde::Deserialize)]
+    struct Findings {
+        #[serde(default)]
+        findings: Vec<Finding>,
+    }
+    let findings = std::fs::read_to_string(snapshot)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Findings>(&t).ok())
+        .map(|f| f.findings)
+        .unwrap_or_default();
+    Ok((base, findings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
+    use fabric_proto::invocation::Script;
+    use fabric_proto::tag::{self, Verdict};
+    use serde_json::Value;
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+
+    fn fail(check: &str, device: &str, msg: &str) -> Finding {
+        Finding::new(
+            check,
+            Severity::Fail,
+            Some(device),
+            Some(1),
+            Value::Null,
+            Value::Null,
+            msg.into(),
+        )
+    }
+
+    #[test]
+    fn a_fault_the_job_started_with_is_not_news_but_a_new_one_is_reported_once() {
+        let old = fail("ib.port_rate", "mlx5_1", "half rate");
+        let mut t = Tracker::new(std::slice::from_ref(&old));
+        assert_eq!(t.observe(std::slice::from_ref(&old), true), vec![]);
+        let down = fail("ib.port_state", "mlx5_3", "DOWN");
+        let both = [old.clone(), down.clone()];
+        assert_eq!(
+            t.observe(&both, true),
+            vec![Change::Appeared(Fault::of(&down))]
+        );
+        assert_eq!(t.observe(&both, true), vec![], "reported once");
+    }
+
+    #[test]
+    fn a_flap_is_reported_when_it_appears_when_it_clears_and_again_when_it_returns() {
+        let mut t = Tracker::new(&[]);
+        let down = fail("ib.port_state", "mlx5_3", "DOWN");
+        assert_eq!(t.observe(std::slice::from_ref(&down), true).len(), 1);
+        assert_eq!(
+            t.observe(&[], true),
+            vec![Change::Cleared(Fault::of(&down))]
+        );
+        assert_eq!(
+            t.observe(std::slice::from_ref(&down), true),
+            vec![Change::Appeared(Fault::of(&down))]
+        );
+    }
+
+    #[test]
+    fn a_sample_without_the_tools_neither_finds_nor_clears_a_pfc_fault() {
+        let mut t = Tracker::new(&[]);
+        let pfc = fail("roce.pfc", "mlx5_0", "PFC off on priority 3");
+        assert_eq!(t.observe(std::slice::from_ref(&pfc), false), vec![]);
+        assert_eq!(t.observe(std::slice::from_ref(&pfc), true).len(), 1);
+        assert_eq!(
+            t.observe(&[], false),
+            vec![],
+            "not judged without the tools"
+        );
+        assert_eq!(
+            t.observe(&[], true).len(),
+            1,
+            "cleared once the tools say so"
+        );
+    }
+
+    #[test]
+    fn a_counter_reset_mid_job_moves_the_baseline_so_later_errors_still_count() {
+        let mut base = CounterSnapshot::default();
+        base.ports
+            .entry("mlx5_0/1".into())
+            .or_default()
+            .counters
+            .insert("symbol_error".into(), 1000);
+        let mut now = CounterSnapshot::default();
+        now.ports
+            .entry("mlx5_0/1".into())
+            .or_default()
+            .counters
+            .insert("symbol_error".into(), 3);
+        rebase(&mut base, &now);
+        assert_eq!(base.ports["mlx5_0/1"].counters["symbol_error"], 3);
+        // A counter that rose is left alone: the rise is measured from the job's start.
+        now.ports
+            .get_mut("mlx5_0/1")
+            .unwrap()
+            .counters
+            .insert("symbol_error".into(), 700);
+        rebase(&mut base, &now);
+        assert_eq!(base.ports["mlx5_0/1"].counters["symbol_error"], 3);
+    }
+
+    struct Script3(VecDeque<Vec<Finding>>);
+    impl Sampler for Script3 {
+        fn sample(&mut self) -> Sample {
+            let mut r = report("n1", Verdict::Pass);
+            r.findings = self.0.pop_front().unwrap_or_default();
+            Sample {
+                report: r,
+                tools_ran: true,
+            }
+        }
+    }
+    struct Samples(usize);
+    impl Pace for Samples {
+        fn sleep(&mut self, _d: Duration) {}
+        fn should_stop(&mut self) -> bool {
+            if self.0 == 0 {
+                return true;
+            }
+            self.0 -= 1;
+            false
+        }
+    }
+    struct FakeAct<'a> {
+        slurm: &'a FakeSlurm,
+        lines: &'a Lines,
+        runner: FakeRunner,
+        meet: FakeMeet,
+        actions: RefCell<u32>,
+    }
+    impl Act for FakeAct<'_> {
+        fn with_step(&self, setup: &Setup, f: &mut dyn FnMut(&JobStep<'_>)) {
+            *self.actions.borrow_mut() += 1;
+            f(&step(
+                setup,
+                seams(self.slurm, &self.runner, &self.meet, self.lines),
+            ));
+        }
+    }
+
+    fn watch_a_port_going_down(
+        policy: &str,
+    ) -> (FakeSlurm, Lines, WatchSummary, String, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let pol = format!("policy={policy}");
+        let s = setup(dir.path(), Script::Watch, "n[1-4]", "n1", &[pol.as_str()]);
+        let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
+        let lines = Lines::default();
+        let act = FakeAct {
+            slurm: &slurm,
+            lines: &lines,
+            runner: FakeRunner::answering(vec![]),
+            meet: FakeMeet::default(),
+            actions: RefCell::new(0),
+        };
+        let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+        let mut sampler = Script3(
+            [
+                vec![],
+                vec![],
+                vec![down.clone()],
+                vec![down.clone()],
+                vec![],
+            ]
+            .into(),
+        );
+        let spool = dir.path().join("spool/7");
+        std::fs::create_dir_all(&spool).unwrap();
+        let notice_at = spool.join("fabric-notice-n1.jsonl");
+        let mut notice = NoticeFile::create(&notice_at).unwrap();
+        let textfile = dir.path().join("watch.prom");
+        let summary = run(
+            &s,
+            Duration::from_millis(1),
+            now_unix() - 600,
+            &[],
+            &mut sampler,
+            &act,
+            &mut Samples(5),
+            Some(&mut notice),
+            Some(&textfile),
+        );
+        let notices = std::fs::read_to_string(&notice_at).unwrap();
+        if policy != "observe" {
+            let prom = std::fs::read_to_string(&textfile).unwrap();
+            assert!(
+                prom.contains(
+                    "fabric_check_watch_faults_total{node=\"n1\",check=\"ib.port_state\"} 1"
+                ),
+                "{prom}"
+            );
+        }
+        (slurm, lines, summary, notices, dir)
+    }
+
+    #[test]
+    fn under_enforce_a_port_that_goes_down_mid_job_drains_tags_live_and_tells_the_job() {
+        let (slurm, lines, summary, notices, _dir) = watch_a_port_going_down("enforce");
+        assert_eq!(summary.samples, 5);
+        assert_eq!(summary.appeared, vec!["ib.port_state"]);
+        assert_eq!(
+            summary.cleared,
+            vec!["ib.port_state"],
+            "the flap is recorded"
+        );
+        assert!(summary.drained);
+        let n1 = slurm.node("n1").unwrap();
+        assert!(n1.is_drained(), "{}", lines.text());
+        assert!(
+            n1.reason
+                .starts_with("fabric-check: ib.port_state: during job 7"),
+            "{}",
+            n1.reason
+        );
+        let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+        let row = t
+            .during
+            .iter()
+            .find(|d| d.node == "n1")
+            .expect("a live during entry");
+        assert_eq!(row.verdict, Verdict::Fail);
+        assert_eq!(row.watch.len(), 1);
+        let ev = &row.watch[0];
+        assert_eq!(ev.check, "ib.port_state");
+        assert!(ev.drained);
+        assert!((600..700).contains(&ev.into_job_s), "{}", ev.into_job_s);
+        assert!(ev.cleared_at_s.is_some(), "the clearing is recorded");
+        let n = FabricNotice::parse_line(notices.lines().next().unwrap()).unwrap();
+        assert_eq!(
+            (n.job, n.node.as_str(), n.check.as_str(), n.drained),
+            (7, "n1", "ib.port_state", true)
+        );
+    }
+
+    #[test]
+    fn under_warn_the_watch_tags_and_tells_but_never_drains() {
+        let (slurm, lines, summary, notices, _dir) = watch_a_port_going_down("warn");
+        assert!(!summary.drained);
+        assert!(!slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
+        let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+        assert_eq!(t.during[0].watch.len(), 1);
+        assert_eq!(notices.lines().count(), 1);
+    }
+
+    #[test]
+    fn under_observe_the_watch_only_logs() {
+        let (slurm, lines, summary, notices, _dir) = watch_a_port_going_down("observe");
+        assert_eq!(summary.appeared, vec!["ib.port_state"]);
+        assert!(!slurm.node("n1").unwrap().is_drained());
+        assert!(slurm.current_comment().is_empty(), "no tag under observe");
+        assert!(notices.is_empty());
+        assert!(lines.has("watch: ib.port_state"), "{}", lines.text());
+    }
+
+    #[test]
+    fn a_healthy_job_costs_no_slurm_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Watch, "n1", "n1", &[]);
+        let slurm = FakeSlurm::with_nodes(&["n1"]);
+        let lines = Lines::default();
+        let act = FakeAct {
+            slurm: &slurm,
+            lines: &lines,
+            runner: FakeRunner::answering(vec![]),
+            meet: FakeMeet::default(),
+            actions: RefCell::new(0),
+        };
+        let mut sampler = Script3(VecDeque::new());
+        let summary = run(
+            &s,
+            Duration::from_millis(1),
+            now_unix(),
+            &[],
+            &mut sampler,
+            &act,
+            &mut Samples(50),
+            None,
+            None,
+        );
+        assert_eq!(summary.samples, 50);
+        assert_eq!(slurm.calls(), vec![]);
+        assert_eq!(*act.actions.borrow(), 0);
+    }
+
+    #[test]
+    fn the_epilog_ends_a_running_watch_and_says_when_it_was_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let proc_root = Path::new("/proc");
+        // A stand-in watch: a process group of its own that ignores nothing.
+        let mut child = {
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new("sleep")
+                .arg("30")
+                .process_group(0)
+                .spawn()
+                .unwrap()
+        };
+        let pid = child.id();
+        let pf = PidFile {
+            pid,
+            start: start_time(proc_root, pid).unwrap(),
+        };
+        pf.write(&pid_path(dir.path(), 7)).unwrap();
+        assert_eq!(
+            stop(dir.path(), proc_root, 7, Duration::from_secs(2)),
+            Stopped::Ended
+        );
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "ended by a signal");
+        assert!(!pid_path(dir.path(), 7).exists());
+        // A pid file whose process is gone (or whose pid was reused) is a lost watch, not a kill.
+        PidFile {
+            pid,
+            start: pf.start,
+        }
+        .write(&pid_path(dir.path(), 7))
+        .unwrap();
+        assert_eq!(
+            stop(dir.path(), proc_root, 7, Duration::from_secs(1)),
+            Stopped::Lost
+        );
+        assert_eq!(
+            stop(dir.path(), proc_root, 7, Duration::from_secs(1)),
+            Stopped::NoWatch
+        );
+    }
+
+    #[test]
+    fn the_notice_file_is_never_created_through_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("root-file");
+        std::fs::write(&target, "keep").unwrap();
+        let link = dir.path().join("fabric-notice-n1.jsonl");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(NoticeFile::create(&link).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+    }
+}
