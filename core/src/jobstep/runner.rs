@@ -175,9 +175,9 @@ impl ProbeRunner for SubprocessRunner {
         use std::os::unix::process::CommandExt;
         let out = std::fs::File::create(log)?;
         let err = out.try_clone()?;
+        // The job step's own environment, which the plugin already scrubbed (`SLURM_CONF`, the
+        // safe `PATH`, ...): the watch calls the same Slurm commands the job step does.
         let child = std::process::Command::new(&self.program)
-            .env_clear()
-            .env("PATH", fabric_proto::invocation::SAFE_PATH)
             .args(argv)
             .stdin(std::process::Stdio::null())
             .stdout(out)
