@@ -49,9 +49,11 @@ pub trait Cluster {
     fn resume(&mut self, node: &str) -> Result<(), ClusterError>;
     /// Runs `fabric-check health` for `node`; its exit code.
     fn health(&mut self, node: &str) -> Result<i32, ClusterError>;
-    /// Jobs running or pending on `nodes` that are not the drill's (user and id), for the safety
-    /// check before the drill starts.
-    fn foreign_jobs(&mut self, nodes: &[String]) -> Result<Vec<String>, ClusterError>;
+    /// Every job running (or configuring, or completing) on any of `nodes`, whoever submitted it
+    /// and whatever its name: [`crate::gate::Gates`] decides which are the drill's own, by id.
+    fn jobs_on(&mut self, nodes: &[String]) -> Result<Vec<QueuedJob>, ClusterError>;
+    /// The nodes reservation `name` holds now: an error when it does not exist or is not active.
+    fn reservation_nodes(&mut self, name: &str) -> Result<Vec<String>, ClusterError>;
     /// Unix milliseconds now.
     fn now_ms(&self) -> u64 {
         std::time::SystemTime::now()
@@ -64,8 +66,72 @@ pub trait Cluster {
     }
 }
 
-/// The job name the drill's jobs carry (and [`Cluster::foreign_jobs`] leaves out).
+/// The job name the drill's jobs carry, for people reading `squeue`. It proves nothing: any user
+/// can name a job so. The drill's own jobs are the ids it submitted ([`crate::gate::Gates`]).
 pub const JOB_NAME: &str = "fabric-drill";
+
+/// A job on the drill's nodes, as `squeue` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedJob {
+    /// The job id (`%i`: `123`, `123_4` for an array task, `123+1` for a het component).
+    pub id: String,
+    /// Its user.
+    pub user: String,
+    /// Its name (shown, never trusted).
+    pub name: String,
+}
+
+impl QueuedJob {
+    /// The plain job id, when it is one (the drill submits neither arrays nor het jobs).
+    pub fn plain_id(&self) -> Option<u32> {
+        self.id.parse().ok()
+    }
+}
+
+/// Parses `squeue -h -o %i|%u|%j`: every job, whatever its name (a name may hold `|`).
+pub fn parse_squeue_jobs(text: &str) -> Vec<QueuedJob> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut it = l.splitn(3, '|');
+            QueuedJob {
+                id: it.next().unwrap_or_default().trim().to_owned(),
+                user: it.next().unwrap_or("?").to_owned(),
+                name: it.next().unwrap_or_default().to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// Parses `scontrol show reservation NAME -o`: the nodes it holds now. A reservation that is not
+/// active (not started yet) holds none; one that does not exist is an error.
+pub fn parse_reservation(name: &str, text: &str) -> Result<Vec<String>, String> {
+    let line = text
+        .lines()
+        .find(|l| {
+            l.split_whitespace()
+                .any(|w| w.strip_prefix("ReservationName=") == Some(name))
+        })
+        .ok_or_else(|| format!("no reservation {name}"))?;
+    let field = |key: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key).map(str::to_owned))
+    };
+    if let Some(state) = field("State=")
+        && state != "ACTIVE"
+    {
+        return Err(format!(
+            "reservation {name} is not active (State={state}): it holds no node now"
+        ));
+    }
+    let nodes = field("Nodes=").unwrap_or_default();
+    if nodes.is_empty() || nodes == "(null)" {
+        return Ok(Vec::new());
+    }
+    fabric_proto::hostlist::Hostlist::parse(&nodes)
+        .and_then(|h| h.expand())
+        .map_err(|e| format!("reservation {name}'s Nodes={nodes} is not a hostlist: {e}"))
+}
 
 /// The real cluster, through `sbatch`, `squeue`, `sacct`, `sinfo`, `scontrol` and `scancel`.
 #[derive(Debug, Clone)]
@@ -359,7 +425,7 @@ impl Cluster for SlurmCluster {
         Ok(done.code())
     }
 
-    fn foreign_jobs(&mut self, nodes: &[String]) -> Result<Vec<String>, ClusterError> {
+    fn jobs_on(&mut self, nodes: &[String]) -> Result<Vec<QueuedJob>, ClusterError> {
         let text = self.ok(&[
             "squeue",
             "-h",
@@ -370,19 +436,17 @@ impl Cluster for SlurmCluster {
             "-o",
             "%i|%u|%j",
         ])?;
-        Ok(text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .filter(|l| l.rsplit('|').next() != Some(JOB_NAME))
-            .map(|l| {
-                let mut it = l.split('|');
-                format!(
-                    "job {} of {}",
-                    it.next().unwrap_or("?"),
-                    it.next().unwrap_or("?")
-                )
-            })
-            .collect())
+        Ok(parse_squeue_jobs(&text))
+    }
+
+    fn reservation_nodes(&mut self, name: &str) -> Result<Vec<String>, ClusterError> {
+        let text = self.ok(&["scontrol", "show", "reservation", name, "-o"])?;
+        parse_reservation(name, &text).map_err(|message| ClusterError {
+            command: format!("scontrol show reservation {name}"),
+            message: format!(
+                "{message}; create one with scontrol create reservation ... Nodes=... Users=root Flags=maint,ignore_jobs"
+            ),
+        })
     }
 }
 
@@ -426,5 +490,30 @@ mod tests {
         );
         assert!(a.contains("--reservation=drill"), "{a}");
         assert!(a.contains("--job-name=fabric-drill"), "{a}");
+    }
+
+    #[test]
+    fn every_job_on_the_nodes_is_listed_whatever_its_name() {
+        let jobs =
+            parse_squeue_jobs("41|root|fabric-drill\n777|mallory|fabric-drill\n12_3|bob|a|b\n");
+        let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(ids, ["41", "777", "12_3"], "the name decides nothing");
+        assert_eq!(jobs[1].user, "mallory");
+        assert_eq!(jobs[2].name, "a|b");
+        assert_eq!((jobs[0].plain_id(), jobs[2].plain_id()), (Some(41), None));
+    }
+
+    #[test]
+    fn a_reservation_holds_its_nodes_only_while_it_is_active() {
+        let active = "ReservationName=drill StartTime=2024-01-01T00:00:00 EndTime=2024-01-01T02:00:00 Duration=02:00:00 Nodes=gpu[001-003],gpu007 NodeCnt=4 CoreCnt=0 Features=(null) PartitionName=(null) Flags=MAINT,IGNORE_JOBS State=ACTIVE\n";
+        assert_eq!(
+            parse_reservation("drill", active).unwrap(),
+            ["gpu001", "gpu002", "gpu003", "gpu007"]
+        );
+        let later = active.replace("State=ACTIVE", "State=INACTIVE");
+        let e = parse_reservation("drill", &later).unwrap_err();
+        assert!(e.contains("not active (State=INACTIVE)"), "{e}");
+        let e = parse_reservation("other", active).unwrap_err();
+        assert!(e.contains("no reservation other"), "{e}");
     }
 }

@@ -12,11 +12,12 @@
 //! Both write the undo into the [`Journal`] (synced) before they change anything, so that a
 //! drill stopped half-way is restored by `fabric-check drill --restore` or by the next drill.
 //! The two controls that load the node (`checkpoint_burst`, `background_load`) are shared: a
-//! writer into the job's checkpoint folder, CPU hogs (bounded by `timeout`) and a loopback TCP
-//! stream.
+//! writer into the job's checkpoint folder (as the job user, never through a link), CPU hogs
+//! (bounded by `timeout`) and a loopback TCP stream.
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,6 +53,9 @@ pub enum InjectError {
         /// What the system said.
         source: std::io::Error,
     },
+    /// The gates refused the injection: nothing was changed, and the drill stops.
+    #[error("refused: {0}")]
+    Refused(#[from] crate::gate::GateError),
     /// The class cannot be injected here.
     #[error("class {class} cannot be injected on {place}: {why}")]
     Unsupported {
@@ -158,6 +162,10 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
 #[derive(Debug, Default)]
 pub struct Loads {
     streams: BTreeMap<String, Arc<AtomicBool>>,
+    bursts: Vec<std::thread::JoinHandle<()>>,
+    /// The job user the checkpoint burst writes as (its uid; its primary group); `None`: as the
+    /// drill's own user.
+    pub job_uid: Option<u32>,
     /// CPU hogs per round (default: half the CPUs, at least 2).
     pub hogs: Option<usize>,
     /// Bytes the checkpoint burst writes (default 256 MiB).
@@ -234,34 +242,92 @@ impl Loads {
     }
 
     /// `checkpoint_burst`: writes `burst_bytes` in 4 MiB synced files into `ckpt_dir/drill-burst`
-    /// from a thread (so the round's job runs while it writes).
+    /// from a thread (so the round's job runs while it writes). The job user owns `ckpt_dir`, so
+    /// the thread writes as that user ([`Loads::job_uid`], its file-system ids), into a folder it
+    /// makes (`mkdirat`, refused when the name exists) and files it creates
+    /// `O_EXCL|O_NOFOLLOW`, each relative to a folder opened without following a link: a link
+    /// the job planted redirects nothing.
     pub fn checkpoint_burst(
         &mut self,
         round: &Round,
         ckpt_dir: &Path,
         journal: &mut Journal,
     ) -> Result<Vec<u64>, InjectError> {
+        use rustix::fs::{Mode, OFlags, mkdirat, openat};
         let dir = ckpt_dir.join("drill-burst");
+        let ckpt_fd = openat(
+            rustix::fs::CWD,
+            ckpt_dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| InjectError::Io {
+            what: "open the job's folder",
+            path: ckpt_dir.to_owned(),
+            source: e.into(),
+        })?;
         let id = journal.record(
             &round.node,
             round.class.id(),
             Undo::Remove { path: dir.clone() },
         )?;
-        std::fs::create_dir_all(&dir).map_err(|source| InjectError::Io {
-            what: "create",
-            path: dir.clone(),
-            source,
-        })?;
         let total = self.burst_bytes.unwrap_or(256 << 20);
-        std::thread::spawn(move || {
+        let owner = self.job_uid.map(|uid| (uid, crate::folder::group_of(uid)));
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<Result<(), InjectError>>(1);
+        let where_ = dir.clone();
+        let handle = std::thread::spawn(move || {
+            let setup = || -> Result<OwnedFd, InjectError> {
+                if let Some((uid, gid)) = owner {
+                    as_user(uid, gid).map_err(|why| InjectError::Command {
+                        command: format!("write the checkpoint burst as uid {uid}"),
+                        message: why,
+                    })?;
+                }
+                let io = |what: &'static str| {
+                    let path = where_.clone();
+                    move |e: rustix::io::Errno| InjectError::Io {
+                        what,
+                        path,
+                        source: e.into(),
+                    }
+                };
+                mkdirat(&ckpt_fd, "drill-burst", Mode::from_raw_mode(0o700))
+                    .map_err(io("create (it must not exist yet)"))?;
+                openat(
+                    &ckpt_fd,
+                    "drill-burst",
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(io("open"))
+            };
+            let burst_fd = match setup() {
+                Ok(fd) => {
+                    let _ = ready_tx.send(Ok(()));
+                    fd
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
             let chunk = vec![0x5au8; 4 << 20];
             let mut written = 0u64;
             let mut k = 0;
             while written < total {
-                let p = dir.join(format!("shard-{k:04}"));
-                let Ok(mut f) = std::fs::File::create(&p) else {
+                let Ok(fd) = openat(
+                    &burst_fd,
+                    format!("shard-{k:04}").as_str(),
+                    OFlags::WRONLY
+                        | OFlags::CREATE
+                        | OFlags::EXCL
+                        | OFlags::NOFOLLOW
+                        | OFlags::CLOEXEC,
+                    Mode::from_raw_mode(0o600),
+                ) else {
                     return;
                 };
+                let mut f = std::fs::File::from(fd);
                 if f.write_all(&chunk).is_err() || f.sync_data().is_err() {
                     return;
                 }
@@ -269,7 +335,31 @@ impl Loads {
                 k += 1;
             }
         });
-        Ok(vec![id])
+        let ready = ready_rx.recv().unwrap_or_else(|_| {
+            Err(InjectError::Command {
+                command: "the checkpoint burst".into(),
+                message: "its writer ended before it started".into(),
+            })
+        });
+        match ready {
+            Ok(()) => {
+                self.bursts.push(handle);
+                Ok(vec![id])
+            }
+            Err(e) => {
+                let _ = handle.join();
+                // Nothing was made: the entry's undo must not remove what is at that name.
+                journal.done(id)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits until every checkpoint burst started so far has written all it writes.
+    pub fn wait_bursts(&mut self) {
+        for h in self.bursts.drain(..) {
+            let _ = h.join();
+        }
     }
 
     /// `background_load`: CPU hogs (each ended by `timeout` after 120 s at the latest, and
@@ -370,6 +460,25 @@ impl Loads {
         });
         Ok(ids)
     }
+}
+
+/// Makes this thread's file-system ids `uid` and `gid` (Linux's per-thread `setfsuid`), so that
+/// its writes are the job user's; checks that both took.
+fn as_user(uid: u32, gid: u32) -> Result<(), String> {
+    use nix::unistd::{Gid, Uid, setfsgid, setfsuid};
+    setfsgid(Gid::from_raw(gid));
+    setfsuid(Uid::from_raw(uid));
+    // Each call returns the id before it: asking again says which one is in force.
+    let now_gid = setfsgid(Gid::from_raw(gid));
+    let now_uid = setfsuid(Uid::from_raw(uid));
+    if now_uid.as_raw() != uid || now_gid.as_raw() != gid {
+        return Err(format!(
+            "this process cannot take uid {uid} and gid {gid} for its writes (it is uid {}, gid {}): run the drill as root",
+            now_uid.as_raw(),
+            now_gid.as_raw()
+        ));
+    }
+    Ok(())
 }
 
 /// The testbed's injector.
@@ -942,5 +1051,93 @@ mod tests {
             .unwrap();
         let st = child.wait().unwrap();
         assert!(!st.success());
+    }
+
+    #[test]
+    fn the_checkpoint_burst_never_writes_through_a_link_planted_in_the_jobs_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join("job");
+        let victim = dir.path().join("victim");
+        std::fs::create_dir_all(&job).unwrap();
+        std::fs::create_dir_all(&victim).unwrap();
+        // The job, running in its folder, plants the burst's name as a link to a folder of root's.
+        std::os::unix::fs::symlink(&victim, job.join("drill-burst")).unwrap();
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        let mut loads = Loads {
+            burst_bytes: Some(1),
+            ..Loads::default()
+        };
+        let e = loads
+            .checkpoint_burst(&round(FaultClass::CheckpointBurst), &job, &mut j)
+            .unwrap_err()
+            .to_string();
+        loads.wait_bursts();
+        assert!(e.contains("must not exist yet"), "{e}");
+        assert_eq!(
+            std::fs::read_dir(&victim).unwrap().count(),
+            0,
+            "nothing written there"
+        );
+        assert!(
+            j.pending().unwrap().is_empty(),
+            "no undo left to remove the job's link"
+        );
+        assert!(std::fs::symlink_metadata(job.join("drill-burst")).is_ok());
+        // The job's folder itself swapped for a link: refused too.
+        let swapped = dir.path().join("swapped");
+        std::os::unix::fs::symlink(&victim, &swapped).unwrap();
+        assert!(
+            loads
+                .checkpoint_burst(&round(FaultClass::CheckpointBurst), &swapped, &mut j)
+                .is_err()
+        );
+        assert_eq!(std::fs::read_dir(&victim).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_checkpoint_burst_is_written_as_the_job_user() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        if me == 0 {
+            let d =
+                crate::folder::prepare(&dir.path().join("work"), "round-001", Some(1500)).unwrap();
+            let mut loads = Loads {
+                burst_bytes: Some(1),
+                job_uid: Some(1500),
+                ..Loads::default()
+            };
+            let ids = loads
+                .checkpoint_burst(&round(FaultClass::CheckpointBurst), &d.job_dir, &mut j)
+                .unwrap();
+            loads.wait_bursts();
+            let burst = d.job_dir.join("drill-burst");
+            assert_eq!(std::fs::metadata(&burst).unwrap().uid(), 1500);
+            let shard = std::fs::metadata(burst.join("shard-0000")).unwrap();
+            assert_eq!((shard.uid(), shard.len()), (1500, 4 << 20));
+            restore(
+                &mut TestbedInjector::new(dir.path().into(), dir.path().into()),
+                &mut j,
+                &ids,
+            )
+            .unwrap();
+            assert!(!burst.exists(), "the undo removed the burst");
+        } else {
+            // Not root: writing as another user is impossible, so the burst is refused.
+            let job = dir.path().join("job");
+            std::fs::create_dir(&job).unwrap();
+            let mut loads = Loads {
+                burst_bytes: Some(1),
+                job_uid: Some(me + 1),
+                ..Loads::default()
+            };
+            let e = loads
+                .checkpoint_burst(&round(FaultClass::CheckpointBurst), &job, &mut j)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&format!("cannot take uid {}", me + 1)), "{e}");
+            assert_eq!(std::fs::read_dir(&job).unwrap().count(), 0);
+        }
     }
 }

@@ -3,14 +3,21 @@
 //! crashed or was stopped with Ctrl-C leaves entries without their `done`: `fabric-check drill
 //! --restore`, and every drill at its start, replays them, newest first.
 //!
+//! An entry's undo can be a command root runs, so the journal is opened only when it and its
+//! folder are root's (or, for a drill run as another user, that user's) and neither is writable by
+//! group or others; it is opened relative to its folder, following no link ([`Journal::open`]).
+//!
 //! ```text
 //! {"op":"do","id":3,"node":"n3","what":"ecn_off","undo":{"rename":{"from":"...","to":"..."}}}
 //! {"op":"done","id":3}
 //! ```
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{CWD, FileType, Mode, OFlags, fstat, openat};
 
 use serde::{Deserialize, Serialize};
 
@@ -79,6 +86,17 @@ pub enum JournalError {
         /// What the system said.
         source: std::io::Error,
     },
+    /// The journal or its folder could have been written by someone else: nothing in it is run.
+    #[error(
+        "restore journal {}: {why}; nothing in it was run, since its undos run as root: check who wrote it, undo its changes by hand (docs/drill.md) and remove it, or give the drill a --state-dir only root can write",
+        path.display()
+    )]
+    Untrusted {
+        /// The journal.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
     /// A line is not a journal line.
     #[error("restore journal {} line {line}: {message}; undo its changes by hand (docs/drill.md) and remove the file", path.display())]
     Corrupt {
@@ -121,22 +139,26 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> JournalError + '_ {
 
 /// Reads every line of the journal at `path` (none when it does not exist).
 pub fn read(path: &Path) -> Result<Vec<Line>, JournalError> {
-    let f = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io(path)(e)),
-    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse(path, &text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(io(path)(e)),
+    }
+}
+
+/// Parses the journal's text (`path` names it in errors).
+fn parse(path: &Path, text: &str) -> Result<Vec<Line>, JournalError> {
+    let count = text.lines().count();
     let mut out = Vec::new();
-    for (i, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(io(path))?;
+    for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Line>(&line) {
+        match serde_json::from_str::<Line>(line) {
             Ok(l) => out.push(l),
             // A crash in the middle of an append leaves a torn last line: the change it
             // announced was never started (the drill syncs before it changes anything).
-            Err(_) if i + 1 == count_lines(path) => break,
+            Err(_) if i + 1 == count => break,
             Err(e) => {
                 return Err(JournalError::Corrupt {
                     path: path.to_owned(),
@@ -149,8 +171,19 @@ pub fn read(path: &Path) -> Result<Vec<Line>, JournalError> {
     Ok(out)
 }
 
-fn count_lines(path: &Path) -> usize {
-    std::fs::read_to_string(path).map_or(0, |s| s.lines().count())
+/// Whether a journal (or its folder) of owner `uid` and mode `mode` may be trusted by a drill
+/// running as `euid`: root's or `euid`'s, not writable by group or others. `Err` says why not.
+pub fn trust(what: &str, uid: u32, mode: u32, euid: u32) -> Result<(), String> {
+    if uid != 0 && uid != euid {
+        return Err(format!("{what} is owned by uid {uid}, not root"));
+    }
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "{what} has mode {:o}: group or others can write it",
+            mode & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 /// The entries of `lines` without a `done`, newest first (the order to undo them in).
@@ -184,29 +217,86 @@ pub fn pending(lines: &[Line]) -> Vec<Pending> {
 }
 
 impl Journal {
-    /// Opens (creating) the journal at `path` for appending.
+    /// Opens (creating) the journal at `path` for appending. Its folder is made (mode `0700`)
+    /// when missing; the folder and the file must be root's and not writable by group or others
+    /// ([`trust`]), the file a plain file with one link, opened relative to the folder without
+    /// following a link. Otherwise nothing is read, and [`JournalError::Untrusted`] says why.
     pub fn open(path: &Path) -> Result<Journal, JournalError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io(path))?;
+        let untrusted = |why: String| JournalError::Untrusted {
+            path: path.to_owned(),
+            why,
+        };
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let name = path
+            .file_name()
+            .ok_or_else(|| untrusted("it names no file".into()))?;
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io(path))?;
         }
-        let lines = read(path)?;
-        let next = lines
+        let euid = nix::unistd::geteuid().as_raw();
+        let dir_fd = openat(
+            CWD,
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io(path)(e.into()))?;
+        let st = fstat(&dir_fd).map_err(|e| io(path)(e.into()))?;
+        trust(
+            &format!("its folder {}", dir.display()),
+            st.st_uid,
+            st.st_mode,
+            euid,
+        )
+        .map_err(untrusted)?;
+        let fd = openat(
+            &dir_fd,
+            name,
+            OFlags::RDWR | OFlags::CREATE | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::LOOP => untrusted("it is a symbolic link".into()),
+            e => io(path)(e.into()),
+        })?;
+        let st = fstat(&fd).map_err(|e| io(path)(e.into()))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(untrusted("it is not a plain file".into()));
+        }
+        if st.st_nlink != 1 {
+            return Err(untrusted(format!("it has {} hard links", st.st_nlink)));
+        }
+        trust("it", st.st_uid, st.st_mode, euid).map_err(untrusted)?;
+        let mut journal = Journal {
+            path: path.to_owned(),
+            file: File::from(fd),
+            next: 1,
+        };
+        journal.next = journal
+            .lines()?
             .iter()
             .map(|l| match l {
                 Line::Do { id, .. } | Line::Done { id } => *id,
             })
             .max()
             .map_or(1, |m| m + 1);
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(io(path))?;
-        Ok(Journal {
-            path: path.to_owned(),
-            file,
-            next,
-        })
+        Ok(journal)
+    }
+
+    /// Every line, read through the journal's own open file (never its path again).
+    fn lines(&self) -> Result<Vec<Line>, JournalError> {
+        let mut f = &self.file;
+        let mut text = String::new();
+        f.seek(SeekFrom::Start(0)).map_err(io(&self.path))?;
+        f.read_to_string(&mut text).map_err(io(&self.path))?;
+        parse(&self.path, &text)
     }
 
     /// The journal's path.
@@ -247,7 +337,7 @@ impl Journal {
 
     /// The entries not yet undone, newest first.
     pub fn pending(&self) -> Result<Vec<Pending>, JournalError> {
-        Ok(pending(&read(&self.path)?))
+        Ok(pending(&self.lines()?))
     }
 
     /// Empties the journal when nothing is pending (after a clean drill).
@@ -326,5 +416,81 @@ mod tests {
         j.done(a).unwrap();
         j.compact().unwrap();
         assert!(read(&path).unwrap().is_empty());
+    }
+
+    /// A journal at `dir/j.jsonl` whose one pending undo would create `marker` if it ran.
+    fn journal_that_would_touch(dir: &Path, marker: &Path) -> PathBuf {
+        let path = dir.join("j.jsonl");
+        let mut j = Journal::open(&path).unwrap();
+        j.record(
+            "n1",
+            "port_down",
+            run(&["touch", &marker.display().to_string()]),
+        )
+        .unwrap();
+        path
+    }
+
+    #[test]
+    fn a_journal_group_or_others_can_write_is_never_replayed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let path = journal_that_would_touch(dir.path(), &marker);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o622)).unwrap();
+        let e = Journal::open(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("group or others can write it") && e.contains("nothing in it was run"),
+            "{e}"
+        );
+        // The folder: anyone could have replaced the file.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = Journal::open(&path).unwrap_err().to_string();
+        assert!(e.contains("its folder") && e.contains("mode 777"), "{e}");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(!marker.exists());
+        assert_eq!(Journal::open(&path).unwrap().pending().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_journal_that_is_a_link_or_has_a_second_name_is_never_replayed() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let real = journal_that_would_touch(elsewhere.path(), &marker);
+        let link = dir.path().join("journal.jsonl");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = Journal::open(&link).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        std::fs::remove_file(&link).unwrap();
+        std::fs::hard_link(&real, &link).unwrap();
+        let e = Journal::open(&link).unwrap_err().to_string();
+        assert!(e.contains("2 hard links"), "{e}");
+    }
+
+    #[test]
+    fn a_journal_or_folder_owned_by_another_user_is_not_trusted_even_when_only_they_can_write_it() {
+        assert_eq!(trust("it", 0, 0o100600, 0), Ok(()));
+        assert_eq!(
+            trust("it", 1500, 0o100600, 1500),
+            Ok(()),
+            "a drill run as 1500"
+        );
+        let e = trust("it", 1500, 0o100600, 0).unwrap_err();
+        assert!(e.contains("owned by uid 1500, not root"), "{e}");
+        let e = trust("its folder /x", 0, 0o41777, 0).unwrap_err();
+        assert!(e.contains("mode 1777"), "{e}");
+    }
+
+    #[test]
+    fn a_new_journal_gets_a_folder_and_a_file_only_its_owner_can_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/drill/journal.jsonl");
+        Journal::open(&path).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+        assert_eq!(mode(&path), 0o600);
     }
 }

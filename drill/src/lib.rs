@@ -11,7 +11,9 @@
 //! |---|---|
 //! | [`class`] | the fault classes, what each injects and restores, where it applies |
 //! | [`plan`] | the seeded plan of rounds (`--dry-run` prints it) |
-//! | [`journal`] | the restore journal, replayed by `--restore` and at the next start |
+//! | [`journal`] | the restore journal, replayed by `--restore` and at the next start (only when root's alone) |
+//! | [`gate`] | the gates every injection passes through: classes, nodes, reservation, others' jobs, in service |
+//! | [`folder`] | the round folders handed to the job user, written so that no link redirects root |
 //! | [`inject`] | the [`inject::Injector`] seam: testbed and real-cluster injectors |
 //! | [`cluster`] | the [`cluster::Cluster`] seam over Slurm's commands |
 //! | [`observe`] | drains, tag verdicts and health results as timed signals |
@@ -25,6 +27,10 @@
 
 pub mod class;
 pub mod cluster;
+#[cfg(test)]
+mod fakes;
+pub mod folder;
+pub mod gate;
 pub mod inject;
 pub mod journal;
 pub mod observe;

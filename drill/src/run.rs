@@ -1,6 +1,7 @@
-//! The drill's loop: for each round of the plan, inject at its moment, run the round's job as a
-//! user would, watch every node of the drill, restore, resume what the round drained, and wait
-//! until the nodes are back in service.
+//! The drill's loop: for each round of the plan, inject at its moment (through the gates, see
+//! [`crate::gate`]), run the round's job as a user would, watch every node of the drill, restore,
+//! resume what the round's own fault took out, and wait until the nodes are back in service. A
+//! refusal of the gates stops the loop; what was changed is restored all the same.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,6 +11,8 @@ use fabric_proto::job_state::JobState;
 
 use crate::class::{FaultClass, Moment};
 use crate::cluster::Cluster;
+use crate::folder;
+use crate::gate::{self, Gates};
 use crate::inject::{Injector, restore};
 use crate::journal::Journal;
 use crate::observe::{NodeView, Signal, drain_signal, tag_signals};
@@ -19,9 +22,10 @@ use crate::score::{JobCost, RoundOutcome};
 /// How the drill runs its rounds.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
-    /// Where each round's job folder goes (its checkpoints and script).
+    /// Where each round's folder goes: `round-NNN/` (root's: the job script) with `job/` inside
+    /// (the job user's: its working and checkpoint folder); see [`crate::folder`].
     pub work_dir: PathBuf,
-    /// The uid the jobs run as, which must be able to write its folder.
+    /// The uid the jobs run as, given the job's folder.
     pub job_uid: Option<u32>,
     /// Folder put first on the job's `PATH` (where `fabric-run` is), if any.
     pub bin_dir: Option<PathBuf>,
@@ -94,6 +98,8 @@ pub struct Drill<'a> {
     pub injector: &'a mut dyn Injector,
     /// The restore journal.
     pub journal: &'a mut Journal,
+    /// What the drill may touch; every injection and submission passes through them.
+    pub gates: &'a mut Gates,
     /// How.
     pub cfg: RunConfig,
 }
@@ -132,6 +138,19 @@ impl Drill<'_> {
         }
     }
 
+    /// Injects `round`'s fault through the gates (the only way a round injects).
+    fn inject(&mut self, round: &Round, job_dir: &Path) -> Result<Vec<u64>, String> {
+        gate::inject(
+            self.gates,
+            self.cluster,
+            self.injector,
+            self.journal,
+            round,
+            job_dir,
+        )
+        .map_err(|e| e.to_string())
+    }
+
     fn wait_running(&mut self, id: u32, w: &mut Watch) -> Result<(), String> {
         let polls = (60_000 / self.cfg.poll.as_millis().max(1)) as usize;
         for _ in 0..polls {
@@ -155,11 +174,18 @@ impl Drill<'_> {
             job: None,
             error: None,
         };
-        let ckpt = self.cfg.work_dir.join(format!("round-{:03}", round.index));
-        if let Err(e) = prepare_dir(&ckpt, self.cfg.job_uid) {
-            out.error = Some(e);
-            return out;
-        }
+        let dir = match folder::prepare(
+            &self.cfg.work_dir,
+            &format!("round-{:03}", round.index),
+            self.cfg.job_uid,
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                out.error = Some(e.to_string());
+                return out;
+            }
+        };
+        let ckpt = dir.job_dir.clone();
         let mut w = Watch::default();
         let mut ids = Vec::new();
         let mut job_id = None;
@@ -171,19 +197,18 @@ impl Drill<'_> {
             round.moment.id()
         );
         let submit = |d: &mut Self, job: &JobSpec| -> Result<u32, String> {
-            let script = ckpt.join("job.sh");
-            std::fs::write(&script, job_script(job, &d.cfg, &ckpt, &title))
-                .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
-            d.cluster.submit(&script, job).map_err(|e| e.to_string())
+            let script = dir
+                .write_script("job.sh", &job_script(job, &d.cfg, &ckpt, &title))
+                .map_err(|e| e.to_string())?;
+            d.gates
+                .submit(d.cluster, &script, job, None)
+                .map_err(|e| e.to_string())
         };
         let start = self.cluster.now_ms();
         let step: Result<(), String> = (|| {
             match (round.moment, &round.job) {
                 (Moment::Before, Some(job)) => {
-                    ids = self
-                        .injector
-                        .inject(round, &ckpt, self.journal)
-                        .map_err(|e| e.to_string())?;
+                    ids = self.inject(round, &ckpt)?;
                     out.injected_at_ms = Some(self.cluster.now_ms());
                     job_id = Some(submit(self, job)?);
                 }
@@ -192,17 +217,11 @@ impl Drill<'_> {
                     job_id = Some(id);
                     self.wait_running(id, &mut w)?;
                     self.cluster.sleep(self.cfg.during_delay);
-                    ids = self
-                        .injector
-                        .inject(round, &ckpt, self.journal)
-                        .map_err(|e| e.to_string())?;
+                    ids = self.inject(round, &ckpt)?;
                     out.injected_at_ms = Some(self.cluster.now_ms());
                 }
                 (_, _) => {
-                    ids = self
-                        .injector
-                        .inject(round, &ckpt, self.journal)
-                        .map_err(|e| e.to_string())?;
+                    ids = self.inject(round, &ckpt)?;
                     out.injected_at_ms = Some(self.cluster.now_ms());
                     w.health_ran = true;
                     let code = self
@@ -216,6 +235,12 @@ impl Drill<'_> {
         })();
         if let Err(e) = step {
             out.error = Some(e);
+        }
+        // Stopped by the gates: the round's job goes too, so the nodes are handed back.
+        if self.gates.stopped().is_some()
+            && let Some(id) = job_id
+        {
+            let _ = self.cluster.cancel(id);
         }
         // Watch until the job is over (cancelling it once the faulted node is out of service
         // and the job waits for it), then a little longer for the epilog.
@@ -280,7 +305,8 @@ impl Drill<'_> {
                 completed: view.state.starts_with("COMPLETED"),
             });
         }
-        self.heal(round);
+        let injected = out.injected_at_ms.is_some() && !round.class.is_control();
+        self.heal(round, injected);
         out
     }
 
@@ -307,25 +333,34 @@ impl Drill<'_> {
         last
     }
 
-    /// Resumes every drill node out of service, then waits until all are idle again.
-    fn heal(&mut self, round: &Round) {
+    /// Resumes what the round's own fault took out (its node, drained by fabric-check after the
+    /// injection, which the gates saw in service; for `node_removed`, out of service at all), then
+    /// waits until the drill's nodes are idle again. Any other node out of service (an admin's
+    /// drain, fabric-check's drain of a node the drill did not fault: a real fault, or a false
+    /// drain) stays as it is, noted in the gates ([`Gates::kept_out`]).
+    fn heal(&mut self, round: &Round, injected: bool) {
+        let stopped = self.gates.stopped().is_some();
         for _ in 0..240 {
             let Ok(views) = self.cluster.nodes() else {
                 self.cluster.sleep(Duration::from_millis(250));
                 continue;
             };
-            let mine: Vec<&NodeView> = views
-                .iter()
-                .filter(|v| self.cfg.nodes.contains(&v.name))
-                .collect();
             let mut busy = false;
-            for v in &mine {
-                let removed = round.class == FaultClass::NodeRemoved && v.name == round.node;
-                if v.out_of_service() && (v.ours() || removed || v.state.contains("drain")) {
+            for v in views.iter().filter(|v| self.cfg.nodes.contains(&v.name)) {
+                let faulted = injected && v.name == round.node;
+                let removed = faulted && round.class == FaultClass::NodeRemoved;
+                let held = v.state.contains("drain")
+                    || v.state.contains("down")
+                    || v.state.contains("fail");
+                if v.out_of_service() && faulted && (v.ours() || removed) {
                     let _ = self.cluster.resume(&v.name);
                     busy = true;
-                } else if !v.state.starts_with("idle") || v.state.ends_with('*') {
+                } else if held {
+                    self.gates
+                        .keep_out(&v.name, format!("{}: {}", v.state, v.reason));
+                } else if v.state.ends_with('*') || (!stopped && !v.state.starts_with("idle")) {
                     // `idle*`: slurmctld re-checks a node it resumed; wait until it answered.
+                    // Once stopped, a node busy with someone else's job is not waited for.
                     busy = true;
                 }
             }
@@ -345,17 +380,17 @@ impl Drill<'_> {
             full: false,
             fabric_run: false,
         };
-        let dir = self.cfg.work_dir.join("warm-up");
-        prepare_dir(&dir, self.cfg.job_uid)?;
-        let script = dir.join("job.sh");
-        std::fs::write(
-            &script,
-            job_script(&job, &self.cfg, &dir, "fabric-check drill warm-up"),
-        )
-        .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+        let dir = folder::prepare(&self.cfg.work_dir, "warm-up", self.cfg.job_uid)
+            .map_err(|e| e.to_string())?;
+        let script = dir
+            .write_script(
+                "job.sh",
+                &job_script(&job, &self.cfg, &dir.job_dir, "fabric-check drill warm-up"),
+            )
+            .map_err(|e| e.to_string())?;
         let id = self
-            .cluster
-            .submit(&script, &job)
+            .gates
+            .submit(self.cluster, &script, &job, None)
             .map_err(|e| e.to_string())?;
         let start = self.cluster.now_ms();
         while self.cluster.now_ms().saturating_sub(start) < 120_000 {
@@ -368,14 +403,22 @@ impl Drill<'_> {
         Err(format!("the warm-up job {id} did not end within 120 s"))
     }
 
-    /// Runs every round; `each` sees each outcome as it comes.
+    /// Runs every round; `each` sees each outcome as it comes. Starts with the gates' check
+    /// ([`Gates::start`]) and stops at their first refusal: the round refused (before its
+    /// injection) is not among the outcomes, and [`Gates::stopped`] says why.
     pub fn run(&mut self, plan: &Plan, mut each: impl FnMut(&RoundOutcome)) -> Vec<RoundOutcome> {
+        let mut out = Vec::new();
+        if self.gates.start(self.cluster).is_err() {
+            return out;
+        }
         if let Err(e) = self.warm_up() {
             tracing::warn!("{e}");
         }
-        let mut out = Vec::new();
         for r in &plan.rounds {
             let o = self.round(r);
+            if self.gates.stopped().is_some() {
+                break;
+            }
             each(&o);
             out.push(o);
         }
@@ -384,190 +427,13 @@ impl Drill<'_> {
     }
 }
 
-fn prepare_dir(dir: &Path, uid: Option<u32>) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    if let Some(uid) = uid {
-        nix::unistd::chown(
-            dir,
-            Some(nix::unistd::Uid::from_raw(uid)),
-            Some(nix::unistd::Gid::from_raw(uid)),
-        )
-        .map_err(|e| format!("cannot give {} to uid {uid}: {e}", dir.display()))?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::class::NodeKind;
-    use crate::cluster::ClusterError;
-    use crate::inject::InjectError;
-    use crate::journal::Undo;
-    use crate::observe::JobView;
+    use crate::fakes::FakeCluster;
+    use crate::plan::Plan;
     use crate::score::score;
-    use fabric_proto::tag::{JobTag, NodeResult};
-    use fabric_proto::verdict::Verdict;
-
-    /// A cluster on a virtual clock: a job runs for `run_ms`; a node the fake injector faulted
-    /// is drained by the detector the test names, `detect_ms` after the fault.
-    #[derive(Default)]
-    struct FakeCluster {
-        now: u64,
-        nodes: Vec<NodeView>,
-        jobs: Vec<(u32, u64, JobSpec)>,
-        faulted: Option<(String, u64)>,
-        detect_ms: u64,
-        reason: String,
-        also_drain: Option<String>,
-        resumed: Vec<String>,
-        cancelled: Vec<u32>,
-    }
-
-    impl FakeCluster {
-        fn new(detect_ms: u64, reason: &str) -> FakeCluster {
-            FakeCluster {
-                now: 1_000_000,
-                nodes: ["n1", "n2", "n3"]
-                    .iter()
-                    .map(|n| NodeView {
-                        name: (*n).into(),
-                        state: "idle".into(),
-                        reason: String::new(),
-                    })
-                    .collect(),
-                detect_ms,
-                reason: reason.into(),
-                ..FakeCluster::default()
-            }
-        }
-
-        fn tick(&mut self) {
-            if let Some((n, t)) = &self.faulted
-                && self.now >= t + self.detect_ms
-            {
-                let (n, reason) = (n.clone(), self.reason.clone());
-                let extra = self.also_drain.clone();
-                for v in &mut self.nodes {
-                    if (v.name == n || Some(&v.name) == extra.as_ref()) && v.reason.is_empty() {
-                        v.state = "drained".into();
-                        v.reason = reason.clone();
-                    }
-                }
-            }
-        }
-    }
-
-    impl Cluster for FakeCluster {
-        fn nodes(&mut self) -> Result<Vec<NodeView>, ClusterError> {
-            self.tick();
-            Ok(self.nodes.clone())
-        }
-        fn submit(&mut self, _: &Path, job: &JobSpec) -> Result<u32, ClusterError> {
-            let id = 100 + self.jobs.len() as u32;
-            self.jobs.push((id, self.now, job.clone()));
-            Ok(id)
-        }
-        fn submit_to(&mut self, s: &Path, job: &JobSpec, _: &str) -> Result<u32, ClusterError> {
-            self.submit(s, job)
-        }
-        fn nodes_of(&mut self, _: &str) -> Result<Vec<String>, ClusterError> {
-            Ok(self.nodes.iter().map(|n| n.name.clone()).collect())
-        }
-        fn queue_state(&mut self, id: u32) -> Result<Option<String>, ClusterError> {
-            let (_, t, _) = self.jobs.iter().find(|j| j.0 == id).cloned().unwrap();
-            if self.cancelled.contains(&id) || self.now > t + 3000 {
-                Ok(None)
-            } else {
-                Ok(Some("RUNNING".into()))
-            }
-        }
-        fn job(&mut self, id: u32) -> Result<JobView, ClusterError> {
-            let (_, t, spec) = self.jobs.iter().find(|j| j.0 == id).cloned().unwrap();
-            let mut tag = JobTag {
-                probed_at: Some(t / 1000),
-                ..JobTag::default()
-            };
-            for n in &spec.nodes {
-                tag.nodes.insert(
-                    n.clone(),
-                    NodeResult {
-                        verdict: Verdict::Pass,
-                        checks: vec![],
-                        probe_ms: None,
-                        drained: false,
-                    },
-                );
-            }
-            Ok(JobView {
-                id,
-                state: "COMPLETED".into(),
-                elapsed_s: 3.0,
-                nnodes: spec.nodes.len() as u32,
-                end_ms: t + 3000,
-                tag: Some(tag),
-                ..JobView::default()
-            })
-        }
-        fn cancel(&mut self, id: u32) -> Result<(), ClusterError> {
-            self.cancelled.push(id);
-            Ok(())
-        }
-        fn resume(&mut self, node: &str) -> Result<(), ClusterError> {
-            self.resumed.push(node.into());
-            self.faulted = None;
-            for v in &mut self.nodes {
-                if v.name == node {
-                    v.state = "idle".into();
-                    v.reason.clear();
-                }
-            }
-            Ok(())
-        }
-        fn health(&mut self, _: &str) -> Result<i32, ClusterError> {
-            Ok(2)
-        }
-        fn foreign_jobs(&mut self, _: &[String]) -> Result<Vec<String>, ClusterError> {
-            Ok(vec![])
-        }
-        fn now_ms(&self) -> u64 {
-            self.now
-        }
-        fn sleep(&mut self, d: Duration) {
-            self.now += d.as_millis() as u64;
-        }
-    }
-
-    /// Tells the fake cluster when a fault went in (through a shared cell) and records undos.
-    struct FakeInjector {
-        injected: std::rc::Rc<std::cell::RefCell<Vec<(String, u64)>>>,
-        undone: usize,
-    }
-
-    impl Injector for FakeInjector {
-        fn inject(
-            &mut self,
-            round: &Round,
-            _: &Path,
-            journal: &mut Journal,
-        ) -> Result<Vec<u64>, InjectError> {
-            if round.class.is_control() {
-                return Ok(vec![]);
-            }
-            self.injected.borrow_mut().push((round.node.clone(), 0));
-            Ok(vec![journal.record(
-                &round.node,
-                round.class.id(),
-                Undo::Run {
-                    argv: vec!["true".into()],
-                },
-            )?])
-        }
-        fn undo(&mut self, _: &Undo) -> Result<(), InjectError> {
-            self.undone += 1;
-            Ok(())
-        }
-    }
 
     fn round(class: FaultClass, moment: Moment) -> Round {
         Round {
@@ -584,28 +450,29 @@ mod tests {
         }
     }
 
+    fn three_nodes() -> Vec<String> {
+        vec!["n1".into(), "n2".into(), "n3".into()]
+    }
+
     fn drill_round(c: &mut FakeCluster, r: &Round) -> (RoundOutcome, usize, usize) {
+        drill_round_in(c, r, &mut Gates::testbed(three_nodes()))
+    }
+
+    fn drill_round_in(
+        c: &mut FakeCluster,
+        r: &Round,
+        gates: &mut Gates,
+    ) -> (RoundOutcome, usize, usize) {
         let dir = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
-        let injected = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-        let mut inj = FakeInjector {
-            injected: injected.clone(),
-            undone: 0,
-        };
-        // The fault "starts" at the cluster's clock when the injector runs: emulate it by
-        // arming the cluster before the round (the fake drains `detect_ms` after that).
-        if !r.class.is_control() {
-            c.faulted = Some((r.node.clone(), c.now));
-        }
-        let cfg = RunConfig::new(
-            dir.path().join("work"),
-            vec!["n1".into(), "n2".into(), "n3".into()],
-        );
+        let mut inj = c.injector();
+        let cfg = RunConfig::new(dir.path().join("work"), three_nodes());
         let o = {
             let mut d = Drill {
                 cluster: c,
                 injector: &mut inj,
                 journal: &mut j,
+                gates,
                 cfg,
             };
             d.round(r)
@@ -684,5 +551,157 @@ mod tests {
         let s = job_script(&job, &cfg, Path::new("/w/round-001"), "t");
         assert!(s.contains("srun sh -c 'i=1;"), "{s}");
         assert!(!s.contains("fabric-run"), "{s}");
+    }
+
+    fn idle_round(index: usize, class: FaultClass, node: &str) -> Round {
+        Round {
+            index,
+            class,
+            node: node.into(),
+            kind: NodeKind::Roce,
+            moment: Moment::Idle,
+            job: None,
+        }
+    }
+
+    /// Runs `plan` on `c` with `gates`: the outcomes, the faults injected, the entries left
+    /// pending in the journal.
+    fn drill_plan(
+        c: &mut FakeCluster,
+        gates: &mut Gates,
+        plan: &Plan,
+    ) -> (Vec<RoundOutcome>, Vec<(String, FaultClass)>, usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        let mut inj = c.injector();
+        let outcomes = Drill {
+            cluster: c,
+            injector: &mut inj,
+            journal: &mut j,
+            gates,
+            cfg: RunConfig::new(dir.path().join("work"), three_nodes()),
+        }
+        .run(plan, |_| {});
+        let pending = j.pending().unwrap().len();
+        (outcomes, inj.injected(), pending)
+    }
+
+    fn three_rounds() -> Plan {
+        Plan {
+            seed: 1,
+            rounds: vec![
+                idle_round(1, FaultClass::MtuDrift, "n2"),
+                idle_round(2, FaultClass::MtuDrift, "n3"),
+                idle_round(3, FaultClass::MtuDrift, "n1"),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_job_that_appears_mid_drill_stops_the_drill_before_its_next_injection_and_all_is_restored()
+    {
+        let mut c = FakeCluster::new(500, "fabric-check: roce.mtu: ens4np0 at 1500");
+        c.reservation = Some(three_nodes());
+        // Alice's job lands on the drill's nodes once the first fault went in.
+        c.foreign
+            .push((1, "900".into(), "alice".into(), "train".into()));
+        let mut gates = Gates::cluster(three_nodes(), "drill".into(), vec![FaultClass::MtuDrift]);
+        let (outcomes, injected, pending) = drill_plan(&mut c, &mut gates, &three_rounds());
+        assert_eq!(injected, vec![("n2".to_owned(), FaultClass::MtuDrift)]);
+        assert_eq!(
+            outcomes.len(),
+            1,
+            "the refused round is not a round of the drill"
+        );
+        assert_eq!(pending, 0, "what the first round changed was restored");
+        let e = gates.stopped().expect("stopped").to_string();
+        assert!(e.contains("job 900 of alice"), "{e}");
+        assert_eq!(c.resumed, vec!["n2".to_owned()], "its own drain resumed");
+    }
+
+    #[test]
+    fn a_reservation_that_stops_holding_a_node_mid_drill_stops_the_drill_before_it_injects_there() {
+        let mut c = FakeCluster::new(500, "fabric-check: roce.mtu: ens4np0 at 1500");
+        c.reservation = Some(three_nodes());
+        c.reservation_later = Some((1, vec!["n1".into(), "n2".into()]));
+        let mut gates = Gates::cluster(three_nodes(), "drill".into(), vec![FaultClass::MtuDrift]);
+        let (outcomes, injected, pending) = drill_plan(&mut c, &mut gates, &three_rounds());
+        assert_eq!(injected, vec![("n2".to_owned(), FaultClass::MtuDrift)]);
+        assert_eq!((outcomes.len(), pending), (1, 0));
+        let e = gates.stopped().expect("stopped").to_string();
+        assert!(e.contains("reservation drill: it does not hold n3"), "{e}");
+    }
+
+    #[test]
+    fn the_drill_resumes_the_node_its_fault_drained_and_leaves_an_admins_drain_as_it_is() {
+        let mut c = FakeCluster::new(500, "fabric-check: ib.port_state: mlx5_3 port 1 down");
+        // The admin takes n3 out while the round runs.
+        c.other_drain = Some(("n3".into(), 1, "bad DIMM [admin]".into()));
+        let mut gates = Gates::testbed(three_nodes());
+        drill_round_in(
+            &mut c,
+            &round(FaultClass::PortDown, Moment::Idle),
+            &mut gates,
+        );
+        assert_eq!(c.resumed, vec!["n2".to_owned()]);
+        assert_eq!(c.nodes[2].state, "drained", "the admin's drain stays");
+        assert_eq!(
+            gates.kept_out().get("n3").map(String::as_str),
+            Some("drained: bad DIMM [admin]")
+        );
+    }
+
+    #[test]
+    fn a_fabric_check_drain_of_a_node_the_drill_did_not_fault_stays_drained() {
+        let mut c = FakeCluster::new(500, "fabric-check: roce.ecn: during job 100: ecn off");
+        // n1 is drained by fabric-check too: a real fault there, or a false drain.
+        c.also_drain = Some("n1".into());
+        let mut gates = Gates::testbed(three_nodes());
+        drill_round_in(
+            &mut c,
+            &round(FaultClass::EcnOff, Moment::During),
+            &mut gates,
+        );
+        assert_eq!(c.resumed, vec!["n2".to_owned()]);
+        assert_eq!(c.nodes[0].state, "drained");
+        assert!(gates.kept_out().contains_key("n1"));
+        // A control round drains nothing of its own: a drain there stays too.
+        let mut c = FakeCluster::new(0, "");
+        c.other_drain = Some((
+            "n2".into(),
+            0,
+            "fabric-check: ib.port_state: mlx5_0 port 1 down".into(),
+        ));
+        drill_round(&mut c, &round(FaultClass::Clean, Moment::Before));
+        assert!(c.resumed.is_empty(), "{:?}", c.resumed);
+    }
+
+    #[test]
+    fn a_rounds_job_script_is_never_written_through_a_link_left_in_an_earlier_round_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::fs::create_dir_all(work.join("round-001")).unwrap();
+        std::os::unix::fs::symlink(&victim, work.join("round-001/job.sh")).unwrap();
+        let mut c = FakeCluster::new(u64::MAX / 4, "");
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        let mut inj = c.injector();
+        let mut gates = Gates::testbed(three_nodes());
+        let o = Drill {
+            cluster: &mut c,
+            injector: &mut inj,
+            journal: &mut j,
+            gates: &mut gates,
+            cfg: RunConfig::new(work.clone(), three_nodes()),
+        }
+        .round(&round(FaultClass::Clean, Moment::Before));
+        assert_eq!(o.error, None);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let script = std::fs::read_to_string(work.join("round-001/job.sh")).unwrap();
+        assert!(
+            script.contains(&format!("cd '{}'", work.join("round-001/job").display())),
+            "the job works in its own folder: {script}"
+        );
     }
 }

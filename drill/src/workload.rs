@@ -9,6 +9,11 @@
 //! `--fabric-check` on `--nodes N`. A faulted run's fault is put back, and its node resumed, as
 //! soon as fabric-check took the node out (or the job ended), so the requeued job can finish;
 //! its recovery time runs from the injection to the start of the attempt that ran.
+//!
+//! The workload passes through the same [`Gates`] as the round loop: its fault class must be
+//! allowed here, its jobs and its fault use only the drill's nodes (`--nodes`, the reservation)
+//! of each partition, the start check and the check before every injection apply, and a node
+//! taken out by anything but fabric-check is left as it is and stops the workload.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -19,6 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::class::{FaultClass, Moment};
 use crate::cluster::Cluster;
+use crate::folder;
+use crate::gate::{self, GateError, Gates};
 use crate::inject::{Injector, restore};
 use crate::journal::Journal;
 use crate::plan::{DrillNode, JobSpec, Round};
@@ -119,6 +126,9 @@ pub struct WorkloadResult {
     pub fabrics: Vec<FabricFigures>,
     /// Every run.
     pub runs: Vec<WorkloadRun>,
+    /// Why the gates stopped the workload before its last run (its runs so far are above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 /// A workload that could not run.
@@ -228,47 +238,103 @@ pub fn cost_per_run(
         .map(|d| format!("{:.2} {}", d.round_dp(2), file.currency))
 }
 
-/// Runs the workload on every partition.
+/// The drill's nodes of `partition`, in the partition's order: the workload's jobs and faults
+/// go nowhere else.
+fn members(
+    spec: &WorkloadSpec,
+    cluster: &mut dyn Cluster,
+    gates: &Gates,
+    partition: &str,
+    n: usize,
+) -> Result<Vec<String>, WorkloadError> {
+    let all = cluster
+        .nodes_of(partition)
+        .map_err(|e| WorkloadError(e.to_string()))?;
+    let mine: Vec<String> = all
+        .into_iter()
+        .filter(|m| gates.nodes().contains(m))
+        .collect();
+    if mine.len() < n {
+        return Err(WorkloadError(format!(
+            "partition {partition} has {} of the drill's nodes ({}), the script {} needs {n}: name more of its nodes with --nodes (all in the reservation), or set --workload-nodes",
+            mine.len(),
+            gates.nodes().join(","),
+            spec.script.display()
+        )));
+    }
+    Ok(mine)
+}
+
+fn node_count(spec: &WorkloadSpec) -> Result<usize, WorkloadError> {
+    let text = std::fs::read_to_string(&spec.script)
+        .map_err(|e| WorkloadError(format!("cannot read {}: {e}", spec.script.display())))?;
+    Ok(spec.nodes.or_else(|| script_nodes(&text)).unwrap_or(1))
+}
+
+/// What [`run`] would do, changing nothing (`--dry-run`): per partition, the job's nodes and
+/// where the fault would go; refused as [`run`] would refuse it.
+pub fn describe(
+    spec: &WorkloadSpec,
+    cluster: &mut dyn Cluster,
+    gates: &Gates,
+) -> Result<String, WorkloadError> {
+    gates
+        .class(spec.fault)
+        .map_err(|e| WorkloadError(e.to_string()))?;
+    let n = node_count(spec)?;
+    let mut out = format!(
+        "workload {} on {n} node(s), {} run(s) clean and {} with {} per fabric\n",
+        spec.script.display(),
+        spec.runs,
+        spec.runs,
+        spec.fault.id()
+    );
+    for p in &spec.partitions {
+        let m = members(spec, cluster, gates, p, n)?;
+        let _ = writeln!(
+            out,
+            "  {p}: jobs on {}, the fault on {}",
+            m[..n].join(","),
+            m[0]
+        );
+    }
+    Ok(out)
+}
+
+/// Runs the workload on every partition, through `gates` (see the module docs). When the gates
+/// stop it, the runs so far are returned with [`WorkloadResult::stopped`] saying why.
 pub fn run(
     spec: &WorkloadSpec,
     cluster: &mut dyn Cluster,
     injector: &mut dyn Injector,
     journal: &mut Journal,
+    gates: &mut Gates,
     gpus_per_node: u32,
     cost: Option<&fabric_report::cost::CostFile>,
 ) -> Result<WorkloadResult, WorkloadError> {
-    let text = std::fs::read_to_string(&spec.script)
-        .map_err(|e| WorkloadError(format!("cannot read {}: {e}", spec.script.display())))?;
-    let n = spec.nodes.or_else(|| script_nodes(&text)).unwrap_or(1);
+    gates
+        .class(spec.fault)
+        .map_err(|e| WorkloadError(e.to_string()))?;
+    let n = node_count(spec)?;
+    gates
+        .start(cluster)
+        .map_err(|e| WorkloadError(e.to_string()))?;
     let mut runs = Vec::new();
     let mut k = 0;
-    for p in &spec.partitions {
-        let members: Vec<String> = cluster
-            .nodes_of(p)
-            .map_err(|e| WorkloadError(e.to_string()))?;
-        if members.len() < n {
-            return Err(WorkloadError(format!(
-                "partition {p} has {} nodes, the script needs {n}",
-                members.len()
-            )));
-        }
+    'fabrics: for p in &spec.partitions {
+        let members = members(spec, cluster, gates, p, n)?;
         for faulted in [false, true] {
             for _ in 0..spec.runs {
                 k += 1;
-                let dir = spec.work_dir.join(format!("run-{k:03}"));
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| WorkloadError(format!("cannot create {}: {e}", dir.display())))?;
-                if let Some(uid) = spec.job_uid {
-                    let _ = nix::unistd::chown(
-                        &dir,
-                        Some(nix::unistd::Uid::from_raw(uid)),
-                        Some(nix::unistd::Gid::from_raw(uid)),
-                    );
+                let dir = folder::prepare(&spec.work_dir, &format!("run-{k:03}"), spec.job_uid)
+                    .map_err(|e| WorkloadError(e.to_string()))?;
+                match one_run(
+                    spec, cluster, injector, journal, gates, p, &members, n, faulted, &dir,
+                ) {
+                    Ok(r) => runs.push(r),
+                    Err(_) if gates.stopped().is_some() => break 'fabrics,
+                    Err(e) => return Err(e),
                 }
-                let r = one_run(
-                    spec, cluster, injector, journal, p, &members, n, faulted, &dir,
-                )?;
-                runs.push(r);
             }
         }
     }
@@ -284,6 +350,7 @@ pub fn run(
         fault: spec.fault.id().into(),
         fabrics,
         runs,
+        stopped: gates.stopped().map(ToString::to_string),
     })
 }
 
@@ -293,15 +360,17 @@ fn one_run(
     cluster: &mut dyn Cluster,
     injector: &mut dyn Injector,
     journal: &mut Journal,
+    gates: &mut Gates,
     partition: &str,
     members: &[String],
     n: usize,
     faulted: bool,
-    dir: &Path,
+    dir: &folder::RunDir,
 ) -> Result<WorkloadRun, WorkloadError> {
     let err = |e: &dyn std::fmt::Display| WorkloadError(e.to_string());
-    let script = dir.join("job.sh");
-    std::fs::write(&script, wrapper(spec, dir)).map_err(|e| err(&e))?;
+    let script = dir
+        .write_script("job.sh", &wrapper(spec, &dir.job_dir))
+        .map_err(|e| err(&e))?;
     let job = JobSpec {
         nodes: members.iter().take(n).cloned().collect(),
         full: false,
@@ -322,16 +391,22 @@ fn one_run(
             node: target.clone(),
             kind,
             moment: Moment::Before,
-            job: None,
+            job: Some(job.clone()),
         };
-        ids = injector.inject(&round, dir, journal).map_err(|e| err(&e))?;
+        ids = gate::inject(gates, cluster, injector, journal, &round, &dir.job_dir)
+            .map_err(|e| err(&e))?;
         t_inj = Some(cluster.now_ms());
     }
-    let id = cluster
-        .submit_to(&script, &job, partition)
-        .map_err(|e| err(&e))?;
+    let id = match gates.submit(cluster, &script, &job, Some(partition)) {
+        Ok(id) => id,
+        Err(e) => {
+            restore(injector, journal, &ids).map_err(|e| err(&e))?;
+            return Err(err(&e));
+        }
+    };
     let mut drained = false;
     let mut drained_at = None;
+    let mut mended = false;
     let start = cluster.now_ms();
     loop {
         if cluster.now_ms().saturating_sub(start) > 600_000 {
@@ -348,7 +423,18 @@ fn one_run(
             && let Some(t) = v.iter().find(|v| v.name == target)
             && t.out_of_service()
         {
-            drained = t.ours();
+            if !(t.ours() || spec.fault == FaultClass::NodeRemoved) {
+                // Not fabric-check's doing: an admin's drain, or Slurm's for another cause. The
+                // fault goes, the node stays as it is, and the workload stops.
+                let why = gates.stop(GateError::TakenOut {
+                    node: target.clone(),
+                    why: format!("{}: {}", t.state, t.reason),
+                });
+                let _ = cluster.cancel(id);
+                restore(injector, journal, &ids).map_err(|e| err(&e))?;
+                return Err(err(&why));
+            }
+            drained = true;
             drained_at = Some(cluster.now_ms());
         }
         // The admin mends the node once the job went back to the queue (or 10 s after the
@@ -361,10 +447,15 @@ fn one_run(
             restore(injector, journal, &ids).map_err(|e| err(&e))?;
             ids.clear();
             let _ = cluster.resume(&target);
+            mended = true;
         }
         cluster.sleep(Duration::from_millis(500));
     }
     restore(injector, journal, &ids).map_err(|e| err(&e))?;
+    if drained && !mended {
+        // The job ended before the mend: what fabric-check took out for this fault comes back.
+        let _ = cluster.resume(&target);
+    }
     let mut view = cluster.job(id).map_err(|e| err(&e))?;
     for _ in 0..40 {
         if JobState::parse(&view.state).has_ended()
@@ -446,6 +537,7 @@ pub fn table(r: &WorkloadResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fakes::FakeCluster;
 
     #[test]
     fn the_node_count_comes_from_the_scripts_sbatch_lines() {
@@ -503,6 +595,7 @@ mod tests {
             fault: "port_down".into(),
             fabrics: vec![ib, figures("roce", &runs)],
             runs,
+            stopped: None,
         };
         let t = table(&r);
         assert!(t.lines().next().unwrap().contains("port_down"));
@@ -532,5 +625,138 @@ mod tests {
         assert!(w.contains("export PATH='/opt/fc/bin':$PATH"));
         assert!(w.contains("srun fabric-run --checkpoint-dir '/w/run-001'"));
         assert!(w.ends_with("-- sh '/w/train.sh'\n"));
+    }
+
+    fn names(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn spec(dir: &Path, fault: FaultClass) -> WorkloadSpec {
+        let script = dir.join("train.sh");
+        std::fs::write(&script, "#!/bin/sh\n#SBATCH -N 1\necho step 1\n").unwrap();
+        WorkloadSpec {
+            script,
+            partitions: vec!["ib".into()],
+            runs: 1,
+            nodes: None,
+            fault,
+            work_dir: dir.join("work"),
+            job_uid: None,
+            bin_dir: None,
+            drill_nodes: vec![],
+        }
+    }
+
+    /// Runs the workload on `c` through `gates`: its result, the faults injected, the journal's
+    /// entries left pending.
+    fn workload(
+        c: &mut FakeCluster,
+        gates: &mut Gates,
+        fault: FaultClass,
+    ) -> (
+        Result<WorkloadResult, WorkloadError>,
+        Vec<(String, FaultClass)>,
+        usize,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        let mut inj = c.injector();
+        let r = super::run(
+            &spec(dir.path(), fault),
+            c,
+            &mut inj,
+            &mut j,
+            gates,
+            8,
+            None,
+        );
+        (r, inj.injected(), j.pending().unwrap().len())
+    }
+
+    #[test]
+    fn the_workload_refuses_a_fault_class_this_cluster_does_not_allow_before_it_runs_anything() {
+        for (fault, says) in [
+            (FaultClass::PortDown, "--allow-hardware port_down"),
+            (FaultClass::LinkFlap, "only on the testbed"),
+        ] {
+            let mut c = FakeCluster::new(500, "fabric-check: ib.port_state: down");
+            c.reservation = Some(names(&["n1", "n2", "n3"]));
+            let mut gates = Gates::cluster(names(&["n1", "n2", "n3"]), "drill".into(), vec![]);
+            let (r, injected, _) = workload(&mut c, &mut gates, fault);
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains(says), "{e}");
+            assert!(injected.is_empty() && c.jobs.is_empty(), "nothing ran");
+        }
+    }
+
+    #[test]
+    fn the_workload_runs_and_injects_only_on_the_drills_nodes_never_on_the_partitions_first_node() {
+        let mut c = FakeCluster::new(500, "fabric-check: ib.port_state: mlx5_0 port 1 down");
+        c.partitions.insert("ib".into(), names(&["n1", "n2", "n3"]));
+        c.reservation = Some(names(&["n2", "n3"]));
+        let mut gates = Gates::cluster(
+            names(&["n2", "n3"]),
+            "drill".into(),
+            vec![FaultClass::PortDown],
+        );
+        let (r, injected, pending) = workload(&mut c, &mut gates, FaultClass::PortDown);
+        let r = r.unwrap();
+        assert_eq!(r.stopped, None);
+        assert_eq!(injected, vec![("n2".to_owned(), FaultClass::PortDown)]);
+        assert_eq!(pending, 0);
+        assert_eq!(c.jobs.len(), 2);
+        for (_, _, job) in &c.jobs {
+            assert_eq!(job.nodes, names(&["n2"]), "{job:?}");
+        }
+        assert_eq!(c.resumed, vec!["n2".to_owned()], "its own drain, resumed");
+    }
+
+    #[test]
+    fn the_workload_does_not_start_while_someone_elses_job_runs_on_its_nodes_or_one_is_out() {
+        let mut c = FakeCluster::new(500, "");
+        c.foreign
+            .push((0, "41".into(), "bob".into(), "fabric-drill".into()));
+        let mut gates = Gates::testbed(names(&["n1", "n2", "n3"]));
+        let (r, injected, _) = workload(&mut c, &mut gates, FaultClass::PortDown);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("job 41 of bob"), "{e}");
+        assert!(injected.is_empty() && c.jobs.is_empty());
+        let mut c = FakeCluster::new(500, "");
+        c.nodes[0].state = "drained".into();
+        c.nodes[0].reason = "cable [admin]".into();
+        let mut gates = Gates::testbed(names(&["n1", "n2", "n3"]));
+        let (r, injected, _) = workload(&mut c, &mut gates, FaultClass::PortDown);
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("n1 (drained: cable [admin])"), "{e}");
+        assert!(injected.is_empty() && c.jobs.is_empty());
+    }
+
+    #[test]
+    fn the_workload_leaves_a_node_someone_else_took_out_and_stops_with_its_fault_restored() {
+        let mut c = FakeCluster::new(u64::MAX / 4, "");
+        // A long job: time enough for the old 10 s mend, which resumed whatever took the node.
+        c.job_ms = 30_000;
+        c.other_drain = Some(("n1".into(), 1, "bad DIMM [admin]".into()));
+        let mut gates = Gates::testbed(names(&["n1", "n2", "n3"]));
+        let (r, injected, pending) = workload(&mut c, &mut gates, FaultClass::PortDown);
+        let r = r.unwrap();
+        assert_eq!(injected.len(), 1);
+        assert_eq!(pending, 0, "the fault was restored");
+        assert!(
+            c.resumed.is_empty(),
+            "the admin's drain stays: {:?}",
+            c.resumed
+        );
+        let why = r.stopped.expect("stopped");
+        assert!(
+            why.contains("n1 was taken out by something other than fabric-check"),
+            "{why}"
+        );
+        assert_eq!(r.runs.len(), 1, "the clean run before it");
+        assert!(
+            c.cancelled.contains(&101),
+            "the faulted run's job: {:?}",
+            c.cancelled
+        );
     }
 }

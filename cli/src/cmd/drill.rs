@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use fabric_drill::class::{self, FaultClass, NodeKind};
 use fabric_drill::cluster::{Cluster, SlurmCluster};
+use fabric_drill::gate::{Gates, Place};
 use fabric_drill::inject::{Injector, Loads, NodeExecInjector, TestbedInjector, replay};
 use fabric_drill::journal::Journal;
 use fabric_drill::plan::{DrillNode, Plan, PlanSpec};
@@ -43,8 +44,9 @@ pub struct Args {
     /// Nodes to drill on (a Slurm hostlist); on a real cluster they must be in --reservation.
     #[arg(long)]
     pub nodes: Option<String>,
-    /// The Slurm reservation that holds the drill's idle nodes (real cluster); the drill
-    /// refuses to start while it holds a running job of someone else.
+    /// The Slurm reservation that holds the drill's idle nodes (real cluster); before it starts
+    /// and before every injection the drill checks that it still holds the nodes and that no
+    /// job the drill did not submit runs on them.
     #[arg(long)]
     pub reservation: Option<String>,
     /// The fabric of every node on a real cluster (on the testbed: the `roce` partition's nodes
@@ -137,6 +139,7 @@ pub enum KindArg {
 
 struct Setup {
     cluster: SlurmCluster,
+    gates: Gates,
     injector: Box<dyn Injector>,
     journal_path: PathBuf,
     nodes: Vec<DrillNode>,
@@ -206,21 +209,6 @@ fn split_top(s: &str) -> Vec<String> {
     out
 }
 
-fn reservation_nodes(name: &str) -> anyhow::Result<Vec<String>> {
-    let out = std::process::Command::new("scontrol")
-        .args(["show", "reservation", name, "-o"])
-        .output()
-        .context("cannot run scontrol")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let nodes = text
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("Nodes="))
-        .with_context(|| {
-            format!("no reservation {name} (scontrol show reservation {name}): create one with scontrol create reservation ... Nodes=... Users=root Flags=maint,ignore_jobs")
-        })?;
-    expand(nodes)
-}
-
 fn testbed_roce_nodes() -> Vec<String> {
     std::process::Command::new("sinfo")
         .args(["-h", "-p", "roce", "-N", "-o", "%N"])
@@ -279,9 +267,12 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
                 },
             })
             .collect();
+        let gates = Gates::testbed(names.clone());
         let mut cfg = RunConfig::new(dir.join("jobs/drill"), names);
         cfg.job_uid = Some(uid);
         cfg.bin_dir = Some(dir.join("bin"));
+        let mut injector = TestbedInjector::new(dir.clone(), script);
+        injector.loads.job_uid = Some(uid);
         let state = a
             .state_dir
             .clone()
@@ -289,7 +280,8 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         std::fs::create_dir_all(dir.join("jobs/drill"))?;
         Ok(Setup {
             cluster,
-            injector: Box::new(TestbedInjector::new(dir.clone(), script)),
+            gates,
+            injector: Box::new(injector),
             journal_path: state.join("journal.jsonl"),
             nodes,
             cfg,
@@ -301,7 +293,7 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
                 "name the drill's nodes: --testbed, or --reservation NAME on a real cluster (idle nodes held for the drill)"
             );
         };
-        let held = reservation_nodes(res)?;
+        let held = cluster.reservation_nodes(res)?;
         let names = match &a.nodes {
             Some(n) => {
                 let names = expand(n)?;
@@ -346,24 +338,28 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
                 "--work-dir DIR is needed on a real cluster: a folder the nodes share, for the rounds' job scripts and checkpoints"
             );
         };
+        let gates = Gates::cluster(names.clone(), res.clone(), allowed(a)?);
         let mut cfg = RunConfig::new(work, names);
         cfg.job_uid = match &a.job_user {
             Some(u) => Some(uid_of(u)?),
             None => None,
         };
         cfg.bin_dir = a.job_path.clone();
+        let mut loads = Loads::remote(prefix.clone());
+        loads.job_uid = cfg.job_uid;
         let state = a
             .state_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
         Ok(Setup {
             cluster,
+            gates,
             injector: Box::new(NodeExecInjector {
-                prefix: prefix.clone(),
+                prefix,
                 interface: a.interface.clone(),
                 priority: a.priority,
                 congestion_rate: "1gbit".into(),
-                loads: Loads::remote(prefix),
+                loads,
             }),
             journal_path: state.join("journal.jsonl"),
             nodes,
@@ -373,43 +369,39 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
     }
 }
 
-/// The classes to run: `--classes`, else every class that can run here; refuses hardware
-/// classes without `--allow-hardware` on a real cluster.
+/// The classes `--allow-hardware` names.
+fn allowed(a: &Args) -> anyhow::Result<Vec<FaultClass>> {
+    a.allow_hardware
+        .iter()
+        .map(|c| FaultClass::parse(c).map_err(Into::into))
+        .collect()
+}
+
+/// The classes to run: `--classes`, else every class that can run here; refuses, on a real
+/// cluster, a testbed-only class and a hardware class without `--allow-hardware` (the gates'
+/// rule, [`Place::class`]).
 fn classes(a: &Args) -> anyhow::Result<Vec<FaultClass>> {
-    let mut allowed = Vec::new();
-    for c in &a.allow_hardware {
-        allowed.push(FaultClass::parse(c)?);
-    }
-    let wanted: Vec<FaultClass> = if a.classes.is_empty() {
-        class::ALL
+    let place = if a.testbed {
+        Place::Testbed
+    } else {
+        Place::Cluster {
+            allowed: allowed(a)?,
+        }
+    };
+    if a.classes.is_empty() {
+        return Ok(class::ALL
             .iter()
             .copied()
-            .filter(|c| {
-                a.testbed || (!c.testbed_only() && (!c.touches_hardware() || allowed.contains(c)))
-            })
-            .collect()
-    } else {
-        a.classes
-            .iter()
-            .map(|c| FaultClass::parse(c))
-            .collect::<Result<_, _>>()?
-    };
-    if !a.testbed {
-        for c in &wanted {
-            if c.testbed_only() {
-                bail!(
-                    "class {} exists only on the testbed (its counters rise only when the fault is real); leave it out of --classes",
-                    c.id()
-                );
-            }
-            if c.touches_hardware() && !allowed.contains(c) {
-                bail!(
-                    "class {} changes real hardware or a daemon on the reservation's nodes: add --allow-hardware {} to allow it (it is restored from the journal), or leave it out",
-                    c.id(),
-                    c.id()
-                );
-            }
-        }
+            .filter(|c| place.class(*c).is_ok())
+            .collect());
+    }
+    let wanted: Vec<FaultClass> = a
+        .classes
+        .iter()
+        .map(|c| FaultClass::parse(c))
+        .collect::<Result<_, _>>()?;
+    for c in &wanted {
+        place.class(*c)?;
     }
     Ok(wanted)
 }
@@ -446,7 +438,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let names: Vec<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
-    ensure_nodes_free(&mut s.cluster, &names)?;
+    s.gates.start(&mut s.cluster)?;
     eprintln!(
         "fabric-check drill: seed {seed}, {} rounds on {}",
         plan.rounds.len(),
@@ -466,6 +458,7 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
             cluster: &mut s.cluster,
             injector: s.injector.as_mut(),
             journal: &mut journal,
+            gates: &mut s.gates,
             cfg: s.cfg.clone(),
         };
         drill.run(&plan, |o| {
@@ -489,7 +482,24 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.summary_line {
         println!("{}", score::summary_line(&scores));
     }
-    Ok(0)
+    Ok(report_gates(&s.gates))
+}
+
+/// Says, last, which of the drill's nodes it left out of service (not its doing) and why the
+/// gates stopped it; the exit status: 1 when they stopped it, else 0.
+fn report_gates(gates: &Gates) -> i32 {
+    for (node, why) in gates.kept_out() {
+        eprintln!(
+            "fabric-check drill: {node} is out of service ({why}) and the drill did not take it out: it stays so; check it, then `fabric-check resume {node}`"
+        );
+    }
+    match gates.stopped() {
+        Some(e) => {
+            eprintln!("fabric-check drill: stopped: {e}. Everything it changed is restored.");
+            1
+        }
+        None => 0,
+    }
 }
 
 /// `--restore` outside a drill: replays the journal. Its undos are complete in themselves, so
@@ -546,45 +556,6 @@ fn undo_stopped_drill(a: &Args, s: &mut Setup, journal: &mut Journal) -> anyhow:
         }
     }
     Ok(false)
-}
-
-/// Safety before the first round: nobody else's job on the drill's nodes, and every node in
-/// service.
-fn ensure_nodes_free(cluster: &mut SlurmCluster, names: &[String]) -> anyhow::Result<()> {
-    let foreign = cluster.foreign_jobs(names)?;
-    if !foreign.is_empty() {
-        bail!(
-            "the drill's nodes run jobs that are not the drill's ({}): the drill would disturb them; wait until they end or drill on other nodes",
-            foreign.join(", ")
-        );
-    }
-    // A node slurmctld is re-checking (`idle*` just after a resume) gets half a minute.
-    let mut views = cluster.nodes()?;
-    for _ in 0..60 {
-        let checking = views.iter().any(|v| {
-            names.contains(&v.name)
-                && v.state.ends_with('*')
-                && !v.state.contains("drain")
-                && !v.state.contains("down")
-        });
-        if !checking {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        views = cluster.nodes()?;
-    }
-    let out: Vec<String> = views
-        .iter()
-        .filter(|v| names.contains(&v.name) && v.out_of_service())
-        .map(|v| format!("{} ({}: {})", v.name, v.state, v.reason))
-        .collect();
-    if !out.is_empty() {
-        bail!(
-            "the drill's nodes must be in service before it starts, and these are not: {}; resume them or leave them out with --nodes",
-            out.join(", ")
-        );
-    }
-    Ok(())
 }
 
 /// The line each round ends with: what was injected where, and what caught it.
@@ -672,6 +643,10 @@ fn run_workload(
         bin_dir: s.cfg.bin_dir.clone(),
         drill_nodes: s.nodes.clone(),
     };
+    if a.dry_run {
+        print!("{}", workload::describe(&spec, &mut s.cluster, &s.gates)?);
+        return Ok(0);
+    }
     let cost = match &a.cost {
         Some(p) => Some(fabric_report::cost::CostFile::load(p)?),
         None => None,
@@ -681,6 +656,7 @@ fn run_workload(
         &mut s.cluster,
         s.injector.as_mut(),
         journal,
+        &mut s.gates,
         a.gpus_per_node,
         cost.as_ref(),
     )?;
@@ -689,7 +665,7 @@ fn run_workload(
         Format::Json => println!("{}", serde_json::to_string_pretty(&result)?),
         _ => print!("{}", workload::table(&result)),
     }
-    Ok(0)
+    Ok(report_gates(&s.gates))
 }
 
 #[cfg(test)]
