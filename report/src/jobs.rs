@@ -359,12 +359,28 @@ fn row(rec: JobRecord) -> JobRow {
                 checks: vec![fabric_proto::check_id::RENDEZVOUS_MISSING.into()],
                 drained: false,
             }));
-            let drained = t
+            let mut drained: Vec<String> = t
                 .nodes
                 .iter()
                 .filter(|(_, r)| r.drained)
                 .map(|(n, _)| n.clone())
                 .collect();
+            // What the in-job watch saw while the job ran (live, before the epilog).
+            for d in t.during.iter().filter(|d| !d.watch.is_empty()) {
+                failing.push(FailingNode {
+                    node: d.node.clone(),
+                    verdict: d.verdict,
+                    checks: d
+                        .watch
+                        .iter()
+                        .map(|e| format!("{} ({} s into the job, watch)", e.check, e.into_job_s))
+                        .collect(),
+                    drained: d.watch.iter().any(|e| e.drained),
+                });
+                if d.watch.iter().any(|e| e.drained) && !drained.contains(&d.node) {
+                    drained.push(d.node.clone());
+                }
+            }
             (t.verdict, failing, drained)
         }
         None => (None, Vec::new(), Vec::new()),
@@ -553,6 +569,21 @@ mod tests {
         assert!(j.ran_on("n2") && j.ran_on("n9"));
         assert!(!j.ran_on("n3"));
         assert!(!tag("JS1:abc").ran_on("n1"));
+    }
+
+    #[test]
+    fn a_running_jobs_watch_fault_is_listed_with_the_node_it_drained() {
+        let text = concat!(
+            "JobID|State|AdminComment\n",
+            r#"9|RUNNING|fabric-check/v1 {"verdict":"pass","nnodes":2,"nodes":{"n[1-2]":{"verdict":"pass"}},"#,
+            r#""during":[{"node":"n2","rises":{},"verdict":"fail","watch":[{"check":"ib.port_state","#,
+            r#""message":"mlx5_3 port 1 is DOWN","seen_at_s":100,"into_job_s":12,"drained":true}]}]}"#,
+            "\n"
+        );
+        let list = read(text, "t", &JobFilter::default()).unwrap();
+        let cells = cells(&list.jobs[0]);
+        assert_eq!(cells[8], "n2: ib.port_state (12 s into the job, watch)");
+        assert_eq!(cells[9], "n2");
     }
 
     #[test]
