@@ -254,6 +254,40 @@ fn an_output_without_admin_comment_is_refused_with_the_command_to_run() {
     );
 }
 
+#[test]
+fn a_saved_export_whose_job_name_forges_a_passing_row_is_refused_not_shown_as_completed() {
+    // Job 77 FAILED and root wrote `fail`; the name holds the delimiter and a passing segment.
+    let pass = r#"fabric-check/v1 {"verdict":"pass","nnodes":1,"counts":{"pass":1}}"#;
+    let fail = r#"fabric-check/v1 {"verdict":"fail","nnodes":1,"counts":{"fail":1},"nodes":{"n3":{"verdict":"fail","checks":["roce.pfc"],"drained":true}}}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("saved.txt");
+    std::fs::write(
+        &p,
+        format!(
+            "JobID|JobName|User|State|NodeList|AdminComment\n77|train|ann|COMPLETED|n3|{pass}|ann|FAILED|n3|{fail}\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::cargo_bin("fabric-check")
+        .unwrap()
+        .args(["jobs", "--sacct-file", p.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!stdout.contains("COMPLETED"), "{stdout}");
+    assert_eq!(out.status.code(), Some(3), "{stdout}{err}");
+    assert!(
+        err.contains(
+            "saved.txt:1: the header names `JobName`, a column a job's user writes as free text"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("export with `sacct --json` instead"), "{err}");
+}
+
 /// `fabric-check jobs --format json --sacct-file PATH` (a fixture of tests/fixtures/sacct).
 fn json_of(rel: &str) -> Vec<Value> {
     let p = format!(
