@@ -55,6 +55,9 @@ pub struct TextLayout {
     /// Keep each job's [`JobDetail`] (`JobIDRaw`, the state as printed, `NodeList`, the whole
     /// `AdminComment`): `fabric-check jobs` shows them, the report does not.
     pub detail: bool,
+    /// The caller shows no GPU figures (`fabric-check jobs`): an input without `AllocTRES` (or
+    /// `AllocGRES`) leaves nothing it shows unknown, so that is not warned about.
+    pub gpus_unused: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -476,8 +479,8 @@ impl Columns {
     }
 
     /// What the report cannot know because a column is absent, one sentence per gap naming the
-    /// column and what to add to sacct's `--format`.
-    fn missing(&self) -> Vec<String> {
+    /// column and what to add to sacct's `--format` (GPUs only when the caller shows them).
+    fn missing(&self, gpus_shown: bool) -> Vec<String> {
         let mut out = Vec::new();
         if self.elapsed_raw.is_none()
             && self.elapsed.is_none()
@@ -487,7 +490,7 @@ impl Columns {
                 "no Elapsed (or ElapsedRaw) column, nor both Start and End: every job's duration, and so its node-hours and GPU-hours, is unknown and counted as 0; add ElapsedRaw to sacct's --format".to_string(),
             );
         }
-        if self.alloc_tres.is_none() && self.alloc_gres.is_none() {
+        if gpus_shown && self.alloc_tres.is_none() && self.alloc_gres.is_none() {
             out.push(
                 "no AllocTRES (or AllocGRES) column: the jobs' GPUs are unknown, so GPU-hours show 0; add AllocTRES to sacct's --format".to_string(),
             );
@@ -874,7 +877,7 @@ where
     };
     cols.detail = layout.detail;
     let first_data_line = line_no + 1;
-    let missing = cols.missing();
+    let missing = cols.missing(!layout.gpus_unused);
     let streamed = run(
         threads,
         OnBad::Skip,
