@@ -36,6 +36,19 @@ impl Files {
             history.replacen("|State|", "|Stat|", 1).as_bytes(),
         );
         w(
+            "job-name-column.txt",
+            history
+                .replacen("JobID|", "JobID|JobName|", 1)
+                .lines()
+                .enumerate()
+                .map(|(i, l)| match (i, l.split_once('|')) {
+                    (0, _) | (_, None) => format!("{l}\n"),
+                    (_, Some((id, rest))) => format!("{id}|train|{rest}\n"),
+                })
+                .collect::<String>()
+                .as_bytes(),
+        );
+        w(
             "cost-misspelt.toml",
             cost.replacen("hours_per_week", "hours_per_wek", 1)
                 .as_bytes(),
@@ -152,6 +165,16 @@ const CASES: &[Case] = &[
         file: "misspelt-column.txt",
         rc: 3,
         says: &["{F}:1: ", "no `State` column", "run `sacct -P -o JobID"],
+    },
+    Case {
+        args: "report -f json -i {F}",
+        file: "job-name-column.txt",
+        rc: 3,
+        says: &[
+            "{F}:1: ",
+            "names `JobName`, a column a job's user writes as free text",
+            "export with `sacct --json` instead",
+        ],
     },
     // report --cost
     Case {

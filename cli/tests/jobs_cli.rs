@@ -254,6 +254,71 @@ fn an_output_without_admin_comment_is_refused_with_the_command_to_run() {
     );
 }
 
+/// A sacct stand-in printing `text`, as `jobs` runs it (no `--sacct-file`).
+fn fake_sacct(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let out = dir.join("out.txt");
+    std::fs::write(&out, text).unwrap();
+    let fake = dir.join("sacct");
+    std::fs::write(&fake, format!("#!/bin/sh\ncat '{}'\n", out.display())).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fake
+}
+
+#[test]
+fn the_fields_jobs_asks_sacct_for_leave_it_nothing_to_warn_about() {
+    // `jobs` shows no GPUs, so its own query has no AllocTRES and must not warn that it lacks it.
+    let dir = tempfile::tempdir().unwrap();
+    let fake = fake_sacct(dir.path(), &std::fs::read_to_string(fixture()).unwrap());
+    let out = Command::cargo_bin("fabric-check")
+        .unwrap()
+        .args(["jobs", "--sacct", fake.to_str().unwrap(), "--job", "1001"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("AllocTRES"), "{err}");
+    assert!(!err.contains("WARN"), "{err}");
+    // The same saved output read back says nothing either.
+    let (rc, _, err) = jobs(&[]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(!err.contains("WARN"), "{err}");
+}
+
+#[test]
+fn a_saved_export_whose_job_name_forges_a_passing_row_is_refused_not_shown_as_completed() {
+    // Job 77 FAILED and root wrote `fail`; the name holds the delimiter and a passing segment.
+    let pass = r#"fabric-check/v1 {"verdict":"pass","nnodes":1,"counts":{"pass":1}}"#;
+    let fail = r#"fabric-check/v1 {"verdict":"fail","nnodes":1,"counts":{"fail":1},"nodes":{"n3":{"verdict":"fail","checks":["roce.pfc"],"drained":true}}}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("saved.txt");
+    std::fs::write(
+        &p,
+        format!(
+            "JobID|JobName|User|State|NodeList|AdminComment\n77|train|ann|COMPLETED|n3|{pass}|ann|FAILED|n3|{fail}\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::cargo_bin("fabric-check")
+        .unwrap()
+        .args(["jobs", "--sacct-file", p.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!stdout.contains("COMPLETED"), "{stdout}");
+    assert_eq!(out.status.code(), Some(3), "{stdout}{err}");
+    assert!(
+        err.contains(
+            "saved.txt:1: the header names `JobName`, a column a job's user writes as free text"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("export with `sacct --json` instead"), "{err}");
+}
+
 /// `fabric-check jobs --format json --sacct-file PATH` (a fixture of tests/fixtures/sacct).
 fn json_of(rel: &str) -> Vec<Value> {
     let p = format!(

@@ -363,7 +363,8 @@ fn old_per_test_headers_of_rooted_and_gathering_tests_read() {
     let (r, p) = gen_run(ag);
     assert!(p.is_empty(), "{p:?}");
     assert_eq!(r.rows[0].out_of_place.as_ref().unwrap().busbw_gbps, 97.48);
-    assert_eq!(r.collective().as_deref(), Some("all_gather or alltoall"));
+    // Checked in place: all_gather (alltoall never checks in place).
+    assert_eq!(r.collective().as_deref(), Some("all_gather"));
 }
 
 #[test]
@@ -387,20 +388,25 @@ fn scientific_notation_wrong_counts_as_g_and_per_iteration_columns_with_a_timest
 
 #[test]
 fn sendrecv_and_reduce_scatter_are_told_from_their_bandwidth_ratio() {
-    let row = |redop: &str, algbw: f64, busbw: f64| {
+    let row = |redop: &str, algbw: f64, busbw: f64, in_place_wrong: &str| {
         format!(
             "#  Rank  0 Group  0 Pid 1 on h1 device  0 [0x07] GPU\n#  Rank  1 Group  0 Pid 2 on h1 device  1 [0x08] GPU\n#  Rank  2 Group  0 Pid 3 on h2 device  0 [0x07] GPU\n#  Rank  3 Group  0 Pid 4 on h2 device  1 [0x08] GPU\n\
              # size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n\
-             1073741824 268435456 float {redop} -1 5000.0 {algbw} {busbw} 0 5000.0 {algbw} {busbw} 0\n# Avg bus bandwidth : {busbw}\n"
+             1073741824 268435456 float {redop} -1 5000.0 {algbw} {busbw} 0 5000.0 {algbw} {busbw} {in_place_wrong}\n# Avg bus bandwidth : {busbw}\n"
         )
     };
-    let (r, _) = gen_run(&row("sum", 200.0, 150.0));
+    let (r, _) = gen_run(&row("sum", 200.0, 150.0, "0"));
     assert_eq!(r.collective().as_deref(), Some("reduce_scatter"));
-    let (r, _) = gen_run(&row("sum", 200.0, 300.0));
+    let (r, _) = gen_run(&row("sum", 200.0, 300.0, "0"));
     assert_eq!(r.collective().as_deref(), Some("all_reduce"));
-    let (r, _) = gen_run(&row("none", 200.0, 200.0));
+    // sendrecv as nccl-tests prints it: the operation (`sum`), busbw = algbw, and in place
+    // never checked.
+    let (r, _) = gen_run(&row("sum", 200.0, 200.0, "N/A"));
     assert_eq!(r.collective().as_deref(), Some("sendrecv"));
     assert_eq!(r.hosts().len(), 2);
+    // No test prints `none`, busbw = algbw and checks in place without a root: unknown.
+    let (r, _) = gen_run(&row("none", 200.0, 200.0, "0"));
+    assert_eq!(r.collective(), None);
 }
 
 #[test]
@@ -452,4 +458,321 @@ fn an_elided_device_list_leaves_the_node_count_open_instead_of_failing_it() {
     assert_eq!(check(&doc, "scale.nodes")["status"], "open");
     // The ranks are known from the highest rank listed: 128 = 32 × 4.
     assert_eq!(check(&doc, "scale.gpus")["status"], "pass");
+}
+
+// ---- generated: nccl-tests with validation off, an unnamed sendrecv, rccl-tests ----------
+// The corpus holds no capture of these classes (MANIFEST.md: `N/A` only in in-place alltoall,
+// no sendrecv, no rccl-tests); each is written here in the shape nccl-tests' and rccl-tests'
+// sources print (`src/util.cu`, `src/common.cu`), the figures made up.
+
+/// `fabric-check accept -f json FILE EXTRA...` on `text` written to a temporary FILE:
+/// (exit code, report, text report).
+fn accept_generated(name: &str, text: &str, extra: &[&str]) -> (i32, Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join(name);
+    std::fs::write(&p, text).unwrap();
+    let p = p.to_str().unwrap();
+    let mut args = vec!["accept", "-f", "json", p];
+    args.extend_from_slice(extra);
+    let (rc, out, err) = run(&args);
+    let doc: Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("{name}: not JSON ({e}): {out}\n{err}"));
+    let mut args = vec!["accept", p];
+    args.extend_from_slice(extra);
+    let (_, table, _) = run(&args);
+    (rc, doc, table)
+}
+
+fn question<'a>(doc: &'a Value, id: &str) -> &'a Value {
+    doc["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["id"] == id)
+        .unwrap()
+}
+
+/// all_reduce_perf on 2 nodes × 1 GPU (nccl-tests 2.17 layout), validation as given: `-c 0`
+/// prints `N/A` for every `#wrong` and still `Out of bounds values : 0 OK`.
+fn all_reduce_2x1(validation: u8) -> String {
+    let w = if validation == 0 { "   N/A" } else { "     0" };
+    format!(
+        "# nccl-tests version 2.17.6 nccl-headers=22602 nccl-library=22602\n\
+         # Collective test starting: all_reduce_perf\n\
+         # nThread 1 nGpus 1 minBytes 1048576 maxBytes 2097152 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: {validation} graph: 0\n\
+         #\n\
+         # Using devices\n\
+         #  Rank  0 Group  0 Pid   2201 on     node-a device  0 [0000:18:00] NVIDIA H100 80GB HBM3\n\
+         #  Rank  1 Group  0 Pid   2202 on     node-b device  0 [0000:18:00] NVIDIA H100 80GB HBM3\n\
+         #\n\
+         #                                                              out-of-place                       in-place\n\
+         #       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n\
+         #        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)\n\
+         \x20    1048576        262144     float     sum      -1    50.00   20.97   20.97  {w}    50.00   20.97   20.97  {w}\n\
+         \x20    2097152        524288     float     sum      -1    80.00   26.21   26.21  {w}    80.00   26.21   26.21  {w}\n\
+         # Out of bounds values : 0 OK\n\
+         # Avg bus bandwidth    : 23.59\n\
+         #\n\
+         # Collective test concluded: all_reduce_perf\n"
+    )
+}
+
+#[test]
+fn a_run_with_validation_off_leaves_correctness_unknown_not_passed() {
+    let (rc, doc, table) = accept_generated("c0.txt", &all_reduce_2x1(0), &[]);
+    let c = check(&doc, "correctness.wrong");
+    assert_eq!(c["status"], "open", "{c:#}");
+    let o = c["observed"].as_str().unwrap();
+    assert!(o.starts_with("correctness unknown, not passed: #wrong is N/A on every row of 1 of 1 run(s), so validation was off (-c 0)"), "{o}");
+    assert!(o.contains("rerun with -c 1"), "{o}");
+    assert!(table.contains("correctness unknown, not passed"), "{table}");
+    // Everything else reads as usual: the binary names the collective, the footer its average.
+    assert_eq!(doc["runs"][0]["collective"], "all_reduce");
+    assert_eq!(doc["runs"][0]["avg_busbw_gbps"], 23.59);
+    assert_eq!(check(&doc, "inputs.readable")["status"], "pass");
+    assert_eq!(rc, 0);
+    // Beside a run that was checked, the unchecked one is still named, and the check open.
+    let dir = tempfile::tempdir().unwrap();
+    let (on, off) = (dir.path().join("c1.txt"), dir.path().join("c0.txt"));
+    std::fs::write(&on, all_reduce_2x1(1)).unwrap();
+    std::fs::write(&off, all_reduce_2x1(0)).unwrap();
+    let (_, out, _) = run(&[
+        "accept",
+        "-f",
+        "json",
+        on.to_str().unwrap(),
+        off.to_str().unwrap(),
+    ]);
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let c = check(&doc, "correctness.wrong");
+    assert_eq!(c["status"], "open", "{c:#}");
+    let o = c["observed"].as_str().unwrap();
+    assert!(
+        o.contains("1 of 2 run(s)")
+            && o.ends_with(
+                "c0.txt; the 1 checked run(s): 0 wrong elements, 0 out-of-bounds values"
+            ),
+        "{o}"
+    );
+    // Checked alone, it passes.
+    let (_, doc, _) = accept_generated("c1.txt", &all_reduce_2x1(1), &[]);
+    assert_eq!(check(&doc, "correctness.wrong")["status"], "pass");
+}
+
+/// An excerpt of `sendrecv_perf -t 2` (two threads, one GPU each, one host) with NCCL_DEBUG=INFO:
+/// NCCL's lines before, inside and after the table, no line naming the test. nccl-tests prints
+/// sendrecv's operation (`sum`) and never checks it in place (`N/A`); busbw = algbw.
+fn sendrecv_t2_excerpt(validation: bool, device_lines: bool) -> String {
+    let w = if validation { "     0" } else { "   N/A" };
+    let devices = if device_lines {
+        "#  Rank  0 Group  0 Pid  41873 on    gpu-n07 device  0 [0000:18:00] NVIDIA H100 80GB HBM3\n\
+         #  Rank  1 Group  0 Pid  41873 on    gpu-n07 device  1 [0000:2a:00] NVIDIA H100 80GB HBM3\n"
+    } else {
+        ""
+    };
+    format!(
+        "# nThread 2 nGpus 1 minBytes 1048576 maxBytes 8388608 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: {} graph: 0\n\
+         #\n\
+         # Using devices\n\
+         {devices}\
+         gpu-n07:41873:41873 [0] NCCL INFO Bootstrap : Using eth0:10.1.0.7<0>\n\
+         gpu-n07:41873:41873 [0] NCCL INFO NET/Plugin: No plugin found (libnccl-net.so)\n\
+         NCCL version 2.21.5+cuda12.4\n\
+         gpu-n07:41873:41901 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n\
+         gpu-n07:41873:41902 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read\n\
+         gpu-n07:41873:41901 [0] NCCL INFO Connected all rings\n\
+         gpu-n07:41873:41901 [0] NCCL INFO ncclCommInitAll comm 0x55d0c8a0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0x2f1c - Init COMPLETE\n\
+         #\n\
+         #                                                              out-of-place                       in-place\n\
+         #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n\
+         #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n\
+         \x20    1048576        262144     float     sum      -1    14.21   73.79   73.79 {w}    14.05   74.63   74.63    N/A\n\
+         gpu-n07:41873:41910 [0] NCCL INFO Channel 02/1 : 0[0] -> 1[1] via P2P/CUMEM/read\n\
+         gpu-n07:41873:41911 [1] NCCL INFO Channel 02/1 : 1[1] -> 0[0] via P2P/CUMEM/read\n\
+         \x20    2097152        524288     float     sum      -1    21.37   98.14   98.14 {w}    21.12   99.30   99.30    N/A\n\
+         \x20    4194304       1048576     float     sum      -1    35.90  116.83  116.83 {w}    35.61  117.78  117.78    N/A\n\
+         \x20    8388608       2097152     float     sum      -1    64.84  129.37  129.37 {w}    64.55  129.96  129.96    N/A\n\
+         # Out of bounds values : 0 OK\n\
+         # Avg bus bandwidth    : 104.975\n\
+         #\n\
+         gpu-n07:41873:41873 [0] NCCL INFO comm 0x55d0c8a0 rank 0 nranks 2 cudaDev 0 busId 18000 - Destroy COMPLETE\n\
+         gpu-n07:41873:41873 [1] NCCL INFO comm 0x55d0c9b0 rank 1 nranks 2 cudaDev 1 busId 2a000 - Destroy COMPLETE\n",
+        u8::from(validation)
+    )
+}
+
+#[test]
+fn an_unnamed_sendrecv_excerpt_with_two_threads_and_nccl_info_lines_is_not_taken_for_all_reduce() {
+    // 2 ranks, busbw = algbw: all_reduce's 2(n−1)/n is 1 too, but all_reduce always checks in
+    // place, and this table never does.
+    let (rc, doc, table) = accept_generated(
+        "sendrecv.log",
+        &sendrecv_t2_excerpt(true, true),
+        &["--nodes", "1"],
+    );
+    let r = &doc["runs"][0];
+    assert_eq!(r["collective"], "sendrecv", "{r:#}");
+    assert_eq!(
+        (r["test"].clone(), r["ranks"].clone(), r["hosts"].clone()),
+        (Value::Null, 2.into(), 1.into())
+    );
+    assert_eq!(r["rows"], 4);
+    assert_eq!(
+        (r["avg_busbw_gbps"].clone(), r["avg_busbw_from"].clone()),
+        (104.975.into(), "footer".into())
+    );
+    assert_eq!(r["version"], "NCCL 2.21.5+cuda12.4");
+    // NCCL's lines are not problems; out of place was checked: 0 wrong.
+    assert_eq!(
+        check(&doc, "inputs.readable")["status"],
+        "pass",
+        "{:#}",
+        doc["problems"]
+    );
+    assert_eq!(check(&doc, "correctness.wrong")["status"], "pass");
+    assert_eq!(rc, 0);
+    // It does not answer the all-reduce question.
+    let q = question(&doc, "scale.exact_count");
+    assert_eq!(q["status"], "open", "{q:#}");
+    assert!(
+        q["answer"]
+            .as_str()
+            .unwrap()
+            .starts_with("no run is known to be all_reduce ("),
+        "{q:#}"
+    );
+    assert!(
+        table.contains("(text, sendrecv, 2 ranks on 1 hosts)"),
+        "{table}"
+    );
+    // Without the device lines the rows still tell it.
+    let (_, doc, _) = accept_generated("sendrecv.log", &sendrecv_t2_excerpt(true, false), &[]);
+    assert_eq!(doc["runs"][0]["collective"], "sendrecv");
+    // With validation off nothing is checked in place or out: 2 ranks at busbw = algbw are
+    // all_reduce's or sendrecv's, and the report says it cannot tell.
+    let (_, doc, _) = accept_generated("sendrecv-c0.log", &sendrecv_t2_excerpt(false, true), &[]);
+    assert_eq!(doc["runs"][0]["collective"], "all_reduce or sendrecv");
+    assert_eq!(check(&doc, "correctness.wrong")["status"], "open");
+    let q = question(&doc, "scale.exact_count");
+    assert_eq!(q["status"], "open");
+    assert!(
+        q["answer"]
+            .as_str()
+            .unwrap()
+            .contains("sendrecv-c0.log: all_reduce or sendrecv"),
+        "{q:#}"
+    );
+}
+
+#[test]
+fn a_table_whose_rows_fit_no_collective_says_the_collective_is_unknown() {
+    // A reduction never checked in place at busbw = algbw / 2: neither sendrecv (busbw = algbw)
+    // nor alltoall (no reduction) nor any test that checks in place.
+    let t = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n\
+             \x20   67108864      16777216     float     sum      -1    500.0  134.22   67.11      0    500.0  134.22   67.11    N/A\n\
+             # Out of bounds values : 0 OK\n# Avg bus bandwidth    : 67.11\n";
+    let (_, doc, table) = accept_generated("odd.txt", t, &[]);
+    assert_eq!(doc["runs"][0]["collective"], Value::Null);
+    assert!(
+        table.contains("(text, collective unknown, 0 ranks on 0 hosts)"),
+        "{table}"
+    );
+    let q = question(&doc, "scale.exact_count");
+    assert!(q["answer"].as_str().unwrap().contains("odd.txt: collective unknown: the output does not name its test and its rows cannot tell"), "{q:#}");
+}
+
+/// all_reduce_perf of rccl-tests 2.17.9 on one MI300X node (8 ranks), as its sources print it:
+/// its own version line, and `# Errors with asterisks ...` before the footer of a validated run.
+fn rccl_all_reduce(busbw: f64) -> String {
+    let devices: String = (0..8)
+        .map(|i| format!("#  Rank  {i} Group  0 Pid   {} on   mi300-01 device  {i} [0000:{:02x}:00] AMD Instinct MI300X\n", 9000 + i, 0x0c + 0x16 * i))
+        .collect();
+    format!(
+        "# rccl-tests version 2.17.9-develop:2596ca5f71 rccl-headers=22803 rccl-library=22707\n\
+         # Collective test starting: all_reduce_perf\n\
+         # nThread 1 nGpus 8 minBytes 8589934592 maxBytes 17179869184 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n\
+         #\n\
+         # Using devices\n\
+         {devices}\
+         #\n\
+         #                                                              out-of-place                       in-place\n\
+         #       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n\
+         #        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n\
+         \x20 8589934592    2147483648     float     sum      -1    36956  232.43  {busbw:6.2}      0    36911  232.72  {busbw:6.2}      0\n\
+         # Errors with asterisks indicate errors that have exceeded the maximum threshold.\n\
+         # Out of bounds values : 0 OK\n\
+         # Avg bus bandwidth    : {busbw} \n\
+         #\n\
+         # Collective test concluded: all_reduce_perf\n"
+    )
+}
+
+#[test]
+fn an_rccl_tests_run_names_its_version_and_its_asterisk_line_is_not_a_sign_of_cut_rows() {
+    let (rc, doc, _) = accept_generated(
+        "rccl.txt",
+        &rccl_all_reduce(406.76),
+        &["--nodes", "1", "--gpus-per-node", "8"],
+    );
+    let r = &doc["runs"][0];
+    assert_eq!(
+        r["version"],
+        "rccl-tests 2.17.9-develop:2596ca5f71 rccl-headers=22803 rccl-library=22707"
+    );
+    assert_eq!(
+        (
+            r["collective"].clone(),
+            r["ranks"].clone(),
+            r["hosts"].clone()
+        ),
+        ("all_reduce".into(), 8.into(), 1.into())
+    );
+    assert_eq!(
+        doc["problems"],
+        Value::Array(vec![]),
+        "{:#}",
+        doc["problems"]
+    );
+    assert_eq!(check(&doc, "inputs.readable")["status"], "pass");
+    assert_eq!(check(&doc, "correctness.wrong")["status"], "pass");
+    assert_eq!((doc["verdict"].clone(), rc), ("pass".into(), 0));
+    // Two invocations in one log are two runs, split at rccl-tests' version line.
+    let log = [rccl_all_reduce(406.76), rccl_all_reduce(401.5)].concat();
+    let (runs, problems) = read_runs("sweep.log", &log);
+    assert!(problems.is_empty(), "{problems:?}");
+    let avgs: Vec<Option<f64>> = runs.iter().map(|r| r.avg_busbw_gbps).collect();
+    assert_eq!(avgs, [Some(406.76), Some(401.5)]);
+}
+
+#[test]
+fn an_older_rccl_tests_run_reads_its_version_line_and_a_result_marked_over_its_threshold() {
+    // Before its `# rccl-tests version` line rccl-tests printed `rccl-tests: Version ...`, and
+    // the max error `%5.0le` with `*` when it exceeded the threshold.
+    let t = "# nThread 1 nGpus 1 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n\
+             #\n\
+             rccl-tests: Version develop:33cc4df\n\
+             # Using devices\n\
+             #  Rank  0 Group  0 Pid   6081 on     corona device  0 [0000:07:00] AMD Radeon AI PRO R9700\n\
+             #  Rank  1 Group  0 Pid   6768 on     bootes device  0 [0000:07:00] AMD Radeon AI PRO R9700\n\
+             #\n\
+             #       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n\
+             \x20          8             2     float     sum    30.12    0.00    0.00  0e+00    29.80    0.00    0.00  0e+00\n\
+             \x20         16             4     float     sum    30.40    0.00    0.00  2e-03*    30.05    0.00    0.00  0e+00\n\
+             # Errors with asterisks indicate errors that have exceeded the maximum threshold.\n\
+             # Out of bounds values : 1 FAILED\n\
+             # Avg bus bandwidth    : 0 \n";
+    let (run, problems) = read_one("rccl-old.txt", t);
+    assert!(problems.is_empty(), "{problems:?}");
+    let run = run.unwrap();
+    assert_eq!(run.version.as_deref(), Some("rccl-tests develop:33cc4df"));
+    assert_eq!(run.rows.len(), 2);
+    assert_eq!(
+        run.rows[1].out_of_place.as_ref().unwrap().max_error,
+        Some(2e-3)
+    );
+    assert_eq!(run.out_of_bounds, Some(1));
+    // Cut before its footer, the marked result still fails correctness.
+    let cut: String = t.lines().take(10).map(|l| format!("{l}\n")).collect();
+    let (_, doc, _) = accept_generated("rccl-cut.txt", &cut, &[]);
+    assert_eq!(check(&doc, "correctness.wrong")["status"], "fail");
 }

@@ -404,14 +404,58 @@ fn hb() -> TextLayout {
     }
 }
 
+/// The Habrok capture as a `--format` without its free-text columns (JobName, Comment) would
+/// have printed it: those two fields dropped from every line, in memory. The corpus file is
+/// read as it is.
+fn hb_without_free_text() -> (String, TextLayout) {
+    let text = std::fs::read_to_string(file("sacct/hb-jobinfo/sacct.txt")).unwrap();
+    let names: Vec<&str> = HB_COLUMNS.split(',').collect();
+    let free = |i: usize| matches!(names.get(i), Some(&"JobName" | &"Comment"));
+    let mut out = String::new();
+    for line in text.lines() {
+        let kept: Vec<&str> = line
+            .split('☃')
+            .enumerate()
+            .filter(|(i, _)| !free(*i))
+            .map(|(_, f)| f)
+            .collect();
+        out.push_str(&kept.join("☃"));
+        out.push('\n');
+    }
+    let columns: Vec<&str> = names
+        .into_iter()
+        .filter(|n| !matches!(*n, "JobName" | "Comment"))
+        .collect();
+    (
+        out,
+        TextLayout {
+            columns: Some(columns.join(",")),
+            ..hb()
+        },
+    )
+}
+
 fn utc(s: &str) -> i64 {
     sacct_text::parse_time(s).unwrap()
 }
 
 #[test]
+fn the_habrok_capture_is_refused_for_its_free_text_columns_and_reads_without_them() {
+    skip_without_corpus!();
+    // JobName and Comment are the jobs' users' text: they could frame lines of their own.
+    let err = text_jobs("sacct/hb-jobinfo/sacct.txt", &hb()).unwrap_err();
+    assert!(
+        err.contains("--input-columns names `JobName` and `Comment`, columns a job's user writes as free text"),
+        "{err}"
+    );
+    assert!(err.contains("export with `sacct --json` instead"), "{err}");
+}
+
+#[test]
 fn the_habrok_noheader_snowman_parsable_output_reads_every_job_once() {
     skip_without_corpus!();
-    let jobs = text_jobs("sacct/hb-jobinfo/sacct.txt", &hb()).unwrap();
+    let (text, layout) = hb_without_free_text();
+    let jobs = sacct_text::read_all_with(text.as_bytes(), "hb", &layout).unwrap();
     // 242 lines: 100 jobs, the rest .batch/.extern/.0 steps.
     assert_eq!(jobs.len(), 100);
     let count = |s: JobState| jobs.iter().filter(|j| j.state == s).count();
@@ -458,7 +502,21 @@ fn noheader_output_without_its_columns_is_refused_with_what_to_pass() {
 #[test]
 fn the_habrok_output_reports_through_the_command() {
     skip_without_corpus!();
-    let p = file("sacct/hb-jobinfo/sacct.txt");
+    let (rc, _, err) = run(&[
+        "report",
+        "-i",
+        file("sacct/hb-jobinfo/sacct.txt").to_str().unwrap(),
+        "--input-delimiter",
+        "☃",
+        "--input-columns",
+        HB_COLUMNS,
+    ]);
+    assert_eq!(rc, 3, "{err}");
+    assert!(err.contains("names `JobName` and `Comment`"), "{err}");
+    let (text, layout) = hb_without_free_text();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("hb.txt");
+    std::fs::write(&p, text).unwrap();
     let (rc, out, err) = run(&[
         "report",
         "-i",
@@ -468,7 +526,7 @@ fn the_habrok_output_reports_through_the_command() {
         "--input-delimiter",
         "☃",
         "--input-columns",
-        HB_COLUMNS,
+        layout.columns.as_deref().unwrap(),
     ]);
     assert_eq!(rc, 0, "{err}");
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();

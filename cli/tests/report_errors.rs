@@ -159,3 +159,28 @@ fn a_cut_line_in_the_middle_of_a_text_history_is_skipped_and_counted_not_fatal()
     let cut_was_a_job = is_job(lines[2]);
     assert_eq!(records as usize, whole_jobs - usize::from(cut_was_a_job));
 }
+
+#[test]
+fn a_saved_history_with_a_free_text_column_is_refused_with_the_export_to_use_instead() {
+    // A comment holding the delimiter and a line break frames rows as wide as the header: the
+    // reader cannot tell them from root's, so it reads none.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("history.txt");
+    std::fs::write(
+        &p,
+        "JobID|Partition|State|ElapsedRaw|NNodes|Comment\n5|ib|FAILED|60|2|x\n6|ib|COMPLETED|60|2|y\n",
+    )
+    .unwrap();
+    let (code, err) = report(&["-i", p.to_str().unwrap()]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains(
+            "history.txt:1: the header names `Comment`, a column a job's user writes as free text"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("export with `sacct --json` instead (it quotes every string), or again with a --format that leaves it out"),
+        "{err}"
+    );
+}

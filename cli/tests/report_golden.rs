@@ -116,10 +116,47 @@ fn grouping_by_account_makes_one_column_per_account() {
 }
 
 /// Captured from the testbed's real Slurm 22.05.8 (`sacct --json` and `sacct -P`; only the
-/// working directory was replaced by a neutral path): both forms read, agree, and find the one
-/// job that `fabric-run` tagged (after another tool's `JS1:` segment).
+/// working directory was replaced by a neutral path): the JSON reads and finds the one job that
+/// `fabric-run` tagged (after another tool's `JS1:` segment). The text form names `JobName`, the
+/// users' free text, and is refused; without that column it reads and agrees with the JSON.
 #[test]
 fn the_testbed_capture_reads_in_both_forms_and_agrees() {
+    let out = Command::cargo_bin("fabric-check")
+        .unwrap()
+        .current_dir(root())
+        .args([
+            "report",
+            "-i",
+            "tests/fixtures/sacct/testbed/sacct-22.05.txt",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("sacct-22.05.txt:1: the header names `JobName`"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/fixtures/sacct/testbed/sacct-22.05.txt",
+        root()
+    ))
+    .unwrap();
+    let without_name: String = text
+        .lines()
+        .map(|l| {
+            let mut f: Vec<&str> = l.split('|').collect();
+            f.remove(1);
+            f.join("|") + "\n"
+        })
+        .collect();
+    assert!(
+        without_name.starts_with("JobID|Partition|"),
+        "{without_name}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let txt = dir.path().join("sacct-22.05-without-jobname.txt");
+    std::fs::write(&txt, without_name).unwrap();
     let summary = |input: &str| {
         let v: serde_json::Value =
             serde_json::from_str(&run(&["-i", input, "-f", "json"])).unwrap();
@@ -135,10 +172,7 @@ fn the_testbed_capture_reads_in_both_forms_and_agrees() {
         )
     };
     let json = summary("tests/fixtures/sacct/testbed/sacct-22.05.json");
-    assert_eq!(
-        json,
-        summary("tests/fixtures/sacct/testbed/sacct-22.05.txt")
-    );
+    assert_eq!(json, summary(txt.to_str().unwrap()));
     assert_eq!(json.0, "main");
     assert_eq!(json.3, 1, "one accepted run");
     insta::assert_snapshot!(run(&[

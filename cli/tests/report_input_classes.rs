@@ -50,7 +50,8 @@ fn a_capture_listing_every_job_twice_gives_the_node_hours_of_one_copy_and_a_warn
 
 #[test]
 fn a_capture_without_a_tres_column_names_it_instead_of_a_silent_zero() {
-    let header = "JobID|Partition|User|State|Start|End|NNodes|Comment\n";
+    // ReqTRES is what was asked for, not what was allocated: the report does not read it.
+    let header = "JobID|Partition|User|State|Start|End|NNodes|ReqTRES\n";
     let (doc, _) = report(&format!("{header}{JOBS}"));
     assert_eq!(group(&doc, "ib")["node_h"], "4");
     assert_eq!(doc["inputs"]["readable"], "warn");

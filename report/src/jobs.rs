@@ -301,6 +301,7 @@ pub fn read(text: &str, source_name: &str, filter: &JobFilter) -> Result<JobList
         }
         let layout = sacct_text::TextLayout {
             detail: true,
+            gpus_unused: true,
             ..sacct_text::TextLayout::default()
         };
         sacct_text::read_all_noting(text.as_bytes(), source_name, &layout)?
@@ -584,6 +585,15 @@ mod tests {
         let cells = cells(&list.jobs[0]);
         assert_eq!(cells[8], "n2: ib.port_state (12 s into the job, watch)");
         assert_eq!(cells[9], "n2");
+    }
+
+    #[test]
+    fn the_output_of_its_own_query_leaves_nothing_to_warn_about() {
+        let header = FIELDS.replace(',', "|");
+        let text = format!("{header}\n7|7|ann|ib|COMPLETED|100|160|60|1|n1|\n");
+        let list = read(&text, "sacct", &JobFilter::default()).unwrap();
+        assert_eq!(list.jobs.len(), 1);
+        assert!(list.notes.is_clean(), "{:?}", list.notes.warnings());
     }
 
     #[test]

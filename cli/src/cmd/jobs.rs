@@ -56,7 +56,9 @@ pub struct Args {
     #[arg(long, short, value_enum, default_value = "table")]
     format: Format,
     /// Read this saved `sacct -X -P -o <FIELDS>` output, or the `sacct --json` history that
-    /// `report` reads (`-` for stdin), instead of running sacct.
+    /// `report` reads (`-` for stdin), instead of running sacct. `-P` text with a column of the
+    /// users' free text (JobName, Comment, WorkDir, SubmitLine, ...) is refused: it could pass
+    /// a failed job off as a passing one.
     #[arg(long, value_name = "FILE")]
     sacct_file: Option<PathBuf>,
     /// The sacct binary to run (absolute path).

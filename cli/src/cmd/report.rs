@@ -16,6 +16,8 @@ use fabric_report::report::{GroupBy, ReportError, Streamed, sacct_json, sacct_te
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// sacct output to read (`-` for stdin); without it, sacct is run with the filters below.
+    /// `sacct -P` text with a column of the users' free text (JobName, Comment, WorkDir,
+    /// SubmitLine, ...) is refused: save `sacct --json` instead, or leave those columns out.
     #[arg(long, short)]
     input: Option<PathBuf>,
     /// Form of --input: `json` (sacct --json), `text` (sacct -P) or `auto` (by the first byte).
@@ -164,7 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     &sacct_text::TextLayout {
                         columns: args.input_columns.clone(),
                         delimiter: args.input_delimiter.clone(),
-                        detail: false,
+                        ..sacct_text::TextLayout::default()
                     },
                     threads,
                     Acc::default,

@@ -343,31 +343,42 @@ fn scale_checks(inp: &Inputs, checks: &mut Checks) {
     }
 }
 
-/// `correctness.wrong` (with `zero_wrong`): no wrong element and no out-of-bounds value.
+/// `correctness.wrong` (with `zero_wrong`): no wrong element and no out-of-bounds value, in
+/// runs whose results were checked. A run with validation off (`-c 0`: `#wrong` `N/A` on every
+/// row) still prints `Out of bounds values : 0 OK`, which then says nothing: its correctness is
+/// unknown, and while any run's is, the check is `open`, not `pass`.
 fn correctness_check(inp: &Inputs, sizes: &[SizeSummary], checks: &mut Checks) {
     let t = &inp.thresholds;
+    if !t.zero_wrong {
+        return;
+    }
     let wrong_total: f64 = sizes.iter().filter_map(|s| s.wrong).sum();
     let oob: u64 = inp.runs.iter().filter_map(|r| r.out_of_bounds).sum();
-    let checked = sizes.iter().any(|s| s.wrong.is_some())
-        || inp.runs.iter().any(|r| r.out_of_bounds.is_some());
-    if t.zero_wrong {
-        checks.add(
-            "correctness.wrong".into(),
-            if !checked {
-                "open"
-            } else if wrong_total == 0.0 && oob == 0 {
-                "pass"
-            } else {
-                "fail"
-            },
-            if checked {
-                format!("{wrong_total} wrong elements, {oob} out-of-bounds values")
-            } else {
-                "correctness not checked (N/A; run with -c 1)".into()
-            },
-            "0".into(),
+    let unchecked: Vec<&str> = inp
+        .runs
+        .iter()
+        .filter(|r| !r.validated())
+        .map(|r| r.file.as_str())
+        .collect();
+    let checked = inp.runs.len() - unchecked.len();
+    let figures = format!("{wrong_total} wrong elements, {oob} out-of-bounds values");
+    let (status, observed) = if wrong_total > 0.0 || oob > 0 {
+        ("fail", figures)
+    } else if unchecked.is_empty() && checked > 0 {
+        ("pass", figures)
+    } else {
+        let mut o = format!(
+            "correctness unknown, not passed: #wrong is N/A on every row of {} of {} run(s), so validation was off (-c 0) and their `Out of bounds values : 0 OK` says nothing; rerun with -c 1: {}",
+            unchecked.len(),
+            inp.runs.len(),
+            unchecked.join(", ")
         );
-    }
+        if checked > 0 {
+            o.push_str(&format!("; the {checked} checked run(s): {figures}"));
+        }
+        ("open", o)
+    };
+    checks.add("correctness.wrong".into(), status, observed, "0".into());
 }
 
 /// `busbw.min@SIZE`: the lowest mean bus bandwidth at each size a minimum is set for.

@@ -98,6 +98,13 @@ pub struct Measure {
     pub per_process_mean_us: Vec<f64>,
 }
 
+impl Measure {
+    /// Whether the result was checked: `#wrong` a count or `error` a max error, not `N/A`.
+    pub fn checked(&self) -> bool {
+        self.wrong.is_some() || self.max_error.is_some()
+    }
+}
+
 /// One line of results.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SizeRow {
@@ -194,10 +201,29 @@ impl NcclRun {
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     }
 
+    /// Whether any result of the run was checked (`#wrong` a count, or the old `error` a max
+    /// error): with validation off (`-c 0`) every one is `N/A`, and the footer's
+    /// `Out of bounds values : 0 OK` then says nothing about correctness.
+    pub fn validated(&self) -> bool {
+        self.rows
+            .iter()
+            .flat_map(|r| [r.out_of_place.as_ref(), r.in_place.as_ref()])
+            .flatten()
+            .any(Measure::checked)
+    }
+
     /// The collective: the binary named by the output (`all_reduce_perf` → `all_reduce`), else
-    /// what the rows show — `redop`, `root` and busbw/algbw (2(n−1)/n for all_reduce, (n−1)/n for
-    /// all_gather, reduce_scatter and alltoall, 1 for broadcast, reduce and sendrecv); in-place
-    /// alltoall is not validated (`N/A`). `None` when it cannot be told.
+    /// what the rows show, as nccl-tests' sources print them:
+    ///
+    /// * `root` ≥ 0: reduce (with a reduction), else broadcast, scatter or gather;
+    /// * in-place `#wrong` `N/A` on every row while out-of-place results are checked: the tests
+    ///   that never check in place, alltoall (printing `none`) and sendrecv (printing the
+    ///   operation, busbw = algbw); all_reduce always checks in place;
+    /// * busbw/algbw: 2(n−1)/n all_reduce (the only factor above 1), (n−1)/n reduce_scatter and
+    ///   all_gather, 1 sendrecv (n ranks, when the device list gives them);
+    ///
+    /// alternatives (`all_reduce or sendrecv`: validation off, 2 ranks) when the rows leave
+    /// several, `None` (the collective is unknown) when they leave none.
     pub fn collective(&self) -> Option<String> {
         if let Some(t) = &self.test {
             return Some(collective_of_binary(t));
@@ -214,23 +240,51 @@ impl NcclRun {
         let near = |want: f64| (f - want).abs() < 0.02 * want.max(0.05);
         let rooted = r.root.is_some_and(|x| x >= 0);
         let reducing = r.redop != "none";
-        let ip_unchecked =
-            r.in_place.as_ref().is_some_and(|m| m.wrong.is_none()) && m.wrong.is_some();
-        Some(
-            match () {
-                _ if rooted && reducing => "reduce",
-                _ if rooted => "broadcast, scatter or gather",
-                _ if reducing && n > 1.0 && near(2.0 * (n - 1.0) / n) => "all_reduce",
-                _ if reducing && n > 1.0 && near((n - 1.0) / n) => "reduce_scatter",
-                _ if reducing && n == 0.0 && f > 1.0 => "all_reduce",
-                _ if !reducing && ip_unchecked => "alltoall",
-                _ if !reducing && near(1.0) => "sendrecv",
-                _ if !reducing => "all_gather or alltoall",
-                _ if r.root.is_none() => "all_reduce or reduce_scatter",
-                _ => return None,
+        let halves = |half: fn(&SizeRow) -> Option<&Measure>| {
+            self.rows.iter().filter_map(half).any(Measure::checked)
+        };
+        let oop_checked = halves(|r| r.out_of_place.as_ref());
+        let ip_checked = halves(|r| r.in_place.as_ref());
+        if rooted {
+            let c = if reducing {
+                "reduce"
+            } else {
+                "broadcast, scatter or gather"
+            };
+            return Some(c.to_string());
+        }
+        if oop_checked && !ip_checked {
+            return match () {
+                _ if !reducing => Some("alltoall".to_string()),
+                _ if near(1.0) => Some("sendrecv".to_string()),
+                _ => None,
+            };
+        }
+        // Out of the tests without a root, those a ratio of `f` allows; sendrecv and alltoall
+        // only when in place was not checked either (validation off).
+        let known_n = n > 1.0;
+        let mut could: Vec<&str> = Vec::new();
+        if reducing {
+            if (known_n && near(2.0 * (n - 1.0) / n)) || (!known_n && (f > 1.02 || near(1.0))) {
+                could.push("all_reduce");
             }
-            .to_string(),
-        )
+            if (known_n && near((n - 1.0) / n)) || (!known_n && f < 0.98) {
+                could.push("reduce_scatter");
+            }
+            if !ip_checked && near(1.0) {
+                could.push("sendrecv");
+            }
+        } else if (known_n && near((n - 1.0) / n)) || (!known_n && f < 0.98) {
+            could.push("all_gather");
+            if !ip_checked {
+                could.push("alltoall");
+            }
+        }
+        match could.as_slice() {
+            [] if reducing && r.root.is_none() => Some("all_reduce or reduce_scatter".to_string()),
+            [] => None,
+            several => Some(several.join(" or ")),
+        }
     }
 }
 

@@ -21,7 +21,11 @@
 //!   field). A list elided with `...` leaves gaps; a build without MPI run under mpirun lists
 //!   `Rank 0` once per process, on different hosts.
 //! * footer: `# Out of bounds values : 0 OK` and `# Avg bus bandwidth    : 12.34` (the mean
-//!   busbw over every row's out-of-place and in-place halves). A run that fails prints
+//!   busbw over every row's out-of-place and in-place halves). rccl-tests (AMD's fork) prints
+//!   `# Errors with asterisks indicate errors that have exceeded the maximum threshold.` before
+//!   it on every validated run (not a note that rows were cut), marks such a result `1e-06*`,
+//!   and names its version `# rccl-tests version 2.17.9-develop:... rccl-headers=...` (older
+//!   builds: `rccl-tests: Version develop:448c4c7`). A run that fails prints
 //!   `host: Test NCCL failure common.cu:1204 '...'` and no footer; a truncated or elided
 //!   output simply stops or has `...` rows. What is there is used: the run is kept and the
 //!   problem is a warning naming the line where it stops.
@@ -297,6 +301,8 @@ struct Segment {
     saw_footer: bool,
     elided: Option<u64>,
     failure: Option<(u64, String)>,
+    /// Results rccl-tests marked with `*` (an error over its threshold).
+    flagged: u64,
 }
 
 impl Segment {
@@ -315,6 +321,7 @@ impl Segment {
             saw_footer: false,
             elided: None,
             failure: None,
+            flagged: 0,
         }
     }
 
@@ -335,10 +342,12 @@ impl Segment {
 }
 
 /// Whether a `#` comment is one nccl-tests prints once at the start of each invocation:
-/// `# nThread ...`, `# nccl-tests version ...`, `# Collective test starting: ...`.
+/// `# nThread ...`, `# nccl-tests version ...` (rccl-tests: `# rccl-tests version ...`),
+/// `# Collective test starting: ...`.
 fn starts_a_run(comment: &str) -> bool {
     comment.starts_with("nThread")
         || comment.starts_with("nccl-tests version")
+        || comment.starts_with("rccl-tests version")
         || comment.starts_with("Collective test starting:")
 }
 
@@ -417,6 +426,8 @@ fn read_line(seg: &mut Segment, no: u64, trimmed: &str) {
         let run = &mut seg.run;
         if let Some(v) = c.strip_prefix("nccl-tests version") {
             run.version = Some(format!("nccl-tests {}", v.trim()));
+        } else if let Some(v) = c.strip_prefix("rccl-tests version") {
+            run.version = Some(format!("rccl-tests {}", v.trim()));
         } else if let Some(v) = c.strip_prefix("Collective test starting:") {
             run.test = Some(v.trim().to_string());
         } else if c.starts_with("Rank") {
@@ -501,6 +512,16 @@ fn read_line(seg: &mut Segment, no: u64, trimmed: &str) {
         }
     }
     let Some(l) = &seg.layout else { return };
+    // rccl-tests marks a result whose error exceeds its threshold with `*` (`1e-06*`), as its
+    // `# Errors with asterisks ...` line says: the number is read, the mark counted.
+    for t in tokens.iter_mut() {
+        if let Some(v) = t.strip_suffix('*')
+            && num(v).is_some()
+        {
+            *t = v;
+            seg.flagged += 1;
+        }
+    }
     match parse_row(&tokens, l) {
         Ok(mut r) => {
             r.line = no;
@@ -577,6 +598,10 @@ fn finish(mut seg: Segment) -> (Option<NcclRun>, Vec<Problem>) {
     seg.problems
         .sort_by_key(|p| if p.line == 0 { u64::MAX } else { p.line });
     let mut run = seg.run;
+    if seg.flagged > 0 {
+        // The footer counts them too; without it (a cut output) the marks are the count.
+        run.out_of_bounds = Some(run.out_of_bounds.unwrap_or(0).max(seg.flagged));
+    }
     run.avg_busbw_from_footer = seg.saw_footer && run.avg_busbw_gbps.is_some();
     if !run.avg_busbw_from_footer {
         run.avg_busbw_gbps = run.avg_busbw_from_rows();
@@ -585,9 +610,12 @@ fn finish(mut seg: Segment) -> (Option<NcclRun>, Vec<Problem>) {
 }
 
 /// Whether a `#` line inside the table is a note someone added rather than nccl-tests' own
-/// (units row, the out-of-place/in-place banner, `Reducing maxBytes`, blank `#`).
+/// (units row, the out-of-place/in-place banner, `Reducing maxBytes`, blank `#`, and
+/// rccl-tests' `Errors with asterisks indicate errors that have exceeded the maximum
+/// threshold.`, which it prints before the footer of every validated run).
 fn table_note(c: &str) -> bool {
     let own = c.is_empty()
+        || c.starts_with("Errors with asterisks")
         || c.starts_with("(B)")
         || c.contains("out-of-place")
         || c.starts_with("Reducing maxBytes")
@@ -597,13 +625,21 @@ fn table_note(c: &str) -> bool {
     !own
 }
 
-/// `NCCL version 2.28.7+cuda13.0` between the header and the table.
+/// `NCCL version 2.28.7+cuda13.0` (`RCCL version ...`) between the header and the table, kept
+/// when the test printed no version of its own; rccl-tests before its `# rccl-tests version`
+/// line printed `rccl-tests: Version develop:448c4c7` there.
 fn version_line(line: &str, run: &mut NcclRun) -> bool {
-    if let Some(v) = line.strip_prefix("NCCL version ") {
-        if run.version.is_none() {
-            run.version = Some(format!("NCCL {}", v.trim()));
-        }
+    if let Some(v) = line.strip_prefix("rccl-tests: Version ") {
+        run.version = Some(format!("rccl-tests {}", v.trim()));
         return true;
+    }
+    for (prefix, name) in [("NCCL version ", "NCCL"), ("RCCL version ", "RCCL")] {
+        if let Some(v) = line.strip_prefix(prefix) {
+            if run.version.is_none() {
+                run.version = Some(format!("{name} {}", v.trim()));
+            }
+            return true;
+        }
     }
     false
 }

@@ -274,7 +274,11 @@ pub fn answer(
             "a switch setting: ask the vendor",
         ),
     );
-    let hosts: std::collections::BTreeSet<&str> = runs
+    // Only runs known to be all_reduce answer it: a sendrecv or an unnamed table is not one.
+    let (all_reduce, other): (Vec<&NcclRun>, Vec<&NcclRun>) = runs
+        .iter()
+        .partition(|r| r.collective().as_deref() == Some("all_reduce"));
+    let hosts: std::collections::BTreeSet<&str> = all_reduce
         .iter()
         .flat_map(|r| r.devices.iter().map(|d| d.host.as_str()))
         .collect();
@@ -283,6 +287,21 @@ pub fn answer(
         "both",
         "Does the all-reduce benchmark pass at the exact node count jobs will use?",
         match (expect_nodes, hosts.len()) {
+            _ if all_reduce.is_empty() && !other.is_empty() => (
+                "open",
+                format!(
+                    "no run is known to be all_reduce ({}); run all_reduce_perf at the node count jobs will use",
+                    other
+                        .iter()
+                        .map(|r| format!(
+                            "{}: {}",
+                            r.file,
+                            r.collective().unwrap_or_else(|| "collective unknown: the output does not name its test and its rows cannot tell".to_string())
+                        ))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            ),
             (_, 0) => (
                 "open",
                 "the nccl-tests outputs list no ranks; keep the header lines".into(),

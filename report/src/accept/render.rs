@@ -105,8 +105,12 @@ fn sizes_table(r: &AcceptReport) -> Table {
             r.runs
                 .iter()
                 .map(|x| format!(
-                    "{} ({}, {} ranks on {} hosts)",
-                    x.file, x.form, x.ranks, x.hosts
+                    "{} ({}, {}, {} ranks on {} hosts)",
+                    x.file,
+                    x.form,
+                    x.collective.as_deref().unwrap_or("collective unknown"),
+                    x.ranks,
+                    x.hosts
                 ))
                 .collect::<Vec<_>>()
                 .join("; ")

@@ -15,10 +15,24 @@
 //! warnings rather than read as a silent 0. A record listed twice is counted once and said so
 //! (see the pool's duplicate check).
 //! Steps (`123.batch`, `123.extern`, `123.0`, `123.interactive`) are
-//! skipped. `AdminComment` may itself contain `|` (other tools write free text there), so when it
-//! is the last column every extra field is joined back into it. Times are read as `sacct` prints
-//! them: Unix seconds (when `SLURM_TIME_FORMAT=%s`, which the command sets) or
-//! `YYYY-MM-DDTHH:MM:SS` (taken as UTC: only differences are used); `Unknown`/`None` are unset.
+//! skipped. Times are read as `sacct` prints them: Unix seconds (when `SLURM_TIME_FORMAT=%s`,
+//! which the command sets) or `YYYY-MM-DDTHH:MM:SS` (taken as UTC: only differences are used);
+//! `Unknown`/`None` are unset.
+//!
+//! sacct prints every value as it is, delimiter and line breaks included, so what a value can
+//! hold decides whether the lines of an export can be trusted ([`column_form`]):
+//!
+//! * a header naming a column a job's user writes as free text (`JobName`, `Comment`,
+//!   `WorkDir`, `SubmitLine`, `StdOut`, ...), or a column this reader does not know, is refused:
+//!   such a value can hold the delimiter and line breaks, and so frame a whole line that reads as
+//!   a row of root's (a FAILED job with a `fail` verdict passing for COMPLETED and `pass`), with
+//!   every line still as wide as the header. `sacct --json` quotes every string and is read
+//!   instead.
+//! * `AdminComment` may itself contain `|` (other tools write free text there), so when it is the
+//!   last column and every column before it has a fixed form ([`ColumnForm::Fixed`]), every
+//!   extra field is joined back into it. When a column before it can hold the delimiter as well
+//!   (`Constraints` `a|b`, `Licenses`), which field holds the extra ones cannot be told, and a
+//!   line with extra fields refuses the whole input.
 
 use std::io::BufRead;
 
@@ -41,6 +55,9 @@ pub struct TextLayout {
     /// Keep each job's [`JobDetail`] (`JobIDRaw`, the state as printed, `NodeList`, the whole
     /// `AdminComment`): `fabric-check jobs` shows them, the report does not.
     pub detail: bool,
+    /// The caller shows no GPU figures (`fabric-check jobs`): an input without `AllocTRES` (or
+    /// `AllocGRES`) leaves nothing it shows unknown, so that is not warned about.
+    pub gpus_unused: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -72,6 +89,253 @@ struct Columns {
     nodelist: Option<usize>,
     /// Fill [`JobRecord::detail`].
     detail: bool,
+    /// What a line with more fields than the header means.
+    surplus: Surplus,
+}
+
+/// What a line with more fields than the header is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+enum Surplus {
+    /// Not readable: the line is skipped (no `AdminComment` last to hold them).
+    #[default]
+    Skip,
+    /// The extra fields belong to the last column, `AdminComment`: every column before it has
+    /// a fixed form.
+    JoinIntoAdminComment,
+    /// A column before the last `AdminComment` can hold the delimiter too (named here): which
+    /// field holds the extra ones cannot be told, so the whole input is refused.
+    Refuse(Vec<String>),
+}
+
+/// What a value of a `sacct -P` column can hold, as far as the framing of a line goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnForm {
+    /// Numbers, states, times, job ids, node lists, TRES, and names only the administrator
+    /// defines (partitions, accounts, QOS, reservations, users): never the delimiter `|`, never a
+    /// line break, never text a job's user chooses.
+    Fixed,
+    /// May hold `|` but never text a job's user writes as they like: the administrator's
+    /// feature and license names joined by operators (`Constraints` `a|b`, `Licenses`), and
+    /// what administrators and Slurm write (`AdminComment`, `SystemComment`, `McsLabel`).
+    MayHoldDelimiter,
+    /// Text a job's user writes as they like (`JobName`, `Comment`, `WorkDir`, `SubmitLine`,
+    /// `StdOut`, `StdErr`, `StdIn`, `Extra`, `Container`, `WCKey`), and any column this reader
+    /// does not know: may hold the delimiter and line breaks.
+    FreeText,
+}
+
+/// The form of a `sacct -P` column by its name (case-insensitive; sacct's `--helpformat` list,
+/// Slurm 20.11 to 25.05, with the older `AllocGRES`/`ReqGRES`).
+pub fn column_form(name: &str) -> ColumnForm {
+    const MAY_HOLD_DELIMITER: &[&str] = &[
+        "constraints",
+        "licenses",
+        "admincomment",
+        "systemcomment",
+        "mcslabel",
+    ];
+    const FIXED: &[&str] = &[
+        "account",
+        "alloccpus",
+        "allocgres",
+        "allocnodes",
+        "alloctres",
+        "associd",
+        "avecpu",
+        "avecpufreq",
+        "avediskread",
+        "avediskwrite",
+        "avepages",
+        "averss",
+        "avevmsize",
+        "blockid",
+        "cluster",
+        "consumedenergy",
+        "consumedenergyraw",
+        "cputime",
+        "cputimeraw",
+        "dbindex",
+        "derivedexitcode",
+        "elapsed",
+        "elapsedraw",
+        "eligible",
+        "end",
+        "exitcode",
+        "failednode",
+        "flags",
+        "gid",
+        "group",
+        "jobid",
+        "jobidraw",
+        "layout",
+        "maxdiskread",
+        "maxdiskreadnode",
+        "maxdiskreadtask",
+        "maxdiskwrite",
+        "maxdiskwritenode",
+        "maxdiskwritetask",
+        "maxpages",
+        "maxpagesnode",
+        "maxpagestask",
+        "maxrss",
+        "maxrssnode",
+        "maxrsstask",
+        "maxvmsize",
+        "maxvmsizenode",
+        "maxvmsizetask",
+        "mincpu",
+        "mincpunode",
+        "mincputask",
+        "ncpus",
+        "nnodes",
+        "nodelist",
+        "ntasks",
+        "partition",
+        "planned",
+        "plannedcpu",
+        "plannedcpuraw",
+        "priority",
+        "qos",
+        "qosraw",
+        "qosreq",
+        "reason",
+        "reqcpufreq",
+        "reqcpufreqgov",
+        "reqcpufreqmax",
+        "reqcpufreqmin",
+        "reqcpus",
+        "reqgres",
+        "reqmem",
+        "reqnodes",
+        "reqtres",
+        "reservation",
+        "reservationid",
+        "restarts",
+        "segmentsize",
+        "sluid",
+        "start",
+        "state",
+        "submit",
+        "suspended",
+        "systemcpu",
+        "timelimit",
+        "timelimitraw",
+        "totalcpu",
+        "tresusageinave",
+        "tresusageinmax",
+        "tresusageinmaxnode",
+        "tresusageinmaxtask",
+        "tresusageinmin",
+        "tresusageinminnode",
+        "tresusageinmintask",
+        "tresusageintot",
+        "tresusageoutave",
+        "tresusageoutmax",
+        "tresusageoutmaxnode",
+        "tresusageoutmaxtask",
+        "tresusageoutmin",
+        "tresusageoutminnode",
+        "tresusageoutmintask",
+        "tresusageouttot",
+        "uid",
+        "user",
+        "usercpu",
+        "wckeyid",
+    ];
+    let n = name.trim().to_ascii_lowercase();
+    if FIXED.contains(&n.as_str()) {
+        ColumnForm::Fixed
+    } else if MAY_HOLD_DELIMITER.contains(&n.as_str()) {
+        ColumnForm::MayHoldDelimiter
+    } else {
+        ColumnForm::FreeText
+    }
+}
+
+/// The columns sacct fills with text a job's user writes as they like.
+const FREE_TEXT: &[&str] = &[
+    "jobname",
+    "comment",
+    "workdir",
+    "submitline",
+    "stdout",
+    "stderr",
+    "stdin",
+    "extra",
+    "container",
+    "wckey",
+];
+
+/// `` `a` ``, `` `a` and `b` ``, `` `a`, `b` and `c` ``.
+fn and_list(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    match quoted.as_slice() {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// Why a layout naming columns of free text (or columns this reader does not know) is not read,
+/// and what to export instead.
+fn free_text_refusal(origin: &str, names: &[String]) -> String {
+    let (known, unknown): (Vec<String>, Vec<String>) = names
+        .iter()
+        .cloned()
+        .partition(|n| FREE_TEXT.contains(&n.to_ascii_lowercase().as_str()));
+    let why = "such a value can hold the delimiter and line breaks, so a line of this export cannot be told from one the user wrote (a FAILED job could read as COMPLETED with a passing fabric verdict) and none is read; export with `sacct --json` instead (it quotes every string)";
+    let them = |v: &[String]| if v.len() == 1 { "it" } else { "them" };
+    if known.is_empty() {
+        return format!(
+            "{origin} names {}, {} a sacct column this reader knows (misspelt?): {} could hold a job's user's free text, and {why}, or correct or drop {}",
+            and_list(&unknown),
+            if unknown.len() == 1 {
+                "not"
+            } else {
+                "none of them"
+            },
+            them(&unknown),
+            them(&unknown),
+        );
+    }
+    let mut m = format!(
+        "{origin} names {}, {} a job's user writes as free text: {why}, or again with a --format that leaves {} out",
+        and_list(&known),
+        if known.len() == 1 {
+            "a column"
+        } else {
+            "columns"
+        },
+        them(&known),
+    );
+    if !unknown.is_empty() {
+        m.push_str(&format!(
+            " ({} {} not a sacct column this reader knows, so it is taken for free text too)",
+            and_list(&unknown),
+            if unknown.len() == 1 { "is" } else { "are" }
+        ));
+    }
+    m
+}
+
+/// Why a line with more fields than the header stops the reading when a column before the last
+/// `AdminComment` can hold the delimiter too.
+fn surplus_refusal(got: usize, want: usize, loose: &[String]) -> String {
+    format!(
+        "{got} fields where the header has {want}, and {} before the last column, AdminComment, can hold the delimiter too: which field holds the extra ones cannot be told, so this export is not read; export with `sacct --json` instead, or again with a --format that leaves {} out or ends before AdminComment",
+        and_list(loose),
+        if loose.len() == 1 { "it" } else { "them" },
+    )
+}
+
+/// What to do with a line of `count` fields, more than the header's: `Ok(None)` to join the
+/// extra ones into the last column, `Ok(Some(refusal))` to stop reading, `Err` to skip the line.
+fn surplus(cols: &Columns, count: usize) -> Result<Option<Parsed>, String> {
+    match &cols.surplus {
+        Surplus::JoinIntoAdminComment => Ok(None),
+        Surplus::Refuse(loose) => Ok(Some(Parsed::Refuse(surplus_refusal(count, cols.n, loose)))),
+        Surplus::Skip => Err(field_count_error(count, cols.n)),
+    }
 }
 
 /// The delimiter of a header line: the first character that cannot be part of a field name.
@@ -154,24 +418,49 @@ impl Columns {
             shown.pop();
         }
         let names: Vec<String> = shown.iter().map(|s| s.to_ascii_lowercase()).collect();
+        let surplus = match names.split_last() {
+            Some((last, before)) if last == "admincomment" => {
+                let loose: Vec<String> = shown[..before.len()]
+                    .iter()
+                    .filter(|n| column_form(n) != ColumnForm::Fixed)
+                    .cloned()
+                    .collect();
+                if loose.is_empty() {
+                    Surplus::JoinIntoAdminComment
+                } else {
+                    Surplus::Refuse(loose)
+                }
+            }
+            _ => Surplus::Skip,
+        };
         let fix = fix.replace("FIELDS", FIELDS);
         let find = |n: &str| names.iter().position(|x| x == n);
         let need = |n: &str, what: &str| {
             find(&n.to_ascii_lowercase())
                 .ok_or_else(|| format!("{origin} has no {what} column; {fix}"))
         };
+        let job_id =
+            need("JobID", "`JobID` (or `JobIDRaw`)").or_else(|e| find("jobidraw").ok_or(e))?;
+        let state = need("State", "`State`")?;
+        let free: Vec<String> = shown
+            .iter()
+            .filter(|n| column_form(n) == ColumnForm::FreeText)
+            .cloned()
+            .collect();
+        if !free.is_empty() {
+            return Err(free_text_refusal(origin, &free));
+        }
         Ok(Self {
             delim: delim.to_string(),
             n: names.len(),
             names: shown,
-            job_id: need("JobID", "`JobID` (or `JobIDRaw`)")
-                .or_else(|e| find("jobidraw").ok_or(e))?,
+            job_id,
             partition: find("partition"),
             account: find("account"),
             user: find("user"),
             cluster: find("cluster"),
             qos: find("qos"),
-            state: need("State", "`State`")?,
+            state,
             submit: find("submit"),
             eligible: find("eligible"),
             start: find("start"),
@@ -185,12 +474,13 @@ impl Columns {
             job_id_raw: find("jobidraw"),
             nodelist: find("nodelist"),
             detail: false,
+            surplus,
         })
     }
 
     /// What the report cannot know because a column is absent, one sentence per gap naming the
-    /// column and what to add to sacct's `--format`.
-    fn missing(&self) -> Vec<String> {
+    /// column and what to add to sacct's `--format` (GPUs only when the caller shows them).
+    fn missing(&self, gpus_shown: bool) -> Vec<String> {
         let mut out = Vec::new();
         if self.elapsed_raw.is_none()
             && self.elapsed.is_none()
@@ -200,7 +490,7 @@ impl Columns {
                 "no Elapsed (or ElapsedRaw) column, nor both Start and End: every job's duration, and so its node-hours and GPU-hours, is unknown and counted as 0; add ElapsedRaw to sacct's --format".to_string(),
             );
         }
-        if self.alloc_tres.is_none() && self.alloc_gres.is_none() {
+        if gpus_shown && self.alloc_tres.is_none() && self.alloc_gres.is_none() {
             out.push(
                 "no AllocTRES (or AllocGRES) column: the jobs' GPUs are unknown, so GPU-hours show 0; add AllocTRES to sacct's --format".to_string(),
             );
@@ -338,7 +628,19 @@ fn parse_line(cols: &Columns, line: &str) -> Result<Parsed, String> {
         _ => line,
     };
     if delim != "|" || cols.n > MAX_FIELDS {
-        let f = split_fields_vec(cols, line)?;
+        let mut f: Vec<&str> = line.split(delim).collect();
+        if f.len() > cols.n {
+            if let Some(stop) = surplus(cols, f.len())? {
+                return Ok(stop);
+            }
+            // The extra fields go back into the last column, AdminComment.
+            let joined_start = line
+                .match_indices(delim)
+                .nth(cols.n - 2)
+                .map_or(0, |(i, _)| i + delim.len());
+            f.truncate(cols.n - 1);
+            f.push(&line[joined_start..]);
+        }
         return finish_line(cols, &f);
     }
     let mut f: [&str; MAX_FIELDS] = [""; MAX_FIELDS];
@@ -361,10 +663,10 @@ fn parse_line(cols: &Columns, line: &str) -> Result<Parsed, String> {
     }
     count += 1;
     if count > cols.n {
-        match cols.admin_comment {
-            Some(c) if c == cols.n - 1 => f[cols.n - 1] = &line[last_start..],
-            _ => return Err(field_count_error(count, cols.n)),
+        if let Some(stop) = surplus(cols, count)? {
+            return Ok(stop);
         }
+        f[cols.n - 1] = &line[last_start..];
         count = cols.n;
     }
     finish_line(cols, &f[..count])
@@ -430,27 +732,6 @@ fn field_count_error(got: usize, want: usize) -> String {
     format!(
         "{got} fields where the header has {want}; was the output cut or mixed with other text?"
     )
-}
-
-/// The fields of a line split into a `Vec` (other delimiters, or more columns than
-/// [`MAX_FIELDS`]), extra ones joined back into a last `AdminComment`.
-fn split_fields_vec<'a>(cols: &Columns, line: &'a str) -> Result<Vec<&'a str>, String> {
-    let delim = cols.delim.as_str();
-    let mut f: Vec<&str> = line.split(delim).collect();
-    if f.len() > cols.n {
-        match cols.admin_comment {
-            Some(c) if c == cols.n - 1 => {
-                let joined_start = line
-                    .match_indices(delim)
-                    .nth(cols.n - 2)
-                    .map_or(0, |(i, _)| i + delim.len());
-                f.truncate(cols.n - 1);
-                f.push(&line[joined_start..]);
-            }
-            _ => return Err(field_count_error(f.len(), cols.n)),
-        }
-    }
-    Ok(f)
 }
 
 fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String> {
@@ -596,7 +877,7 @@ where
     };
     cols.detail = layout.detail;
     let first_data_line = line_no + 1;
-    let missing = cols.missing();
+    let missing = cols.missing(!layout.gpus_unused);
     let streamed = run(
         threads,
         OnBad::Skip,
@@ -731,8 +1012,9 @@ mod tests {
     #[test]
     fn a_header_wider_than_the_split_array_reads_the_same() {
         let extra = 40;
-        let pad = |s: &str| format!("{}{s}", "x|".repeat(extra));
-        let header = pad(HEADER);
+        // Columns the report does not read (of a fixed form: any free text refuses the input).
+        let pad = |s: &str| format!("{}{s}", "1|".repeat(extra));
+        let header = format!("{}{HEADER}", "NTasks|".repeat(extra));
         let line = "12|ib|ml|ann|c1|normal|COMPLETED|100|100|160|3760|3600|2|gres/gpu=16|JS1:a|b fabric-check/v1 {\"nnodes\":2}\n";
         let narrow = read_all(format!("{HEADER}{line}").as_bytes(), "t.txt").unwrap();
         let wide = read_all(format!("{header}{}", pad(line)).as_bytes(), "t.txt").unwrap();
@@ -745,6 +1027,193 @@ mod tests {
             err,
             "t.txt:2: 2 fields where the header has 55 and its JobID is missing or may be cut; was the output cut or mixed with other text?"
         );
+    }
+
+    /// A passing tag of ours, and a failing one (root's).
+    const PASS: &str = r#"fabric-check/v1 {"verdict":"pass","nnodes":1,"counts":{"pass":1}}"#;
+    const FAIL: &str = r#"fabric-check/v1 {"verdict":"fail","nnodes":1,"counts":{"fail":1}}"#;
+
+    /// The verdicts read, by job: `(job, state, verdict)`.
+    fn verdicts(jobs: &[JobRecord]) -> Vec<(String, JobState, Option<fabric_proto::tag::Verdict>)> {
+        jobs.iter()
+            .map(|j| {
+                let v = match &j.tag {
+                    TagState::Present(t) => t.verdict,
+                    _ => None,
+                };
+                (j.job_id.clone(), j.state, v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_job_name_holding_the_delimiter_cannot_pass_a_failed_job_off_as_completed_with_a_pass() {
+        // Job 12 FAILED and root wrote `fail`; its user named it so that the fields after the
+        // name shift and the user's segment comes first in the joined AdminComment.
+        let header = "JobID|JobName|State|ElapsedRaw|NNodes|AdminComment
+";
+        let name = format!("train|COMPLETED|60|1|{PASS}");
+        let text = format!(
+            "{header}12|{name}|FAILED|60|1|{FAIL}
+"
+        );
+        let read = read_all_noting(text.as_bytes(), "saved.txt", &TextLayout::default());
+        if let Ok((jobs, _)) = &read {
+            assert!(
+                !verdicts(jobs)
+                    .iter()
+                    .any(|(_, s, _)| *s == JobState::Completed),
+                "the user's text was read as the job's row: {:?}",
+                verdicts(jobs)
+            );
+        }
+        let err = read.unwrap_err().to_string();
+        assert!(
+            err.starts_with("saved.txt:1: the header names `JobName`, a column a job's user writes as free text: such a value can hold the delimiter and line breaks"),
+            "{err}"
+        );
+        assert!(err.contains("export with `sacct --json` instead"), "{err}");
+        assert!(err.contains("leaves it out"), "{err}");
+    }
+
+    #[test]
+    fn a_work_dir_holding_a_line_break_cannot_forge_a_whole_row_as_wide_as_the_header() {
+        // The user's text holds the delimiter and a line break, placed so that both lines have
+        // exactly the header's six fields: a forged row for job 12, then job 12's real fields
+        // (FAILED, root's `fail`) under a job id the user chose.
+        let header = "JobID|WorkDir|State|ElapsedRaw|NNodes|AdminComment
+";
+        let dir = format!(
+            "/home/ann|COMPLETED|60|1|{PASS}
+13|/tmp"
+        );
+        let text = format!(
+            "{header}12|{dir}|FAILED|60|1|{FAIL}
+"
+        );
+        assert!(text.lines().skip(1).all(|l| l.split('|').count() == 6));
+        let read = read_all_noting(text.as_bytes(), "saved.txt", &TextLayout::default());
+        if let Ok((jobs, _)) = &read {
+            panic!("a forged row was read: {:?}", verdicts(jobs));
+        }
+        let err = read.unwrap_err().to_string();
+        assert!(
+            err.contains("names `WorkDir`, a column a job's user writes"),
+            "{err}"
+        );
+        // The same when the columns are given for output made without a header.
+        let layout = TextLayout {
+            columns: Some("JobID,Comment,SubmitLine,State".into()),
+            ..TextLayout::default()
+        };
+        let err = read_all_with(
+            &b"12|a|b|FAILED
+"[..],
+            "saved.txt",
+            &layout,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("--input-columns names `Comment` and `SubmitLine`, columns a job's user writes as free text"),
+            "{err}"
+        );
+        assert!(err.contains("leaves them out"), "{err}");
+    }
+
+    #[test]
+    fn extra_fields_join_a_last_admin_comment_only_when_every_column_before_it_has_a_fixed_form() {
+        // Fixed columns only: another tool's `|` in AdminComment is joined back.
+        let fixed = format!(
+            "JobID|State|ElapsedRaw|AdminComment
+12|FAILED|60|JS1:a|b {FAIL}
+"
+        );
+        let jobs = read_all(fixed.as_bytes(), "t.txt").unwrap();
+        assert_eq!(
+            verdicts(&jobs),
+            [(
+                "12".to_string(),
+                JobState::Failed,
+                Some(fabric_proto::tag::Verdict::Fail)
+            )]
+        );
+        // `Constraints` can hold `|` (`a|b`) as well: the extra fields could be either's, so
+        // the input is refused, for `|` and for any other delimiter alike.
+        for (d, text) in [
+            (
+                "|",
+                format!(
+                    "JobID|Constraints|State|AdminComment
+11|a|COMPLETED|
+12|a|b|FAILED|{FAIL}
+"
+                ),
+            ),
+            (
+                "☃",
+                format!(
+                    "JobID☃Constraints☃State☃AdminComment
+11☃a☃COMPLETED☃
+12☃a☃b☃FAILED☃{FAIL}
+"
+                ),
+            ),
+        ] {
+            let err = read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("t.txt:3: 5 fields where the header has 4, and `Constraints` before the last column, AdminComment, can hold the delimiter too"),
+                "{d}: {err}"
+            );
+            assert!(err.contains("export with `sacct --json` instead"), "{err}");
+        }
+        // Without AdminComment last, a line with extra fields is skipped and counted as before.
+        let text = "JobID|Constraints|State|ElapsedRaw
+11|a|COMPLETED|60
+12|a|b|FAILED|60
+";
+        let (jobs, notes) =
+            read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+        assert_eq!((jobs.len(), notes.skipped), (1, 1));
+    }
+
+    #[test]
+    fn a_column_this_reader_does_not_know_is_taken_for_free_text() {
+        let err = read_all(
+            &b"JobID|State|Notes
+1|COMPLETED|x
+"[..],
+            "t.txt",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("t.txt:1: the header names `Notes`, not a sacct column this reader knows (misspelt?): it could hold a job's user's free text"),
+            "{err}"
+        );
+        assert!(err.contains("export with `sacct --json` instead"), "{err}");
+        // A misspelt column the report needs is named as missing first.
+        let err = read_all(&b"JobID|Stat\n1|COMPLETED\n"[..], "t.txt")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("the header has no `State` column"), "{err}");
+        // Beside a known free-text column it is named too.
+        let err = read_all(
+            &b"JobID|State|JobName|Notes\n1|COMPLETED|a|b\n"[..],
+            "t.txt",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("names `JobName`, a column a job's user writes as free text")
+                && err.ends_with("(`Notes` is not a sacct column this reader knows, so it is taken for free text too)"),
+            "{err}"
+        );
+        assert_eq!(column_form("ALLOCTRES"), ColumnForm::Fixed);
+        assert_eq!(column_form("Constraints"), ColumnForm::MayHoldDelimiter);
+        assert_eq!(column_form("jobname"), ColumnForm::FreeText);
     }
 
     #[test]
