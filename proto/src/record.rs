@@ -41,6 +41,16 @@ pub fn node_records_path(spool_root: &Path, job_id: &str, node: &str) -> Option<
     (ok(job_id) && ok(node)).then(|| spool_root.join(job_id).join(format!("{node}.jsonl")))
 }
 
+/// The file a node's wrappers append their live events to, for the job to read while it runs:
+/// `<spool_root>/<job_id>/fabric-run-events-<node>.jsonl` (record lines, today `slow_steps`).
+///
+/// Written by the wrapper as the job's user, next to its records; never the watch's root-owned
+/// notice file ([`crate::notice::notice_path`]). `None` as for [`node_records_path`].
+pub fn run_events_path(spool_root: &Path, job_id: &str, node: &str) -> Option<PathBuf> {
+    node_records_path(spool_root, job_id, node)
+        .map(|p| p.with_file_name(format!("fabric-run-events-{node}.jsonl")))
+}
+
 /// Where a checkpoint or restore was seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -206,6 +216,47 @@ pub enum Body {
         /// Outputs added by this record.
         n: u64,
         /// The attempt during which they were produced.
+        #[serde(default)]
+        attempt: u32,
+    },
+    /// A fabric fault the in-job watch told the job of (its notice file,
+    /// [`crate::notice`]), seen by the wrapper while it ran. The node is the record's `node`:
+    /// a wrapper follows its own node's notice file.
+    FabricFault {
+        /// The check that failed (`ib.port_state`, ...).
+        check: String,
+        /// What the watch found.
+        #[serde(default)]
+        message: String,
+        /// When the watch saw it, Unix seconds.
+        seen_at_s: u64,
+        /// How long into the job (since the prolog) that was, seconds.
+        #[serde(default)]
+        into_job_s: u64,
+        /// Whether the watch drained the node for it (the job keeps running).
+        #[serde(default)]
+        drained: bool,
+        /// The signal `--on-fabric-fault=signal:SIG` sent to the command for it, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sent_signal: Option<i32>,
+        /// The attempt running when it was seen (0: before the first).
+        #[serde(default)]
+        attempt: u32,
+    },
+    /// Step times regressed within the run: the median of the last `window` steps is over
+    /// `factor` times the run's median so far. Evidence for the job and the admin, never a drain.
+    SlowSteps {
+        /// Median of the last `window` step times, seconds.
+        window_median_s: f64,
+        /// Median of all step times of the run so far, seconds (to within 1 %).
+        run_median_s: f64,
+        /// `--slow-step-factor`.
+        factor: f64,
+        /// `--slow-step-window`: how many recent steps the window holds.
+        window: u32,
+        /// Step times seen so far in the run.
+        steps: u64,
+        /// The attempt during which it was flagged.
         #[serde(default)]
         attempt: u32,
     },
@@ -527,6 +578,63 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
         let mut w = RecordWriter::open_in_spool(&job.join("n2.jsonl"), meta(), me).unwrap();
         w.write(Body::Output { n: 1, attempt: 1 }).unwrap();
+    }
+
+    #[test]
+    fn fabric_fault_and_slow_steps_records_read_back_as_written() {
+        for body in [
+            Body::FabricFault {
+                check: "ib.port_state".into(),
+                message: "mlx5_0 port 1 is DOWN".into(),
+                seen_at_s: 1_700_000_000,
+                into_job_s: 42,
+                drained: true,
+                sent_signal: Some(10),
+                attempt: 1,
+            },
+            Body::SlowSteps {
+                window_median_s: 3.0,
+                run_median_s: 1.5,
+                factor: 1.5,
+                window: 20,
+                steps: 412,
+                attempt: 1,
+            },
+        ] {
+            let r = Record { meta: meta(), body };
+            let line = r.to_line();
+            let back: Record = serde_json::from_str(&line).unwrap();
+            assert_eq!(back, r, "{line}");
+        }
+        let line = Record {
+            meta: meta(),
+            body: Body::FabricFault {
+                check: "c".into(),
+                message: "m".into(),
+                seen_at_s: 1,
+                into_job_s: 0,
+                drained: false,
+                sent_signal: None,
+                attempt: 0,
+            },
+        }
+        .to_line();
+        assert!(
+            line.starts_with(r#"{"type":"fabric_fault","v":1,"#),
+            "{line}"
+        );
+        assert!(!line.contains("sent_signal"), "{line}");
+    }
+
+    #[test]
+    fn the_events_file_sits_next_to_the_records_and_never_escapes_the_spool() {
+        let root = Path::new("/spool");
+        assert_eq!(
+            run_events_path(root, "42", "n1"),
+            Some(PathBuf::from("/spool/42/fabric-run-events-n1.jsonl"))
+        );
+        assert_eq!(run_events_path(root, "..", "n1"), None);
+        assert_eq!(run_events_path(root, "42", "a/b"), None);
     }
 
     #[test]

@@ -162,6 +162,14 @@ pub struct RunSummary {
     /// never a reason to drain.
     #[serde(default)]
     pub reported_by: Reporter,
+    /// Distinct fabric fault notices of the in-job watch that `fabric-run` saw while the
+    /// command ran (`fabric_fault` records); the nodes' add up. Absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_faults: Option<u64>,
+    /// Step-time regressions `fabric-run` flagged within the run (`slow_steps` records; the
+    /// most of any rank, and of any node). Evidence, never a reason to drain. Absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slow_step_events: Option<u64>,
 }
 
 /// Who produced a part of the tag that root did not gather itself.
@@ -1580,5 +1588,29 @@ mod tests {
         });
         let s = splice("", &t);
         assert_eq!(extract(&s).unwrap().unwrap(), t);
+    }
+
+    #[test]
+    fn fabric_faults_and_slow_step_events_are_carried_and_a_summary_without_them_still_decodes() {
+        let mut t = tag_with(&[("n1", Verdict::Pass)]);
+        t.run = Some(RunSummary {
+            steps: 10,
+            outcome: "accepted".into(),
+            fabric_faults: Some(2),
+            slow_step_events: Some(1),
+            ..RunSummary::default()
+        });
+        let s = splice("", &t);
+        assert!(s.contains(r#""fabric_faults":2"#), "{s}");
+        assert!(s.contains(r#""slow_step_events":1"#), "{s}");
+        assert_eq!(extract(&s).unwrap().unwrap(), t);
+        let old = r#"{"steps":3,"ckpt_n":0,"ckpt_total_s":0.0,"ckpt_max_s":0.0,"retries":0,"requeues":0,"duration_s":1.0,"outcome":"accepted","accepted":true,"on_time":true}"#;
+        let back: RunSummary = serde_json::from_str(old).unwrap();
+        assert_eq!((back.fabric_faults, back.slow_step_events), (None, None));
+        let quiet = serde_json::to_string(&back).unwrap();
+        assert!(
+            !quiet.contains("fabric_faults") && !quiet.contains("slow_step"),
+            "{quiet}"
+        );
     }
 }

@@ -14,6 +14,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// docs/records.md) written to --record FILE or, under Slurm, to SPOOL/JOBID/NODE.jsonl, SPOOL
 /// being $FABRIC_CHECK_SPOOL_DIR (set by the fabric-check plugin), else $FABRIC_RUN_SPOOL, else
 /// /var/spool/fabric-check/jobs.
+///
+/// Under Slurm it also follows SPOOL/JOBID/fabric-notice-NODE.jsonl, where the in-job watch
+/// reports fabric faults on the node: each new one is printed on stderr and recorded (see
+/// --on-fabric-fault). Step-time regressions within the run (see --slow-step-window) are printed,
+/// recorded and appended to SPOOL/JOBID/fabric-run-events-NODE.jsonl for the job to read.
 #[derive(Debug, Parser)]
 #[command(
     name = "fabric-run",
@@ -126,6 +131,22 @@ pub struct RunArgs {
     /// Validation command (run with sh -c after a successful run); exit 0 accepts the run.
     #[arg(long, value_name = "SHELL-COMMAND")]
     pub accept_cmd: Option<String>,
+
+    /// For each fabric fault the in-job watch reports on this node: none (print and record it)
+    /// or signal:SIG to also send SIG (USR1, SIGUSR2, 10, ...) to the command's process group,
+    /// e.g. so that it saves a checkpoint now. requeue is not available yet.
+    #[arg(long, value_name = "ACTION", default_value = "none")]
+    pub on_fabric_fault: String,
+
+    /// Flag slow steps when the median of the last K step times is over --slow-step-factor times
+    /// the run's median so far (judged from 2K steps on; once per episode). 0 turns it off.
+    /// Evidence for the job and the admin: it never drains a node.
+    #[arg(long, value_name = "K", default_value_t = 20)]
+    pub slow_step_window: u32,
+
+    /// The factor of --slow-step-window (more than 1).
+    #[arg(long, value_name = "F", default_value_t = 1.5)]
+    pub slow_step_factor: f64,
 
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]

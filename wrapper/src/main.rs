@@ -7,35 +7,40 @@
 //!
 //! Layout, after hyperfine: [`cli`] (clap), [`policy`] (pure decisions), [`runner`] (the
 //! `Runner` trait and the process runner), [`supervise`] (the retry loop), and the detectors
-//! [`mark`], [`pump`], [`dirwatch`], feeding [`tracker`].
+//! [`mark`], [`pump`], [`dirwatch`], feeding [`tracker`] (with [`slow`], the slow-step
+//! detector); [`notice`] follows the in-job watch's fabric fault notices.
 
 mod cli;
 mod dirwatch;
 mod mark;
+mod notice;
 mod policy;
 mod pump;
 mod runner;
+mod slow;
 mod supervise;
 mod tracker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, anyhow};
 use clap::Parser;
 use fabric_proto::record::{
     Body, DEFAULT_SPOOL_ROOT, Meta, PLUGIN_SPOOL_ENV, RecordWriter, SPOOL_ENV, VERSION,
-    node_records_path,
+    node_records_path, run_events_path,
 };
 
 use crate::cli::{Cli, RunArgs, Sub};
+use crate::notice::{FaultAction, NoticeFollower};
 use crate::policy::RetryPolicy;
 use crate::pump::{Kind, Patterns, compile};
-use crate::runner::{ProcessRunner, Runner};
+use crate::runner::{FaultWatch, ProcessRunner, Runner};
+use crate::slow::SlowSteps;
 use crate::supervise::{Plan, run_all};
-use crate::tracker::{Sink, Tracker};
+use crate::tracker::{EventsFile, Sink, Tracker};
 
 fn env_u32(name: &str) -> Option<u32> {
     std::env::var(name).ok()?.trim().parse().ok()
@@ -82,13 +87,13 @@ enum Target {
 }
 
 /// The spool root: the plugin's [`PLUGIN_SPOOL_ENV`], else the user's [`SPOOL_ENV`], else the
-/// default; and whether it is the plugin's.
-fn spool_root() -> (PathBuf, bool) {
+/// default; and whether it is the plugin's. `warn`: say so when the user's is ignored.
+fn spool_root(warn: bool) -> (PathBuf, bool) {
     let plugin = std::env::var_os(PLUGIN_SPOOL_ENV).filter(|v| !v.is_empty());
     let user = std::env::var_os(SPOOL_ENV).filter(|v| !v.is_empty());
     match (plugin, user) {
         (Some(p), user) => {
-            if let Some(u) = user.filter(|u| *u != p) {
+            if let Some(u) = user.filter(|u| warn && *u != p) {
                 tracing::warn!(
                     "fabric-run: {SPOOL_ENV}={} ignored: the cluster's fabric-check plugin \
                      names the job's spool ({PLUGIN_SPOOL_ENV}={}); use --record FILE for a file \
@@ -104,14 +109,17 @@ fn spool_root() -> (PathBuf, bool) {
     }
 }
 
-fn record_path(args: &RunArgs, meta: &Meta) -> anyhow::Result<Option<Target>> {
+/// Under Slurm, the spool root and whether it is the plugin's ([`spool_root`], once per run).
+type Spool = Option<(PathBuf, bool)>;
+
+fn record_path(args: &RunArgs, meta: &Meta, spool: &Spool) -> anyhow::Result<Option<Target>> {
     if let Some(p) = &args.record {
         return Ok(Some(Target::File(p.clone())));
     }
-    let Some(job) = &meta.job_id else {
+    let (Some(job), Some((root, prolog_made))) = (&meta.job_id, spool) else {
         return Ok(None);
     };
-    let (root, prolog_made) = spool_root();
+    let prolog_made = *prolog_made;
     if !root.is_dir() {
         return Err(anyhow!(
             "the spool directory {} does not exist: ask the admin to create it (mode 1777) or \
@@ -119,7 +127,7 @@ fn record_path(args: &RunArgs, meta: &Meta) -> anyhow::Result<Option<Target>> {
             root.display()
         ));
     }
-    let path = node_records_path(&root, job, &meta.node).ok_or_else(|| {
+    let path = node_records_path(root, job, &meta.node).ok_or_else(|| {
         anyhow!(
             "job id `{job}` or node `{}` cannot name a spool file",
             meta.node
@@ -128,8 +136,8 @@ fn record_path(args: &RunArgs, meta: &Meta) -> anyhow::Result<Option<Target>> {
     Ok(Some(Target::Spool { path, prolog_made }))
 }
 
-fn open_records(args: &RunArgs, meta: &Meta) -> Sink {
-    let opened = record_path(args, meta).and_then(|t| {
+fn open_records(args: &RunArgs, meta: &Meta, spool: &Spool) -> Sink {
+    let opened = record_path(args, meta, spool).and_then(|t| {
         let uid = nix::unistd::getuid().as_raw();
         let (w, p) = match t {
             None => return Ok(None),
@@ -186,7 +194,7 @@ fn patterns(args: &RunArgs, retry: &RetryPolicy) -> Result<Patterns, String> {
 }
 
 /// Validated options; every error names the flag and the fix. Nothing has run yet.
-fn plan(args: &RunArgs) -> Result<(Plan, Patterns), String> {
+fn plan(args: &RunArgs) -> Result<(Plan, Patterns, FaultAction), String> {
     let mut retry = RetryPolicy {
         max: args.retries,
         backoff: args.backoff,
@@ -203,6 +211,8 @@ fn plan(args: &RunArgs) -> Result<(Plan, Patterns), String> {
         None => None,
     };
     let patterns = patterns(args, &retry)?;
+    let on_fault = notice::parse_action(&args.on_fabric_fault)?;
+    slow::check_options(args.slow_step_window, args.slow_step_factor)?;
     Ok((
         Plan {
             retry,
@@ -210,11 +220,43 @@ fn plan(args: &RunArgs) -> Result<(Plan, Patterns), String> {
             accept_cmd: args.accept_cmd.clone(),
         },
         patterns,
+        on_fault,
     ))
 }
 
+/// The job's live files in the spool (under Slurm, with a spool root that exists): the
+/// watch's notice file, followed, and the wrapper's events file.
+fn live_files(
+    meta: &Meta,
+    spool: &Spool,
+    on_fault: FaultAction,
+) -> (Option<FaultWatch>, Option<EventsFile>) {
+    let (Some(job), Some((root, prolog_made))) = (&meta.job_id, spool) else {
+        if on_fault != FaultAction::None {
+            tracing::debug!("fabric-run: not under Slurm: no fabric fault notices to act on");
+        }
+        return (None, None);
+    };
+    if !root.is_dir() {
+        return (None, None);
+    }
+    let faults = fabric_proto::notice::notice_path(root, job, &meta.node).map(|p| FaultWatch {
+        follower: NoticeFollower::new(p, Instant::now()),
+        action: on_fault,
+    });
+    if let Some(f) = &faults {
+        tracing::debug!(
+            "fabric-run: following fabric fault notices in {}",
+            f.follower.path().display()
+        );
+    }
+    let events = run_events_path(root, job, &meta.node)
+        .map(|p| EventsFile::new(p, meta.clone(), *prolog_made));
+    (faults, events)
+}
+
 fn run(args: RunArgs) -> u8 {
-    let (plan, patterns) = match plan(&args) {
+    let (plan, patterns, on_fault) = match plan(&args) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("fabric-run: {e}");
@@ -222,7 +264,11 @@ fn run(args: RunArgs) -> u8 {
         }
     };
     let meta = meta_from_env();
-    let mut sink = open_records(&args, &meta);
+    let spool: Spool = meta
+        .job_id
+        .as_ref()
+        .map(|_| spool_root(args.record.is_none()));
+    let mut sink = open_records(&args, &meta, &spool);
     sink.write(Body::StepStart {
         pid: std::process::id(),
         cmd: args
@@ -236,7 +282,9 @@ fn run(args: RunArgs) -> u8 {
             .map(|d| d.as_secs_f64()),
         retries_max: plan.retry.max,
     });
-    let tracker = Arc::new(Mutex::new(Tracker::new(sink)));
+    let (faults, events) = live_files(&meta, &spool, on_fault);
+    let slow = SlowSteps::new(args.slow_step_window, args.slow_step_factor);
+    let tracker = Arc::new(Mutex::new(Tracker::new(sink).with_slow_steps(slow, events)));
     let marks = match mark::MarkSocket::bind() {
         Ok(m) => Some(m),
         Err(e) => {
@@ -260,6 +308,7 @@ fn run(args: RunArgs) -> u8 {
         args.cmd.clone(),
         marks,
         dirwatch,
+        faults,
         Arc::new(patterns),
         Arc::clone(&tracker),
     ) {
@@ -314,5 +363,18 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Sub::Mark(m)) => ExitCode::from(mark::send(&m) as u8),
         None => ExitCode::from(run(cli.run)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slow_step_defaults_are_the_detectors() {
+        let cli = Cli::parse_from(["fabric-run", "--", "true"]);
+        assert_eq!(cli.run.slow_step_window, slow::DEFAULT_WINDOW);
+        assert_eq!(cli.run.slow_step_factor, slow::DEFAULT_FACTOR);
+        assert_eq!(cli.run.on_fabric_fault, "none");
     }
 }

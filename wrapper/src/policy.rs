@@ -96,7 +96,8 @@ pub struct RetryPolicy {
     pub backoff_max: Duration,
 }
 
-fn parse_signal(s: &str) -> Result<i32, String> {
+/// A signal by number, or by name with or without `SIG` (any case).
+pub fn parse_signal(s: &str) -> Result<i32, String> {
     if let Ok(n) = s.parse::<i32>() {
         return Signal::try_from(n)
             .map(|sig| sig as i32)

@@ -7,6 +7,9 @@
 //! Signals: SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2, SIGCONT and SIGCHLD are caught with
 //! signal-hook's self-pipe (one socket pair for all of them, written by an async-signal-safe
 //! handler with `SA_RESTART`; which signals arrived is kept in signal-hook's pending set), and read in one `poll(2)` loop together with the marker socket and inotify.
+//! The same loop looks at the in-job watch's notice file about once a second (a timeout, no
+//! descriptor: [`crate::notice`]); `--on-fabric-fault=signal:SIG` sends SIG for each new notice
+//! down the very path forwarded signals take.
 //! They are caught, not blocked: a blocked mask would be inherited by the child across `exec`,
 //! while caught signals reset to their default action there. The child is spawned in its own
 //! process group, and each forwardable signal is sent to that group with `killpg(2)`, reaching
@@ -38,6 +41,7 @@ use signal_hook::iterator::exfiltrator::SignalOnly;
 
 use crate::dirwatch::DirWatch;
 use crate::mark::{MarkSocket, SOCKET_ENV};
+use crate::notice::{FaultAction, NoticeFollower};
 use crate::policy::Status;
 use crate::pump::{Patterns, Target, pump};
 use crate::tracker::Tracker;
@@ -51,6 +55,21 @@ pub const FORWARDED: [Signal; 6] = [
     Signal::SIGUSR2,
     Signal::SIGCONT,
 ];
+
+/// Sends `sig` to the command's process group: forwarded signals and `--on-fabric-fault`'s.
+fn forward(pgid: Pid, sig: Signal) {
+    // ESRCH: the group is already gone; nothing to forward to.
+    let _ = killpg(pgid, sig);
+}
+
+/// The in-job watch's notices: the file followed and `--on-fabric-fault`.
+#[derive(Debug)]
+pub struct FaultWatch {
+    /// The node's notice file.
+    pub follower: NoticeFollower,
+    /// What to do for each new notice besides printing and recording it.
+    pub action: FaultAction,
+}
 
 /// How long to wait, after the child exits, for its output pipes to close (a background
 /// grandchild may hold them open); then the wrapper moves on and the pumps keep running.
@@ -180,9 +199,14 @@ pub struct ProcessRunner {
     signals: SignalPipes,
     marks: Option<MarkSocket>,
     dirwatch: Option<DirWatch>,
+    faults: Option<FaultWatch>,
     patterns: Arc<Patterns>,
     tracker: Arc<Mutex<Tracker>>,
     sigterm: bool,
+    /// An attempt's command is running (a notice's signal has somewhere to go).
+    running: bool,
+    /// Signals `--on-fabric-fault` owes the running command.
+    fault_signals: Vec<Signal>,
 }
 
 /// `program` as `execvp(3)` would find it in this process's `PATH` (see [`resolve_in`]).
@@ -236,6 +260,7 @@ impl ProcessRunner {
         cmd: Vec<OsString>,
         marks: Option<MarkSocket>,
         dirwatch: Option<DirWatch>,
+        faults: Option<FaultWatch>,
         patterns: Arc<Patterns>,
         tracker: Arc<Mutex<Tracker>>,
     ) -> std::io::Result<Self> {
@@ -245,10 +270,37 @@ impl ProcessRunner {
             signals: SignalPipes::install()?,
             marks,
             dirwatch,
+            faults,
             patterns,
             tracker,
             sigterm: false,
+            running: false,
+            fault_signals: Vec::new(),
         })
+    }
+
+    /// New notices: each printed on stderr, recorded, and, under `--on-fabric-fault=signal:SIG`
+    /// while a command runs, owed a signal (sent by the attempt's loop).
+    fn take_notices(&mut self, notices: Vec<fabric_proto::notice::FabricNotice>) {
+        let action = self.faults.as_ref().map_or(FaultAction::None, |f| f.action);
+        for n in notices {
+            tracing::warn!("{}", n.summary());
+            let sent = match action {
+                FaultAction::Signal(sig) if self.running => {
+                    tracing::warn!("fabric-run: sending {sig} to the command (--on-fabric-fault)");
+                    self.fault_signals.push(sig);
+                    Some(sig as i32)
+                }
+                FaultAction::Signal(sig) => {
+                    tracing::warn!(
+                        "fabric-run: no command is running: {sig} not sent (--on-fabric-fault)"
+                    );
+                    None
+                }
+                FaultAction::None => None,
+            };
+            self.lock().fabric_fault(&n, sent);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Tracker> {
@@ -270,6 +322,7 @@ impl ProcessRunner {
         let wake = [
             limit,
             self.dirwatch.as_ref().and_then(DirWatch::next_deadline),
+            self.faults.as_ref().map(|f| f.follower.next_look()),
         ]
         .into_iter()
         .flatten()
@@ -307,6 +360,10 @@ impl ProcessRunner {
             if let Some(e) = d.tick(now, false) {
                 self.lock().apply(e, now);
             }
+        }
+        if let Some(f) = &mut self.faults {
+            let notices = f.follower.poll(now);
+            self.take_notices(notices);
         }
         self.signals()
     }
@@ -381,6 +438,7 @@ impl Runner for ProcessRunner {
         let pgid = Pid::from_raw(child.id() as i32);
         let foreground = Foreground::take(pgid);
         let pumps = self.start_pumps(&mut child);
+        self.running = true;
         let status = loop {
             // Reap first: SIGCHLD may have been consumed in an earlier round.
             if let Some(st) = Self::reap(&mut child) {
@@ -388,11 +446,15 @@ impl Runner for ProcessRunner {
             }
             for s in self.wait_once(None) {
                 if FORWARDED.contains(&s) {
-                    // ESRCH: the group is already gone; nothing to forward to.
-                    let _ = killpg(pgid, s);
+                    forward(pgid, s);
                 }
             }
+            for s in std::mem::take(&mut self.fault_signals) {
+                forward(pgid, s);
+            }
         };
+        self.running = false;
+        self.fault_signals.clear();
         let end = SystemTime::now();
         let duration = started.elapsed();
         drop(foreground);
@@ -435,6 +497,11 @@ impl Runner for ProcessRunner {
     }
 
     fn finish(&mut self) {
+        if let Some(f) = &mut self.faults {
+            // A notice of the last second: recorded, with no command left to signal.
+            let notices = f.follower.look();
+            self.take_notices(notices);
+        }
         let now = Instant::now();
         if let Some(d) = &mut self.dirwatch {
             d.read(now);

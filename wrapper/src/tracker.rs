@@ -2,12 +2,19 @@
 //!
 //! One [`Tracker`] per wrapper, shared by the supervisor and the output pumps behind a mutex.
 //! Records go through a [`Sink`] that never fails the job: the first write error is reported
-//! once on stderr and later records are dropped.
+//! once on stderr and later records are dropped. Step times also feed the slow-step detector
+//! ([`crate::slow`]), whose flags go to stderr, the records and the job's events file
+//! ([`EventsFile`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use fabric_proto::record::{Body, RecordWriter, Source};
+use fabric_proto::notice::FabricNotice;
+use fabric_proto::record::{
+    Body, Meta, Record, RecordWriter, Source, VERSION, append_in_spool, check_job_dir, unix_now,
+};
+
+use crate::slow::{Regression, SlowSteps};
 
 /// Something the job did, as seen by one of the detectors.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,6 +91,58 @@ impl Sink {
     }
 }
 
+/// The job's events file, `<spool>/<job>/fabric-run-events-<node>.jsonl`
+/// ([`fabric_proto::record::run_events_path`]): live events as record lines, appended as the job's
+/// user with the spool's safe append, for the job to read while it runs. The first failure
+/// warns once; later events go to stderr and the records only.
+#[derive(Debug)]
+pub struct EventsFile {
+    path: PathBuf,
+    meta: Meta,
+    uid: u32,
+    /// The prolog made the job's folder: never make it here.
+    prolog_made: bool,
+    failed: bool,
+}
+
+impl EventsFile {
+    /// The events file `path`, its lines stamped with `meta`.
+    pub fn new(path: PathBuf, meta: Meta, prolog_made: bool) -> Self {
+        Self {
+            path,
+            meta,
+            uid: nix::unistd::getuid().as_raw(),
+            prolog_made,
+            failed: false,
+        }
+    }
+
+    /// Appends one record line (one `write(2)`).
+    pub fn append(&mut self, body: Body) {
+        if self.failed {
+            return;
+        }
+        let mut meta = self.meta.clone();
+        meta.v = VERSION;
+        meta.ts = unix_now();
+        let mut line = Record { meta, body }.to_line();
+        line.push('\n');
+        let dir_ok = match self.path.parent() {
+            Some(dir) if self.prolog_made => check_job_dir(dir, self.uid),
+            _ => Ok(()),
+        };
+        if let Err(e) = dir_ok.and_then(|()| append_in_spool(&self.path, line.as_bytes(), self.uid))
+        {
+            tracing::warn!(
+                "fabric-run: warning: cannot append to {}: {e}; events go to stderr and the \
+                 records only",
+                self.path.display()
+            );
+            self.failed = true;
+        }
+    }
+}
+
 const SOURCES: [Source; 3] = [Source::Marker, Source::Regex, Source::Dir];
 
 fn idx(s: Source) -> usize {
@@ -108,6 +167,10 @@ pub struct Tracker {
     /// Outputs not yet written, and when they were last written.
     pending_outputs: u64,
     outputs_written_at: Option<Instant>,
+    /// `--slow-step-window`/`--slow-step-factor` (`None`: off).
+    slow: Option<SlowSteps>,
+    /// Where slow-step flags go besides stderr and the records.
+    events: Option<EventsFile>,
 }
 
 /// Outputs are written at most this often (an `--output-regex` can match thousands of lines a
@@ -127,7 +190,45 @@ impl Tracker {
             retry_pattern_seen: false,
             pending_outputs: 0,
             outputs_written_at: None,
+            slow: None,
+            events: None,
         }
+    }
+
+    /// Judges step times with `slow` and appends its flags to `events` too.
+    pub fn with_slow_steps(mut self, slow: Option<SlowSteps>, events: Option<EventsFile>) -> Self {
+        self.slow = slow;
+        self.events = events;
+        self
+    }
+
+    /// Records a fabric fault notice; `sent_signal`: what `--on-fabric-fault` sent for it.
+    pub fn fabric_fault(&mut self, n: &FabricNotice, sent_signal: Option<i32>) {
+        self.sink.write(Body::FabricFault {
+            check: n.check.clone(),
+            message: n.message.clone(),
+            seen_at_s: n.seen_at_s,
+            into_job_s: n.into_job_s,
+            drained: n.drained,
+            sent_signal,
+            attempt: self.attempt,
+        });
+    }
+
+    fn slow_steps(&mut self, r: &Regression) {
+        tracing::warn!("{}", r.summary());
+        let body = Body::SlowSteps {
+            window_median_s: r.window_median_s,
+            run_median_s: r.run_median_s,
+            factor: r.factor,
+            window: r.window,
+            steps: r.steps,
+            attempt: self.attempt,
+        };
+        if let Some(e) = &mut self.events {
+            e.append(body.clone());
+        }
+        self.sink.write(body);
     }
 
     /// Writes outputs counted but not yet recorded (end of an attempt).
@@ -234,6 +335,11 @@ impl Tracker {
                     ckpt_s: if duration_s.is_some() { ckpt_s } else { 0.0 },
                     attempt,
                 });
+                if let (Some(d), Some(slow)) = (duration_s, &mut self.slow)
+                    && let Some(r) = slow.observe(d)
+                {
+                    self.slow_steps(&r);
+                }
             }
             Event::Output(n) => {
                 self.pending_outputs += n;
@@ -335,6 +441,47 @@ mod tests {
         t.start_attempt(1);
         t.apply(Event::CheckpointEnd(Source::Regex), Instant::now());
         assert!(bodies(&path).is_empty());
+    }
+
+    #[test]
+    fn a_step_time_regression_is_recorded_and_appended_to_the_jobs_events_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        let w = RecordWriter::open(&path, Meta::default()).unwrap();
+        let events = dir.path().join("7").join("fabric-run-events-n1.jsonl");
+        let mut t = Tracker::new(Sink::new(Some(w))).with_slow_steps(
+            SlowSteps::new(3, 1.5),
+            Some(EventsFile::new(events.clone(), Meta::default(), false)),
+        );
+        t.start_attempt(1);
+        let mut at = Instant::now();
+        t.apply(Event::Step(None), at);
+        for d in [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0] {
+            at += Duration::from_secs_f64(d);
+            t.apply(Event::Step(None), at);
+        }
+        let slow: Vec<Body> = bodies(&path)
+            .into_iter()
+            .filter(|b| matches!(b, Body::SlowSteps { .. }))
+            .collect();
+        assert_eq!(slow.len(), 1, "one episode, flagged once: {slow:?}");
+        match &slow[0] {
+            Body::SlowSteps {
+                window_median_s,
+                run_median_s,
+                factor,
+                window,
+                steps,
+                attempt,
+            } => {
+                assert!((window_median_s - 3.0).abs() < 1e-6);
+                assert!((run_median_s - 1.0).abs() < 0.01);
+                assert_eq!((*factor, *window, *steps, *attempt), (1.5, 3, 8, 1));
+            }
+            other => panic!("{other:?}"),
+        }
+        let lines = bodies(&events);
+        assert_eq!(lines, slow, "the events file holds the same record");
     }
 
     #[test]

@@ -15,9 +15,11 @@
 //! run in parallel, so steps and checkpoints are the lead (lowest) rank's, outputs add up, and
 //! retries, duration and the outcome take the maximum (the outcome order is [`Outcome`]'s);
 //! launches add up, and the outcome and `on_time` come from the launches of the highest restart
-//! count, which is also `requeues`.
+//! count, which is also `requeues`. Fabric fault notices count once each however many ranks
+//! recorded them (the ranks of a node follow the one notice file); slow-step events are the most
+//! any rank flagged, added up over attempts and launches.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
@@ -375,7 +377,13 @@ fn numbers_in_range(r: &Record) -> bool {
             Body::Step {
                 duration_s, ckpt_s, ..
             } => duration_s.is_none_or(secs) && secs(*ckpt_s),
-            Body::Output { .. } | Body::Unknown => true,
+            Body::SlowSteps {
+                window_median_s,
+                run_median_s,
+                factor,
+                ..
+            } => secs(*window_median_s) && secs(*run_median_s) && factor.is_finite(),
+            Body::Output { .. } | Body::FabricFault { .. } | Body::Unknown => true,
         }
 }
 
@@ -406,6 +414,7 @@ struct Agg {
     on_time: bool,
     ranks: u32,
     lead_rank: Option<u32>,
+    slow_events: u64,
 }
 
 /// Counts the job gave add up saturating: a sum of job-written numbers never overflows.
@@ -429,6 +438,7 @@ impl Agg {
             acc.restores.extend(p.restores);
             acc.outputs = add_opt(acc.outputs, p.outputs);
             acc.retries = acc.retries.saturating_add(p.retries);
+            acc.slow_events = acc.slow_events.saturating_add(p.slow_events);
             acc.duration_s += p.duration_s;
             acc.outcome = acc.outcome.max(p.outcome);
             acc.on_time &= p.on_time;
@@ -449,6 +459,7 @@ impl Agg {
             acc.start_ts = acc.start_ts.min(p.start_ts);
             acc.outputs = add_opt(acc.outputs, p.outputs);
             acc.retries = acc.retries.max(p.retries);
+            acc.slow_events = acc.slow_events.max(p.slow_events);
             acc.duration_s = acc.duration_s.max(p.duration_s);
             acc.outcome = acc.outcome.max(p.outcome);
             acc.on_time &= p.on_time;
@@ -489,6 +500,7 @@ fn reduce_run(recs: &[&Record]) -> Agg {
         on_time: false,
         ranks: 1,
         lead_rank: recs.first().and_then(|r| r.meta.rank),
+        slow_events: 0,
     };
     let mut retried: u64 = 0;
     let mut start_ts = None;
@@ -511,6 +523,7 @@ fn reduce_run(recs: &[&Record]) -> Agg {
                     .extend(duration_s.filter(|d| d.is_finite() && *d >= 0.0));
             }
             Body::Output { n, .. } => agg.outputs = add_opt(agg.outputs, Some(*n)),
+            Body::SlowSteps { .. } => agg.slow_events = agg.slow_events.saturating_add(1),
             Body::StepEnd {
                 duration_s,
                 outcome,
@@ -523,7 +536,8 @@ fn reduce_run(recs: &[&Record]) -> Agg {
                 agg.on_time = *on_time;
                 retried = retried.max(u64::from(attempts.saturating_sub(1)));
             }
-            Body::Unknown => {}
+            // Counted over the whole file: every rank of the node records the same notice.
+            Body::FabricFault { .. } | Body::Unknown => {}
         }
     }
     if let Some(ts) = start_ts {
@@ -599,10 +613,29 @@ pub fn summarize(recs: &Records) -> Option<RunSummary> {
         lead_rank: job.lead_rank,
         truncated: recs.truncated,
         reported_by: fabric_proto::tag::Reporter::Job,
+        fabric_faults: fabric_faults(recs),
+        slow_step_events: Some(job.slow_events).filter(|n| *n > 0),
     };
     // Each duration was bounded where it was read; their sums are clamped all the same.
     summary.scrub();
     Some(summary)
+}
+
+/// Distinct fabric fault notices in the records (by node, check and time seen): each rank of a
+/// node follows the node's one notice file, so one notice is recorded once per rank (and again
+/// by a later step's wrappers only if they saw it too). `None` when there are none.
+fn fabric_faults(recs: &Records) -> Option<u64> {
+    let seen: BTreeSet<(&str, &str, u64)> = recs
+        .records
+        .iter()
+        .filter_map(|r| match &r.body {
+            Body::FabricFault {
+                check, seen_at_s, ..
+            } => Some((r.meta.node.as_str(), check.as_str(), *seen_at_s)),
+            _ => None,
+        })
+        .collect();
+    (!seen.is_empty()).then_some(seen.len() as u64)
 }
 
 /// Merges the summaries of a job's nodes (each from [`summarize_records`]) into the job's.
@@ -611,7 +644,9 @@ pub fn summarize(recs: &Records) -> Option<RunSummary> {
 /// checkpoints and restores are the lead node's (the one with the lowest `lead_rank`, i.e. rank 0's
 /// node; the first given when no rank is known); outputs, ranks and malformed lines add up;
 /// retries, requeues and duration take the maximum; the outcome is the worst (in [`Outcome`]'s
-/// order); `accepted`, `on_time` need every node. `None` for no summaries.
+/// order); `accepted`, `on_time` need every node. Fabric faults add up (each node's are its
+/// own); slow-step events take the maximum (a slow job slows every node's steps alike).
+/// `None` for no summaries.
 pub fn merge_nodes(nodes: &[RunSummary]) -> Option<RunSummary> {
     let lead = nodes
         .iter()
@@ -636,6 +671,10 @@ pub fn merge_nodes(nodes: &[RunSummary]) -> Option<RunSummary> {
         .iter()
         .fold(0u64, |a, s| a.saturating_add(s.malformed_lines));
     out.truncated = nodes.iter().any(|s| s.truncated);
+    out.fabric_faults = nodes
+        .iter()
+        .fold(None, |acc, s| add_opt(acc, s.fabric_faults));
+    out.slow_step_events = nodes.iter().filter_map(|s| s.slow_step_events).max();
     out.scrub();
     Some(out)
 }
@@ -942,6 +981,71 @@ mod tests {
         assert_eq!(merged.ranks, 12);
         assert_eq!(merged.duration_s, 8.0);
         assert!(merge_nodes(&[]).is_none());
+    }
+
+    fn fault(check: &str, seen_at_s: u64) -> String {
+        format!(
+            r#""type":"fabric_fault","check":"{check}","message":"port DOWN","seen_at_s":{seen_at_s},"into_job_s":5,"drained":true,"attempt":1"#
+        )
+    }
+
+    fn slow(steps: u64) -> String {
+        format!(
+            r#""type":"slow_steps","window_median_s":3.0,"run_median_s":1.0,"factor":1.5,"window":20,"steps":{steps},"attempt":1"#
+        )
+    }
+
+    #[test]
+    fn the_summary_counts_fabric_faults_once_across_ranks_and_slow_step_events_per_rank() {
+        let recs = parsed(&[
+            line("a", 0, 0, 10.0, start()),
+            line("b", 1, 0, 10.0, start()),
+            // Both ranks followed the node's notice file: one fault, recorded twice.
+            line("a", 0, 0, 20.0, &fault("ib.port_state", 1000)),
+            line("b", 1, 0, 20.0, &fault("ib.port_state", 1000)),
+            line("b", 1, 0, 30.0, &fault("ib.counters", 1010)),
+            line("a", 0, 0, 40.0, &slow(40)),
+            line("b", 1, 0, 41.0, &slow(40)),
+            line("b", 1, 0, 90.0, &slow(120)),
+            line("a", 0, 0, 99.0, &end("accepted", 1, 89.0)),
+            line("b", 1, 0, 99.0, &end("accepted", 1, 89.0)),
+            // A requeued launch flags its own.
+            line("c", 0, 1, 200.0, start()),
+            line("c", 0, 1, 240.0, &slow(40)),
+            line("c", 0, 1, 299.0, &end("accepted", 1, 99.0)),
+            // A type from a later wrapper is skipped, not malformed: new types stay additive.
+            line("c", 0, 1, 299.5, r#""type":"a_later_record","x":1"#),
+        ]);
+        assert_eq!(recs.malformed, 0);
+        assert_eq!(recs.records.len(), 13);
+        let s = summarize(&recs).unwrap();
+        assert_eq!(s.fabric_faults, Some(2), "distinct notices");
+        assert_eq!(
+            s.slow_step_events,
+            Some(3),
+            "the most of any rank (2), plus the requeued launch's"
+        );
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains(r#""fabric_faults":2"#), "{json}");
+        assert!(json.contains(r#""slow_step_events":3"#), "{json}");
+
+        let quiet = summarize(&parsed(&two_ranks())).unwrap();
+        assert_eq!((quiet.fabric_faults, quiet.slow_step_events), (None, None));
+        let merged = merge_nodes(&[s.clone(), quiet, s]).unwrap();
+        assert_eq!(
+            merged.fabric_faults,
+            Some(4),
+            "each node's faults are its own"
+        );
+        assert_eq!(merged.slow_step_events, Some(3));
+    }
+
+    #[test]
+    fn a_slow_steps_record_with_a_number_no_wrapper_writes_is_malformed() {
+        let bad = r#""type":"slow_steps","window_median_s":1e300,"run_median_s":1.0,"factor":1.5,"window":20,"steps":40"#;
+        let recs = parsed(&[line("a", 0, 0, 10.0, start()), line("a", 0, 0, 11.0, bad)]);
+        assert_eq!(recs.malformed, 1);
+        assert_eq!(summarize(&recs).unwrap().slow_step_events, None);
     }
 
     #[test]

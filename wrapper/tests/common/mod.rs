@@ -74,6 +74,17 @@ pub struct Rec {
     pub validated: Option<bool>,
     pub sigterm: Option<bool>,
     pub cmd: Option<Vec<String>>,
+    pub check: Option<String>,
+    pub message: Option<String>,
+    pub seen_at_s: Option<u64>,
+    pub into_job_s: Option<u64>,
+    pub drained: Option<bool>,
+    pub sent_signal: Option<i32>,
+    pub window_median_s: Option<f64>,
+    pub run_median_s: Option<f64>,
+    pub factor: Option<f64>,
+    pub window: Option<u32>,
+    pub steps: Option<u64>,
 }
 
 /// Every line of a records file, each of which must decode.
