@@ -337,8 +337,15 @@ fn remove_node_files(node: &str, dir: &JobDir) {
     let records = format!("{node}.jsonl");
     let results = format!("{node}.steps.jsonl");
     let marker = format!("{node}.step-");
+    // The watch's notice file and fabric-run's events file go with the job too.
+    let notices = format!("fabric-notice-{node}.jsonl");
+    let events = format!("fabric-run-events-{node}.jsonl");
     dir.remove(|name| {
-        name == records || name == results || (name.starts_with(&marker) && name.ends_with(".done"))
+        name == records
+            || name == results
+            || name == notices
+            || name == events
+            || (name.starts_with(&marker) && name.ends_with(".done"))
     });
     dir.remove_if_empty();
 }
