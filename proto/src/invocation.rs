@@ -39,6 +39,11 @@ pub fn spawn_retrying_busy(
 /// The marker of the child's decision line (`fabric-check-exit=N`).
 pub const EXIT_MARKER: &str = "fabric-check-exit=";
 
+/// The most bytes of the child's output the plugin keeps and relays to the slurmd log: the
+/// first ones. A line the child writes past them is lost, so every line before root's own
+/// (the tag write, the drain) is bounded, whatever the job's files name.
+pub const MAX_CHILD_OUTPUT: usize = 64 * 1024;
+
 /// Slurm's id of the batch script's step (`SLURM_BATCH_SCRIPT`, `0xfffffffb`): its end is the
 /// job's last moment as `RUNNING` (slurmstepd reports the batch script complete only after its
 /// `slurm_spank_exit`), so `step-end` there writes the summary of every step of its node.

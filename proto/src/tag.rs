@@ -7,7 +7,8 @@
 //! which lower-cases the value in Slurm 22.05) it is [`DB_FORM_PREFIX`] followed by the same JSON
 //! in lower-case, padded base32 (RFC 4648), which both manglings leave intact. [`extract`] reads
 //! either (and the backtick-mangled JSON older releases wrote); [`splice`] and [`splice_as`]
-//! replace our segment in place or append it after a space, keeping every other byte.
+//! replace our segment in place or append it after a space, keeping every other byte. Both
+//! read in time linear in the comment's length, however many markers it holds.
 //!
 //! [`JobTag::bounded_to`] keeps the JSON within a byte bound (4 KiB, [`MAX_TAG_BYTES`]): it
 //! summarises passing nodes as a Slurm hostlist (`"n[1-1023]":{"verdict":"pass"}`) first, then
@@ -25,6 +26,12 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::hostlist::{self, Hostlist};
+
+/// The reader as it was before it was made linear: the reference the tests compare it with (and
+/// the baseline of `scripts/bench-tag-reader`, whose example holds the file).
+#[cfg(test)]
+#[path = "../examples/tag_reader/quadratic.rs"]
+mod quadratic;
 
 /// The segment marker, followed by one space and the JSON object.
 pub const MARKER: &str = "fabric-check/v1 ";
@@ -731,16 +738,24 @@ fn locate(comment: &str) -> Option<(std::ops::Range<usize>, Result<JobTag, TagDe
 }
 
 /// [`locate`] decoding the segment as `T`: a reader's own view of the tag.
+///
+/// Linear in the comment's length however many markers it holds: no marker copies or rescans
+/// the rest of the comment. What a segment needs of the whole comment (the backtick repairs,
+/// where each `{` closes) is made once, by [`Whole`], and only when a segment first needs it;
+/// what a marker still reads on its own ends at the next marker (its trailing space), or is a
+/// JSON parse, which can only run past a later marker inside a JSON string, so at most two
+/// parses ever cover one byte.
 fn locate_as<T: serde::de::DeserializeOwned>(
     comment: &str,
 ) -> Option<(std::ops::Range<usize>, Result<T, TagDecodeError>)> {
+    let mut whole = Whole::new(comment);
     let mut first_unreadable = None;
     let mut covered_until = 0;
     for (start, _) in comment.match_indices(MARKER) {
         if start < covered_until {
             continue;
         }
-        let found = locate_at::<T>(comment, start);
+        let found = locate_at::<T>(&mut whole, start);
         if found.1.is_ok() {
             return Some(found);
         }
@@ -753,14 +768,114 @@ fn locate_as<T: serde::de::DeserializeOwned>(
     first_unreadable
 }
 
+/// What reading a comment's segments needs of the whole comment, each made at most once and
+/// only when a segment first needs it.
+struct Whole<'a> {
+    comment: &'a str,
+    /// The comment with its backticks repaired as [`unmangle_backticks`] repairs them (every
+    /// byte at its offset).
+    unmangled: Option<String>,
+    /// The comment with every backtick taken for a quote.
+    requoted: Option<String>,
+    /// From the first segment that asked on: for each marker followed by `{`, the length of
+    /// its extent up to the bracket that closes that `{` ([`bracket_closers`]).
+    closers: Option<(usize, std::collections::HashMap<usize, usize>)>,
+}
+
+impl<'a> Whole<'a> {
+    fn new(comment: &'a str) -> Self {
+        Self {
+            comment,
+            unmangled: None,
+            requoted: None,
+            closers: None,
+        }
+    }
+
+    /// The repaired text from `at`, which starts with `{`: [`unmangle_backticks`] of the rest
+    /// of the comment is this slice of its repair of the whole (a byte's repair depends on its
+    /// neighbours alone, and the `{` at `at` is none of the repaired bytes).
+    fn unmangled_from(&mut self, at: usize) -> &str {
+        let comment = self.comment;
+        &self
+            .unmangled
+            .get_or_insert_with(|| unmangle_backticks(comment))[at..]
+    }
+
+    /// The rest of the comment from `at` with every backtick taken for a quote.
+    fn requoted_from(&mut self, at: usize) -> &str {
+        let comment = self.comment;
+        &self
+            .requoted
+            .get_or_insert_with(|| comment.replace('`', "\""))[at..]
+    }
+
+    /// Where the unreadable segment whose text starts at `at` (just after its marker) ends:
+    /// after the bracket that closes its opening `{` (counted without regard to strings, which
+    /// may be the broken part), else at the next space.
+    fn unreadable_len(&mut self, at: usize) -> usize {
+        let rest = &self.comment[at..];
+        // The next space is at the latest the one ending the next marker.
+        let next_space = rest.find(' ').unwrap_or(rest.len());
+        if !rest.starts_with('{') {
+            return next_space;
+        }
+        let comment = self.comment;
+        let (from, closers) = match &mut self.closers {
+            Some(made) if made.0 <= at => made,
+            slot => slot.insert((at, bracket_closers(comment, at))),
+        };
+        debug_assert!(*from <= at, "segments are read in order");
+        closers.get(&at).copied().unwrap_or(next_space)
+    }
+}
+
+/// For every marker followed by `{` at or after byte `from`: the length from that `{` to just
+/// after the bracket that closes it, counting `{` and `[` in, `}` and `]` out, without regard to
+/// strings, as [`Whole::unreadable_len`] counts. One pass: the open `{`s still waiting for their
+/// bracket sit on a stack, deepest last.
+fn bracket_closers(comment: &str, from: usize) -> std::collections::HashMap<usize, usize> {
+    let bytes = comment.as_bytes();
+    let mut closers = std::collections::HashMap::new();
+    // (depth before the `{`, where it is), for the `{`s after a marker not closed yet.
+    let mut waiting: Vec<(usize, usize)> = Vec::new();
+    let mut depth = 0usize;
+    for (i, &b) in bytes.iter().enumerate().skip(from) {
+        match b {
+            b'{' | b'[' => {
+                if b == b'{' && bytes[..i].ends_with(MARKER.as_bytes()) {
+                    waiting.push((depth, i));
+                }
+                depth += 1;
+            }
+            b'}' | b']' => {
+                // A bracket closing one opened before `from` leaves the depth at 0: no `{`
+                // after `from` waits that low.
+                depth = depth.saturating_sub(1);
+                while let Some(&(opened_at, at)) = waiting.last() {
+                    if opened_at < depth {
+                        break;
+                    }
+                    closers.insert(at, i + 1 - at);
+                    waiting.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    closers
+}
+
 /// The segment whose marker starts at byte `start`.
 fn locate_at<T: serde::de::DeserializeOwned>(
-    comment: &str,
+    whole: &mut Whole<'_>,
     start: usize,
 ) -> (std::ops::Range<usize>, Result<T, TagDecodeError>) {
+    let comment = whole.comment;
     let json_start = start + MARKER.len();
     let rest = &comment[json_start..];
     if let Some(encoded) = rest.strip_prefix(DB_FORM_PREFIX) {
+        // Ends at the latest at the space that ends the next marker.
         let len = encoded
             .find(|c: char| c.is_ascii_whitespace())
             .unwrap_or(encoded.len());
@@ -788,11 +903,12 @@ fn locate_at<T: serde::de::DeserializeOwned>(
         // and `'` became a backtick. Quotes are put back where JSON's structure needs them and
         // apostrophes elsewhere; failing that, every backtick is taken for a quote. Both
         // repairs keep every byte offset.
-        found = parse(&unmangle_backticks(rest)).or_else(|_| parse(&rest.replace('`', "\"")));
+        found = parse(whole.unmangled_from(json_start))
+            .or_else(|_| parse(whole.requoted_from(json_start)));
     }
     match found {
         Ok((tag, len)) => (start..json_start + len, Ok(tag)),
-        Err(e) => (start..json_start + unreadable_len(rest), Err(e)),
+        Err(e) => (start..json_start + whole.unreadable_len(json_start), Err(e)),
     }
 }
 
@@ -817,29 +933,6 @@ fn unmangle_backticks(text: &str) -> String {
         out.push(if structural { '"' } else { '\'' });
     }
     out
-}
-
-/// Where an unreadable segment ends: after the bracket that closes its opening `{` (counted
-/// without regard to strings, which may be the broken part), else at the next space.
-fn unreadable_len(rest: &str) -> usize {
-    let next_space = rest.find(' ').unwrap_or(rest.len());
-    if !rest.starts_with('{') {
-        return next_space;
-    }
-    let mut depth = 0usize;
-    for (i, c) in rest.char_indices() {
-        match c {
-            '{' | '[' => depth += 1,
-            '}' | ']' => {
-                depth = depth.saturating_sub(1);
-                if depth == 0 {
-                    return i + 1;
-                }
-            }
-            _ => {}
-        }
-    }
-    next_space
 }
 
 /// Decodes the fabric-check segment of an `AdminComment`, if there is one (either [`Form`], and
@@ -1612,5 +1705,110 @@ mod tests {
             !quiet.contains("fabric_faults") && !quiet.contains("slow_step"),
             "{quiet}"
         );
+    }
+
+    /// A comment of `bytes` of `fabric-check/v1 ` markers, each followed by `follow`, then
+    /// `ours`.
+    fn markers_then(follow: &str, bytes: usize, ours: &str) -> String {
+        let unit = format!("{MARKER}{follow}");
+        format!("{} {ours}", unit.repeat(bytes / unit.len()))
+    }
+
+    #[test]
+    fn a_megabyte_of_markers_is_read_through_to_our_segment_and_spliced_in_place() {
+        // Every marker used to copy or rescan the rest of the comment: a megabyte of these took
+        // minutes. Each shape starts a segment that never decodes.
+        let t = tag_with(&[("n1", Verdict::Pass), ("n2", Verdict::Fail)]);
+        let newer = tag_with(&[("n1", Verdict::Fail), ("n2", Verdict::Fail)]);
+        for follow in [
+            "{",
+            "{`",
+            "",
+            "b32:",
+            "{\"a\":\"",
+            "{\"a\":[",
+            "[`{",
+            "{`a`:`",
+        ] {
+            for form in [Form::Live, Form::Database] {
+                let comment = markers_then(follow, 1 << 20, &segment(&t, form));
+                assert!(comment.len() >= 1 << 20);
+                let found = extract(&comment).expect("a segment");
+                assert_eq!(found.unwrap(), t, "{follow:?} {form:?}");
+                let spliced = splice_as(&comment, &newer, form);
+                let ours_at = comment.len() - segment(&t, form).len();
+                assert!(
+                    spliced[..ours_at] == comment[..ours_at],
+                    "{follow:?}: the markers are kept as they were"
+                );
+                assert_eq!(spliced[ours_at..], segment(&newer, form), "{follow:?}");
+                assert_eq!(extract(&spliced).unwrap().unwrap(), newer);
+            }
+            // None of them decodes: the first is reported unreadable and replaced.
+            let comment = markers_then(follow, 1 << 20, "JS1:aa");
+            assert!(extract(&comment).expect("a segment").is_err(), "{follow:?}");
+            let spliced = splice(&comment, &t);
+            assert_eq!(extract(&spliced).unwrap().unwrap(), t, "{follow:?}");
+            assert!(spliced.ends_with(" JS1:aa"), "{follow:?}");
+        }
+    }
+
+    #[test]
+    fn the_reader_finds_the_segment_and_extent_the_old_reader_found_in_every_generated_comment() {
+        let t = tag_with(&[("n1", Verdict::Pass), ("n2", Verdict::Warn)]);
+        let live = segment(&t, Form::Live);
+        let pieces = [
+            MARKER.to_owned(),
+            MARKER.to_owned(),
+            live.clone(),
+            live.replace('"', "`"),
+            live[..live.len() / 2].to_owned(),
+            segment(&t, Form::Database),
+            DB_FORM_PREFIX.to_owned(),
+            "mzxw6===".to_owned(),
+            "{".into(),
+            "}".into(),
+            "[".into(),
+            "]".into(),
+            "`".into(),
+            "\"".into(),
+            "'".into(),
+            "\\".into(),
+            ":".into(),
+            ",".into(),
+            " ".into(),
+            "\n".into(),
+            "{`".into(),
+            "`:`".into(),
+            "{\"a\":".into(),
+            "{\"mode\":\"quick\"}".into(),
+            "JS1:aa".into(),
+            "1".into(),
+            "\u{e9}".into(),
+            "\u{1f600}".into(),
+        ];
+        let mut g = Gen(0x5eed_1e55_f00d_cafe);
+        for case in 0..20_000 {
+            let n = 1 + g.below(24);
+            let comment: String = (0..n)
+                .map(|_| pieces[g.below(pieces.len() as u64) as usize].as_str())
+                .collect();
+            let new = locate_as::<JobTag>(&comment);
+            let old = quadratic::locate_as::<JobTag>(&comment);
+            match (&new, &old) {
+                (None, None) => {}
+                (Some((r, a)), Some((s, b))) => {
+                    assert_eq!(r, s, "case {case}: {comment:?}");
+                    match (a, b) {
+                        (Ok(a), Ok(b)) => assert_eq!(a, b, "case {case}: {comment:?}"),
+                        (Err(a), Err(b)) => {
+                            assert_eq!(a.to_string(), b.to_string(), "case {case}: {comment:?}")
+                        }
+                        _ => panic!("case {case}: {comment:?}: {a:?} against {b:?}"),
+                    }
+                }
+                _ => panic!("case {case}: {comment:?}: {new:?} against {old:?}"),
+            }
+        }
     }
 }

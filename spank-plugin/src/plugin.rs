@@ -1,6 +1,7 @@
 //! What each SPANK callback does, written against [`Host`] so it can be tested without Slurm.
 
 use fabric_proto::fabric_option::FabricMode;
+use fabric_proto::hostlist::{Hostlist, Limits};
 use fabric_proto::invocation::{BATCH_STEP_ID, FIRST_SPECIAL_STEP_ID, Invocation, JobStepExit};
 use fabric_proto::plugin_args::{ArgProblem, JobMode, PluginArgs};
 use fabric_proto::record::PLUGIN_SPOOL_ENV;
@@ -620,7 +621,11 @@ pub fn step_exit_in(
 }
 
 /// The most nodes a step's end meets across (a larger step leaves its summary to the epilog).
-const MAX_STEP_NODES: usize = 4096;
+const MAX_STEP_NODES: u32 = 4096;
+
+/// The longest node name a step's list is believed to hold (a DNS name's 255 bytes): the
+/// expansion of a list of `n` nodes is bounded to `n` times this.
+const MAX_NODE_NAME_BYTES: u64 = 255;
 
 /// The step's nodes when it runs on several, as a hostlist, or `None` (one node, or what the
 /// job's environment says does not agree with Slurm). `SLURM_STEP_NODELIST` comes from the
@@ -628,23 +633,46 @@ const MAX_STEP_NODES: usize = 4096;
 /// `S_JOB_NNODES` nodes and this node at its `S_JOB_NODEID`. A lie could then only misdirect
 /// the job's own step-end meeting (MUNGE-authenticated as root, bounded by `timeout=`), whose
 /// result is the job's own reported summary.
+///
+/// It costs nothing before it is believed: Slurm's count is checked against
+/// [`MAX_STEP_NODES`] first; the list is parsed within that count (a range of more numbers is
+/// refused as it is read) and counted, in names and in bytes, with checked arithmetic; only a
+/// list of exactly that many names of at most [`MAX_NODE_NAME_BYTES`] each is expanded.
 fn step_nodes(host: &dyn Host, node: &str) -> Option<String> {
-    let list = host.job_env("SLURM_STEP_NODELIST")?;
-    let names = fabric_proto::hostlist::Hostlist::parse(&list)
-        .ok()?
-        .expand()
-        .ok()?;
     let (count, id) = (host.step_nnodes()?, host.node_id()?);
-    let fits = names.len() >= 2
-        && names.len() <= MAX_STEP_NODES
-        && names.len() == count as usize
-        && names.get(id as usize).map(String::as_str) == Some(node);
-    if !fits {
+    let disbelieved = |why: &str| {
         host.debug(&format!(
-            "fabric-check: step end: SLURM_STEP_NODELIST does not match the step ({} nodes, this node {id}); the first node's summary only",
-            count
+            "fabric-check: step end: SLURM_STEP_NODELIST does not match the step ({count} nodes, this node {id}: {why}); the first node's summary only"
+        ));
+        None
+    };
+    if count < 2 {
+        return None;
+    }
+    if count > MAX_STEP_NODES {
+        host.debug(&format!(
+            "fabric-check: step end: a step of {count} nodes (over {MAX_STEP_NODES}); the first node's summary only"
         ));
         return None;
+    }
+    let list = host.job_env("SLURM_STEP_NODELIST")?;
+    let limits = Limits {
+        names: u64::from(count),
+        bytes: u64::from(count) * MAX_NODE_NAME_BYTES,
+    };
+    let parsed = match Hostlist::parse_within(&list, limits) {
+        Ok(parsed) => parsed,
+        Err(e) => return disbelieved(&e.to_string()),
+    };
+    if parsed.count() != Some(u64::from(count)) {
+        return disbelieved("another number of names");
+    }
+    let names = match parsed.expand_within(limits) {
+        Ok(names) => names,
+        Err(e) => return disbelieved(&e.to_string()),
+    };
+    if names.get(id as usize).map(String::as_str) != Some(node) {
+        return disbelieved("this node is not at its index");
     }
     Some(list)
 }
@@ -1144,6 +1172,50 @@ mod tests {
         };
         let (argv, _) = step_exit_with_child(&h, true, None);
         assert!(argv.unwrap().contains("--nodes n1 "));
+    }
+
+    #[test]
+    fn a_step_node_list_that_overflows_or_stands_for_gigabytes_is_refused_before_it_is_expanded() {
+        let gigabyte = format!("{}[0000-1023][0000-1023],n1", "x".repeat(1000));
+        let long_name = format!("{},n1", "y".repeat(600));
+        for (list, count, why) in [
+            (
+                "n[0-18446744073709551615]",
+                2,
+                "a range whose size wraps to 0",
+            ),
+            (
+                "n[0-9223372036854775807,0-9223372036854775808]",
+                2,
+                "sizes that add up past u64",
+            ),
+            (gigabyte.as_str(), 2, "a gigabyte of names from a kilobyte"),
+            ("n[1-4096],n1", 2, "a range larger than the step"),
+            ("n[0-1023][0-1023],n1", 2, "a million names"),
+            (long_name.as_str(), 2, "a name longer than any node's"),
+            ("n[0-4096]", 4097, "a step larger than the meeting's limit"),
+        ] {
+            // This node is n1 at index 1: a believed list would name it there.
+            let h = FakeHost {
+                step_nodes: Some((list.to_owned(), count)),
+                ..step_host(Context::Remote, 3, 1)
+            };
+            let started = std::time::Instant::now();
+            let (argv, log) = step_exit_with_child(&h, true, None);
+            assert_eq!(argv, None, "{why}: {log:?}");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "{why}: nothing was expanded"
+            );
+            assert!(log.iter().all(|l| l.len() < 512), "{why}: {log:?}");
+        }
+        // A list within Slurm's count is believed: this node meets the step's first.
+        let h = FakeHost {
+            step_nodes: Some(("n[0-1]".into(), 2)),
+            ..step_host(Context::Remote, 3, 1)
+        };
+        let (argv, log) = step_exit_with_child(&h, true, None);
+        assert!(argv.unwrap().contains("--nodes n[0-1] "), "{log:?}");
     }
 
     #[test]

@@ -20,10 +20,10 @@ use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use fabric_proto::invocation::{JobStepExit, SAFE_PATH, spawn_retrying_busy};
+use fabric_proto::invocation::{JobStepExit, MAX_CHILD_OUTPUT, SAFE_PATH, spawn_retrying_busy};
 
-/// Most output kept from the child.
-const MAX_OUTPUT: usize = 64 * 1024;
+/// Most output kept from the child (its first bytes).
+const MAX_OUTPUT: usize = MAX_CHILD_OUTPUT;
 
 /// How long the group has between `SIGTERM` and `SIGKILL`.
 pub const KILL_GRACE: Duration = Duration::from_millis(500);

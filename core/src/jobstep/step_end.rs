@@ -276,6 +276,24 @@ fn step_end_in_flight(file: &std::fs::File) -> bool {
     }
 }
 
+/// The most step ids a line of the batch end's wait names; the others are counted.
+pub const NAMED_STEP_IDS: usize = 8;
+
+/// Steps for a log line: `step(s) 1, 2, 3`, or past [`NAMED_STEP_IDS`] the first of them and
+/// how many more. The steps come from the job's records, which may name any number of them:
+/// listed in full they would crowd root's own later lines out of the output the plugin relays.
+fn steps_in_brief(ids: &[u32]) -> String {
+    let named: Vec<String> = ids
+        .iter()
+        .take(NAMED_STEP_IDS)
+        .map(u32::to_string)
+        .collect();
+    match ids.len().saturating_sub(NAMED_STEP_IDS) {
+        0 => format!("step(s) {}", named.join(", ")),
+        more => format!("{} steps: {} and {more} more", ids.len(), named.join(", ")),
+    }
+}
+
 /// The batch script's end: waits, polling and bounded (see the module docs), until no step end
 /// holds the lock and every step in `named` is listed as over, so that the kept summaries hold
 /// what the steps' meetings heard. Returns at once when nothing is in flight or to come.
@@ -313,14 +331,16 @@ fn wait_for_step_ends(step: &JobStep<'_>, named: &BTreeSet<u32>) {
         };
         if let Some(why) = why {
             step.say(&format!(
-                "writing without waiting longer for the end of step(s) {pending:?} on this node ({why} after {} ms); the epilog merges the rest",
+                "writing without waiting longer for the end of {} on this node ({why} after {} ms); the epilog merges the rest",
+                steps_in_brief(&pending),
                 start.elapsed().as_millis()
             ));
             return;
         }
         if !said {
             step.say(&format!(
-                "waiting for the step ends on this node (in flight: {busy}; not over yet: step(s) {pending:?})"
+                "waiting for the step ends on this node (in flight: {busy}; not over yet: {})",
+                steps_in_brief(&pending)
             ));
             said = true;
         }

@@ -614,6 +614,50 @@ fn a_batch_end_whose_steps_end_never_comes_waits_only_the_grace_and_writes_its_o
 }
 
 #[test]
+fn a_batch_end_whose_records_name_thirty_thousand_steps_logs_a_bounded_wait_and_its_tag_write_is_relayed()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    append(dir.path(), "n1", &rank_lines("n1", 0, "1", 5, "accepted"));
+    // The job's records name 30,000 made-up steps, none of whose ends will come.
+    let made_up: Vec<String> = (100..30_100)
+        .map(|id| {
+            line(
+                "n1",
+                &id.to_string(),
+                12.0,
+                r#""type":"step","duration_s":1.0"#,
+            )
+        })
+        .collect();
+    append(dir.path(), "n1", &made_up);
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2"]);
+    let (done, lines, _) = batch_end(dir.path(), &slurm);
+    let text = lines.text();
+    let head = |t: &str| t.chars().take(600).collect::<String>();
+    assert_eq!(done, StepEnd::Written(TagWrite::Live), "{}", head(&text));
+    // The plugin relays the child's first 64 KiB: root's line about the tag write is there.
+    let output = format!("{text}\n");
+    let relayed = String::from_utf8_lossy(
+        &output.as_bytes()[..output.len().min(fabric_proto::invocation::MAX_CHILD_OUTPUT)],
+    );
+    assert!(
+        relayed.contains("run summary of n1 in the live tag"),
+        "root's line was pushed out of the relayed output: {}",
+        head(&text)
+    );
+    for l in relayed.lines() {
+        assert!(l.len() < 512, "an unbounded line: {}", head(l));
+    }
+    let named = "30001 steps: 1, 100, 101, 102, 103, 104, 105, 106 and 29993 more";
+    assert_eq!(
+        lines.count(named),
+        2,
+        "the wait and its end: {}",
+        head(&text)
+    );
+}
+
+#[test]
 fn health_removes_the_step_end_files_of_a_job_whose_epilog_never_ran_after_a_week_only() {
     let dir = tempfile::tempdir().unwrap();
     for name in [
