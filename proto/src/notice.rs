@@ -104,12 +104,8 @@ impl FabricNotice {
 /// `None` when the job id or node name would escape the spool (as
 /// [`crate::record::node_records_path`]).
 pub fn notice_path(spool_root: &Path, job_id: &str, node: &str) -> Option<PathBuf> {
-    let ok = |s: &str| !s.is_empty() && s != "." && s != ".." && !s.contains(['/', '\0']);
-    (ok(job_id) && ok(node)).then(|| {
-        spool_root
-            .join(job_id)
-            .join(format!("fabric-notice-{node}.jsonl"))
-    })
+    crate::record::node_records_path(spool_root, job_id, node)
+        .map(|p| p.with_file_name(format!("fabric-notice-{node}.jsonl")))
 }
 
 #[cfg(test)]

@@ -26,12 +26,10 @@ pub struct Args {
     pub words: Vec<String>,
 }
 
-/// Parses, wires the real seams, and runs `script`.
-fn run(script: Script, args: Args) -> anyhow::Result<i32> {
-    let started = Instant::now();
+/// Runs `f` on a job step of `setup` with the real seams: Slurm's CLI bounded by the setup's
+/// deadline, the subprocess probe, the MUNGE rendezvous and stdout.
+fn with_real_seams<T>(setup: &Setup, f: impl FnOnce(&JobStep<'_>) -> T) -> T {
     let relay = StdoutRelay;
-    let inv = Invocation::parse_flags(script, args.words)?;
-    let setup = Setup::resolve(inv, started, &relay)?;
     let slurm = SlurmCli::bounded(setup.slurm_call_limit(), setup.deadline);
     let runner = SubprocessRunner {
         program: setup.plugin.probe.clone(),
@@ -43,21 +41,28 @@ fn run(script: Script, args: Args) -> anyhow::Result<i32> {
         munge_socket: setup.plugin.munge_socket.clone(),
         relay: &relay,
     };
-    let step = JobStep {
-        setup: &setup,
+    f(&JobStep {
+        setup,
         seams: Seams {
             slurm: &slurm,
             runner: &runner,
             meet: &meet,
             relay: &relay,
         },
-    };
-    let exit = match script {
-        Script::Prolog => jobstep::prolog::run(&step),
-        Script::Epilog => jobstep::epilog::run(&step),
-        Script::StepEnd => jobstep::step_end::run(&step),
+    })
+}
+
+/// Parses, wires the real seams, and runs `script`.
+fn run(script: Script, args: Args) -> anyhow::Result<i32> {
+    let started = Instant::now();
+    let inv = Invocation::parse_flags(script, args.words)?;
+    let setup = Setup::resolve(inv, started, &StdoutRelay)?;
+    let exit = with_real_seams(&setup, |step| match script {
+        Script::Prolog => jobstep::prolog::run(step),
+        Script::Epilog => jobstep::epilog::run(step),
+        Script::StepEnd => jobstep::step_end::run(step),
         Script::Watch => unreachable!("the watch has its own entry"),
-    };
+    });
     Ok(exit.code())
 }
 
@@ -76,35 +81,14 @@ pub fn step_end(args: Args) -> anyhow::Result<i32> {
     run(Script::StepEnd, args)
 }
 
-/// The real seams of one action of the watch: Slurm's CLI bounded by a fresh deadline.
+/// The real seams of one action of the watch, with a fresh deadline (`timeout=` from now).
 struct RealAct;
 
 impl jobstep::watch::Act for RealAct {
     fn with_step(&self, setup: &Setup, f: &mut dyn FnMut(&JobStep<'_>)) {
-        let relay = StdoutRelay;
         let mut fresh = setup.clone();
         fresh.deadline = jobstep::Budget::new(setup.plugin.timeout).job_step(Instant::now());
-        let slurm = SlurmCli::bounded(fresh.slurm_call_limit(), fresh.deadline);
-        let runner = SubprocessRunner {
-            program: fresh.plugin.probe.clone(),
-        };
-        let meet = RendezvousMeet {
-            slurm: &slurm,
-            resolver: &SystemResolver,
-            hosts_file: None,
-            munge_socket: None,
-            relay: &relay,
-        };
-        let step = JobStep {
-            setup: &fresh,
-            seams: Seams {
-                slurm: &slurm,
-                runner: &runner,
-                meet: &meet,
-                relay: &relay,
-            },
-        };
-        f(&step);
+        with_real_seams(&fresh, |step| f(step));
     }
 }
 

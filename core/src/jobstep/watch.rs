@@ -346,7 +346,6 @@ pub fn run(
                     }
                     summary.appeared.push(fault.check.clone());
                     let mut drained = false;
-                    let mut said = false;
                     act.with_step(setup, &mut |step| {
                         step.say(&format!(
                             "watch: {}: {} ({}s into job {job}; policy={} → {})",
@@ -356,7 +355,6 @@ pub fn run(
                             setup.plugin.policy.as_str(),
                             action.words()
                         ));
-                        said = true;
                         if action.drain {
                             drained = step
                                 .drain_self(
@@ -368,7 +366,7 @@ pub fn run(
                         if action.tag {
                             let ev = WatchEvent {
                                 check: fault.check.clone(),
-                                message: bounded(&fault.message),
+                                message: fabric_proto::tag::scrub_text(&fault.message, 160),
                                 seen_at_s: now,
                                 into_job_s: into,
                                 cleared_at_s: None,
@@ -396,9 +394,6 @@ pub fn run(
                             tracing::warn!("cannot write the notice {}: {e}", n.path().display());
                         }
                     }
-                    if !said {
-                        tracing::warn!(check = %fault.check, "watch: no step to act on the fault");
-                    }
                 }
                 Change::Cleared(fault) => {
                     summary.cleared.push(fault.check.clone());
@@ -422,12 +417,6 @@ pub fn run(
         pace.sleep(interval.saturating_sub(t0.elapsed()));
     }
     summary
-}
-
-fn bounded(s: &str) -> String {
-    let mut out: String = s.chars().filter(|c| !c.is_control()).take(160).collect();
-    out.truncate(out.trim_end().len());
-    out
 }
 
 /// Adds one fault of `check` to the node's watch counters (`<state_dir>/watch-faults.json`,
@@ -809,6 +798,17 @@ mod tests {
         meet: FakeMeet,
         actions: RefCell<u32>,
     }
+    impl<'a> FakeAct<'a> {
+        fn on(slurm: &'a FakeSlurm, lines: &'a Lines) -> Self {
+            Self {
+                slurm,
+                lines,
+                runner: FakeRunner::answering(vec![]),
+                meet: FakeMeet::default(),
+                actions: RefCell::new(0),
+            }
+        }
+    }
     impl Act for FakeAct<'_> {
         fn with_step(&self, setup: &Setup, f: &mut dyn FnMut(&JobStep<'_>)) {
             *self.actions.borrow_mut() += 1;
@@ -827,13 +827,7 @@ mod tests {
         let s = setup(dir.path(), Script::Watch, "n[1-4]", "n1", &[pol.as_str()]);
         let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
         let lines = Lines::default();
-        let act = FakeAct {
-            slurm: &slurm,
-            lines: &lines,
-            runner: FakeRunner::answering(vec![]),
-            meet: FakeMeet::default(),
-            actions: RefCell::new(0),
-        };
+        let act = FakeAct::on(&slurm, &lines);
         let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
         let mut sampler = Script3(
             [
@@ -939,13 +933,7 @@ mod tests {
         let s = setup(dir.path(), Script::Watch, "n1", "n1", &[]);
         let slurm = FakeSlurm::with_nodes(&["n1"]);
         let lines = Lines::default();
-        let act = FakeAct {
-            slurm: &slurm,
-            lines: &lines,
-            runner: FakeRunner::answering(vec![]),
-            meet: FakeMeet::default(),
-            actions: RefCell::new(0),
-        };
+        let act = FakeAct::on(&slurm, &lines);
         let mut sampler = Script3(VecDeque::new());
         let summary = run(
             &s,
