@@ -1,14 +1,14 @@
 //! The in-job watch: a fault that appears while a checked job runs is found in seconds, not
 //! when the job ends.
 //!
-//! The prolog of a checked job starts `fabric-check watch` on its node ([`spawn`]): root, in a
+//! The prolog of a checked job starts `fabric-check watch` on its node ([`start`]): root, in a
 //! process group of its own, stdin/stdout/stderr on `/dev/null`, so it neither holds up the
 //! prolog nor dies with the prolog child's group. It samples the node every `watch_interval=`
 //! (default 1 s) with the probe's own gather and checks, in this process (no child, no Slurm
 //! call), against the prolog's snapshot: port state and rate, link layer, MTU, GID, PFC/ECN,
 //! and the health counters over the job window with the probe's thresholds (a per-hour bound
 //! never scaled below one hour, so a single error never drains). A `fail` finding that the
-//! prolog did not already see is a fault; [`policy`](super::policy) says what to do with it
+//! prolog did not already see is a fault; [`policy`] says what to do with it
 //! ([`Phase::Watch`]): under `enforce` drain through the one drain path (etiquette, guard,
 //! settle), write a live `during` entry into the job's tag, and tell the job through its notice
 //! file ([`fabric_proto::notice`]); under `warn` the same without the drain. A fault that clears
