@@ -22,6 +22,7 @@ fn drill_json(dir: &std::path::Path) -> std::path::PathBuf {
             kind: NodeKind::Roce,
             moment: Moment::Before,
             job: None,
+            during_at_permille: None,
         },
         injected_at_ms: Some(1_000),
         signals: vec![Signal {

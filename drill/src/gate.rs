@@ -397,6 +397,7 @@ mod tests {
             kind: NodeKind::Roce,
             moment: Moment::Idle,
             job: None,
+            during_at_permille: None,
         }
     }
 

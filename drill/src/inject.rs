@@ -853,6 +853,7 @@ mod tests {
             kind: NodeKind::Roce,
             moment: Moment::Before,
             job: None,
+            during_at_permille: None,
         }
     }
 

@@ -4,7 +4,8 @@
 //! The functions here are pure: they turn what the [`crate::cluster::Cluster`] seam read into
 //! signals. Which detector caught a fault follows from where the signal came from: the prolog's
 //! node results, the collective's `collective.slow_node`, the epilog's `during` window (and its
-//! drain reason `during job N:`), `health`, or Slurm itself (a reason not written by
+//! drain reason `during job N:`), the in-job watch (its live `during[].watch` entries and its
+//! drain reason `during job N (watch):`, [`fabric_proto::during`]), `health`, or Slurm itself (a reason not written by
 //! fabric-check, such as `Not responding`).
 
 use fabric_proto::check_id;
@@ -22,6 +23,8 @@ pub enum Detector {
     Collective,
     /// The epilog's probe over the job window.
     Epilog,
+    /// The in-job watch, while the job ran.
+    Watch,
     /// `fabric-check health` on an idle node.
     Health,
     /// Slurm itself (a node not responding), not fabric-check.
@@ -35,6 +38,7 @@ impl Detector {
             Detector::Prolog => "prolog",
             Detector::Collective => "collective",
             Detector::Epilog => "epilog",
+            Detector::Watch => "watch",
             Detector::Health => "health",
             Detector::Slurm => "slurm",
         }
@@ -106,8 +110,11 @@ pub fn drain_signal(node: &NodeView, at_ms: u64, health_ran: bool) -> Option<Sig
         let check = rest.split(':').next().unwrap_or_default().trim().to_owned();
         let detector = if check == check_id::COLLECTIVE_SLOW_NODE {
             Detector::Collective
-        } else if rest.contains("during job") {
-            Detector::Epilog
+        } else if let Some((by, _)) = fabric_proto::during::seen_by(rest) {
+            match by {
+                fabric_proto::during::SeenBy::Watch => Detector::Watch,
+                fabric_proto::during::SeenBy::Epilog => Detector::Epilog,
+            }
         } else if health_ran {
             Detector::Health
         } else {
@@ -195,6 +202,21 @@ pub fn tag_signals(job: &JobView) -> Vec<Signal> {
         });
     }
     for d in &tag.during {
+        // The watch's live entries, each at the second it was seen.
+        for w in &d.watch {
+            out.push(Signal {
+                node: d.node.clone(),
+                at_ms: w.seen_at_s * 1000 + 999,
+                detector: Detector::Watch,
+                strength: if w.drained {
+                    Strength::Drain
+                } else {
+                    Strength::Fail
+                },
+                check: w.check.clone(),
+                job: Some(job.id),
+            });
+        }
         let Some(s) = strength(d.verdict) else {
             continue;
         };
@@ -340,5 +362,55 @@ mod tests {
             (n4.detector, n4.check.as_str(), n4.at_ms),
             (Detector::Epilog, "link_downed", 104_999)
         );
+    }
+
+    #[test]
+    fn the_watchs_drain_and_its_live_entries_are_signals_of_the_watch_at_the_second_they_were_seen()
+    {
+        let node = NodeView {
+            name: "n2".into(),
+            state: "drained".into(),
+            reason: "fabric-check: ib.port_state: during job 12 (watch): mlx5_0 port 1 is DOWN"
+                .into(),
+        };
+        let s = drain_signal(&node, 5_000, false).unwrap();
+        assert_eq!(
+            (s.detector, s.check.as_str()),
+            (Detector::Watch, "ib.port_state")
+        );
+        let epilog = NodeView {
+            reason: "fabric-check: ib.port_state: during job 12: mlx5_0 port 1 is DOWN".into(),
+            ..node
+        };
+        assert_eq!(
+            drain_signal(&epilog, 5_000, false).unwrap().detector,
+            Detector::Epilog
+        );
+
+        let mut tag = JobTag::default();
+        tag.during.push(DuringJob {
+            node: "n2".into(),
+            rises: Default::default(),
+            verdict: Verdict::Fail,
+            watch: vec![fabric_proto::tag::WatchEvent {
+                check: "ib.port_state".into(),
+                message: "mlx5_0 port 1 is DOWN".into(),
+                seen_at_s: 200,
+                into_job_s: 11,
+                cleared_at_s: None,
+                drained: true,
+            }],
+        });
+        let job = JobView {
+            id: 12,
+            end_ms: 260_000,
+            tag: Some(tag),
+            ..JobView::default()
+        };
+        let w = tag_signals(&job)
+            .into_iter()
+            .find(|s| s.detector == Detector::Watch)
+            .expect("a watch signal");
+        assert_eq!((w.at_ms, w.strength), (200_999, Strength::Drain));
     }
 }

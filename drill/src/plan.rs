@@ -60,6 +60,11 @@ pub struct Round {
     pub moment: Moment,
     /// The job, none for [`Moment::Idle`].
     pub job: Option<JobSpec>,
+    /// For a `during` round: where in its job the fault goes in, in thousandths of the job's
+    /// length (drawn between 150 and 750, from the seed and the round's index alone, so that
+    /// adding it changed no other draw of a seed's plan).
+    #[serde(default)]
+    pub during_at_permille: Option<u16>,
 }
 
 /// The whole plan.
@@ -141,6 +146,12 @@ impl Plan {
                     fabric_run: class == FaultClass::CheckpointBurst || rng.random_bool(0.5),
                 }
             });
+            let during_at_permille = (moment == Moment::During).then(|| {
+                let mut r = ChaCha8Rng::seed_from_u64(
+                    spec.seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+                );
+                r.random_range(150..=750)
+            });
             rounds.push(Round {
                 index: i + 1,
                 class,
@@ -148,6 +159,7 @@ impl Plan {
                 kind: target.kind,
                 moment,
                 job,
+                during_at_permille,
             });
         }
         Ok(Plan {
@@ -222,6 +234,26 @@ mod tests {
         let a = Plan::draw(&spec(7)).unwrap();
         assert_eq!(a, Plan::draw(&spec(7)).unwrap());
         assert_ne!(a, Plan::draw(&spec(8)).unwrap());
+    }
+
+    #[test]
+    fn a_during_rounds_fault_point_is_drawn_within_its_job_and_the_same_seed_draws_it_again() {
+        let spec = spec(11);
+        let a = Plan::draw(&spec).unwrap();
+        let b = Plan::draw(&spec).unwrap();
+        assert_eq!(a, b);
+        let mut during = 0;
+        for r in &a.rounds {
+            match r.moment {
+                Moment::During => {
+                    during += 1;
+                    let p = r.during_at_permille.expect("a during round has its point");
+                    assert!((150..=750).contains(&p), "{p}");
+                }
+                _ => assert_eq!(r.during_at_permille, None),
+            }
+        }
+        assert!(during > 0, "the seed drew no during round: {a:?}");
     }
 
     #[test]

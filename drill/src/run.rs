@@ -33,8 +33,12 @@ pub struct RunConfig {
     pub steps: u32,
     /// Seconds per step.
     pub step_s: f64,
-    /// How long after the job starts a `during` fault is injected.
+    /// The shortest wait after a `during` round's job starts before its fault goes in.
     pub during_delay: Duration,
+    /// How long a `during` round's job runs, seconds: long enough that the fault lands in a
+    /// running job at a point drawn by the plan ([`crate::plan::Round::during_at_permille`]),
+    /// as in a real training job, and the epilog's end-of-job look is not what finds it.
+    pub during_job_s: f64,
     /// How long the drill keeps watching after the job ended (the epilog's drain).
     pub settle: Duration,
     /// The longest a round may take before its job is cancelled.
@@ -55,6 +59,7 @@ impl RunConfig {
             steps: 6,
             step_s: 0.4,
             during_delay: Duration::from_millis(500),
+            during_job_s: 60.0,
             settle: Duration::from_secs(2),
             round_timeout: Duration::from_secs(90),
             poll: Duration::from_millis(250),
@@ -63,14 +68,43 @@ impl RunConfig {
     }
 }
 
-/// The batch script of a round's job: steps of `sleep`, a checkpoint file every third step into
-/// `ckpt`, under `fabric-run` when the job asks for it.
-pub fn job_script(job: &JobSpec, cfg: &RunConfig, ckpt: &Path, title: &str) -> String {
+impl RunConfig {
+    /// The steps of a round's job: [`RunConfig::steps`], or enough to last
+    /// [`RunConfig::during_job_s`] for a `during` round.
+    pub fn steps_for(&self, moment: Moment) -> u32 {
+        match moment {
+            Moment::During => ((self.during_job_s / self.step_s).ceil() as u32).max(self.steps),
+            _ => self.steps,
+        }
+    }
+
+    /// How long after a `during` round's job starts its fault goes in.
+    pub fn during_wait(&self, round: &Round) -> Duration {
+        let at = Duration::from_secs_f64(
+            self.during_job_s * f64::from(round.during_at_permille.unwrap_or(0)) / 1000.0,
+        );
+        at.max(self.during_delay)
+    }
+
+    /// The longest a round may take: [`RunConfig::round_timeout`], and for a `during` round at
+    /// least its job's length and a minute more.
+    pub fn timeout_for(&self, moment: Moment) -> Duration {
+        match moment {
+            Moment::During => self
+                .round_timeout
+                .max(Duration::from_secs_f64(self.during_job_s + 60.0)),
+            _ => self.round_timeout,
+        }
+    }
+}
+
+/// The batch script of a round's job: `steps` steps of `sleep`, a checkpoint file every third
+/// step into `ckpt`, under `fabric-run` when the job asks for it.
+pub fn job_script(job: &JobSpec, cfg: &RunConfig, steps: u32, ckpt: &Path, title: &str) -> String {
     let body = format!(
         "i=1; while [ $i -le {steps} ]; do sleep {step}; echo \"step $i\"; \
          if [ $((i % 3)) -eq 0 ]; then head -c 1048576 /dev/zero > ckpt-$SLURM_PROCID-$i; fi; \
          i=$((i+1)); done",
-        steps = cfg.steps,
         step = cfg.step_s
     );
     let mut s = format!("#!/bin/sh\n# {title}\n");
@@ -198,7 +232,10 @@ impl Drill<'_> {
         );
         let submit = |d: &mut Self, job: &JobSpec| -> Result<u32, String> {
             let script = dir
-                .write_script("job.sh", &job_script(job, &d.cfg, &ckpt, &title))
+                .write_script(
+                    "job.sh",
+                    &job_script(job, &d.cfg, d.cfg.steps_for(round.moment), &ckpt, &title),
+                )
                 .map_err(|e| e.to_string())?;
             d.gates
                 .submit(d.cluster, &script, job, None)
@@ -216,7 +253,7 @@ impl Drill<'_> {
                     let id = submit(self, job)?;
                     job_id = Some(id);
                     self.wait_running(id, &mut w)?;
-                    self.cluster.sleep(self.cfg.during_delay);
+                    self.cluster.sleep(self.cfg.during_wait(round));
                     ids = self.inject(round, &ckpt)?;
                     out.injected_at_ms = Some(self.cluster.now_ms());
                 }
@@ -248,7 +285,7 @@ impl Drill<'_> {
         loop {
             self.look(&mut w);
             let now = self.cluster.now_ms();
-            if now.saturating_sub(start) > self.cfg.round_timeout.as_millis() as u64 {
+            if now.saturating_sub(start) > self.cfg.timeout_for(round.moment).as_millis() as u64 {
                 if let Some(id) = job_id {
                     let _ = self.cluster.cancel(id);
                 }
@@ -385,7 +422,13 @@ impl Drill<'_> {
         let script = dir
             .write_script(
                 "job.sh",
-                &job_script(&job, &self.cfg, &dir.job_dir, "fabric-check drill warm-up"),
+                &job_script(
+                    &job,
+                    &self.cfg,
+                    self.cfg.steps,
+                    &dir.job_dir,
+                    "fabric-check drill warm-up",
+                ),
             )
             .map_err(|e| e.to_string())?;
         let id = self
@@ -447,6 +490,7 @@ mod tests {
                 full: false,
                 fabric_run: false,
             }),
+            during_at_permille: None,
         }
     }
 
@@ -535,6 +579,24 @@ mod tests {
     }
 
     #[test]
+    fn a_during_rounds_job_lasts_its_configured_length_and_its_fault_goes_in_at_the_drawn_point() {
+        let cfg = RunConfig::new(PathBuf::from("/w"), vec!["n1".into()]);
+        assert_eq!(cfg.steps_for(Moment::Before), cfg.steps);
+        assert_eq!(cfg.steps_for(Moment::During), 150, "60 s of 0.4 s steps");
+        let mut r = round(FaultClass::EcnOff, Moment::During);
+        r.during_at_permille = Some(250);
+        assert_eq!(cfg.during_wait(&r), Duration::from_secs(15));
+        r.during_at_permille = None;
+        assert_eq!(
+            cfg.during_wait(&r),
+            cfg.during_delay,
+            "never before the job runs"
+        );
+        assert!(cfg.timeout_for(Moment::During) >= Duration::from_secs(120));
+        assert_eq!(cfg.timeout_for(Moment::Idle), cfg.round_timeout);
+    }
+
+    #[test]
     fn the_job_script_runs_under_fabric_run_only_when_asked() {
         let cfg = RunConfig::new("/w".into(), vec![]);
         let mut job = JobSpec {
@@ -542,13 +604,13 @@ mod tests {
             full: false,
             fabric_run: true,
         };
-        let s = job_script(&job, &cfg, Path::new("/w/round-001"), "t");
+        let s = job_script(&job, &cfg, cfg.steps, Path::new("/w/round-001"), "t");
         assert!(
             s.contains("srun fabric-run --checkpoint-dir '/w/round-001'"),
             "{s}"
         );
         job.fabric_run = false;
-        let s = job_script(&job, &cfg, Path::new("/w/round-001"), "t");
+        let s = job_script(&job, &cfg, cfg.steps, Path::new("/w/round-001"), "t");
         assert!(s.contains("srun sh -c 'i=1;"), "{s}");
         assert!(!s.contains("fabric-run"), "{s}");
     }
@@ -561,6 +623,7 @@ mod tests {
             kind: NodeKind::Roce,
             moment: Moment::Idle,
             job: None,
+            during_at_permille: None,
         }
     }
 

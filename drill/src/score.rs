@@ -160,6 +160,9 @@ pub struct Scores {
     pub false_drains: usize,
     /// Time to detect over every detected injection.
     pub ttd: Ttd,
+    /// Time to detect by the moment of the injection (`before`, `during`, `idle`).
+    #[serde(default)]
+    pub ttd_by_moment: BTreeMap<String, Ttd>,
     /// Per class, in the order of [`crate::class::ALL`].
     pub per_class: Vec<ClassScore>,
     /// What to change, in words.
@@ -246,6 +249,7 @@ pub fn score(seed: u64, outcomes: &[RoundOutcome], prices: &Prices) -> Scores {
     let clean_step = median(&clean_steps);
     let mut per_class = Vec::new();
     let mut all_ttd = Vec::new();
+    let mut by_moment: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let (mut inj, mut det, mut fp, mut fd, mut controls) = (0, 0, 0, 0, 0);
     let mut classes = BTreeSet::new();
     for class in crate::class::ALL {
@@ -279,6 +283,10 @@ pub fn score(seed: u64, outcomes: &[RoundOutcome], prices: &Prices) -> Scores {
                     cs.detected += 1;
                     *cs.detectors.entry(h.detector.id().to_owned()).or_default() += 1;
                     ttd.extend(rs.ttd_s);
+                    by_moment
+                        .entry(o.round.moment.id().to_owned())
+                        .or_default()
+                        .extend(rs.ttd_s);
                 } else {
                     *cs.missed_at
                         .entry(o.round.moment.id().to_owned())
@@ -336,6 +344,10 @@ pub fn score(seed: u64, outcomes: &[RoundOutcome], prices: &Prices) -> Scores {
         false_positives: fp,
         false_drains: fd,
         ttd: Ttd::of(all_ttd),
+        ttd_by_moment: by_moment
+            .into_iter()
+            .map(|(m, v)| (m, Ttd::of(v)))
+            .collect(),
         per_class,
         findings: Vec::new(),
         currency: prices.per_gpu_h.as_ref().map(|(_, c)| c.clone()),
@@ -423,10 +435,16 @@ pub fn moments_of(outcomes: &[RoundOutcome], class: FaultClass) -> BTreeSet<Mome
         .collect()
 }
 
-/// The one line `scripts/bench-drill` ends with.
+/// The one line `scripts/bench-drill` ends with; `p95_during_s` is `none` when no fault
+/// injected during a job was detected.
 pub fn summary_line(s: &Scores) -> String {
+    let during = s
+        .ttd_by_moment
+        .get(Moment::During.id())
+        .and_then(|t| t.p95_s)
+        .map_or_else(|| "none".to_owned(), |p| format!("{p:.1}"));
     format!(
-        "drill: classes {}, injections {}, recall {:.3}, precision {:.3}, false_drains {}, p95_detect_s {:.1}",
+        "drill: classes {}, injections {}, recall {:.3}, precision {:.3}, false_drains {}, p95_detect_s {:.1}, p95_during_s {during}",
         s.classes,
         s.injections,
         s.recall.unwrap_or(0.0),
@@ -462,6 +480,7 @@ mod tests {
                 full: false,
                 fabric_run: true,
             }),
+            during_at_permille: None,
         }
     }
 
@@ -609,9 +628,16 @@ mod tests {
         assert_eq!(
             summary_line(&s),
             format!(
-                "drill: classes 1, injections 5, recall 0.800, precision 1.000, false_drains 0, p95_detect_s {:.1}",
-                s.ttd.p95_s.unwrap()
+                "drill: classes 1, injections 5, recall 0.800, precision 1.000, false_drains 0, p95_detect_s {:.1}, p95_during_s {:.1}",
+                s.ttd.p95_s.unwrap(),
+                s.ttd_by_moment["during"].p95_s.unwrap()
             )
+        );
+        // Every detection here was of a fault injected during a job.
+        assert_eq!(s.ttd_by_moment["during"], s.ttd);
+        assert!(
+            !s.ttd_by_moment.contains_key("idle"),
+            "the idle round was missed"
         );
     }
 

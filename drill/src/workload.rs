@@ -392,6 +392,7 @@ fn one_run(
             kind,
             moment: Moment::Before,
             job: Some(job.clone()),
+            during_at_permille: None,
         };
         ids = gate::inject(gates, cluster, injector, journal, &round, &dir.job_dir)
             .map_err(|e| err(&e))?;

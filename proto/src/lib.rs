@@ -14,6 +14,7 @@
 //! | [`plugin_args`] | the `plugstack.conf` arguments: job mode, policy, limits, paths |
 //! | [`invocation`] | how the plugin runs the job step, its exit codes and decision line, `PATH` |
 //! | [`job_state`] | Slurm's job states as `sacct` prints them, and which are final |
+//! | [`during`] | how a drain for a fault seen during a job names who saw it (epilog or watch) |
 //! | [`notice`] | the in-job watch's notice to the running job (`fabric-notice-<node>.jsonl`) |
 //! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment`, and the run summary |
 //! | [`record`] | `fabric-run` JSON-lines records and their writer |
@@ -21,6 +22,7 @@
 //! | [`suggest`] | the known name nearest to a misspelt one ("did you mean") for every configuration reader |
 
 pub mod check_id;
+pub mod during;
 pub mod fabric_option;
 pub mod hostlist;
 pub mod invocation;

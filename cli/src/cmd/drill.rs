@@ -59,6 +59,10 @@ pub struct Args {
     /// Rounds per fault class.
     #[arg(long, alias = "rounds", default_value_t = 5)]
     pub per_class: usize,
+    /// How long a `during` round's job runs, seconds; its fault goes in at a point of it drawn
+    /// from the seed (15-75 %), so the in-job watch, not the job's end, must find it.
+    #[arg(long, default_value_t = 60.0, value_parser = parse_during_job_s)]
+    pub during_job_s: f64,
     /// Clean control rounds (no fault), interleaved.
     #[arg(long, default_value_t = 4)]
     pub controls: usize,
@@ -149,6 +153,16 @@ struct Setup {
 
 struct TestbedInfo {
     dir: PathBuf,
+}
+
+/// `--during-job-s`: a number of seconds a job can be asked to last.
+fn parse_during_job_s(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (1.0..=86_400.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a job length in seconds between 1 and 86400 (the issue's realistic length is 60 or more)"
+        )),
+    }
 }
 
 fn testbed_dir() -> PathBuf {
@@ -269,6 +283,7 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
             .collect();
         let gates = Gates::testbed(names.clone());
         let mut cfg = RunConfig::new(dir.join("jobs/drill"), names);
+        cfg.during_job_s = a.during_job_s;
         cfg.job_uid = Some(uid);
         cfg.bin_dir = Some(dir.join("bin"));
         let mut injector = TestbedInjector::new(dir.clone(), script);
@@ -340,6 +355,7 @@ fn setup(a: &Args) -> anyhow::Result<Setup> {
         };
         let gates = Gates::cluster(names.clone(), res.clone(), allowed(a)?);
         let mut cfg = RunConfig::new(work, names);
+        cfg.during_job_s = a.during_job_s;
         cfg.job_uid = match &a.job_user {
             Some(u) => Some(uid_of(u)?),
             None => None,

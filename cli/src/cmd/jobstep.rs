@@ -95,7 +95,7 @@ impl jobstep::watch::Act for RealAct {
 /// `fabric-check watch`: the in-job watch of this node (see `fabric_core::jobstep::watch`).
 /// Its lines go to `<state_dir>/watch-<job>.log`, which the epilog relays into the slurmd log.
 pub fn watch(args: Args) -> anyhow::Result<i32> {
-    use fabric_core::jobstep::watch::{self as w, PidFile, ProbeSampler, RealPace};
+    use fabric_core::jobstep::watch::{self as w, PidFile, QuickSampler, RealPace};
     use fabric_core::probe::{ProbeInput, gather::Roots};
     use fabric_proto::plugin_args::expand_node;
     let started = Instant::now();
@@ -138,7 +138,7 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
         Some(sysfs) => Roots::for_sysfs(sysfs, proc_root.clone(), None),
         None => Roots::system(),
     };
-    let mut sampler = ProbeSampler::new(ProbeInput {
+    let mut sampler = QuickSampler::new(ProbeInput {
         node: node.clone(),
         roots,
         expect,
@@ -185,8 +185,9 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
         let _ = std::fs::remove_file(&pid_path);
     }
     println!(
-        "watch: ended after {} samples; faults seen: {}; cleared: {}",
+        "watch: ended after {} samples ({} of them full); faults seen: {}; cleared: {}",
         summary.samples,
+        summary.full_samples,
         if summary.appeared.is_empty() {
             "none".to_owned()
         } else {

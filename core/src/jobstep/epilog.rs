@@ -57,7 +57,14 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
                     if policy::verdict_drains(Phase::Epilog, report.verdict, plugin)
                         && let Some((check, message)) = super::worst_finding(&report)
                     {
-                        step.drain_self(&check, &format!("during job {job}: {message}"));
+                        step.drain_self(
+                            &check,
+                            &fabric_proto::during::drain_message(
+                                fabric_proto::during::SeenBy::Epilog,
+                                job,
+                                &message,
+                            ),
+                        );
                     }
                     Some(d)
                 }

@@ -3,9 +3,10 @@
 //!
 //! The prolog of a checked job starts `fabric-check watch` on its node ([`start`]): root, in a
 //! process group of its own, stdin/stdout/stderr on `/dev/null`, so it neither holds up the
-//! prolog nor dies with the prolog child's group. It samples the node every `watch_interval=`
-//! (default 1 s) with the probe's own gather and checks, in this process (no child, no Slurm
-//! call), against the prolog's snapshot: port state and rate, link layer, MTU, GID, PFC/ECN,
+//! prolog nor dies with the prolog child's group. Every `watch_interval=` (default 1 s) it
+//! reads the few files that can make a `fail` in place ([`vitals`]), and when one changed (or
+//! every [`vitals::FULL_EVERY`] samples) runs the probe's own gather and checks, in this process
+//! (no child, no Slurm call), against the prolog's snapshot: port state and rate, link layer, MTU, GID, PFC/ECN,
 //! and the health counters over the job window with the probe's thresholds (a per-hour bound
 //! never scaled below one hour, so a single error never drains). A `fail` finding that the
 //! prolog did not already see is a fault; [`policy`] says what to do with it
@@ -28,6 +29,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+pub mod vitals;
 
 use super::policy::{self, Found, Phase};
 use super::tag_write::{TagWrite, Target, write_tag_to};
@@ -192,8 +195,9 @@ pub struct Sample {
 
 /// Where samples come from.
 pub trait Sampler {
-    /// Takes one sample.
-    fn sample(&mut self) -> Sample;
+    /// Takes one sample; `None` when nothing it reads changed since the last one (the last
+    /// sample's findings stand).
+    fn sample(&mut self) -> Option<Sample>;
 }
 
 /// The real sampler: the probe's gather and checks in this process, against the prolog's
@@ -225,7 +229,7 @@ impl ProbeSampler {
 }
 
 impl Sampler for ProbeSampler {
-    fn sample(&mut self) -> Sample {
+    fn sample(&mut self) -> Option<Sample> {
         let tools_ran = self.n.is_multiple_of(self.tools_every);
         self.n = self.n.wrapping_add(1);
         self.input.roots.tools = if tools_ran {
@@ -239,7 +243,69 @@ impl Sampler for ProbeSampler {
         if let Some(b) = &mut self.input.baseline {
             rebase(&mut b.counters, &report.counters);
         }
-        Sample { report, tools_ran }
+        Some(Sample { report, tools_ran })
+    }
+}
+
+/// The watch's sampler: the few files that can make a `fail` read in place every sample
+/// ([`vitals`]), the probe's whole gather and checks ([`ProbeSampler`], tools included) only
+/// when one of them changed, every [`vitals::FULL_EVERY`] samples, and the first time.
+#[derive(Debug)]
+pub struct QuickSampler {
+    full: ProbeSampler,
+    vitals: Option<vitals::Vitals>,
+    since_full: u32,
+    /// Full samples taken.
+    pub full_samples: u64,
+}
+
+impl QuickSampler {
+    /// A sampler of `input` (whose baseline is the prolog's snapshot).
+    pub fn new(input: ProbeInput) -> Self {
+        let mut full = ProbeSampler::new(input);
+        // Tools run with every full sample: those are rare enough.
+        full.tools_every = 1;
+        Self {
+            full,
+            vitals: None,
+            since_full: 0,
+            full_samples: 0,
+        }
+    }
+
+    /// The tool source the in-place reads may use: the full sampler's (it swaps the input's
+    /// source for "not run" between its own tool runs).
+    fn tools_for_vitals(&self) -> crate::probe::gather::ToolSource {
+        self.full.tools.clone()
+    }
+
+    /// How many files a quick sample reads (0 before the first sample).
+    pub fn files_read_in_place(&self) -> usize {
+        self.vitals.as_ref().map_or(0, vitals::Vitals::len)
+    }
+}
+
+impl Sampler for QuickSampler {
+    fn sample(&mut self) -> Option<Sample> {
+        self.since_full += 1;
+        let due = match &mut self.vitals {
+            None => true,
+            Some(v) => self.since_full >= vitals::FULL_EVERY || v.changed(),
+        };
+        if !due {
+            return None;
+        }
+        self.since_full = 0;
+        self.full_samples += 1;
+        let sample = self.full.sample();
+        // Opened again after each full sample: a file replaced rather than rewritten (a driver
+        // reload, a swapped fixture tree) is read from its new self from now on.
+        self.vitals = vitals::Vitals::open(
+            &self.full.input.roots.sysfs,
+            &self.tools_for_vitals(),
+            &self.full.input.expect,
+        );
+        sample
     }
 }
 
@@ -299,6 +365,8 @@ impl NoticeFile {
 pub struct WatchSummary {
     /// Samples taken.
     pub samples: u64,
+    /// Samples that found something changed and ran the whole gather.
+    pub full_samples: u64,
     /// Faults that appeared.
     pub appeared: Vec<String>,
     /// Faults that cleared.
@@ -335,6 +403,11 @@ pub fn run(
         let t0 = Instant::now();
         let sample = sampler.sample();
         summary.samples += 1;
+        let Some(sample) = sample else {
+            pace.sleep(interval.saturating_sub(t0.elapsed()));
+            continue;
+        };
+        summary.full_samples += 1;
         for change in tracker.observe(&sample.report.findings, sample.tools_ran) {
             let now = now_unix();
             match change {
@@ -359,7 +432,11 @@ pub fn run(
                             drained = step
                                 .drain_self(
                                     &fault.check,
-                                    &format!("during job {job}: {}", fault.message),
+                                    &fabric_proto::during::drain_message(
+                                        fabric_proto::during::SeenBy::Watch,
+                                        job,
+                                        &fault.message,
+                                    ),
                                 )
                                 .out_of_service();
                         }
@@ -771,13 +848,13 @@ mod tests {
 
     struct Script3(VecDeque<Vec<Finding>>);
     impl Sampler for Script3 {
-        fn sample(&mut self) -> Sample {
+        fn sample(&mut self) -> Option<Sample> {
             let mut r = report("n1", Verdict::Pass);
             r.findings = self.0.pop_front().unwrap_or_default();
-            Sample {
+            Some(Sample {
                 report: r,
                 tools_ran: true,
-            }
+            })
         }
     }
     struct Samples(usize);

@@ -1,0 +1,346 @@
+//! The watch's cheap look: the few sysfs files whose change can make a `fail`, read in place
+//! every interval, and the probe's whole gather only when one of them changed (or every
+//! [`FULL_EVERY`] samples, for what is not among them).
+//!
+//! Why not the whole gather every second: on the 8×IB + 2×RoCE tree the probe's gather and
+//! checks read about 970 files and cost 6.4 ms a sample, 0.64 % of a core at the default
+//! interval (`scripts/bench-watch`, before this file), thirteen times the bound of
+//! 0.05 %. Most of those files cannot change under a running job in a way the watch acts on
+//! (PCI topology, GPU list, module versions, traffic counters) or change all the time without
+//! meaning a fault (data and congestion counters). The watch acts only on `fail` findings, so
+//! what it must see at once is what can make one:
+//!
+//! - per port: `state`, `phys_state`, `rate`, `link_layer`;
+//! - per port: `counters/<c>` and `hw_counters/<c>` for every counter `c` whose threshold can
+//!   fail (`fail_delta` or `fail_per_hour`: by default `link_downed`, `symbol_error`,
+//!   `tx_pause_storm_error_events` where it is a hw counter);
+//! - per netdev of an RDMA device: `mtu`, `operstate`, and mlx5's ECN switches
+//!   `ecn/roce_np/enable/<prio>` and `ecn/roce_rp/enable/<prio>`;
+//! - per Ethernet (RoCE) port: the GID types that read at the start, `gid_attrs/types/<i>` (a
+//!   GID that goes away then fails to read: a change);
+//! - where the tools' outputs are files (a fixture tree's `.fabric-check/`, `--tool-output-dir`):
+//!   `dcb-pfc/<netdev>`, `mlnx_qos/<netdev>` and `ethtool-S/<netdev>`. On a real node `dcb` and
+//!   `ethtool` are processes, run only with the whole look below.
+//!
+//! These are opened once and read with `pread` at offset 0 (sysfs regenerates an attribute on
+//! every read at offset 0); a sample compares the bytes with the last read. A changed byte, a
+//! read error (the device went away: `ENODEV`) or a sysfs root that is no longer the same
+//! directory (a tree swapped under a fixture node) makes the sample a full one, after which
+//! the files are opened again. Everything else the probe judges (on a real node PFC and pause
+//! counters through the tools, GPUs, congestion counters, a device that appeared) is judged by
+//! the full sample every [`FULL_EVERY`] samples: 30 s at the default interval.
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crate::config::NodeExpectations;
+use crate::probe::gather::ToolSource;
+
+/// Every this many samples the watch runs the whole gather, changed or not.
+pub const FULL_EVERY: u32 = 30;
+
+/// How many bytes of each file are compared: a sysfs attribute is at most a page; a saved tool
+/// output (`ethtool -S` of a NIC with many queues) a few KiB.
+const READ_BYTES: usize = 64 * 1024;
+
+/// One file read in place.
+#[derive(Debug)]
+struct Vital {
+    file: File,
+    last: Vec<u8>,
+}
+
+/// The files a sample reads in place, opened once.
+#[derive(Debug)]
+pub struct Vitals {
+    root: PathBuf,
+    root_id: (u64, u64),
+    files: Vec<Vital>,
+    buf: Vec<u8>,
+}
+
+/// Counters whose threshold can fail: a rise in them can make a `fail` at once.
+fn failing_counters(expect: &NodeExpectations) -> Vec<String> {
+    expect
+        .thresholds
+        .iter()
+        .filter(|(_, t)| t.fail_delta.is_some() || t.fail_per_hour.is_some())
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+fn dir_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+impl Vitals {
+    /// Opens the files of `sysfs` (and of `tools`, when those are saved files) that can make a
+    /// `fail` under `expect`. `None` when the root cannot be read (the caller then takes full
+    /// samples only).
+    pub fn open(sysfs: &Path, tools: &ToolSource, expect: &NodeExpectations) -> Option<Self> {
+        let meta = std::fs::metadata(sysfs).ok()?;
+        let counters = failing_counters(expect);
+        let mut paths: Vec<PathBuf> = Vec::new();
+        let ib = sysfs.join("class/infiniband");
+        for dev in dir_names(&ib) {
+            if expect.ignores(&dev) {
+                continue;
+            }
+            let d = ib.join(&dev);
+            let ports = d.join("ports");
+            for port in dir_names(&ports) {
+                let p = ports.join(&port);
+                for f in ["state", "phys_state", "rate", "link_layer"] {
+                    paths.push(p.join(f));
+                }
+                for c in &counters {
+                    paths.push(p.join("counters").join(c));
+                    paths.push(p.join("hw_counters").join(c));
+                }
+                let types = p.join("gid_attrs/types");
+                for i in dir_names(&types) {
+                    paths.push(types.join(i));
+                }
+            }
+            let net = d.join("device/net");
+            for nd in dir_names(&net) {
+                let n = net.join(&nd);
+                for f in ["mtu", "operstate"] {
+                    paths.push(n.join(f));
+                }
+                for side in ["ecn/roce_np/enable", "ecn/roce_rp/enable"] {
+                    for prio in dir_names(&n.join(side)) {
+                        paths.push(n.join(side).join(prio));
+                    }
+                }
+                if let ToolSource::Files(dir) = tools {
+                    for t in ["dcb-pfc", "mlnx_qos", "ethtool-S"] {
+                        paths.push(dir.join(t).join(&nd));
+                    }
+                }
+            }
+        }
+        let mut v = Self {
+            root: sysfs.to_path_buf(),
+            root_id: (meta.dev(), meta.ino()),
+            files: Vec::with_capacity(paths.len()),
+            buf: vec![0; READ_BYTES],
+        };
+        for path in paths {
+            // A counter the driver does not have (hw_counters on IB, counters on irdma), or a
+            // GID slot that is empty (it fails to read) is not there: nothing to watch.
+            let Ok(file) = File::open(&path) else {
+                continue;
+            };
+            let Ok(n) = file.read_at(&mut v.buf, 0) else {
+                continue;
+            };
+            v.files.push(Vital {
+                file,
+                last: v.buf[..n].to_vec(),
+            });
+        }
+        Some(v)
+    }
+
+    /// How many files a sample reads.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether no file is read (no RDMA device under the root).
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// Reads every file again; whether anything changed since the last read (a read error and
+    /// a swapped root count as a change). Every file is read, so each keeps its latest bytes.
+    pub fn changed(&mut self) -> bool {
+        let same_root = std::fs::metadata(&self.root)
+            .map(|m| (m.dev(), m.ino()) == self.root_id)
+            .unwrap_or(false);
+        let mut changed = !same_root;
+        for v in &mut self.files {
+            match v.file.read_at(&mut self.buf, 0) {
+                Ok(n) if self.buf[..n] == v.last[..] => {}
+                Ok(n) => {
+                    v.last.clear();
+                    v.last.extend_from_slice(&self.buf[..n]);
+                    changed = true;
+                }
+                Err(_) => changed = true,
+            }
+        }
+        changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn tree(scenario: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("sysfs");
+        fabric_testkit::sysfs::write(scenario, &root).unwrap();
+        (dir, root)
+    }
+
+    fn tools(root: &Path) -> ToolSource {
+        ToolSource::Files(root.join(".fabric-check"))
+    }
+
+    fn port_file(root: &Path, rel: &str) -> PathBuf {
+        root.join("class/infiniband").join(rel)
+    }
+
+    #[test]
+    fn a_quiet_node_reads_as_unchanged_and_a_port_going_down_reads_as_changed() {
+        let (_d, root) = tree("ib8-healthy");
+        let expect = Config::default().for_node("n1");
+        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        assert!(!v.is_empty());
+        assert!(!v.changed(), "nothing was written");
+        std::fs::write(port_file(&root, "mlx5_3/ports/1/state"), "1: DOWN\n").unwrap();
+        assert!(v.changed(), "a port's state was written in place");
+        assert!(!v.changed(), "the new state is the last read now");
+    }
+
+    #[test]
+    fn a_rise_of_a_counter_that_can_fail_is_a_change_and_a_traffic_counter_is_not() {
+        let (_d, root) = tree("ib8-healthy");
+        let expect = Config::default().for_node("n1");
+        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        std::fs::write(
+            port_file(&root, "mlx5_0/ports/1/counters/port_xmit_data"),
+            "123456789\n",
+        )
+        .unwrap();
+        assert!(
+            !v.changed(),
+            "traffic moves under every job: not a reason to look"
+        );
+        std::fs::write(
+            port_file(&root, "mlx5_0/ports/1/counters/link_downed"),
+            "1\n",
+        )
+        .unwrap();
+        assert!(v.changed());
+    }
+
+    #[test]
+    fn an_ecn_switch_a_gid_type_and_a_saved_pfc_output_are_read_in_place() {
+        let (_d, root) = tree("ib8-healthy");
+        let expect = Config::default().for_node("n1");
+        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        let net = root.join("class/net/ens9f0np0");
+        std::fs::write(net.join("ecn/roce_np/enable/3"), "0\n").unwrap();
+        assert!(v.changed(), "ECN switched off");
+        let gid_types = root.join("class/infiniband/mlx5_8/ports/1/gid_attrs/types");
+        let first = dir_names(&gid_types).into_iter().next().expect("a GID type");
+        let was = std::fs::read_to_string(gid_types.join(&first)).unwrap();
+        let other = if was.contains("v2") { "IB/RoCE v1\n" } else { "RoCE v2\n" };
+        std::fs::write(gid_types.join(&first), other).unwrap();
+        assert!(v.changed(), "a GID changed type");
+        let pfc = root.join(".fabric-check/dcb-pfc/ens9f0np0");
+        let mut text = std::fs::read_to_string(&pfc).unwrap();
+        text.push('\n');
+        std::fs::write(&pfc, text).unwrap();
+        assert!(v.changed(), "the saved dcb output changed");
+        assert!(!v.changed());
+    }
+
+    #[test]
+    fn a_sysfs_root_swapped_for_another_directory_reads_as_changed() {
+        let (d, root) = tree("ib8-healthy");
+        let expect = Config::default().for_node("n1");
+        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        std::fs::rename(&root, d.path().join("saved")).unwrap();
+        fabric_testkit::sysfs::write("ib8-healthy", &root).unwrap();
+        assert!(
+            v.changed(),
+            "the same files, but not the tree that was opened"
+        );
+    }
+
+    #[test]
+    fn devices_the_node_config_ignores_are_not_read() {
+        let (_d, root) = tree("ib8-healthy");
+        let all = Config::default().for_node("n1");
+        let n_all = Vitals::open(&root, &tools(&root), &all).unwrap().len();
+        let cfg = Config::parse(
+            "[[node]]\nmatch = \"n1\"\nignore_devices = \"mlx5_0\"\n",
+            Path::new("fabric-check.toml"),
+        )
+        .unwrap();
+        let some = cfg.for_node("n1");
+        assert!(Vitals::open(&root, &tools(&root), &some).unwrap().len() < n_all);
+    }
+}
+
+#[cfg(test)]
+mod sampler_tests {
+    use super::FULL_EVERY;
+    use crate::config::Config;
+    use crate::jobstep::watch::{QuickSampler, Sampler};
+    use crate::probe::ProbeInput;
+    use crate::probe::gather::Roots;
+    use fabric_proto::verdict::Severity;
+
+    #[test]
+    fn the_watch_gathers_everything_only_when_a_file_that_can_fail_changed_or_every_full_every_samples()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("sysfs");
+        fabric_testkit::sysfs::write("ib8-healthy", &root).unwrap();
+        let mut s = QuickSampler::new(ProbeInput {
+            node: "n1".into(),
+            roots: Roots::for_sysfs(root.clone(), dir.path().join("proc"), None),
+            expect: Config::default().for_node("n1"),
+            baseline: None,
+            bom_pin: None,
+        });
+        let first = s.sample().expect("the first sample gathers everything");
+        assert!(
+            first
+                .report
+                .findings
+                .iter()
+                .all(|f| f.severity != Severity::Fail)
+        );
+        assert!(s.files_read_in_place() > 0);
+        assert!(s.sample().is_none(), "nothing changed");
+        std::fs::write(
+            root.join("class/infiniband/mlx5_2/ports/1/state"),
+            "1: DOWN\n",
+        )
+        .unwrap();
+        let after = s.sample().expect("a port's state changed");
+        assert!(
+            after
+                .report
+                .findings
+                .iter()
+                .any(|f| f.severity == Severity::Fail && f.check == "ib.port_state"),
+            "{:?}",
+            after.report.findings
+        );
+        let quiet = (1..FULL_EVERY).filter(|_| s.sample().is_some()).count();
+        assert_eq!(quiet, 0, "nothing changed after the port went down");
+        assert!(
+            s.sample().is_some(),
+            "every FULL_EVERY-th sample gathers everything"
+        );
+        assert_eq!(s.full_samples, 3);
+    }
+}
