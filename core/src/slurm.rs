@@ -42,6 +42,15 @@ pub trait Slurm {
             stderr: "this Slurm adapter does not read accounting".into(),
         })
     }
+    /// Requeues the running job `job_id` (the in-job watch, for a job that asked and where
+    /// `on_fault=requeue` allows it).
+    fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
+        Err(SlurmError::Failed {
+            command: format!("scontrol requeue {job_id}"),
+            code: -1,
+            stderr: "this Slurm adapter does not requeue jobs".into(),
+        })
+    }
     /// How finely `sinfo` tells when a reason was set (`%H`: whole seconds). The drain's settle
     /// step waits one and a half of these (see `drain::settle_wait`).
     fn reason_time_resolution(&self) -> Duration {
@@ -487,6 +496,12 @@ impl SlurmCli {
         Ok(records_from_sacct(&text, jobs))
     }
 
+    /// `scontrol requeue JOB`: the job ends on its nodes and goes back to the queue.
+    pub fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
+        self.run("scontrol", &["requeue", &job_id.to_string()])
+            .map(drop)
+    }
+
     /// `scontrol update JobId=JOB AdminComment=TEXT` (live jobs; `JOB` as
     /// [`JobComment::job`]).
     pub fn set_admin_comment(&self, job: &str, text: &str) -> Result<(), SlurmError> {
@@ -654,6 +669,9 @@ impl Slurm for SlurmCli {
     }
     fn job_records(&self, jobs: &[String]) -> Result<Vec<JobRecord>, SlurmError> {
         SlurmCli::job_records(self, jobs)
+    }
+    fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
+        SlurmCli::requeue(self, job_id)
     }
     fn call_limit(&self) -> Duration {
         self.timeout

@@ -40,6 +40,8 @@ pub enum Call {
     },
     /// `scontrol update ... State=RESUME`.
     Resume(String),
+    /// `requeue(job)`.
+    Requeue(u32),
     /// Reading `AdminComment`.
     AdminComment,
     /// Writing it to the live job.
@@ -325,6 +327,10 @@ impl Slurm for FakeSlurm {
             }));
         }
         r
+    }
+
+    fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
+        self.call("requeue", Call::Requeue(job_id))
     }
 
     fn resume(&self, node: &str) -> Result<(), SlurmError> {
@@ -918,6 +924,9 @@ impl<S: CapCalls> Slurm for Capped<'_, S> {
     }
     fn job_records(&self, jobs: &[String]) -> Result<Vec<JobRecord>, SlurmError> {
         self.with(|s| s.job_records(jobs))
+    }
+    fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
+        self.with(|s| s.requeue(job_id))
     }
     fn reason_time_resolution(&self) -> Duration {
         self.inner.reason_time_resolution()

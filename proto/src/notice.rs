@@ -47,6 +47,9 @@ pub struct FabricNotice {
     pub into_job_s: u64,
     /// Whether the node was drained for it (no new jobs land there; this job is not killed).
     pub drained: bool,
+    /// Whether root requeued the job for it (the job asked, `on_fault=requeue` allowed it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeued: bool,
 }
 
 impl FabricNotice {
@@ -62,6 +65,7 @@ impl FabricNotice {
             seen_at_s,
             into_job_s: 0,
             drained: false,
+            requeued: false,
         }
     }
 
@@ -108,9 +112,41 @@ pub fn notice_path(spool_root: &Path, job_id: &str, node: &str) -> Option<PathBu
         .map(|p| p.with_file_name(format!("fabric-notice-{node}.jsonl")))
 }
 
+/// The file by which the job on `node` asks to be requeued when the in-job watch drains the
+/// node under it (`fabric-run --on-fabric-fault=requeue` creates it):
+/// `<spool_root>/<job_id>/fabric-run-requeue-<node>`. Only its being a regular file counts (it
+/// is the job user's; root reads nothing from it), and only where the admin allows it
+/// (`on_fault=requeue`); root then requeues that job alone, by the id of its own invocation.
+pub fn requeue_wish_path(spool_root: &Path, job_id: &str, node: &str) -> Option<PathBuf> {
+    crate::record::node_records_path(spool_root, job_id, node)
+        .map(|p| p.with_file_name(format!("fabric-run-requeue-{node}")))
+}
+
+/// Whether the job asked to be requeued: `path` is a regular file (a link is not followed and
+/// does not count).
+pub fn requeue_wished(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_requeue_wish_is_a_regular_file_beside_the_notice_and_a_link_is_none() {
+        let dir = std::env::temp_dir().join(format!("fc-wish-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("7")).unwrap();
+        let p = requeue_wish_path(&dir, "7", "n2").unwrap();
+        assert_eq!(p, dir.join("7/fabric-run-requeue-n2"));
+        assert!(requeue_wish_path(&dir, "../7", "n2").is_none());
+        assert!(!requeue_wished(&p));
+        std::os::unix::fs::symlink("/etc/hostname", &p).unwrap();
+        assert!(!requeue_wished(&p), "a link is not a wish");
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, "").unwrap();
+        assert!(requeue_wished(&p));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_notice_line_reads_back_as_written() {

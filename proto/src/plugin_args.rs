@@ -97,6 +97,21 @@ pub struct PluginArgs {
     /// `watch_textfile=FILE`: where the watch keeps its fault counters for node_exporter's
     /// textfile collector (`%n` expands; default: none).
     pub watch_textfile: Option<PathBuf>,
+    /// `on_fault=none|requeue`: what a job may ask for when the in-job watch drains a node
+    /// under it (default `none`: the job runs on and is told).
+    pub on_fault: OnFault,
+}
+
+/// `on_fault=`: whether jobs may ask to be requeued when the in-job watch drains one of their
+/// nodes (`fabric-run --on-fabric-fault=requeue` asks; [`crate::notice::requeue_wish_path`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnFault {
+    /// `none`: no job is requeued by fabric-check.
+    #[default]
+    None,
+    /// `requeue`: a job that asked is requeued (by root, with its own id) after the drain, so it
+    /// starts again on other nodes.
+    Requeue,
 }
 
 impl Default for PluginArgs {
@@ -120,6 +135,7 @@ impl Default for PluginArgs {
             hosts_file: None,
             watch_interval: Some(DEFAULT_WATCH_INTERVAL),
             watch_textfile: None,
+            on_fault: OnFault::None,
         }
     }
 }
@@ -144,6 +160,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "hosts_file",
     "watch_interval",
     "watch_textfile",
+    "on_fault",
 ];
 
 /// The in-job watch's default sampling interval.
@@ -287,6 +304,13 @@ impl PluginArgs {
                         args.watch_interval = (s > 0.0).then(|| Duration::from_secs_f64(s));
                     })
                     .ok_or(bad("seconds from 0.1 to 3600, or 0 to turn the watch off")),
+                "on_fault" => match value {
+                    "none" => Some(OnFault::None),
+                    "requeue" => Some(OnFault::Requeue),
+                    _ => None,
+                }
+                .map(|v| args.on_fault = v)
+                .ok_or(bad("none or requeue")),
                 "watch_textfile" => absolute_path(value)
                     .map(|p| args.watch_textfile = Some(p))
                     .ok_or(bad("an absolute path")),

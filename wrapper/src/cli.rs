@@ -132,9 +132,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "SHELL-COMMAND")]
     pub accept_cmd: Option<String>,
 
-    /// For each fabric fault the in-job watch reports on this node: none (print and record it)
-    /// or signal:SIG to also send SIG (USR1, SIGUSR2, 10, ...) to the command's process group,
-    /// e.g. so that it saves a checkpoint now. requeue is not available yet.
+    /// For each fabric fault the in-job watch reports on this node: none (print and record it),
+    /// signal:SIG to also send SIG (USR1, SIGUSR2, 10, ...) to the command's process group,
+    /// e.g. so that it saves a checkpoint now, or requeue: when the watch drains this node the
+    /// job is requeued onto other nodes, where plugstack.conf allows it (on_fault=requeue).
     #[arg(long, value_name = "ACTION", default_value = "none")]
     pub on_fabric_fault: String,
 

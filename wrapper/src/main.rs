@@ -240,6 +240,9 @@ fn live_files(
     if !root.is_dir() {
         return (None, None);
     }
+    if on_fault == FaultAction::Requeue {
+        ask_for_requeue(root, job, &meta.node);
+    }
     let faults = fabric_proto::notice::notice_path(root, job, &meta.node).map(|p| FaultWatch {
         follower: NoticeFollower::new(p, Instant::now()),
         action: on_fault,
@@ -253,6 +256,40 @@ fn live_files(
     let events = run_events_path(root, job, &meta.node)
         .map(|p| EventsFile::new(p, meta.clone(), *prolog_made));
     (faults, events)
+}
+
+/// `--on-fabric-fault=requeue`: leaves the job's wish where the watch looks for it (an empty
+/// file, created afresh, never through a link). Says why when it cannot.
+fn ask_for_requeue(root: &std::path::Path, job: &str, node: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let Some(path) = fabric_proto::notice::requeue_wish_path(root, job, node) else {
+        eprintln!(
+            "fabric-run: --on-fabric-fault=requeue: job {job:?} or node {node:?} cannot name a file in the spool; the job is not requeued on a fabric fault"
+        );
+        return;
+    };
+    let made = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&path)
+                .map(drop)
+        });
+    match made {
+        Ok(()) => tracing::debug!(
+            "fabric-run: asked to be requeued on a fabric fault ({})",
+            path.display()
+        ),
+        Err(e) => eprintln!(
+            "fabric-run: --on-fabric-fault=requeue: cannot write {} ({e}); the job is not requeued on a fabric fault",
+            path.display()
+        ),
+    }
 }
 
 fn run(args: RunArgs) -> u8 {

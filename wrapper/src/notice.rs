@@ -40,10 +40,14 @@ pub enum FaultAction {
     None,
     /// `signal:SIG`: also send SIG to the command's process group, once per notice.
     Signal(Signal),
+    /// `requeue`: ask to be requeued when the watch drains this node (the job's
+    /// [`fabric_proto::notice::requeue_wish_path`] file); root does it where `on_fault=requeue`
+    /// in plugstack.conf allows it.
+    Requeue,
 }
 
 /// The forms `--on-fabric-fault` takes, for messages.
-const FORMS: &str = "none, or signal:SIG with SIG a name (USR1, SIGUSR1) or a number (10)";
+const FORMS: &str = "none, requeue, or signal:SIG with SIG a name (USR1, SIGUSR1) or a number (10)";
 
 /// Parses `--on-fabric-fault`'s value.
 pub fn parse_action(s: &str) -> Result<FaultAction, String> {
@@ -52,13 +56,7 @@ pub fn parse_action(s: &str) -> Result<FaultAction, String> {
         return Ok(FaultAction::None);
     }
     if v == "requeue" {
-        return Err(
-            "--on-fabric-fault=requeue is not available yet: fabric-run cannot requeue \
-                    the job (it makes no Slurm calls). Use --on-fabric-fault=signal:USR1 and \
-                    have the job trap SIGUSR1, save a checkpoint and run `scontrol requeue \
-                    $SLURM_JOB_ID`"
-                .to_owned(),
-        );
+        return Ok(FaultAction::Requeue);
     }
     match v.split_once(':') {
         Some(("signal", sig)) if !sig.trim().is_empty() => parse_signal(sig.trim())
@@ -379,12 +377,7 @@ mod tests {
                 "{v}"
             );
         }
-        let e = parse_action("requeue").unwrap_err();
-        assert!(
-            e.contains("not available yet") && e.contains("scontrol requeue"),
-            "{e}"
-        );
-        assert!(e.contains("signal:USR1"), "{e}");
+        assert_eq!(parse_action("requeue"), Ok(FaultAction::Requeue));
         for bad in [
             "signal:NOPE",
             "signal:",

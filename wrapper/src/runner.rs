@@ -297,6 +297,18 @@ impl ProcessRunner {
                     );
                     None
                 }
+                FaultAction::Requeue if n.requeued => {
+                    tracing::warn!(
+                        "fabric-run: the job is being requeued for it, as it asked (--on-fabric-fault=requeue)"
+                    );
+                    None
+                }
+                FaultAction::Requeue => {
+                    tracing::warn!(
+                        "fabric-run: the job asked to be requeued, but it was not (the node was not drained, or plugstack.conf does not allow it: on_fault=requeue)"
+                    );
+                    None
+                }
                 FaultAction::None => None,
             };
             self.lock().fabric_fault(&n, sent);

@@ -176,15 +176,31 @@ fn notices_already_in_the_file_when_the_wrapper_starts_are_not_acted_on_again() 
 }
 
 #[test]
+fn on_fabric_fault_requeue_leaves_the_jobs_wish_beside_its_notice_file_and_says_what_happened() {
+    let job = Job::new();
+    let wish = job.dir().join("fabric-run-requeue-n1");
+    let (mut n, _) = notice("ib.port_state");
+    n.requeued = true;
+    // The notice arrives while the command runs: the watch requeued the job as it asked.
+    job.fabric_run()
+        .env("NOTICE_LINE", n.to_line().trim_end())
+        .args(["--on-fabric-fault=requeue", "--", "sh", "-c"])
+        .arg(r#"printf '%s\n' "$NOTICE_LINE" >> "$NOTICE_FILE"; sleep 1.5"#)
+        .assert()
+        .code(0)
+        .stderr(contains("being requeued"));
+    assert!(
+        std::fs::symlink_metadata(&wish).is_ok_and(|m| m.file_type().is_file()),
+        "{} is the job's wish",
+        wish.display()
+    );
+}
+
+#[test]
 fn bad_on_fabric_fault_and_slow_step_values_are_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
     let ran = dir.path().join("ran");
     let touch = format!("touch {}", ran.display());
-    fabric_run()
-        .args(["--on-fabric-fault=requeue", "--", "sh", "-c", &touch])
-        .assert()
-        .code(2)
-        .stderr(contains("not available yet").and(contains("scontrol requeue $SLURM_JOB_ID")));
     fabric_run()
         .args(["--on-fabric-fault=signal:BOGUS", "--", "sh", "-c", &touch])
         .assert()
@@ -194,7 +210,7 @@ fn bad_on_fabric_fault_and_slow_step_values_are_refused_before_anything_runs() {
         .args(["--on-fabric-fault=kill", "--", "sh", "-c", &touch])
         .assert()
         .code(2)
-        .stderr(contains("`kill`").and(contains("none, or signal:SIG")));
+        .stderr(contains("`kill`").and(contains("none, requeue, or signal:SIG")));
     fabric_run()
         .args(["--slow-step-factor", "1", "--", "sh", "-c", &touch])
         .assert()

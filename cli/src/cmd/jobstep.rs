@@ -158,6 +158,14 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
         .watch_textfile
         .as_deref()
         .and_then(|p| expand_node(p, &node));
+    // The epilog ends the watch with SIGTERM: caught, so the watch ends its loop and writes its
+    // last line (the epilog relays it) instead of dying in a sleep.
+    let term = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGTERM, term.clone()) {
+        println!(
+            "watch: cannot catch SIGTERM ({e}); the epilog's stop ends it without its last line"
+        );
+    }
     let mut pace = RealPace {
         pid_path: pid_path.clone(),
         me: pf,
@@ -165,6 +173,7 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
         job,
         last_seen: Instant::now(),
         last_scan: Instant::now(),
+        term,
     };
     println!(
         "watch: started for job {job} on {node}, every {} ms",

@@ -63,6 +63,10 @@ fn a_short_drill_catches_every_injection_drains_nothing_else_and_restores_the_cl
                 "2",
                 "--controls",
                 "2",
+                // Long enough that a `during` fault lands in a running job and the watch, not
+                // the job's end, finds it; short enough for CI.
+                "--during-job-s",
+                "10",
                 "--format",
                 "json",
                 "--summary-line",
@@ -91,6 +95,16 @@ fn a_short_drill_catches_every_injection_drains_nothing_else_and_restores_the_cl
         assert!(
             last.starts_with("drill: classes 3, injections 6, recall 1.000, precision 1.000, false_drains 0, p95_detect_s "),
             "{last}"
+        );
+        assert!(last.contains(", p95_during_s "), "{last}");
+        // link_flap goes in only while a job runs: the in-job watch finds it.
+        let flap = s["per_class"]
+            .as_array()
+            .and_then(|v| v.iter().find(|c| c["class"] == "link_flap"))
+            .expect("link_flap's scores");
+        assert!(
+            flap["detectors"]["watch"].as_u64().unwrap_or(0) >= 1,
+            "the watch caught no link flap: {flap}\n{stderr}"
         );
         // Left as found.
         for (n, b) in nodes.iter().zip(&before) {

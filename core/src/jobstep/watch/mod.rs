@@ -373,6 +373,45 @@ pub struct WatchSummary {
     pub cleared: Vec<String>,
     /// Whether the node was drained.
     pub drained: bool,
+    /// Whether the watch requeued the job (it asked; `on_fault=requeue`).
+    pub requeued: bool,
+}
+
+/// After a drain: requeues the job when it asked (`fabric-run --on-fabric-fault=requeue`, its
+/// [`fabric_proto::notice::requeue_wish_path`] file) and the admin allows it
+/// (`on_fault=requeue`); says why not otherwise. Root requeues only this job, by the id of its
+/// own invocation. Whether it was requeued.
+fn requeue_if_asked(step: &JobStep<'_>, setup: &Setup) -> bool {
+    let job = setup.inv.job_id;
+    let asked = fabric_proto::notice::requeue_wish_path(
+        &setup.plugin.spool_dir,
+        &job.to_string(),
+        &setup.inv.node,
+    )
+    .is_some_and(|p| fabric_proto::notice::requeue_wished(&p));
+    if !asked {
+        return false;
+    }
+    if setup.plugin.on_fault != fabric_proto::plugin_args::OnFault::Requeue {
+        step.say(&format!(
+            "watch: job {job} asked to be requeued on a fabric fault; not done: plugstack.conf allows it with on_fault=requeue"
+        ));
+        return false;
+    }
+    match step.seams.slurm.requeue(job) {
+        Ok(()) => {
+            step.say(&format!(
+                "watch: requeued job {job}, as it asked (on_fault=requeue): it starts again on other nodes"
+            ));
+            true
+        }
+        Err(e) => {
+            step.say(&format!(
+                "watch: the requeue of job {job} failed ({e}); it runs on"
+            ));
+            false
+        }
+    }
 }
 
 /// The watch's loop: sample, compare, act, until `pace` says stop.
@@ -419,6 +458,7 @@ pub fn run(
                     }
                     summary.appeared.push(fault.check.clone());
                     let mut drained = false;
+                    let mut requeued = false;
                     act.with_step(setup, &mut |step| {
                         step.say(&format!(
                             "watch: {}: {} ({}s into job {job}; policy={} → {})",
@@ -440,6 +480,9 @@ pub fn run(
                                 )
                                 .out_of_service();
                         }
+                        if drained && !summary.requeued {
+                            requeued = requeue_if_asked(step, setup);
+                        }
                         if action.tag {
                             let ev = WatchEvent {
                                 check: fault.check.clone(),
@@ -460,6 +503,7 @@ pub fn run(
                         }
                     });
                     summary.drained |= drained;
+                    summary.requeued |= requeued;
                     if action.tell_job
                         && let Some(n) = notice.as_deref_mut()
                     {
@@ -467,6 +511,7 @@ pub fn run(
                             FabricNotice::new(job, &node, &fault.check, &fault.message, now);
                         msg.into_job_s = into;
                         msg.drained = drained;
+                        msg.requeued = requeued;
                         if let Err(e) = n.append(&msg) {
                             tracing::warn!("cannot write the notice {}: {e}", n.path().display());
                         }
@@ -663,14 +708,30 @@ pub struct RealPace {
     pub last_seen: Instant,
     /// When `/proc` was last scanned.
     pub last_scan: Instant,
+    /// Set by the SIGTERM handler (the epilog's stop): the watch ends within a slice of its
+    /// sleep and writes its last line, instead of dying in the middle of a sleep.
+    pub term: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// The longest the watch sleeps without looking at [`RealPace::term`].
+pub const SLEEP_SLICE: Duration = Duration::from_millis(100);
 
 impl Pace for RealPace {
     fn sleep(&mut self, d: Duration) {
-        std::thread::sleep(d);
+        let until = Instant::now() + d;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.term.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(left.min(SLEEP_SLICE));
+        }
     }
 
     fn should_stop(&mut self) -> bool {
+        if self.term.load(std::sync::atomic::Ordering::Relaxed) {
+            return true;
+        }
         if PidFile::read(&self.pid_path) != Some(self.me) {
             return true;
         }
@@ -754,7 +815,9 @@ pub fn load_start(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
+    use crate::testing::{
+        Call, FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step,
+    };
     use fabric_proto::invocation::Script;
     use fabric_proto::tag::{self, Verdict};
     use serde_json::Value;
@@ -899,9 +962,19 @@ mod tests {
     fn watch_a_port_going_down(
         policy: &str,
     ) -> (FakeSlurm, Lines, WatchSummary, String, tempfile::TempDir) {
+        watch_a_port_going_down_with(policy, &[], false)
+    }
+
+    fn watch_a_port_going_down_with(
+        policy: &str,
+        more: &[&str],
+        job_asks_requeue: bool,
+    ) -> (FakeSlurm, Lines, WatchSummary, String, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let pol = format!("policy={policy}");
-        let s = setup(dir.path(), Script::Watch, "n[1-4]", "n1", &[pol.as_str()]);
+        let mut args = vec![pol.as_str()];
+        args.extend_from_slice(more);
+        let s = setup(dir.path(), Script::Watch, "n[1-4]", "n1", &args);
         let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
         let lines = Lines::default();
         let act = FakeAct::on(&slurm, &lines);
@@ -918,6 +991,9 @@ mod tests {
         );
         let spool = dir.path().join("spool/7");
         std::fs::create_dir_all(&spool).unwrap();
+        if job_asks_requeue {
+            std::fs::write(spool.join("fabric-run-requeue-n1"), "").unwrap();
+        }
         let notice_at = spool.join("fabric-notice-n1.jsonl");
         let mut notice = NoticeFile::create(&notice_at).unwrap();
         let textfile = dir.path().join("watch.prom");
@@ -982,6 +1058,39 @@ mod tests {
             (n.job, n.node.as_str(), n.check.as_str(), n.drained),
             (7, "n1", "ib.port_state", true)
         );
+    }
+
+    #[test]
+    fn a_job_that_asked_is_requeued_after_the_drain_only_where_on_fault_requeue_allows_it() {
+        let requeues = |slurm: &FakeSlurm| {
+            slurm
+                .calls()
+                .iter()
+                .filter(|c| matches!(c, Call::Requeue(7)))
+                .count()
+        };
+        let (slurm, lines, summary, notices, _dir) =
+            watch_a_port_going_down_with("enforce", &["on_fault=requeue"], true);
+        assert!(summary.drained && summary.requeued, "{}", lines.text());
+        assert_eq!(requeues(&slurm), 1, "once, for this job alone");
+        assert!(lines.has("watch: requeued job 7"), "{}", lines.text());
+        let n = FabricNotice::parse_line(notices.lines().next().unwrap()).unwrap();
+        assert!(n.drained && n.requeued);
+
+        let (slurm, lines, summary, _, _dir) = watch_a_port_going_down_with("enforce", &[], true);
+        assert!(summary.drained && !summary.requeued);
+        assert_eq!(requeues(&slurm), 0, "the admin did not allow it");
+        assert!(lines.has("on_fault=requeue"), "{}", lines.text());
+
+        let (slurm, _, summary, _, _dir) =
+            watch_a_port_going_down_with("enforce", &["on_fault=requeue"], false);
+        assert!(!summary.requeued);
+        assert_eq!(requeues(&slurm), 0, "the job did not ask");
+
+        let (slurm, _, summary, _, _dir) =
+            watch_a_port_going_down_with("warn", &["on_fault=requeue"], true);
+        assert!(!summary.requeued);
+        assert_eq!(requeues(&slurm), 0, "no drain, no requeue");
     }
 
     #[test]

@@ -247,9 +247,16 @@ mod tests {
         std::fs::write(net.join("ecn/roce_np/enable/3"), "0\n").unwrap();
         assert!(v.changed(), "ECN switched off");
         let gid_types = root.join("class/infiniband/mlx5_8/ports/1/gid_attrs/types");
-        let first = dir_names(&gid_types).into_iter().next().expect("a GID type");
+        let first = dir_names(&gid_types)
+            .into_iter()
+            .next()
+            .expect("a GID type");
         let was = std::fs::read_to_string(gid_types.join(&first)).unwrap();
-        let other = if was.contains("v2") { "IB/RoCE v1\n" } else { "RoCE v2\n" };
+        let other = if was.contains("v2") {
+            "IB/RoCE v1\n"
+        } else {
+            "RoCE v2\n"
+        };
         std::fs::write(gid_types.join(&first), other).unwrap();
         assert!(v.changed(), "a GID changed type");
         let pfc = root.join(".fabric-check/dcb-pfc/ens9f0np0");
