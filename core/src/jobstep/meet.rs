@@ -317,17 +317,18 @@ pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) 
 mod tests {
     use super::*;
     use crate::testing::{Call, FakeSlurm, Lines};
+    use fabric_net::rendezvous::ResolveError;
 
     /// A resolver that knows only these names.
     struct Known(&'static [(&'static str, &'static str)]);
 
     impl Resolve for Known {
-        fn resolve(&self, node: &str) -> Result<IpAddr, String> {
+        fn resolve(&self, node: &str) -> Result<IpAddr, ResolveError> {
             self.0
                 .iter()
                 .find(|(n, _)| *n == node)
                 .map(|(_, a)| a.parse().unwrap())
-                .ok_or_else(|| "Name or service not known".into())
+                .ok_or_else(|| std::io::Error::other("Name or service not known").into())
         }
     }
 
