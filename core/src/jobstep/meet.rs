@@ -59,7 +59,7 @@ pub struct RendezvousMeet<'a> {
     /// MUNGE's socket, when not the default.
     pub munge_socket: Option<PathBuf>,
     /// Where to say that the leader's address came from slurmctld.
-    pub relay: &'a dyn super::Relay,
+    pub relay: &'a dyn crate::relay::Relay,
 }
 
 impl std::fmt::Debug for RendezvousMeet<'_> {
@@ -104,7 +104,7 @@ pub fn leader_addr(
     hosts: &BTreeMap<String, IpAddr>,
     resolver: &dyn Resolve,
     slurm: &dyn Slurm,
-    relay: &dyn super::Relay,
+    relay: &dyn crate::relay::Relay,
 ) -> Result<IpAddr, RendezvousError> {
     if let Some(ip) = hosts.get(leader) {
         return Ok(*ip);
