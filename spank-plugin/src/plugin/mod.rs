@@ -6,9 +6,7 @@
 //! the typed errors ([`HostError`], [`CallbackError`]).
 
 use fabric_proto::fabric_option::FabricMode;
-use fabric_proto::invocation::BATCH_STEP_ID;
 use fabric_proto::plugin_args::{ArgProblem, JobMode, PluginArgs};
-use fabric_proto::record::PLUGIN_SPOOL_ENV;
 
 mod error;
 mod script;

@@ -2,6 +2,8 @@
 
 use super::step::records_present;
 use super::*;
+use fabric_proto::invocation::BATCH_STEP_ID;
+use fabric_proto::record::PLUGIN_SPOOL_ENV;
 use std::cell::RefCell;
 
 #[derive(Default)]
