@@ -5,6 +5,8 @@
 /// several entries comma-separated; `None` when no entry is a GPU. An untyped `gpu:N` is the
 /// total (typed entries beside it count the same GPUs, as in [`gpus_from_tres`]); otherwise
 /// the typed entries add up.
+///
+/// [`gpus_from_tres`]: super::super::gpus_from_tres
 pub fn gpus_from_gres(gres: &str) -> Option<u32> {
     let mut typed: Option<u32> = None;
     for item in gres.split(',') {
