@@ -14,7 +14,10 @@ pub enum HostError {
     )]
     Register(i64),
     /// The host has no such call (`spank_prepend_task_argv` before Slurm 23.11; a test host).
-    #[error("{0} is not available; it needs Slurm 23.11 or later")]
+    #[error(
+        "{0} is not available from this host; upgrade slurmd (spank_prepend_task_argv needs \
+         Slurm 23.11 or later)"
+    )]
     Unavailable(&'static str),
     /// A string for the host holds a NUL byte, which C strings cannot carry.
     #[error("{0} holds a NUL byte; remove it from the plugin's words in plugstack.conf")]
