@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use crate::deadline::{Budget, Deadline};
-use crate::jobstep::Relay;
+use crate::relay::Relay;
 use crate::slurm::{NodeInfo, Slurm};
 use fabric_proto::plugin_args::DrainLimit;
 

@@ -11,6 +11,7 @@
 //! | [`config`] | the TOML configuration (expectations and thresholds per node pattern) |
 //! | [`record`] | `fabric-run` records read back from a user-writable spool (types in `fabric-proto`) |
 //! | [`drain`] | drain/resume etiquette and the mass-drain guard |
+//! | [`relay`] | the [`relay::Relay`] seam: where the job step's lines go (the slurmd log), a leaf under `drain` and `jobstep` |
 //! | [`slurm`] | the [`slurm::Slurm`] seam and its CLI adapter (`scontrol`, `sinfo`, `sacct`, `sacctmgr`), bounded in time |
 //! | [`coexist`] | sharing `AdminComment` with jobstats-style tools: the `EpilogSlurmctld` wrapper's merge and repair |
 //! | [`stepgate`] | the Slurm 23.11+ step gate prepended to a `--fabric-check=full` step's tasks |
@@ -36,6 +37,7 @@ pub mod drain;
 pub mod jobstep;
 pub mod probe;
 pub mod record;
+pub mod relay;
 pub mod slurm;
 pub mod stepgate;
 pub mod tag_ledger;

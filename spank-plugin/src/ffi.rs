@@ -8,7 +8,7 @@
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use crate::plugin::{self, Context, Host};
+use crate::plugin::{self, CallbackError, Context, Host, HostError};
 
 #[allow(
     non_camel_case_types,
@@ -59,11 +59,11 @@ fn option_ptr() -> *mut sys::spank_option {
 }
 
 /// Runs `f`, turning an error or a panic into a logged message and `-1`.
-fn guard(callback: &str, f: impl FnOnce() -> Result<(), String>) -> c_int {
+fn guard(callback: &str, f: impl FnOnce() -> Result<(), CallbackError>) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => 0,
-        Ok(Err(msg)) => {
-            log_error(&msg);
+        Ok(Err(e)) => {
+            log_error(&e.to_string());
             -1
         }
         Err(panic) => {
@@ -142,15 +142,13 @@ impl Host for SlurmHost {
         }
     }
 
-    fn register_option(&self) -> Result<(), String> {
+    fn register_option(&self) -> Result<(), HostError> {
         // SAFETY: `sp` is the handle of the running callback; the option is 'static.
         let rc = unsafe { sys::spank_option_register(self.sp, option_ptr()) };
         if rc == sys::ESPANK_SUCCESS {
             Ok(())
         } else {
-            Err(format!(
-                "fabric-check: cannot register --fabric-check (spank error {rc})"
-            ))
+            Err(HostError::Register(rc.into()))
         }
     }
 
@@ -244,16 +242,17 @@ impl Host for SlurmHost {
         prepend_fn().is_some()
     }
 
-    fn prepend_task_argv(&self, argv: &[String]) -> Result<(), String> {
-        let f = prepend_fn().ok_or("spank_prepend_task_argv is not available")?;
+    fn prepend_task_argv(&self, argv: &[String]) -> Result<(), HostError> {
+        let f = prepend_fn().ok_or(HostError::Unavailable("spank_prepend_task_argv"))?;
         let owned: Vec<CString> = argv
             .iter()
             .map(|a| CString::new(a.as_str()))
             .collect::<Result<_, _>>()
-            .map_err(|_| "an argument holds a NUL byte".to_owned())?;
+            .map_err(|_| HostError::NulByte("an argument"))?;
         let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
         ptrs.push(std::ptr::null());
-        let argc = c_int::try_from(owned.len()).map_err(|_| "too many arguments".to_owned())?;
+        let argc =
+            c_int::try_from(owned.len()).map_err(|_| HostError::TooManyArguments(owned.len()))?;
         // SAFETY: `f` is Slurm's `spank_prepend_task_argv(spank_t, int, const char **)`, found by
         // name in the host; `sp` is the handle of the running callback; `ptrs` holds `argc` valid
         // NUL-terminated strings (plus a NULL) that outlive the call, and Slurm copies them.
@@ -261,13 +260,16 @@ impl Host for SlurmHost {
         if rc == sys::ESPANK_SUCCESS {
             Ok(())
         } else {
-            Err(format!("spank_prepend_task_argv failed (spank error {rc})"))
+            Err(HostError::Spank {
+                call: "spank_prepend_task_argv",
+                rc: rc.into(),
+            })
         }
     }
 
-    fn setenv(&self, name: &str, value: &str) -> Result<(), String> {
+    fn setenv(&self, name: &str, value: &str) -> Result<(), HostError> {
         let (Ok(n), Ok(v)) = (CString::new(name), CString::new(value)) else {
-            return Err("a NUL byte in the name or value".into());
+            return Err(HostError::NulByte("the variable's name or value"));
         };
         // SAFETY: two NUL-terminated strings that outlive the call; spank_setenv copies them
         // (spank.h: `spank_setenv(spank_t, const char *var, const char *val, int overwrite)`).
@@ -275,7 +277,10 @@ impl Host for SlurmHost {
         if rc == sys::ESPANK_SUCCESS {
             Ok(())
         } else {
-            Err(format!("spank_setenv returned {rc}"))
+            Err(HostError::Spank {
+                call: "spank_setenv",
+                rc: rc.into(),
+            })
         }
     }
 

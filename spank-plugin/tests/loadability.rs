@@ -268,6 +268,30 @@ fn on_slurm_without_prepend_and_for_batch_or_quick_steps_the_task_is_left_alone(
     }
 }
 
+/// The exported symbols that docs/architecture.md lists between its `exported-symbols`
+/// markers, one `` - `name` `` line each, sorted.
+fn documented_symbols() -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/architecture.md");
+    let doc = std::fs::read_to_string(&path).expect("read docs/architecture.md");
+    let start = doc
+        .find("<!-- exported-symbols -->")
+        .expect("docs/architecture.md has its <!-- exported-symbols --> marker");
+    let end = doc
+        .find("<!-- /exported-symbols -->")
+        .expect("docs/architecture.md has its <!-- /exported-symbols --> marker");
+    let mut names: Vec<String> = doc[start..end]
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("- `")?
+                .strip_suffix('`')
+                .map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 #[test]
 fn only_the_spank_symbols_are_exported() {
     let out = Command::new("nm")
@@ -295,6 +319,12 @@ fn only_the_spank_symbols_are_exported() {
             "slurm_spank_user_init"
         ],
         "exported symbols changed: update this list only on purpose"
+    );
+    assert_eq!(
+        names,
+        documented_symbols(),
+        "docs/architecture.md lists other exported symbols than the library's: keep the list \
+         between its exported-symbols markers equal to `nm -D --defined-only`"
     );
     let undefined = Command::new("nm")
         .args(["-D", "--undefined-only"])

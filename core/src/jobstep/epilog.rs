@@ -7,17 +7,16 @@
 //! the job (`"reported_by":"job"`, [`fabric_proto::tag::JobReported`]) and never drains a node, so it
 //! never counts toward the mass-drain guard either. A drain needs evidence root gathered.
 
-use std::path::PathBuf;
-
 use super::JobStep;
 use super::meet::{Delivery, deliver};
 use super::payload::{EpilogPayload, MAX_STEP_RESULTS};
 use super::pending::PendingPrologTag;
 use super::policy::{self, Phase};
 use super::prolog::{probe_limit, probe_request};
+use super::tag_update::EpilogMerge;
 use super::tag_write::{TagWrite, write_tag};
 use crate::probe::Baseline;
-use crate::record::{self, JobDir, ReadLimits, RecordError, Records};
+use crate::record::{self, JobDir, ReadLimits, RecordError};
 use crate::stepgate;
 use fabric_proto::invocation::JobStepExit;
 use fabric_proto::tag::{
@@ -160,7 +159,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         }
     }
     // The step ends' kept summaries served the live tag; the job's own merge is done.
-    super::step_end::forget_peer_runs(step);
+    record::forget_peer_runs(&step.setup.state_dir, job);
     step.say(&JobStepExit::Proceed.line());
     JobStepExit::Proceed
 }
@@ -199,30 +198,21 @@ fn lead(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<EpilogPayloa
         .filter(|d| !d.rises.is_empty() || d.verdict != Verdict::Pass)
         .collect();
     rows.sort_by(|a, b| a.node.cmp(&b.node));
-    let pending = PendingPrologTag::load(step);
-    if pending.is_none() && rows.is_empty() && run.is_none() && steps.is_empty() && slow.is_empty()
-    {
+    let merge = EpilogMerge {
+        pending: PendingPrologTag::load(step),
+        rows,
+        run,
+        steps,
+        slow,
+    };
+    if merge.is_empty() {
         step.say(&format!(
             "job {job}: no counter rose and no fabric-run records; tag unchanged"
         ));
         true
     } else {
-        let had_pending = pending.is_some();
-        let written = write_tag(step, |prev| {
-            // The prolog's verdict that could not be written then goes in first.
-            let mut t = match pending {
-                Some(p) => p.apply(prev),
-                None => prev.unwrap_or_default(),
-            };
-            t.during = super::results::merge_during(std::mem::take(&mut t.during), rows);
-            if run.is_some() {
-                t.run = run;
-            }
-            let reported = &mut t.job_reported;
-            reported.steps = stepgate::worst(reported.steps.take(), &steps);
-            reported.slow.extend(slow);
-            t
-        });
+        let had_pending = merge.pending.is_some();
+        let written = write_tag(step, |prev| merge.apply(prev));
         if had_pending && written != TagWrite::NotWritten {
             PendingPrologTag::remove(step);
         }
@@ -243,46 +233,29 @@ fn bounded_steps(steps: impl Iterator<Item = CollectiveSummary>) -> Vec<Collecti
     steps
 }
 
-/// The job's spool folder, `<spool_dir>/<job>/` (root's, made in the prolog), opened once and
-/// verified; `None` when absent or refused (said why). The job's environment never names it.
-pub(super) fn open_job_dir(step: &JobStep<'_>) -> Option<JobDir> {
+/// The job's spool folder ([`record::open_job_dir`]).
+fn open_job_dir(step: &JobStep<'_>) -> Option<JobDir> {
     let setup = step.setup;
-    let job = setup.inv.job_id.to_string();
-    match JobDir::open(&setup.plugin.spool_dir, &job, setup.inv.job_uid) {
-        Ok(d) => d,
-        Err(e) => {
-            step.say(&format!("fabric-run records of job {job} skipped: {e}"));
-            None
-        }
-    }
-}
-
-/// This node's `fabric-run` records for the job (`<node>.jsonl`); `None` when there are none or
-/// they are refused (said why). The spool is user-writable and we are root: the reader refuses
-/// links and foreign owners and bounds sizes.
-pub(super) fn read_node_records(step: &JobStep<'_>, dir: &JobDir) -> Option<(PathBuf, Records)> {
-    let setup = step.setup;
-    let job = setup.inv.job_id.to_string();
-    let path = fabric_proto::record::node_records_path(&setup.plugin.spool_dir, &job, step.node())?;
-    let name = path.file_name()?.to_str()?;
-    let limits = ReadLimits {
-        owner_uid: setup.inv.job_uid,
-        ..ReadLimits::default()
-    };
-    match dir.read_records(name, &limits) {
-        Ok(recs) => Some((path, recs)),
-        Err(RecordError::Missing(_)) => None,
-        Err(e) => {
-            step.say(&format!("fabric-run records of job {job} skipped: {e}"));
-            None
-        }
-    }
+    record::open_job_dir(
+        &setup.plugin.spool_dir,
+        setup.inv.job_id,
+        setup.inv.job_uid,
+        step.seams.relay,
+    )
 }
 
 /// This node's `fabric-run` records for the job, summarised (removed once delivered).
 fn read_run_summary(step: &JobStep<'_>, dir: &JobDir) -> Option<RunSummary> {
     let job = step.setup.inv.job_id;
-    let (path, recs) = read_node_records(step, dir)?;
+    let setup = step.setup;
+    let (path, recs) = record::read_node_records(
+        &setup.plugin.spool_dir,
+        job,
+        setup.inv.job_uid,
+        step.node(),
+        dir,
+        step.seams.relay,
+    )?;
     let Some(summary) = record::summarize(&recs) else {
         let e = RecordError::Empty {
             path,

@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::Relay;
 use super::policy::{Found, Phase};
 use crate::deadline::Deadline;
+use crate::relay::Relay;
 use crate::stepgate::{self, Action, StepEnv, StepResult};
 use fabric_net::collective;
 use fabric_proto::hostlist::Hostlist;

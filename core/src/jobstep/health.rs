@@ -10,11 +10,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::Relay;
 use super::policy::{self, Phase};
 use super::runner::{Against, ProbeRequest, ProbeRunner};
 use crate::deadline::Deadline;
 use crate::drain::{self, DrainRequest, ResumeAction};
+use crate::relay::Relay;
 use crate::slurm::{Slurm, SlurmError};
 use fabric_proto::plugin_args::{PluginArgs, expand_node};
 use fabric_proto::tag::Verdict;
@@ -161,7 +161,7 @@ pub fn run(
         Verdict::Fail if !policy::verdict_drains(Phase::Health, Verdict::Fail, plugin) => {
             write_streak(&streak_path, 0)?;
             let (check, message) =
-                super::worst_finding(&report).unwrap_or(("probe".into(), "fail".into()));
+                super::results::worst_finding(&report).unwrap_or(("probe".into(), "fail".into()));
             relay.line(&format!(
                 "{node}: {check}: {message}; not drained (policy={})",
                 plugin.policy.as_str()
@@ -170,7 +170,7 @@ pub fn run(
         Verdict::Fail => {
             write_streak(&streak_path, 0)?;
             let (check, message) =
-                super::worst_finding(&report).unwrap_or(("probe".into(), "fail".into()));
+                super::results::worst_finding(&report).unwrap_or(("probe".into(), "fail".into()));
             drain::drain_node(
                 slurm,
                 &DrainRequest {

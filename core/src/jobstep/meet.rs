@@ -59,7 +59,7 @@ pub struct RendezvousMeet<'a> {
     /// MUNGE's socket, when not the default.
     pub munge_socket: Option<PathBuf>,
     /// Where to say that the leader's address came from slurmctld.
-    pub relay: &'a dyn super::Relay,
+    pub relay: &'a dyn crate::relay::Relay,
 }
 
 impl std::fmt::Debug for RendezvousMeet<'_> {
@@ -104,7 +104,7 @@ pub fn leader_addr(
     hosts: &BTreeMap<String, IpAddr>,
     resolver: &dyn Resolve,
     slurm: &dyn Slurm,
-    relay: &dyn super::Relay,
+    relay: &dyn crate::relay::Relay,
 ) -> Result<IpAddr, RendezvousError> {
     if let Some(ip) = hosts.get(leader) {
         return Ok(*ip);
@@ -317,17 +317,18 @@ pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) 
 mod tests {
     use super::*;
     use crate::testing::{Call, FakeSlurm, Lines};
+    use fabric_net::rendezvous::ResolveError;
 
     /// A resolver that knows only these names.
     struct Known(&'static [(&'static str, &'static str)]);
 
     impl Resolve for Known {
-        fn resolve(&self, node: &str) -> Result<IpAddr, String> {
+        fn resolve(&self, node: &str) -> Result<IpAddr, ResolveError> {
             self.0
                 .iter()
                 .find(|(n, _)| *n == node)
                 .map(|(_, a)| a.parse().unwrap())
-                .ok_or_else(|| "Name or service not known".into())
+                .ok_or_else(|| std::io::Error::other("Name or service not known").into())
         }
     }
 

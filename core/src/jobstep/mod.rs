@@ -25,8 +25,10 @@
 //! [`policy`] is the one table every path asks whether a finding drains, stops a step, is
 //! tagged or is told to the job.
 //!
-//! [`results`] holds the pure pieces (node results, counter rises, tag merging); [`pending`]
-//! keeps a prolog verdict that Slurm could not take for the epilog to write.
+//! [`results`] holds the pure pieces (node results, counter rises, the watch's live events);
+//! [`tag_update`] is the one place that says how each phase changes the job's tag, which
+//! [`tag_write`] writes; [`pending`] keeps a prolog verdict that Slurm could not take for the
+//! epilog to write.
 
 pub mod epilog;
 pub mod gate;
@@ -39,6 +41,7 @@ pub mod prolog;
 pub mod results;
 pub mod runner;
 pub mod step_end;
+pub mod tag_update;
 pub mod tag_write;
 pub mod watch;
 
@@ -48,37 +51,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub use meet::{Meet, MeetRequest, RendezvousMeet};
 pub use results::*;
 pub use runner::{ProbeRunError, ProbeRunner, SubprocessRunner};
+pub use tag_update::{merge_during, prolog_tag};
 
 pub use crate::deadline::{Budget, Deadline};
+pub use crate::relay::{RELAY_TARGET, Relay, StdoutRelay};
 pub use crate::slurm::Slurm;
 use fabric_proto::hostlist::Hostlist;
 use fabric_proto::invocation::{Invocation, JobStepExit, Script};
 use fabric_proto::plugin_args::{PluginArgs, expand_node};
-
-/// Where the job step's lines go: the plugin copies the child's stdout into the slurmd log.
-pub trait Relay {
-    /// One line.
-    fn line(&self, text: &str);
-}
-
-/// Lines to stdout, which the plugin relays into the slurmd log (with stderr, where the `tracing`
-/// subscriber writes). Each line is also a `debug` event in the current span (job id, node,
-/// phase), seen with `-v`; at the default level the log holds each line once.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StdoutRelay;
-
-/// The `tracing` target of the lines the plugin relays into the slurmd log.
-///
-/// The binary's subscriber writes events of this target to stdout as bare lines (no level, no
-/// span: the plugin prefixes `fabric-check: <script> job=N node=X:` and slurmd stamps the time),
-/// at every verbosity; every other event goes to stderr in the compact format.
-pub const RELAY_TARGET: &str = "fabric_check::relay";
-
-impl Relay for StdoutRelay {
-    fn line(&self, text: &str) {
-        tracing::info!(target: RELAY_TARGET, "{text}");
-    }
-}
 
 /// Why a job step cannot start.
 #[derive(Debug, thiserror::Error)]

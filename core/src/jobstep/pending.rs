@@ -3,7 +3,8 @@
 //! the same first node, writes it with its own merge once Slurm answers again.
 //!
 //! What is kept is the prolog's result, not a finished tag: the epilog rebuilds the prolog's
-//! part of the tag from the comment it reads then ([`super::results::prolog_tag`]), so an earlier
+//! part of the tag from the comment it reads then ([`PendingPrologTag::apply`], in
+//! [`super::tag_update`]), so an earlier
 //! attempt's verdict (a requeue) still moves to `earlier` and a step end's live `run` is merged.
 //! The file is root's, in root's folder; the job never writes it.
 
@@ -15,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 
 use super::JobStep;
-use fabric_proto::tag::{CollectiveSummary, JobTag, NodeResult};
+use fabric_proto::tag::{CollectiveSummary, NodeResult};
 
 const PREFIX: &str = "prolog-tag-";
 const SUFFIX: &str = ".json";
@@ -44,47 +45,6 @@ pub struct PendingPrologTag {
 }
 
 impl PendingPrologTag {
-    /// The tag the prolog writes over `previous` (the comment's tag, if any).
-    /// When `previous` already holds this very result (the write reached slurmctld but its
-    /// answer did not come back: same mode, same probe second, which a requeued attempt, at
-    /// least `cred_expire` later, never shares), it is kept as it is.
-    ///
-    /// A kept result belongs to the attempt whose prolog probed at `probed_at_s`. When
-    /// `previous` holds a later attempt (a requeue whose prolog could write), the kept result is
-    /// stale: it never replaces that attempt's verdict; only its non-passing nodes join
-    /// `earlier`, as any earlier attempt's do.
-    pub fn apply(self, previous: Option<JobTag>) -> JobTag {
-        if let Some(p) = &previous
-            && p.probed_at == Some(self.probed_at_s)
-            && p.mode.as_deref() == Some(self.mode.as_str())
-        {
-            return previous.unwrap_or_default();
-        }
-        if previous
-            .as_ref()
-            .and_then(|p| p.probed_at)
-            .is_some_and(|later| later > self.probed_at_s)
-        {
-            let mut p = previous.unwrap_or_default();
-            for (n, r) in self.nodes {
-                if r.verdict != fabric_proto::tag::Verdict::Pass {
-                    p.earlier.entry(n).or_insert(r);
-                }
-            }
-            return p;
-        }
-        let mut t = super::results::prolog_tag(
-            previous,
-            &self.mode,
-            self.probed_at_s,
-            self.nodes,
-            self.missing,
-            self.notes,
-        );
-        t.collective = self.collective;
-        t
-    }
-
     fn path(step: &JobStep<'_>) -> PathBuf {
         step.setup
             .state_dir

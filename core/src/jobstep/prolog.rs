@@ -1,14 +1,13 @@
 //! The job prolog: probe, policy, the collective (`--fabric-check=full`), the rendezvous, and the
 //! leader's tag.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::meet::meet;
 use super::payload::PrologPayload;
-use super::pending::PendingPrologTag;
 use super::policy::{self, Found, Phase};
 use super::runner::{Against, CollectiveRequest, ProbeRequest};
+use super::tag_update::prolog_result;
 use super::tag_write::{TagWrite, write_tag};
 use super::{JobStep, now_unix};
 use fabric_proto::check_id;
@@ -252,33 +251,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
 
 /// The leader's tag from every node's payload.
 fn lead_tag(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<PrologPayload>) {
-    let mut nodes = BTreeMap::new();
-    let mut all_notes = Vec::new();
-    // Every rank holds the same collective report: take the first one present.
-    let got_collective = met.payloads.values().find_map(|p| p.collective.clone());
-    for (n, p) in met.payloads {
-        nodes.insert(n, p.result);
-        all_notes.extend(p.notes);
-    }
-    let mut missing = met.missing;
-    for m in &missing {
-        all_notes.push(format!("{m}: no verdict reached the first node in time"));
-    }
-    for u in met.undecodable {
-        all_notes.push(format!(
-            "{}: its verdict reached the first node but could not be read",
-            u.node
-        ));
-        missing.push(u.node);
-    }
-    let result = PendingPrologTag {
-        mode: step.setup.inv.option.as_str().to_owned(),
-        probed_at_s: now_unix(),
-        nodes,
-        missing,
-        notes: all_notes,
-        collective: got_collective,
-    };
+    let result = prolog_result(step.setup.inv.option.as_str(), now_unix(), met);
     // munged or slurmctld away at this moment: the epilog (same first node) writes it later.
     if write_tag(step, |prev| result.clone().apply(prev)) == TagWrite::NotWritten {
         result.keep(step);

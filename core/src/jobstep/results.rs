@@ -1,5 +1,6 @@
 //! Pure pieces of the job prolog and epilog: a node's result from its probe document, counter
-//! rises over the job window, and how a new attempt's results merge into an existing tag.
+//! rises over the job window, and the watch's live events in a tag. How a phase's results merge
+//! into the job's tag is [`super::tag_update`]'s.
 
 use std::collections::BTreeMap;
 
@@ -111,32 +112,6 @@ pub fn during_job(node: &str, baseline: &CounterSnapshot, report: &Report) -> Du
     }
 }
 
-/// The epilog's `during` rows merged with what the tag already holds: the in-job watch's live
-/// entries ([`DuringJob::watch`]) stay, joined to the epilog's row of the same node (whose
-/// verdict becomes the worse of the two).
-pub fn merge_during(previous: Vec<DuringJob>, rows: Vec<DuringJob>) -> Vec<DuringJob> {
-    let mut by_node: BTreeMap<String, DuringJob> =
-        rows.into_iter().map(|d| (d.node.clone(), d)).collect();
-    for prev in previous.into_iter().filter(|p| !p.watch.is_empty()) {
-        match by_node.get_mut(&prev.node) {
-            Some(row) => {
-                row.verdict = row.verdict.max(prev.verdict);
-                row.watch = prev.watch;
-            }
-            None => {
-                by_node.insert(
-                    prev.node.clone(),
-                    DuringJob {
-                        rises: BTreeMap::new(),
-                        ..prev
-                    },
-                );
-            }
-        }
-    }
-    by_node.into_values().collect()
-}
-
 /// Adds one watch event to `node`'s live `during` entry (made if missing), keeping at most
 /// [`fabric_proto::tag::MAX_WATCH_EVENTS`]; an event of the same check that has not cleared
 /// is not added twice. Returns whether the tag changed.
@@ -182,51 +157,6 @@ pub fn clear_watch_event(tag: &mut JobTag, node: &str, check: &str, at_s: u64) -
         }
         None => false,
     }
-}
-
-/// Builds the tag of a new prolog attempt on top of whatever the job's comment already holds:
-/// earlier attempts' non-passing nodes move to `earlier`, so a requeued job still names the node
-/// that failed it.
-pub fn prolog_tag(
-    previous: Option<JobTag>,
-    mode: &str,
-    probed_at: u64,
-    nodes: BTreeMap<String, NodeResult>,
-    missing: Vec<String>,
-    notes: Vec<String>,
-) -> JobTag {
-    let mut earlier = BTreeMap::new();
-    if let Some(prev) = previous {
-        earlier = prev.earlier;
-        for (n, r) in prev.nodes {
-            if r.verdict != Verdict::Pass {
-                earlier.insert(n, r);
-            }
-        }
-        for n in prev.missing {
-            earlier.entry(n).or_insert(NodeResult {
-                verdict: Verdict::Error,
-                checks: vec![fabric_proto::check_id::RENDEZVOUS_MISSING.into()],
-                probe_ms: None,
-                drained: false,
-            });
-        }
-    }
-    let mut tag = JobTag {
-        mode: Some(mode.to_owned()),
-        probed_at: Some(probed_at),
-        nnodes: (nodes.len() + missing.len()) as u32,
-        nodes,
-        missing,
-        earlier,
-        notes: notes
-            .into_iter()
-            .map(|n| n.chars().take(200).collect())
-            .collect(),
-        ..JobTag::default()
-    };
-    tag.recount();
-    tag
 }
 
 #[cfg(test)]
@@ -295,50 +225,5 @@ mod tests {
     #[test]
     fn a_counter_that_went_down_is_not_a_rise() {
         assert!(rises(&snap(5, 0, 0), &snap(0, 0, 0)).is_empty());
-    }
-
-    fn result(v: Verdict) -> NodeResult {
-        NodeResult {
-            verdict: v,
-            checks: vec![],
-            probe_ms: Some(2),
-            drained: false,
-        }
-    }
-
-    #[test]
-    fn a_requeued_job_keeps_the_node_that_failed_its_first_attempt() {
-        let mut first_nodes = BTreeMap::new();
-        first_nodes.insert("n1".to_owned(), result(Verdict::Pass));
-        let mut bad = result(Verdict::Fail);
-        bad.checks = vec!["ib.port_state".into()];
-        bad.drained = true;
-        first_nodes.insert("n3".to_owned(), bad.clone());
-        let first = prolog_tag(None, "quick", 1, first_nodes, vec![], vec![]);
-        assert_eq!(first.verdict, Some(Verdict::Fail));
-
-        let mut second_nodes = BTreeMap::new();
-        second_nodes.insert("n1".to_owned(), result(Verdict::Pass));
-        second_nodes.insert("n2".to_owned(), result(Verdict::Pass));
-        let second = prolog_tag(Some(first), "quick", 2, second_nodes, vec![], vec![]);
-        assert_eq!(second.verdict, Some(Verdict::Pass));
-        assert_eq!(second.earlier.get("n3"), Some(&bad));
-        assert_eq!(second.nnodes, 2);
-    }
-
-    #[test]
-    fn missing_nodes_make_the_verdict_an_error() {
-        let mut nodes = BTreeMap::new();
-        nodes.insert("n1".to_owned(), result(Verdict::Pass));
-        let t = prolog_tag(
-            None,
-            "quick",
-            1,
-            nodes,
-            vec!["n2".into()],
-            vec!["n2: no answer".into()],
-        );
-        assert_eq!(t.verdict, Some(Verdict::Error));
-        assert_eq!(t.nnodes, 2);
     }
 }

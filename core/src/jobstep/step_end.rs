@@ -159,10 +159,14 @@ pub fn end_of_step(step: &JobStep<'_>) -> StepEnd {
 /// numbered steps the records name (the job's words: only ever a reason to wait a bounded
 /// while).
 fn own_payload(step: &JobStep<'_>, step_id: u32) -> (StepEndPayload, BTreeSet<u32>) {
-    let Some(dir) = super::epilog::open_job_dir(step) else {
+    let setup = step.setup;
+    let (spool, job, uid) = (&setup.plugin.spool_dir, step.job_id(), setup.inv.job_uid);
+    let Some(dir) = record::open_job_dir(spool, job, uid, step.seams.relay) else {
         return Default::default();
     };
-    let Some((_, recs)) = super::epilog::read_node_records(step, &dir) else {
+    let Some((_, recs)) =
+        record::read_node_records(spool, job, uid, step.node(), &dir, step.seams.relay)
+    else {
         return Default::default();
     };
     let steps: BTreeSet<u32> = recs
@@ -201,9 +205,7 @@ struct InFlight {
 /// The file of the step ends of this node's share of the job: lock and list of the steps whose
 /// end is over (root's; removed by the epilog).
 fn step_ends_path(step: &JobStep<'_>) -> PathBuf {
-    step.setup
-        .state_dir
-        .join(format!("step-ends-{}", step.job_id()))
+    record::step_ends_path(&step.setup.state_dir, step.job_id())
 }
 
 /// Opens (creating) [`step_ends_path`] for appending, said when it cannot be.
@@ -396,9 +398,7 @@ const MAX_PEER_RUNS_BYTES: u64 = 4 << 20;
 
 impl PeerRuns {
     fn path(step: &JobStep<'_>) -> PathBuf {
-        step.setup
-            .state_dir
-            .join(format!("step-runs-{}.json", step.job_id()))
+        record::peer_runs_path(&step.setup.state_dir, step.job_id())
     }
 
     /// What was kept; empty when nothing was, or when the file is unreadable (said).
@@ -472,9 +472,7 @@ const MAX_WRITTEN_RUN_BYTES: u64 = 64 << 10;
 
 impl WrittenRun {
     fn path(step: &JobStep<'_>) -> PathBuf {
-        step.setup
-            .state_dir
-            .join(format!("step-run-written-{}.json", step.job_id()))
+        record::written_run_path(&step.setup.state_dir, step.job_id())
     }
 
     /// The summary last written; `None` when there is none or it cannot be read (the step end
@@ -530,12 +528,4 @@ pub fn remove_leftovers(state_dir: &std::path::Path, now: std::time::SystemTime)
                 && std::fs::remove_file(e.path()).is_ok()
         })
         .count()
-}
-
-/// Removes the run summaries the step ends of the job kept on this node (the epilog, once the
-/// job's summary is merged).
-pub fn forget_peer_runs(step: &JobStep<'_>) {
-    let _ = std::fs::remove_file(PeerRuns::path(step));
-    let _ = std::fs::remove_file(WrittenRun::path(step));
-    let _ = std::fs::remove_file(step_ends_path(step));
 }

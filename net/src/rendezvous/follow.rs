@@ -1,14 +1,13 @@
 //! A follower's side of the rendezvous: find the job's leader on its ports, check its hello
 //! ([`check_hello`]), send a signed join for the hello's challenge and read the answer.
 
-use super::meeting::MeetingName;
 use super::*;
 
 /// Checks a hello: the right job, and a credential from an allowed UID that names this job,
 /// this port and this connection's challenge. Returns the challenge to answer.
-fn check_hello(cfg: &RendezvousConfig, port: u16, msg: Msg) -> Result<String, String> {
+fn check_hello(cfg: &RendezvousConfig, port: u16, msg: Msg) -> Result<String, PeerError> {
     if let Msg::Reject { reason } = &msg {
-        return Err(format!("turned us away: {}", sanitise(reason)));
+        return Err(PeerError::TurnedAway(sanitise(reason)));
     }
     let Msg::Hello {
         v,
@@ -18,33 +17,30 @@ fn check_hello(cfg: &RendezvousConfig, port: u16, msg: Msg) -> Result<String, St
         ..
     } = msg
     else {
-        return Err("did not start with a hello".into());
+        return Err(PeerError::NoHello);
     };
     if v != PROTOCOL_VERSION {
-        return Err(format!("speaks protocol version {v}"));
+        return Err(PeerError::HelloVersion(v));
     }
     if job_id != cfg.job_id {
-        return Err(format!("is the leader of {}", MeetingName(job_id)));
+        return Err(PeerError::OtherLeader(job_id));
     }
     let decoded = cfg
         .munge
         .decode(&credential)
-        .map_err(|e| format!("its hello credential: {e}"))?;
+        .map_err(PeerError::HelloCredential)?;
     if !cfg.allowed_uids.contains(&decoded.uid) {
-        return Err(format!(
-            "its hello is signed by uid {}, not an allowed one",
-            decoded.uid
-        ));
+        return Err(PeerError::HelloUid(decoded.uid));
     }
-    let claim: HelloClaim = serde_json::from_slice(&decoded.payload)
-        .map_err(|e| format!("its hello credential is not a hello: {e}"))?;
+    let claim: HelloClaim =
+        serde_json::from_slice(&decoded.payload).map_err(PeerError::NotAHello)?;
     if claim.purpose != HELLO_PURPOSE
         || claim.job_id != cfg.job_id
         || claim.port != port
         || claim.leader != cfg.nodes[0]
         || claim.challenge != challenge
     {
-        return Err("its hello credential is not for this job, port and connection".into());
+        return Err(PeerError::HelloMismatch);
     }
     Ok(challenge)
 }
@@ -88,7 +84,7 @@ pub(super) fn follow(
                 Err(Unanswered::Listener(e)) => {
                     // What a listener said matters more than the ports where none listened;
                     // the first few different complaints are kept.
-                    let seen = format!("port {port}: the listener {}", sanitise(&e));
+                    let seen = format!("port {port}: the listener {}", sanitise(&e.to_string()));
                     if !found_listener {
                         last.clear();
                     }
@@ -179,7 +175,7 @@ enum Unanswered {
     /// Nothing listened there (what to say, should no listener be found at all).
     Nothing(String),
     /// A listener that is not the job's leader, or said no: what it did.
-    Listener(String),
+    Listener(PeerError),
 }
 
 /// Ask stage: connects to `to` within `left` (at most half a second) and, within the connection
@@ -243,7 +239,7 @@ fn join(
     let bytes = serde_json::to_vec(&claim).map_err(|e| RendezvousError::Io(e.to_string()))?;
     let credential = cfg.munge.encode_for(&bytes, cfg.restrict_uid)?;
     conn.write_msg(&Msg::Join { credential }, deadline)
-        .map_err(RendezvousError::Io)
+        .map_err(|e| RendezvousError::Io(e.to_string()))
 }
 
 /// Result stage: reads the leader's answer to the join on `port`: a reject, the signed `done`

@@ -46,7 +46,7 @@ enum Out {
 }
 
 /// The peer, and either a join or why it was turned away.
-type Admitted = (IpAddr, String, Result<Joined, String>);
+type Admitted = (IpAddr, String, Result<Joined, PeerError>);
 
 /// The leader's bookkeeping while followers join.
 struct Tally {
@@ -106,7 +106,7 @@ impl Tally {
                 self.payloads[j.rank] = Some(j.payload.clone());
                 self.joined.push(j);
             }
-            Err(reason) => self.rejected.add(peer, sanitise(&reason)),
+            Err(reason) => self.rejected.add(peer, sanitise(&reason.to_string())),
         }
     }
 }
@@ -133,7 +133,7 @@ impl Admit<'_> {
                 Job::Greet(_, peer) => *peer,
                 Job::Check(g, _) => g.peer,
             };
-            let e = ReadError::Stopped.to_string();
+            let e = PeerError::Read(ReadError::Stopped);
             return Out::Done((peer.ip(), peer.to_string(), Err(e)));
         }
         match job {
@@ -445,6 +445,7 @@ impl<'a> Door<'a> {
             let job_id = match asked {
                 Ok(j) => j,
                 Err(why) => {
+                    let why = why.to_string();
                     a.conn.reject(&why, deadline);
                     tally.rejected.add(a.peer, why);
                     continue;
@@ -481,7 +482,7 @@ impl<'a> Door<'a> {
         a: &mut Asking,
         readable: bool,
         now: Instant,
-    ) -> Option<Result<u64, String>> {
+    ) -> Option<Result<u64, PeerError>> {
         let got = if readable {
             a.conn.try_read_line(MAX_WANT_BYTES)
         } else {
@@ -489,25 +490,20 @@ impl<'a> Door<'a> {
         };
         let line = match got {
             Ok(None) if now < a.by => return None,
-            Ok(None) => Err(format!(
-                "asked for nothing within {} ms (a follower of protocol 2 or older \
-                 waits for a hello instead: run one fabric-check release on every node)",
-                self.cfg.conn_budget().as_millis()
-            )),
+            Ok(None) => Err(PeerError::NoWant(self.cfg.conn_budget().as_millis())),
             Ok(Some(line)) => Ok(line),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(PeerError::Read(e)),
         };
         if let Some(c) = self.asking_per_addr.get_mut(&a.ip) {
             *c = c.saturating_sub(1);
         }
         Some(line.and_then(|l| match serde_json::from_slice::<Msg>(&l) {
-            Ok(Msg::Want { v, .. }) if v != PROTOCOL_VERSION => Err(format!(
-                "speaks protocol version {v}, this leader {PROTOCOL_VERSION}: run one \
-                 fabric-check release on every node"
-            )),
+            Ok(Msg::Want { v, .. }) if v != PROTOCOL_VERSION => Err(PeerError::WantVersion(v)),
             Ok(Msg::Want { job_id, .. }) => Ok(job_id),
-            Ok(_) => Err("did not start with a want".into()),
-            Err(e) => Err(sanitise(&format!("malformed message: {e}"))),
+            Ok(_) => Err(PeerError::NotAWant),
+            Err(e) => Err(PeerError::Malformed(sanitise(&format!(
+                "malformed message: {e}"
+            )))),
         }))
     }
 
@@ -595,13 +591,13 @@ impl<'a> Door<'a> {
                 Ok(Some(line)) => pool.dispatch(Job::Check(g, line), tally, &mut still),
                 Ok(None) if now < g.by => still.push(g),
                 Ok(None) => {
-                    let e = ReadError::Timeout.to_string();
-                    g.conn.reject(&e, deadline);
+                    let e = PeerError::Read(ReadError::Timeout);
+                    g.conn.reject(&e.to_string(), deadline);
                     tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
                 }
                 Err(e) => {
-                    let e = e.to_string();
-                    g.conn.reject(&e, deadline);
+                    let e = PeerError::Read(e);
+                    g.conn.reject(&e.to_string(), deadline);
                     tally.take((g.peer.ip(), g.peer.to_string(), Err(e)), deadline);
                 }
             }
@@ -749,14 +745,14 @@ fn greet(
     mut conn: Conn,
     peer: SocketAddr,
     deadline: Instant,
-) -> Result<Greeted, String> {
+) -> Result<Greeted, PeerError> {
     // A greeted peer costs a descriptor and its address's place, no thread: it may take until
     // the rendezvous's deadline (a follower slowed by a loaded node is not cut off).
     let by = deadline;
     conn.stream
         .set_nonblocking(false)
-        .map_err(|e| e.to_string())?;
-    let challenge = random_hex().map_err(|e| e.to_string())?;
+        .map_err(PeerError::Socket)?;
+    let challenge = random_hex().map_err(|e| PeerError::Random(Box::new(e)))?;
     let hello = HelloClaim {
         purpose: HELLO_PURPOSE.into(),
         job_id: cfg.job_id,
@@ -764,11 +760,11 @@ fn greet(
         port,
         challenge: challenge.clone(),
     };
-    let bytes = serde_json::to_vec(&hello).map_err(|e| e.to_string())?;
+    let bytes = serde_json::to_vec(&hello).map_err(PeerError::Encode)?;
     let credential = cfg
         .munge
         .encode_for(&bytes, cfg.restrict_uid)
-        .map_err(|e| format!("cannot sign our hello: {e}"))?;
+        .map_err(PeerError::Sign)?;
     conn.write_msg(
         &Msg::Hello {
             v: PROTOCOL_VERSION,
@@ -781,7 +777,7 @@ fn greet(
     )?;
     conn.stream
         .set_nonblocking(true)
-        .map_err(|e| e.to_string())?;
+        .map_err(PeerError::Socket)?;
     Ok(Greeted {
         conn,
         peer,
@@ -791,7 +787,7 @@ fn greet(
 }
 
 /// On a leader's worker: check the follower's join (its credential, job, challenge and rank).
-fn check_join(cfg: &RendezvousConfig, g: Greeted, line: &[u8]) -> Result<Joined, String> {
+fn check_join(cfg: &RendezvousConfig, g: Greeted, line: &[u8]) -> Result<Joined, PeerError> {
     let Greeted {
         mut conn,
         challenge,
@@ -804,48 +800,46 @@ fn check_join(cfg: &RendezvousConfig, g: Greeted, line: &[u8]) -> Result<Joined,
         Ok(Msg::Join { credential }) => credential,
         Ok(_) => {
             conn.reject("expected a join message", by);
-            return Err("sent something other than a join".into());
+            return Err(PeerError::NotAJoin);
         }
         Err(e) => {
             let e = sanitise(&format!("malformed message: {e}"));
             conn.reject(&e, by);
-            return Err(e);
+            return Err(PeerError::Malformed(e));
         }
     };
-    let mut refuse = |reason: String| {
-        let reason = sanitise(&reason);
-        conn.reject(&reason, by);
+    let mut refuse = |reason: PeerError| {
+        conn.reject(&sanitise(&reason.to_string()), by);
         Err(reason)
     };
     let decoded = match cfg.munge.decode(&credential) {
         Ok(d) => d,
-        Err(e) => return refuse(e.to_string()),
+        Err(e) => return refuse(PeerError::JoinCredential(e)),
     };
     if !cfg.allowed_uids.contains(&decoded.uid) {
-        return refuse(format!("credential of uid {} is not allowed", decoded.uid));
+        return refuse(PeerError::JoinUid(decoded.uid));
     }
     let claim: JoinClaim = match serde_json::from_slice(&decoded.payload) {
         Ok(c) => c,
-        Err(e) => return refuse(format!("credential payload is not a join: {e}")),
+        Err(e) => return refuse(PeerError::NotAJoinClaim(e)),
     };
     if claim.purpose != JOIN_PURPOSE {
-        return refuse(format!("credential is for {:?}", claim.purpose));
+        return refuse(PeerError::JoinPurpose(claim.purpose));
     }
     if claim.job_id != cfg.job_id {
-        return refuse(format!(
-            "credential is for {}, not {}",
-            MeetingName(claim.job_id),
-            MeetingName(cfg.job_id)
-        ));
+        return refuse(PeerError::JoinOtherJob {
+            got: claim.job_id,
+            want: cfg.job_id,
+        });
     }
     if claim.challenge != challenge {
-        return refuse("credential does not answer this connection's challenge (replayed?)".into());
+        return refuse(PeerError::Replayed);
     }
     if claim.rank == 0 || claim.rank >= cfg.nodes.len() || cfg.nodes[claim.rank] != claim.node {
-        return refuse(format!(
-            "node {} is not participant rank {}",
-            claim.node, claim.rank
-        ));
+        return refuse(PeerError::NotParticipant {
+            node: claim.node,
+            rank: claim.rank,
+        });
     }
     Ok(Joined {
         rank: claim.rank,

@@ -80,6 +80,7 @@ mod lead;
 mod libmunge;
 pub mod meeting;
 pub mod munge;
+mod peer;
 pub mod rejections;
 pub mod typed;
 
@@ -93,6 +94,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use peer::PeerError;
 use rejections::Rejections;
 
 pub use munge::{Munge, MungeError};
@@ -199,20 +201,51 @@ pub enum RendezvousError {
     Munge(#[from] MungeError),
 }
 
+/// Why a node name did not become an address ([`Resolve`]). The rendezvous names the node and
+/// the fix ([`RendezvousError::Resolve`]); each message here says what to look at.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The system resolver failed (`getaddrinfo`'s own words).
+    #[error("{0}")]
+    Lookup(#[from] std::io::Error),
+    /// The system resolver answered with no address.
+    #[error("no address")]
+    NoAddress,
+    /// The name is not in the explicit map and there is nothing to fall back on.
+    #[error("not in the address map")]
+    NotInMap,
+    /// The name was never looked up (a fallback that answered for fewer names).
+    #[error("not resolved")]
+    NotResolved,
+    /// The deadline passed before this name's turn.
+    #[error("name resolution ran out of time")]
+    OutOfTime,
+    /// The resolver's helper had not answered for this name at the deadline.
+    #[error("name resolution did not answer before the rendezvous deadline")]
+    NoAnswer,
+    /// The resolver's helper thread could not start.
+    #[error("cannot start name resolution: {0}")]
+    Spawn(String),
+}
+
 /// Turns a node name into an address (pluggable: a map, the system resolver, or both).
 pub trait Resolve {
     /// The address of `node`, or why there is none.
-    fn resolve(&self, node: &str) -> Result<IpAddr, String>;
+    fn resolve(&self, node: &str) -> Result<IpAddr, ResolveError>;
 
     /// The addresses of `nodes`, in order, given up at `deadline`. The default asks
     /// [`Resolve::resolve`] in turn and cannot interrupt one slow answer; resolvers that may
     /// block (the system's) run on a helper thread instead ([`resolve_bounded`]).
-    fn resolve_all(&self, nodes: &[String], deadline: Instant) -> Vec<Result<IpAddr, String>> {
+    fn resolve_all(
+        &self,
+        nodes: &[String],
+        deadline: Instant,
+    ) -> Vec<Result<IpAddr, ResolveError>> {
         nodes
             .iter()
             .map(|n| {
                 if Instant::now() >= deadline {
-                    Err("name resolution ran out of time".into())
+                    Err(ResolveError::OutOfTime)
                 } else {
                     self.resolve(n)
                 }
@@ -228,7 +261,7 @@ pub fn resolve_bounded<R: Resolve + Send + 'static>(
     resolver: R,
     nodes: &[String],
     deadline: Instant,
-) -> Vec<Result<IpAddr, String>> {
+) -> Vec<Result<IpAddr, ResolveError>> {
     let (tx, rx) = mpsc::channel();
     let names = nodes.to_vec();
     let spawned = std::thread::Builder::new()
@@ -241,13 +274,11 @@ pub fn resolve_bounded<R: Resolve + Send + 'static>(
                 }
             }
         });
-    let mut out: Vec<Result<IpAddr, String>> = nodes
-        .iter()
-        .map(|_| Err("name resolution did not answer before the rendezvous deadline".into()))
-        .collect();
+    let mut out: Vec<Result<IpAddr, ResolveError>> =
+        nodes.iter().map(|_| Err(ResolveError::NoAnswer)).collect();
     if let Err(e) = spawned {
         for o in &mut out {
-            *o = Err(format!("cannot start name resolution: {e}"));
+            *o = Err(ResolveError::Spawn(e.to_string()));
         }
         return out;
     }
@@ -266,17 +297,14 @@ pub fn resolve_bounded<R: Resolve + Send + 'static>(
 pub struct SystemResolver;
 
 impl Resolve for SystemResolver {
-    fn resolve(&self, node: &str) -> Result<IpAddr, String> {
-        let addrs: Vec<SocketAddr> = (node, 0)
-            .to_socket_addrs()
-            .map_err(|e| e.to_string())?
-            .collect();
+    fn resolve(&self, node: &str) -> Result<IpAddr, ResolveError> {
+        let addrs: Vec<SocketAddr> = (node, 0).to_socket_addrs()?.collect();
         addrs
             .iter()
             .find(|a| a.is_ipv4())
             .or_else(|| addrs.first())
             .map(SocketAddr::ip)
-            .ok_or_else(|| "no address".to_string())
+            .ok_or(ResolveError::NoAddress)
     }
 }
 
@@ -290,19 +318,23 @@ pub struct MapResolver<R = SystemResolver> {
 }
 
 impl<R: Resolve + Clone + Send + 'static> Resolve for MapResolver<R> {
-    fn resolve(&self, node: &str) -> Result<IpAddr, String> {
+    fn resolve(&self, node: &str) -> Result<IpAddr, ResolveError> {
         if let Some(ip) = self.map.get(node) {
             return Ok(*ip);
         }
         match &self.fallback {
             Some(r) => r.resolve(node),
-            None => Err("not in the address map".into()),
+            None => Err(ResolveError::NotInMap),
         }
     }
 
     /// Names in the map at once; the others through the fallback on a helper thread, bounded by
     /// `deadline`.
-    fn resolve_all(&self, nodes: &[String], deadline: Instant) -> Vec<Result<IpAddr, String>> {
+    fn resolve_all(
+        &self,
+        nodes: &[String],
+        deadline: Instant,
+    ) -> Vec<Result<IpAddr, ResolveError>> {
         let rest: Vec<String> = nodes
             .iter()
             .filter(|n| !self.map.contains_key(*n))
@@ -311,19 +343,14 @@ impl<R: Resolve + Clone + Send + 'static> Resolve for MapResolver<R> {
         let mut looked_up = match (&self.fallback, rest.is_empty()) {
             (_, true) => Vec::new(),
             (Some(r), false) => resolve_bounded(r.clone(), &rest, deadline),
-            (None, false) => rest
-                .iter()
-                .map(|_| Err("not in the address map".into()))
-                .collect(),
+            (None, false) => rest.iter().map(|_| Err(ResolveError::NotInMap)).collect(),
         }
         .into_iter();
         nodes
             .iter()
             .map(|n| match self.map.get(n) {
                 Some(ip) => Ok(*ip),
-                None => looked_up
-                    .next()
-                    .unwrap_or_else(|| Err("not resolved".into())),
+                None => looked_up.next().unwrap_or(Err(ResolveError::NotResolved)),
             })
             .collect()
     }
@@ -420,7 +447,7 @@ impl RendezvousConfig {
             .map(|(n, r)| {
                 r.map_err(|reason| RendezvousError::Resolve {
                     node: n.clone(),
-                    reason,
+                    reason: reason.to_string(),
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -728,28 +755,29 @@ impl Conn {
         }
     }
 
-    fn read_msg(&mut self, limit: usize, deadline: Instant) -> Result<Msg, String> {
-        let line = self.read_line(limit, deadline).map_err(|e| e.to_string())?;
-        serde_json::from_slice(&line).map_err(|e| sanitise(&format!("malformed message: {e}")))
+    fn read_msg(&mut self, limit: usize, deadline: Instant) -> Result<Msg, PeerError> {
+        let line = self.read_line(limit, deadline).map_err(PeerError::Read)?;
+        serde_json::from_slice(&line)
+            .map_err(|e| PeerError::Malformed(sanitise(&format!("malformed message: {e}"))))
     }
 
-    fn write_msg(&mut self, msg: &Msg, deadline: Instant) -> Result<(), String> {
-        let mut line = serde_json::to_vec(msg).map_err(|e| e.to_string())?;
+    fn write_msg(&mut self, msg: &Msg, deadline: Instant) -> Result<(), PeerError> {
+        let mut line = serde_json::to_vec(msg).map_err(PeerError::Encode)?;
         line.push(b'\n');
         let mut sent = 0;
         while sent < line.len() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err("the peer did not take our message in time".into());
+                return Err(PeerError::SendTimeout);
             }
             self.stream
                 .set_write_timeout(Some(left.min(SLICE)))
-                .map_err(|e| e.to_string())?;
+                .map_err(PeerError::Socket)?;
             match self.stream.write(&line[sent..]) {
-                Ok(0) => return Err("the peer closed the connection".into()),
+                Ok(0) => return Err(PeerError::PeerClosed),
                 Ok(n) => sent += n,
                 Err(e) if try_again(&e) => {}
-                Err(e) => return Err(format!("send: {e}")),
+                Err(e) => return Err(PeerError::Send(e)),
             }
         }
         Ok(())
@@ -918,9 +946,9 @@ mod tests {
     struct Hangs;
 
     impl Resolve for Hangs {
-        fn resolve(&self, _node: &str) -> Result<IpAddr, String> {
+        fn resolve(&self, _node: &str) -> Result<IpAddr, ResolveError> {
             std::thread::sleep(Duration::from_secs(30));
-            Err("too late".into())
+            Err(ResolveError::NoAnswer)
         }
     }
 

@@ -77,7 +77,7 @@ pub enum TagState {
 /// The parts of a [`fabric_proto::tag::JobTag`] the report uses, decoded without building the per-node
 /// map (a tag may list every node of a large job): the verdict, the probe time, the nodes this
 /// job's probe drained with their first failing check, and the run summary. Field names are the
-/// tag's (the contract in `core/src/tag.rs`); a test checks both decoders agree.
+/// tag's (the contract in `proto/src/tag/`); a test checks both decoders agree.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TagFacts {
     /// The job's verdict.
