@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::probe::{CounterSnapshot, Report};
-use fabric_proto::tag::{DuringJob, JobTag, NodeResult, Verdict, WatchEvent};
+use fabric_proto::tag::{DuringJob, NodeResult, Verdict};
 use fabric_proto::verdict::Severity;
 
 /// Counters that rise with any traffic and say nothing about health.
@@ -109,53 +109,6 @@ pub fn during_job(node: &str, baseline: &CounterSnapshot, report: &Report) -> Du
         rises: rises(baseline, &report.counters),
         verdict: report.verdict,
         watch: Vec::new(),
-    }
-}
-
-/// Adds one watch event to `node`'s live `during` entry (made if missing), keeping at most
-/// [`fabric_proto::tag::MAX_WATCH_EVENTS`]; an event of the same check that has not cleared
-/// is not added twice. Returns whether the tag changed.
-pub fn add_watch_event(tag: &mut JobTag, node: &str, event: WatchEvent) -> bool {
-    let idx = match tag.during.iter().position(|d| d.node == node) {
-        Some(i) => i,
-        None => {
-            tag.during.push(DuringJob {
-                node: node.to_owned(),
-                rises: BTreeMap::new(),
-                verdict: Verdict::Pass,
-                watch: Vec::new(),
-            });
-            tag.during.len() - 1
-        }
-    };
-    let row = &mut tag.during[idx];
-    row.verdict = row.verdict.max(Verdict::Fail);
-    if row.watch.iter().any(|e| {
-        e.check == event.check && e.seen_at_s == event.seen_at_s && e.message == event.message
-    }) || row.watch.len() >= fabric_proto::tag::MAX_WATCH_EVENTS
-    {
-        return false;
-    }
-    row.watch.push(event);
-    true
-}
-
-/// Marks `node`'s open watch event of `check` as cleared at `at_s`. Returns whether it changed.
-pub fn clear_watch_event(tag: &mut JobTag, node: &str, check: &str, at_s: u64) -> bool {
-    let Some(row) = tag.during.iter_mut().find(|d| d.node == node) else {
-        return false;
-    };
-    match row
-        .watch
-        .iter_mut()
-        .rev()
-        .find(|e| e.check == check && e.cleared_at_s.is_none())
-    {
-        Some(e) => {
-            e.cleared_at_s = Some(at_s);
-            true
-        }
-        None => false,
     }
 }
 

@@ -8,7 +8,9 @@
 //!   builds on [`prolog_tag`]); the epilog writes the same result later when the prolog could
 //!   not;
 //! - the epilog leader: every node's rises, run summary and step results ([`EpilogMerge`]),
-//!   joined to the watch's live rows ([`merge_during`]).
+//!   joined to the watch's live rows ([`merge_during`]);
+//! - the in-job watch: a live fault added to its node's row ([`add_watch_event`]), and marked
+//!   cleared ([`clear_watch_event`]).
 
 use std::collections::BTreeMap;
 
@@ -17,7 +19,7 @@ use super::pending::PendingPrologTag;
 use crate::stepgate;
 use fabric_net::rendezvous::typed::Met;
 use fabric_proto::tag::{
-    CollectiveSummary, DuringJob, JobTag, NodeResult, RunSummary, SlowClaim, Verdict,
+    CollectiveSummary, DuringJob, JobTag, NodeResult, RunSummary, SlowClaim, Verdict, WatchEvent,
 };
 
 /// The prolog leader's result from every node's payload: each node's verdict and notes, the
@@ -209,6 +211,53 @@ pub fn merge_during(previous: Vec<DuringJob>, rows: Vec<DuringJob>) -> Vec<Durin
         }
     }
     by_node.into_values().collect()
+}
+
+/// Adds one watch event to `node`'s live `during` entry (made if missing), keeping at most
+/// [`fabric_proto::tag::MAX_WATCH_EVENTS`]; an event of the same check that has not cleared
+/// is not added twice. Returns whether the tag changed.
+pub fn add_watch_event(tag: &mut JobTag, node: &str, event: WatchEvent) -> bool {
+    let idx = match tag.during.iter().position(|d| d.node == node) {
+        Some(i) => i,
+        None => {
+            tag.during.push(DuringJob {
+                node: node.to_owned(),
+                rises: BTreeMap::new(),
+                verdict: Verdict::Pass,
+                watch: Vec::new(),
+            });
+            tag.during.len() - 1
+        }
+    };
+    let row = &mut tag.during[idx];
+    row.verdict = row.verdict.max(Verdict::Fail);
+    if row.watch.iter().any(|e| {
+        e.check == event.check && e.seen_at_s == event.seen_at_s && e.message == event.message
+    }) || row.watch.len() >= fabric_proto::tag::MAX_WATCH_EVENTS
+    {
+        return false;
+    }
+    row.watch.push(event);
+    true
+}
+
+/// Marks `node`'s open watch event of `check` as cleared at `at_s`. Returns whether it changed.
+pub fn clear_watch_event(tag: &mut JobTag, node: &str, check: &str, at_s: u64) -> bool {
+    let Some(row) = tag.during.iter_mut().find(|d| d.node == node) else {
+        return false;
+    };
+    match row
+        .watch
+        .iter_mut()
+        .rev()
+        .find(|e| e.check == check && e.cleared_at_s.is_none())
+    {
+        Some(e) => {
+            e.cleared_at_s = Some(at_s);
+            true
+        }
+        None => false,
+    }
 }
 
 #[cfg(test)]

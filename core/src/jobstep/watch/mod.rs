@@ -494,7 +494,7 @@ pub fn run(
                             };
                             let w = write_tag_to(step, Target::LiveOnly, |prev| {
                                 let mut t = prev.unwrap_or_default();
-                                super::results::add_watch_event(&mut t, &node, ev);
+                                super::tag_update::add_watch_event(&mut t, &node, ev);
                                 t
                             });
                             if w == TagWrite::NotWritten {
@@ -528,7 +528,7 @@ pub fn run(
                         if action.tag {
                             write_tag_to(step, Target::LiveOnly, |prev| {
                                 let mut t = prev.unwrap_or_default();
-                                super::results::clear_watch_event(&mut t, &node, &fault.check, now);
+                                super::tag_update::clear_watch_event(&mut t, &node, &fault.check, now);
                                 t
                             });
                         }
