@@ -296,6 +296,10 @@ pub struct Baseline {
     pub node: String,
     /// Its counters.
     pub counters: CounterSnapshot,
+    /// Its inventory (`inventory.gone` compares the HCAs and GPUs); `None` in a document that
+    /// has none.
+    #[serde(default)]
+    pub inventory: Option<Inventory>,
 }
 
 impl Baseline {

@@ -11,7 +11,9 @@
 //!   `ethtool -S <if>` and `dcb pfc show dev <if>`, run by absolute path with a short timeout and
 //!   no shell, or read from a directory of saved outputs (`<dir>/ethtool-S/<if>`,
 //!   `<dir>/dcb-pfc/<if>`; fixtures keep them in `<sysfs-root>/.fabric-check/`);
-//! - GPUs from `bus/pci/devices/*/{vendor,class,device,numa_node}`; PCIe ancestry from the
+//! - GPUs (vendor `0x10de` NVIDIA or `0x1002` AMD, class `0x0300xx`/`0x0302xx`) from
+//!   `bus/pci/devices/*/{vendor,class,device,numa_node}`; the PCIe link of each HCA's PCI
+//!   function and each GPU from `{current,max}_link_{speed,width}`; PCIe ancestry from the
 //!   resolved device path; loaded modules from `module/`; the kernel release from
 //!   `<proc-root>/sys/kernel/osrelease`.
 //!
@@ -32,7 +34,8 @@ use std::time::Duration;
 
 pub use snapshot::*;
 pub use sysfs::{
-    counters_ext_legacy_name, gpu_model, natural_cmp, parse_counter, parse_rate, parse_state,
+    counters_ext_legacy_name, gpu_model, natural_cmp, parse_counter, parse_pcie_speed,
+    parse_pcie_width, parse_rate, parse_state,
 };
 pub use tools::{parse_dcb_pfc, parse_ethtool_stats, parse_pfc_config};
 

@@ -132,6 +132,50 @@ pub struct Device {
     pub numa_node: Option<i32>,
     /// Ports, by number.
     pub ports: Vec<Port>,
+    /// The PCIe link of the PCI function (`device/{current,max}_link_{speed,width}`).
+    pub pcie: PcieLink,
+}
+
+/// A PCIe link as the function's `current_link_speed`, `current_link_width`, `max_link_speed`
+/// and `max_link_width` show it. `None`: the file is missing, reads `Unknown`, or could not be
+/// used (a [`Problem`] says which) — the probe could not look.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PcieLink {
+    /// The trained speed in GT/s (`16.0 GT/s PCIe` → 16.0; `8 GT/s` on older kernels).
+    pub cur_gts: Option<f64>,
+    /// The trained width in lanes (`16`).
+    pub cur_width: Option<u32>,
+    /// The highest speed the function supports, in GT/s.
+    pub max_gts: Option<f64>,
+    /// The widest link the function supports, in lanes.
+    pub max_width: Option<u32>,
+}
+
+impl PcieLink {
+    /// Whether no file could be read at all (no PCI function, as for `rxe`/`siw`).
+    pub fn is_absent(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Who made a GPU (PCI vendor id).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GpuVendor {
+    /// `0x10de`.
+    #[default]
+    Nvidia,
+    /// `0x1002`.
+    Amd,
+}
+
+impl GpuVendor {
+    /// The PCI vendor id without `0x` (`10de`), as `lspci -n` prints it.
+    pub fn pci_id(self) -> &'static str {
+        match self {
+            GpuVendor::Nvidia => "10de",
+            GpuVendor::Amd => "1002",
+        }
+    }
 }
 
 /// A netdev bound to an RDMA port.
@@ -155,11 +199,15 @@ pub struct NetDev {
     pub tool_note: Option<String>,
 }
 
-/// An NVIDIA GPU on the PCI bus.
+/// A GPU (NVIDIA or AMD) on the PCI bus.
 #[derive(Debug, Clone, Default)]
 pub struct Gpu {
     /// PCI address.
     pub pci: String,
+    /// Who made it.
+    pub vendor: GpuVendor,
+    /// The PCIe link (`bus/pci/devices/<bdf>/{current,max}_link_{speed,width}`).
+    pub pcie: PcieLink,
     /// PCI device id (`0x2330`).
     pub device_id: String,
     /// Marketing name where the device id is known.
@@ -179,7 +227,7 @@ pub struct Snapshot {
     pub devices: Vec<Device>,
     /// Netdevs bound to RDMA ports.
     pub netdevs: BTreeMap<String, NetDev>,
-    /// NVIDIA GPUs, sorted by PCI address.
+    /// GPUs (NVIDIA and AMD), sorted by PCI address.
     pub gpus: Vec<Gpu>,
     /// Loaded kernel modules (`module/*`).
     pub modules: BTreeSet<String>,
@@ -236,7 +284,13 @@ impl Snapshot {
             put(
                 format!("gpu/{}/model", g.pci),
                 Some(g.model.map_or_else(
-                    || format!("10de:{}", g.device_id.trim_start_matches("0x")),
+                    || {
+                        format!(
+                            "{}:{}",
+                            g.vendor.pci_id(),
+                            g.device_id.trim_start_matches("0x")
+                        )
+                    },
                     str::to_string,
                 )),
             );

@@ -5,7 +5,9 @@ use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::{Device, Gid, Gpu, MAX_ATTR_BYTES, NetDev, Port, PortState, Problem, Rate};
+use super::{
+    Device, Gid, Gpu, GpuVendor, MAX_ATTR_BYTES, NetDev, PcieLink, Port, PortState, Problem, Rate,
+};
 
 /// How one attribute read went.
 #[derive(Debug)]
@@ -248,6 +250,91 @@ pub fn parse_rate(s: &str) -> Option<Rate> {
     })
 }
 
+/// Parses a PCIe link speed as the kernel prints it: `32.0 GT/s PCIe` (5.x and later),
+/// `8 GT/s` or `2.5 GT/s` (older kernels). `Unknown` and anything else: `None`.
+pub fn parse_pcie_speed(s: &str) -> Option<f64> {
+    let (num, unit) = s.trim().split_once(' ')?;
+    if !unit.trim_start().starts_with("GT/s") {
+        return None;
+    }
+    let gts: f64 = num.parse().ok()?;
+    (gts.is_finite() && gts > 0.0).then_some(gts)
+}
+
+/// Parses a PCIe link width (`16`; some kernels print `x16`). `Unknown`: `None`.
+pub fn parse_pcie_width(s: &str) -> Option<u32> {
+    s.trim().trim_start_matches('x').parse().ok()
+}
+
+/// The four PCIe link files of a PCI function directory, each read once. A missing file or
+/// `Unknown` is "could not look" (no problem recorded: virtual functions and some platforms
+/// do not report a link); text that is neither a value nor `Unknown` is a problem.
+pub(super) fn read_pcie(
+    r: &mut Reader<'_>,
+    check: &'static str,
+    dev: &str,
+    dir: &Path,
+) -> PcieLink {
+    fn one<T>(
+        r: &mut Reader<'_>,
+        check: &'static str,
+        dev: &str,
+        path: &Path,
+        parse: fn(&str) -> Option<T>,
+        what: &str,
+    ) -> Option<T> {
+        let text = r.text(check, Some(dev), None, path)?;
+        if text.is_empty() || text.eq_ignore_ascii_case("unknown") {
+            return None;
+        }
+        let v = parse(&text);
+        if v.is_none() {
+            r.problem(
+                check,
+                Some(dev),
+                None,
+                path,
+                format!("not {what}: {text:?}"),
+            );
+        }
+        v
+    }
+    PcieLink {
+        cur_gts: one(
+            r,
+            check,
+            dev,
+            &dir.join("current_link_speed"),
+            parse_pcie_speed,
+            "a PCIe link speed",
+        ),
+        cur_width: one(
+            r,
+            check,
+            dev,
+            &dir.join("current_link_width"),
+            parse_pcie_width,
+            "a PCIe link width",
+        ),
+        max_gts: one(
+            r,
+            check,
+            dev,
+            &dir.join("max_link_speed"),
+            parse_pcie_speed,
+            "a PCIe link speed",
+        ),
+        max_width: one(
+            r,
+            check,
+            dev,
+            &dir.join("max_link_width"),
+            parse_pcie_width,
+            "a PCIe link width",
+        ),
+    }
+}
+
 /// Parses a counter file's text: `Ok(Some(n))`, `Ok(None)` for `N/A (no PMA)`, `Err` otherwise.
 pub fn parse_counter(s: &str) -> Result<Option<u64>, String> {
     if s.starts_with("N/A") {
@@ -459,6 +546,7 @@ pub(super) fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) ->
         Read1::Text(s) => s.parse().ok(),
         _ => None,
     };
+    dev.pcie = read_pcie(r, "pcie.link", name, &pci);
     dev.driver = std::fs::read_link(pci.join("driver"))
         .ok()
         .and_then(|l| l.file_name().and_then(|s| s.to_str()).map(str::to_string));
@@ -578,9 +666,11 @@ pub(super) fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, 
         let Read1::Text(vendor) = read_capped(&dir.join("vendor"), MAX_ATTR_BYTES) else {
             continue;
         };
-        if vendor != "0x10de" {
-            continue;
-        }
+        let vendor = match vendor.as_str() {
+            "0x10de" => GpuVendor::Nvidia,
+            "0x1002" => GpuVendor::Amd,
+            _ => continue,
+        };
         let class = r
             .text("gpu.count", Some(&n), None, &dir.join("class"))
             .unwrap_or_default();
@@ -598,8 +688,11 @@ pub(super) fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, 
         let pci_path = resolve_link(&dir)
             .map(|p| pci_chain(&p))
             .unwrap_or_default();
+        let pcie = read_pcie(r, "pcie.link", &n, &dir);
         gpus.push(Gpu {
             pci: n.clone(),
+            vendor,
+            pcie,
             model: gpu_model(&device_id),
             device_id,
             numa_node,
@@ -636,6 +729,44 @@ mod tests {
         assert!(parse_counter("").unwrap_err().contains("empty"));
         assert!(parse_counter("abc").unwrap_err().contains("not a counter"));
         assert!(parse_counter("99999999999999999999999").is_err());
+    }
+
+    #[test]
+    fn pcie_speeds_parse_as_old_and_new_kernels_print_them() {
+        assert_eq!(parse_pcie_speed("32.0 GT/s PCIe"), Some(32.0));
+        assert_eq!(parse_pcie_speed("16.0 GT/s PCIe"), Some(16.0));
+        assert_eq!(parse_pcie_speed("8 GT/s"), Some(8.0));
+        assert_eq!(parse_pcie_speed("2.5 GT/s"), Some(2.5));
+        assert_eq!(parse_pcie_speed("Unknown"), None);
+        assert_eq!(parse_pcie_speed("fast"), None);
+        assert_eq!(parse_pcie_width("16"), Some(16));
+        assert_eq!(parse_pcie_width("x8"), Some(8));
+        assert_eq!(parse_pcie_width("Unknown"), None);
+    }
+
+    #[test]
+    fn unknown_or_missing_pcie_files_are_could_not_look_and_garbage_is_a_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("current_link_speed"), "Unknown\n").unwrap();
+        std::fs::write(d.join("current_link_width"), "8\n").unwrap();
+        std::fs::write(d.join("max_link_speed"), "lots\n").unwrap();
+        let mut problems = Vec::new();
+        let mut r = Reader {
+            problems: &mut problems,
+        };
+        let l = read_pcie(&mut r, "pcie.link", "mlx5_0", d);
+        assert_eq!(
+            l,
+            PcieLink {
+                cur_gts: None,
+                cur_width: Some(8),
+                max_gts: None,
+                max_width: None
+            }
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].path.ends_with("max_link_speed") && !problems[0].unreadable);
     }
 
     #[test]
