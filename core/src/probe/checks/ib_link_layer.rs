@@ -10,10 +10,11 @@
 //! written for (Omni-Path `hfi1`, iWARP `i40iw` whose `link_layer` reads `InfiniBand`) are said
 //! once each as `info` "not verified", never judged as faulty InfiniBand.
 
+use std::collections::BTreeMap;
+
 use serde_json::json;
 
 use super::{Ctx, where_};
-use std::collections::BTreeMap;
 
 use crate::probe::gather::{Device, Port};
 use crate::probe::{Finding, Severity};
