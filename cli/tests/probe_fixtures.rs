@@ -395,6 +395,9 @@ fn the_inventory_lists_devices_ports_and_gpus() {
     assert_eq!(inv["devices"].as_array().unwrap().len(), 10);
     assert_eq!(inv["gpus"].as_array().unwrap().len(), 8);
     assert_eq!(inv["gpus"][0]["model"], "H100-SXM5-80GB");
+    assert_eq!(inv["gpus"][0]["pcie"]["width"], 16);
+    assert_eq!(inv["devices"][0]["pcie"]["speed_gts"], 32.0);
+    assert_eq!(inv["devices"][8]["pcie"]["max_speed_gts"], 16.0);
     let m8 = &inv["devices"][8];
     assert_eq!(m8["name"], "mlx5_8");
     assert_eq!(m8["ports"][0]["link_layer"], "Ethernet");
