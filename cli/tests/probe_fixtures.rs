@@ -56,8 +56,13 @@ fn no_baseline() -> Key {
     k("ib.counters", "info", None, None)
 }
 
+/// Without a baseline, `inventory.gone` says it has nothing to compare with, as `ib.counters`
+/// does: [`no_baseline`] in `want` stands for both.
 fn assert_findings(scenario: &str, extra: &[&str], code: i32, mut want: Vec<Key>) {
     let (rc, doc) = probe(scenario, extra);
+    if want.contains(&no_baseline()) {
+        want.push(k("inventory.gone", "info", None, None));
+    }
     want.sort();
     assert_eq!(
         keys(&doc),
@@ -275,6 +280,73 @@ fn an_unchanged_node_against_its_own_baseline_is_silent() {
 }
 
 #[test]
+fn a_nic_trained_at_x8_of_x16_fails_its_pcie_link() {
+    assert_findings(
+        "ib8-pcie-x8",
+        &[],
+        2,
+        vec![k("pcie.link", "fail", Some("mlx5_3"), None), no_baseline()],
+    );
+    let (_, doc) = probe("ib8-pcie-x8", &[]);
+    let f = doc["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "pcie.link")
+        .unwrap();
+    assert_eq!(f["observed"]["width"], 8);
+    assert_eq!(f["observed"]["max_width"], 16);
+}
+
+#[test]
+fn a_nic_one_pcie_generation_low_fails_its_pcie_link() {
+    assert_findings(
+        "ib8-pcie-gen4",
+        &[],
+        2,
+        vec![k("pcie.link", "fail", Some("mlx5_6"), None), no_baseline()],
+    );
+}
+
+#[test]
+fn firmware_and_board_id_unlike_their_peers_warn() {
+    assert_findings(
+        "ib8-fw-mismatch",
+        &[],
+        1,
+        vec![k("hca.fw_ver", "warn", Some("mlx5_4"), None), no_baseline()],
+    );
+    // Another board id is another peer group for firmware, so only the board id is named.
+    assert_findings(
+        "ib8-board-id-mismatch",
+        &[],
+        1,
+        vec![
+            k("hca.board_id", "warn", Some("mlx5_2"), None),
+            no_baseline(),
+        ],
+    );
+}
+
+#[test]
+fn a_gpu_gone_since_the_last_saved_probe_fails_without_a_configured_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().to_str().unwrap();
+    let (rc, _) = probe("ib8-healthy", &["--state-dir", state]);
+    assert_eq!(rc, 0);
+    // The GPU paired with mlx5_5 (NUMA 1, second switch: 0000:a3:00.0) is gone.
+    let (rc, doc) = probe("ib8-gpu-gone", &["--state-dir", state]);
+    assert_eq!(
+        keys(&doc),
+        [k("inventory.gone", "fail", Some("0000:a3:00.0"), None)],
+        "{doc:#}"
+    );
+    assert_eq!(rc, 2);
+    // Its first probe had nothing to compare with and did not fail.
+    assert_findings("ib8-gpu-gone", &[], 0, vec![no_baseline()]);
+}
+
+#[test]
 fn bad_files_are_findings_naming_the_file_never_a_crash() {
     // Malformed content (not a number, empty, too long) warns; a file or folder that cannot be
     // opened, read or resolved is "could not look": info, never a fault.
@@ -323,6 +395,9 @@ fn the_inventory_lists_devices_ports_and_gpus() {
     assert_eq!(inv["devices"].as_array().unwrap().len(), 10);
     assert_eq!(inv["gpus"].as_array().unwrap().len(), 8);
     assert_eq!(inv["gpus"][0]["model"], "H100-SXM5-80GB");
+    assert_eq!(inv["gpus"][0]["pcie"]["width"], 16);
+    assert_eq!(inv["devices"][0]["pcie"]["speed_gts"], 32.0);
+    assert_eq!(inv["devices"][8]["pcie"]["max_speed_gts"], 16.0);
     let m8 = &inv["devices"][8];
     assert_eq!(m8["name"], "mlx5_8");
     assert_eq!(m8["ports"][0]["link_layer"], "Ethernet");

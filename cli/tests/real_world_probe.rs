@@ -709,3 +709,46 @@ fn a_missing_corpus_fails_naming_the_variable_that_points_at_it() {
     assert!(err.contains("FABRIC_REAL_WORLD"), "{err}");
     assert!(err.contains(&dir.path().display().to_string()), "{err}");
 }
+
+#[test]
+fn the_real_trees_have_no_pcie_link_files_and_three_different_parts_so_parity_finds_nothing() {
+    skip_without_corpus!();
+    // Neither tree was captured with the PCI functions' link files (their `device` links are
+    // dangling or absent), and hfi1/mlx4/mlx5 are different parts: the peer checks have no
+    // evidence either way and say nothing; a first probe says only that it is one.
+    for tree in [
+        "sysfs/prometheus-procfs/sys",
+        "sysfs/prometheus-node_exporter/sys",
+    ] {
+        let (_, doc) = probe(&file(tree), &[]);
+        for id in ["pcie.link", "hca.fw_ver", "hca.board_id"] {
+            let f: Vec<_> = findings(&doc)
+                .into_iter()
+                .filter(|f| f["check"] == id)
+                .collect();
+            assert!(f.is_empty(), "{tree}: {id}: {f:#?}");
+        }
+        let gone = with(&doc, "inventory.gone", "info");
+        assert_eq!(gone.len(), 1, "{tree}");
+        assert!(
+            msg(&gone[0]).starts_with("first probe"),
+            "{}",
+            msg(&gone[0])
+        );
+    }
+}
+
+#[test]
+fn virtual_functions_of_different_cards_in_a_cloud_a100_node_are_not_firmware_peers() {
+    skip_without_corpus!();
+    // mlx5_0 is an Ethernet VF on 22.35.2302, mlx5_1..8 InfiniBand VFs on 28.37.1014, all
+    // reading CA type MT4126: the major (22 vs 28) says they are different silicon.
+    let dir = tempfile::tempdir().unwrap();
+    let root = tree_from_ibstat(
+        dir.path(),
+        &text("sysfs/leptonai-gpud-ibstat/ibstat.47.0.a100.all.active.0"),
+    );
+    let (rc, doc) = probe(&root, &[]);
+    assert!(with(&doc, "hca.fw_ver", "warn").is_empty(), "{doc:#}");
+    assert_eq!(rc, 0);
+}

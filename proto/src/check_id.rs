@@ -36,6 +36,14 @@ pub const GPU_COUNT: &str = "gpu.count";
 pub const GPU_NIC_AFFINITY: &str = "gpu.nic_affinity";
 /// GPUDirect RDMA availability.
 pub const GPU_GDR: &str = "gpu.gdr";
+/// An HCA's or GPU's PCIe link trained below its maximum and below its peers.
+pub const PCIE_LINK: &str = "pcie.link";
+/// HCAs of one kind run different firmware.
+pub const HCA_FW_VER: &str = "hca.fw_ver";
+/// HCAs of one kind and shape have different board ids (PSIDs).
+pub const HCA_BOARD_ID: &str = "hca.board_id";
+/// An HCA or GPU of the node's last saved probe is gone.
+pub const INVENTORY_GONE: &str = "inventory.gone";
 /// The node-local NCCL all-reduce (`probe --nccl-local`).
 pub const NCCL_LOCAL: &str = "nccl.local";
 /// The verbs loopback (`probe --verbs`).
@@ -68,6 +76,10 @@ pub const PROBE_CHECKS: &[&str] = &[
     GPU_COUNT,
     GPU_NIC_AFFINITY,
     GPU_GDR,
+    PCIE_LINK,
+    HCA_FW_VER,
+    HCA_BOARD_ID,
+    INVENTORY_GONE,
     NCCL_LOCAL,
     VERBS_LOOPBACK,
 ];

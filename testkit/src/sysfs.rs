@@ -47,6 +47,11 @@ pub const SCENARIOS: &[&str] = &[
     "ib8-link-downed",
     "ib8-pause-storm",
     "ib8-bad-files",
+    "ib8-pcie-x8",
+    "ib8-pcie-gen4",
+    "ib8-fw-mismatch",
+    "ib8-board-id-mismatch",
+    "ib8-gpu-gone",
     "roce8-healthy",
     "roce8-port-down",
     "roce8-half-rate",
@@ -109,6 +114,16 @@ enum Fault {
     Dir(&'static str),
     /// `class/infiniband/<device>` is a symlink to itself.
     ClassLoop,
+    /// The NIC's PCIe link trained at this width (`current_link_width`).
+    PcieWidth(u32),
+    /// The NIC's PCIe link trained at this speed (`current_link_speed`).
+    PcieSpeed(&'static str),
+    /// This `fw_ver`.
+    FwVer(&'static str),
+    /// This `board_id`.
+    BoardId(&'static str),
+    /// The GPU paired with this NIC is not on the bus (fell off since the last probe).
+    GpuGone,
 }
 
 fn scenario(name: &str) -> Option<(Kind, Vec<(&'static str, Fault)>)> {
@@ -162,6 +177,11 @@ fn scenario(name: &str) -> Option<(Kind, Vec<(&'static str, Fault)>)> {
                 ("loop0", ClassLoop),
             ],
         ),
+        "ib8-pcie-x8" => (Kind::Ib8, vec![("mlx5_3", PcieWidth(8))]),
+        "ib8-pcie-gen4" => (Kind::Ib8, vec![("mlx5_6", PcieSpeed("16.0 GT/s PCIe"))]),
+        "ib8-fw-mismatch" => (Kind::Ib8, vec![("mlx5_4", FwVer("28.36.1010"))]),
+        "ib8-board-id-mismatch" => (Kind::Ib8, vec![("mlx5_2", BoardId("MT_0000000970"))]),
+        "ib8-gpu-gone" => (Kind::Ib8, vec![("mlx5_5", GpuGone)]),
         "roce8-healthy" => (Kind::Roce8, vec![]),
         "roce8-port-down" => (Kind::Roce8, vec![("mlx5_1", PortDown)]),
         "roce8-half-rate" => (Kind::Roce8, vec![("mlx5_7", Rate("200 Gb/sec (4X HDR)"))]),
@@ -310,7 +330,14 @@ struct Nic {
     ecn: bool,
     function: u8,
     vendor: &'static str,
+    /// `max_link_speed` and `max_link_width` of the NIC's PCI function.
+    pcie: (&'static str, u32),
 }
+
+/// ConnectX-7 and H100 SXM: PCIe 5.0 x16.
+const GEN5_X16: (&str, u32) = ("32.0 GT/s PCIe", 16);
+/// ConnectX-6 Dx and E810: PCIe 4.0 x16.
+const GEN4_X16: (&str, u32) = ("16.0 GT/s PCIe", 16);
 
 fn nic_plan(kind: Kind) -> Vec<Nic> {
     let mut nics = Vec::new();
@@ -336,6 +363,7 @@ fn nic_plan(kind: Kind) -> Vec<Nic> {
                     ecn: false,
                     function: 0,
                     vendor: "0x15b3",
+                    pcie: GEN5_X16,
                 });
             }
             for (j, i) in [8, 9].into_iter().enumerate() {
@@ -358,6 +386,7 @@ fn nic_plan(kind: Kind) -> Vec<Nic> {
                     ecn: true,
                     function: j as u8,
                     vendor: "0x15b3",
+                    pcie: GEN4_X16,
                 });
             }
         }
@@ -382,6 +411,7 @@ fn nic_plan(kind: Kind) -> Vec<Nic> {
                     ecn: true,
                     function: 0,
                     vendor: "0x15b3",
+                    pcie: GEN5_X16,
                 });
             }
         }
@@ -406,6 +436,7 @@ fn nic_plan(kind: Kind) -> Vec<Nic> {
                     ecn: false,
                     function: i,
                     vendor: "0x8086",
+                    pcie: GEN4_X16,
                 });
             }
         }
@@ -523,6 +554,20 @@ fn pci_function(
     t.link_to(&format!("bus/pci/devices/{}", basename(rel)), rel)
 }
 
+/// The PCIe link files of a function: trained at `cur`, capable of `max` (speed text, width).
+fn pcie_link(t: &Tree, rel: &str, cur: (&str, u32), max: (&str, u32)) -> Result<(), Error> {
+    t.write(
+        &format!("{rel}/current_link_speed"),
+        &format!("{}\n", cur.0),
+    )?;
+    t.write(
+        &format!("{rel}/current_link_width"),
+        &format!("{}\n", cur.1),
+    )?;
+    t.write(&format!("{rel}/max_link_speed"), &format!("{}\n", max.0))?;
+    t.write(&format!("{rel}/max_link_width"), &format!("{}\n", max.1))
+}
+
 fn bridge(t: &Tree, rel: &str, numa: u8) -> Result<(), Error> {
     t.write(&format!("{rel}/vendor"), "0x10b5\n")?;
     t.write(&format!("{rel}/device"), "0xc040\n")?;
@@ -558,9 +603,12 @@ fn build(kind: Kind, faults: &[(&'static str, Fault)], out: &Path) -> Result<(),
             bridge(&t, up, n.numa)?;
             bridge(&t, dirname(&nic_rel), n.numa)?;
             bridge(&t, dirname(&gpu_rel), n.numa)?;
-            pci_function(
-                &t, &gpu_rel, "0x10de", "0x2330", "0x030200", n.numa, "nvidia",
-            )?;
+            if !has(dev).any(|f| matches!(f, Fault::GpuGone)) {
+                pci_function(
+                    &t, &gpu_rel, "0x10de", "0x2330", "0x030200", n.numa, "nvidia",
+                )?;
+                pcie_link(&t, &gpu_rel, GEN5_X16, GEN5_X16)?;
+            }
             nic_rel
         } else {
             let host = if n.numa != 0 {
@@ -580,13 +628,31 @@ fn build(kind: Kind, faults: &[(&'static str, Fault)], out: &Path) -> Result<(),
             nic_rel
         };
         pci_function(&t, &nic_rel, n.vendor, n.pci_dev, n.class, n.numa, n.driver)?;
+        let mut link = n.pcie;
+        for f in has(dev) {
+            match f {
+                Fault::PcieWidth(w) => link.1 = *w,
+                Fault::PcieSpeed(sp) => link.0 = sp,
+                _ => {}
+            }
+        }
+        pcie_link(&t, &nic_rel, link, n.pcie)?;
+        let mut fw = n.fw;
+        let mut board = n.board;
+        for f in has(dev) {
+            match f {
+                Fault::FwVer(v) => fw = v,
+                Fault::BoardId(b) => board = b,
+                _ => {}
+            }
+        }
         let ib = format!("{nic_rel}/infiniband/{dev}");
         t.link_to(&format!("class/infiniband/{dev}"), &ib)?;
         t.link_to(&format!("{ib}/device"), &nic_rel)?;
-        t.write(&format!("{ib}/fw_ver"), &format!("{}\n", n.fw))?;
+        t.write(&format!("{ib}/fw_ver"), &format!("{fw}\n"))?;
         if !n.hca.is_empty() {
             t.write(&format!("{ib}/hca_type"), &format!("{}\n", n.hca))?;
-            t.write(&format!("{ib}/board_id"), &format!("{}\n", n.board))?;
+            t.write(&format!("{ib}/board_id"), &format!("{board}\n"))?;
         }
         let guid = format!("b8ce:f603:00{idx:02x}:{:04x}", 0x1a2b + idx);
         t.write(&format!("{ib}/node_guid"), &format!("{guid}\n"))?;

@@ -135,8 +135,36 @@ pub struct InventoryDevice {
     pub pci: Option<String>,
     /// NUMA node.
     pub numa_node: Option<i32>,
+    /// The PCIe link of its PCI function, where any of its files could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie: Option<InventoryPcie>,
     /// Ports.
     pub ports: Vec<InventoryPort>,
+}
+
+/// A PCIe link in the inventory (`current_link_*` and `max_link_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct InventoryPcie {
+    /// Trained speed, GT/s.
+    pub speed_gts: Option<f64>,
+    /// Trained width, lanes.
+    pub width: Option<u32>,
+    /// Highest supported speed, GT/s.
+    pub max_speed_gts: Option<f64>,
+    /// Widest supported link, lanes.
+    pub max_width: Option<u32>,
+}
+
+impl InventoryPcie {
+    /// The link as the inventory shows it; `None` when no file could be read.
+    pub fn of(l: &gather::PcieLink) -> Option<Self> {
+        (!l.is_absent()).then_some(Self {
+            speed_gts: l.cur_gts,
+            width: l.cur_width,
+            max_speed_gts: l.max_gts,
+            max_width: l.max_width,
+        })
+    }
 }
 
 /// One GPU in the inventory.
@@ -150,6 +178,9 @@ pub struct InventoryGpu {
     pub device_id: String,
     /// NUMA node.
     pub numa_node: Option<i32>,
+    /// The PCIe link, where any of its files could be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie: Option<InventoryPcie>,
 }
 
 /// The `inventory` object.
@@ -177,6 +208,7 @@ impl Inventory {
                     board_id: d.board_id.clone(),
                     pci: d.pci.clone(),
                     numa_node: d.numa_node,
+                    pcie: InventoryPcie::of(&d.pcie),
                     ports: d
                         .ports
                         .iter()
@@ -210,6 +242,7 @@ impl Inventory {
                     model: g.model.map(str::to_string),
                     device_id: g.device_id.clone(),
                     numa_node: g.numa_node,
+                    pcie: InventoryPcie::of(&g.pcie),
                 })
                 .collect(),
             kernel: snap.kernel_release.clone(),
@@ -296,6 +329,10 @@ pub struct Baseline {
     pub node: String,
     /// Its counters.
     pub counters: CounterSnapshot,
+    /// Its inventory (`inventory.gone` compares the HCAs and GPUs); `None` in a document that
+    /// has none.
+    #[serde(default)]
+    pub inventory: Option<Inventory>,
 }
 
 impl Baseline {

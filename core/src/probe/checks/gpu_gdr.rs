@@ -27,7 +27,13 @@ pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
     let s = ctx.snap;
-    if s.gpus.is_empty() || s.devices.is_empty() {
+    // GPUDirect RDMA through nvidia_peermem/dma-buf is NVIDIA's; AMD GPUs are not judged here.
+    let nvidia = s
+        .gpus
+        .iter()
+        .filter(|g| g.vendor == crate::probe::gather::GpuVendor::Nvidia)
+        .count();
+    if nvidia == 0 || s.devices.is_empty() {
         return Vec::new();
     }
     if let Some(why) = &s.modules_unreadable {
@@ -65,8 +71,7 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
             Severity::Warn,
             json!({"nvidia": false}),
             format!(
-                "{} GPU(s) but the nvidia driver is not loaded; GPUDirect RDMA is impossible",
-                s.gpus.len()
+                "{nvidia} NVIDIA GPU(s) but the nvidia driver is not loaded; GPUDirect RDMA is impossible"
             ),
         );
     }

@@ -130,6 +130,7 @@ mod tests {
             schema: SCHEMA.into(),
             node: "n1".into(),
             counters: c,
+            inventory: None,
         }
     }
 

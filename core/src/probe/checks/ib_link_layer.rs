@@ -1,15 +1,22 @@
 //! `ib.link_layer`: ports use the link layer the configuration names.
 //!
 //! Reads `ports/<n>/link_layer` (`InfiniBand` or `Ethernet`). Peer groups already separate link
-//! layers, so zero-config cannot tell a VPI card flipped to Ethernet from a storage port; this
-//! check needs `link_layer` in a `[[node.ports]]` rule. Devices of a kind the checks were not
+//! layers, so the port groups cannot tell a VPI card flipped to Ethernet from a storage port;
+//! `link_layer` in a `[[node.ports]]` rule judges that (`fail`). Without one, the same part
+//! tells: among HCAs with the same `hca_type`, `board_id` and port count, a port whose link
+//! layer differs from a strict majority of its peers is `warn` (a VPI card flipped by
+//! `mlxconfig`, or one deliberately used for storage — name it in a rule if so); a tie is not
+//! judged, nor are devices without a `board_id`. Devices of a kind the checks were not
 //! written for (Omni-Path `hfi1`, iWARP `i40iw` whose `link_layer` reads `InfiniBand`) are said
 //! once each as `info` "not verified", never judged as faulty InfiniBand.
+
+use std::collections::BTreeMap;
 
 use serde_json::json;
 
 use super::{Ctx, where_};
-use crate::probe::gather::Device;
+
+use crate::probe::gather::{Device, Port};
 use crate::probe::{Finding, Severity};
 
 /// The check id.
@@ -106,6 +113,64 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
             }
         }
     }
+    out.extend(parity(ctx));
+    out
+}
+
+/// (HCA type, board id, port count, port number): the same port of the same part.
+type PartPort = (String, String, usize, u32);
+
+/// Zero-config: link layers unlike a strict majority of the same part's ports.
+fn parity(ctx: &Ctx<'_>) -> Vec<Finding> {
+    let mut groups: BTreeMap<PartPort, Vec<(&Device, &Port, &str)>> = BTreeMap::new();
+    for d in &ctx.snap.devices {
+        let (Some(hca), Some(board)) = (&d.hca_type, &d.board_id) else {
+            continue;
+        };
+        if ctx
+            .expect
+            .expect(&d.name, |p| p.link_layer.clone())
+            .is_some()
+            || other_kind(d).is_some()
+        {
+            continue;
+        }
+        for p in &d.ports {
+            if let Some(ll) = &p.link_layer {
+                groups
+                    .entry((hca.clone(), board.clone(), d.ports.len(), p.num))
+                    .or_default()
+                    .push((d, p, ll.as_str()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for ((hca, board, _, _), members) in groups {
+        let Some((maj, n)) = super::majority(members.iter().map(|m| m.2)) else {
+            continue;
+        };
+        if n * 2 <= members.len() {
+            continue;
+        }
+        for (d, p, ll) in &members {
+            if *ll != maj {
+                out.push(Finding::new(
+                    ID,
+                    Severity::Warn,
+                    Some(&d.name),
+                    Some(p.num),
+                    json!(ll),
+                    json!(maj),
+                    format!(
+                        "{} has link layer {ll}, {n} of its {} peers ({hca}, board {board}) {maj}: a VPI card flipped by mlxconfig LINK_TYPE_P{}, or one used for something else on purpose (then name it in a [[node.ports]] link_layer rule)",
+                        where_(d, p),
+                        members.len() - 1,
+                        p.num
+                    ),
+                ));
+            }
+        }
+    }
     out
 }
 
@@ -126,6 +191,39 @@ mod tests {
             brief(&f),
             [(Severity::Fail, Some("mlx5_1".into()), Some(1))]
         );
+    }
+
+    fn same_part_node() -> crate::probe::gather::Snapshot {
+        let mut s = ib_node(8);
+        for d in &mut s.devices {
+            d.board_id = Some("MT_0000000838".into());
+        }
+        s
+    }
+
+    #[test]
+    fn one_card_of_eight_identical_ones_flipped_to_ethernet_warns_without_configuration() {
+        let mut s = same_part_node();
+        s.devices[6].ports[0].link_layer = Some("Ethernet".into());
+        let f = run(&s, check);
+        assert_eq!(
+            brief(&f),
+            [(Severity::Warn, Some("mlx5_6".into()), Some(1))]
+        );
+        assert!(
+            f[0].message.contains("7 of its 7 peers"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn a_half_and_half_split_of_the_same_part_is_not_judged() {
+        let mut s = same_part_node();
+        for d in &mut s.devices[4..] {
+            d.ports[0].link_layer = Some("Ethernet".into());
+        }
+        assert!(run(&s, check).is_empty());
     }
 
     #[test]

@@ -17,12 +17,16 @@ pub mod bom_drift;
 pub mod gpu_count;
 pub mod gpu_gdr;
 pub mod gpu_nic_affinity;
+pub mod hca_board_id;
+pub mod hca_fw_ver;
 pub mod ib_counters;
 pub mod ib_link_layer;
 pub mod ib_mtu;
 pub mod ib_port_count;
 pub mod ib_port_rate;
 pub mod ib_port_state;
+pub mod inventory_gone;
+pub mod pcie_link;
 pub mod roce_congestion;
 pub mod roce_ecn;
 pub mod roce_gid;
@@ -70,6 +74,10 @@ pub const ALL: &[Check] = &[
     (gpu_count::ID, gpu_count::check),
     (gpu_nic_affinity::ID, gpu_nic_affinity::check),
     (gpu_gdr::ID, gpu_gdr::check),
+    (pcie_link::ID, pcie_link::check),
+    (hca_fw_ver::ID, hca_fw_ver::check),
+    (hca_board_id::ID, hca_board_id::check),
+    (inventory_gone::ID, inventory_gone::check),
 ];
 
 /// Every check's findings plus one `warn` per file that exists but could not be used.
@@ -548,10 +556,10 @@ mod tests {
     #[test]
     fn every_check_id_is_unique_and_dotted() {
         let mut ids: Vec<&str> = ALL.iter().map(|c| c.0).collect();
-        assert_eq!(ids.len(), 16);
+        assert_eq!(ids.len(), 20);
         ids.sort_unstable();
         ids.dedup();
-        assert_eq!(ids.len(), 16);
+        assert_eq!(ids.len(), 20);
         assert!(ids.iter().all(|i| i.split('.').count() == 2));
     }
 }

@@ -115,6 +115,7 @@ mod tests {
             schema: SCHEMA.into(),
             node: "n1".into(),
             counters: c,
+            inventory: None,
         }
     }
 

@@ -69,6 +69,7 @@ mod tests {
             schema: SCHEMA.into(),
             node: "n1".into(),
             counters: c,
+            inventory: None,
         };
         assert!(run_with(&node(110), &Default::default(), Some(&b), check).is_empty());
         let f = run_with(&node(111), &Default::default(), Some(&b), check);

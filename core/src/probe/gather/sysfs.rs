@@ -1,0 +1,812 @@
+//! The sysfs walk: RDMA devices, their ports and netdevs, and GPUs on the PCI bus.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::{
+    Device, Gid, Gpu, GpuVendor, MAX_ATTR_BYTES, NetDev, PcieLink, Port, PortState, Problem, Rate,
+};
+
+/// How one attribute read went.
+#[derive(Debug)]
+pub(super) enum Read1 {
+    Missing,
+    Text(String),
+    /// The file is there but could not be opened or read (permissions, EINVAL, EIO): the
+    /// probe could not look, which says nothing about the port.
+    Unreadable(String),
+    /// The file was read but is not what the attribute holds (too long, not UTF-8).
+    Bad(String),
+}
+
+pub(super) fn read_capped(path: &Path, cap: usize) -> Read1 {
+    // O_NONBLOCK: a FIFO planted in the tree must not hang the probe (no effect on files).
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Read1::Missing,
+        Err(e) => return Read1::Unreadable(format!("cannot open: {e}")),
+    };
+    let buf = if cap <= MAX_ATTR_BYTES {
+        // One read: sysfs hands an attribute over whole (at most a page) and a regular file's
+        // read returns everything up to the size asked for; one syscall fewer per file.
+        let mut page = [0u8; MAX_ATTR_BYTES + 1];
+        let want = cap + 1;
+        match file.read(&mut page[..want]) {
+            Ok(n) => page[..n].to_vec(),
+            Err(e) => return Read1::Unreadable(format!("cannot read: {e}")),
+        }
+    } else {
+        let mut v = Vec::new();
+        if let Err(e) = file.take(cap as u64 + 1).read_to_end(&mut v) {
+            return Read1::Unreadable(format!("cannot read: {e}"));
+        }
+        v
+    };
+    if buf.len() > cap {
+        return Read1::Bad(format!(
+            "longer than {cap} bytes, which no sysfs attribute is"
+        ));
+    }
+    match String::from_utf8(buf) {
+        Ok(s) => Read1::Text(s.trim().to_string()),
+        Err(_) => Read1::Bad("not UTF-8 text".to_string()),
+    }
+}
+
+/// Where a sysfs symlink points, resolved lexically against its own directory (sysfs links are
+/// relative and `devices/` has no further links, so this equals the canonical path without a
+/// syscall per component).
+fn resolve_link(path: &Path) -> Option<PathBuf> {
+    let target = std::fs::read_link(path).ok()?;
+    let joined = path.parent().unwrap_or(Path::new("")).join(target);
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
+
+/// Collects problems while reading.
+pub(super) struct Reader<'a> {
+    pub(super) problems: &'a mut Vec<Problem>,
+}
+
+impl Reader<'_> {
+    pub(super) fn problem(
+        &mut self,
+        check: &'static str,
+        dev: Option<&str>,
+        port: Option<u32>,
+        path: &Path,
+        message: String,
+    ) {
+        self.push(check, dev, port, path, message, false);
+    }
+
+    /// Records a file or directory that could not be opened, read or listed.
+    pub(super) fn unreadable(
+        &mut self,
+        check: &'static str,
+        dev: Option<&str>,
+        port: Option<u32>,
+        path: &Path,
+        message: String,
+    ) {
+        self.push(check, dev, port, path, message, true);
+    }
+
+    fn push(
+        &mut self,
+        check: &'static str,
+        dev: Option<&str>,
+        port: Option<u32>,
+        path: &Path,
+        message: String,
+        unreadable: bool,
+    ) {
+        self.problems.push(Problem {
+            check,
+            device: dev.map(str::to_string),
+            port,
+            path: path.to_path_buf(),
+            message,
+            unreadable,
+        });
+    }
+
+    /// A text attribute every port has (`state`, `rate`, `link_layer`): a missing one is
+    /// recorded as "could not look" too.
+    fn required_text(
+        &mut self,
+        check: &'static str,
+        dev: Option<&str>,
+        port: Option<u32>,
+        path: &Path,
+    ) -> Option<String> {
+        if let Read1::Missing = read_capped(path, MAX_ATTR_BYTES)
+            && std::fs::symlink_metadata(path).is_err()
+        {
+            self.unreadable(
+                check,
+                dev,
+                port,
+                path,
+                "no such file (the driver does not expose it)".to_string(),
+            );
+            return None;
+        }
+        self.text(check, dev, port, path)
+    }
+
+    /// A required attribute parsed by `parse`; text that does not parse is recorded as "not
+    /// <what>".
+    fn required_parsed<T>(
+        &mut self,
+        (check, dev, port): (&'static str, Option<&str>, Option<u32>),
+        path: &Path,
+        parse: impl Fn(&str) -> Option<T>,
+        what: &str,
+    ) -> Option<T> {
+        let text = self.required_text(check, dev, port, path)?;
+        let parsed = parse(&text);
+        if parsed.is_none() {
+            self.problem(check, dev, port, path, format!("not {what}: {text:?}"));
+        }
+        parsed
+    }
+
+    /// A text attribute; `None` when missing or bad (bad ones are recorded).
+    pub(super) fn text(
+        &mut self,
+        check: &'static str,
+        dev: Option<&str>,
+        port: Option<u32>,
+        path: &Path,
+    ) -> Option<String> {
+        match read_capped(path, MAX_ATTR_BYTES) {
+            Read1::Missing => None,
+            Read1::Text(s) => Some(s),
+            Read1::Unreadable(m) => {
+                self.unreadable(check, dev, port, path, m);
+                None
+            }
+            Read1::Bad(m) => {
+                self.problem(check, dev, port, path, m);
+                None
+            }
+        }
+    }
+}
+
+pub(super) fn list_dir(path: &Path) -> std::io::Result<Vec<String>> {
+    let mut v: Vec<String> = std::fs::read_dir(path)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    v.sort_by(|a, b| natural_cmp(a, b));
+    Ok(v)
+}
+
+/// `mlx5_2` before `mlx5_10`.
+pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let split = |s: &str| {
+        let cut = s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (head, tail) = s.split_at(cut);
+        (
+            head.to_string(),
+            tail.parse::<u64>().unwrap_or(0),
+            s.to_string(),
+        )
+    };
+    split(a).cmp(&split(b))
+}
+
+fn is_bdf(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.'
+}
+
+/// PCI addresses along a resolved device path, root port first.
+fn pci_chain(resolved: &Path) -> Vec<String> {
+    resolved
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .filter(|s| is_bdf(s))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Parses `4: ACTIVE`.
+pub fn parse_state(s: &str) -> Option<PortState> {
+    let (code, name) = s.split_once(':')?;
+    Some(PortState {
+        code: code.trim().parse().ok()?,
+        name: name.trim().to_string(),
+    })
+}
+
+/// Parses `400 Gb/sec (4X NDR)` or `2.5 Gb/sec (1X SDR)`.
+pub fn parse_rate(s: &str) -> Option<Rate> {
+    let num = s.split_whitespace().next()?;
+    let gbps: f64 = num.parse().ok()?;
+    if !gbps.is_finite() || gbps < 0.0 || !s.contains("Gb/sec") {
+        return None;
+    }
+    Some(Rate {
+        gbps,
+        text: s.to_string(),
+    })
+}
+
+/// Parses a PCIe link speed as the kernel prints it: `32.0 GT/s PCIe` (5.x and later),
+/// `8 GT/s` or `2.5 GT/s` (older kernels). `Unknown` and anything else: `None`.
+pub fn parse_pcie_speed(s: &str) -> Option<f64> {
+    let (num, unit) = s.trim().split_once(' ')?;
+    if !unit.trim_start().starts_with("GT/s") {
+        return None;
+    }
+    let gts: f64 = num.parse().ok()?;
+    (gts.is_finite() && gts > 0.0).then_some(gts)
+}
+
+/// Parses a PCIe link width (`16`; some kernels print `x16`). `Unknown`: `None`.
+pub fn parse_pcie_width(s: &str) -> Option<u32> {
+    s.trim().trim_start_matches('x').parse().ok()
+}
+
+/// The four PCIe link files of a PCI function directory, each read once. A missing file or
+/// `Unknown` is "could not look" (no problem recorded: virtual functions and some platforms
+/// do not report a link); text that is neither a value nor `Unknown` is a problem.
+pub(super) fn read_pcie(
+    r: &mut Reader<'_>,
+    check: &'static str,
+    dev: &str,
+    dir: &Path,
+) -> PcieLink {
+    fn one<T>(
+        r: &mut Reader<'_>,
+        check: &'static str,
+        dev: &str,
+        path: &Path,
+        parse: fn(&str) -> Option<T>,
+        what: &str,
+    ) -> Option<T> {
+        let text = r.text(check, Some(dev), None, path)?;
+        if text.is_empty() || text.eq_ignore_ascii_case("unknown") {
+            return None;
+        }
+        let v = parse(&text);
+        if v.is_none() {
+            r.problem(
+                check,
+                Some(dev),
+                None,
+                path,
+                format!("not {what}: {text:?}"),
+            );
+        }
+        v
+    }
+    PcieLink {
+        cur_gts: one(
+            r,
+            check,
+            dev,
+            &dir.join("current_link_speed"),
+            parse_pcie_speed,
+            "a PCIe link speed",
+        ),
+        cur_width: one(
+            r,
+            check,
+            dev,
+            &dir.join("current_link_width"),
+            parse_pcie_width,
+            "a PCIe link width",
+        ),
+        max_gts: one(
+            r,
+            check,
+            dev,
+            &dir.join("max_link_speed"),
+            parse_pcie_speed,
+            "a PCIe link speed",
+        ),
+        max_width: one(
+            r,
+            check,
+            dev,
+            &dir.join("max_link_width"),
+            parse_pcie_width,
+            "a PCIe link width",
+        ),
+    }
+}
+
+/// Parses a counter file's text: `Ok(Some(n))`, `Ok(None)` for `N/A (no PMA)`, `Err` otherwise.
+pub fn parse_counter(s: &str) -> Result<Option<u64>, String> {
+    if s.starts_with("N/A") {
+        return Ok(None);
+    }
+    if s.is_empty() {
+        return Err("empty (a counter file holds a number)".to_string());
+    }
+    s.parse::<u64>().map(Some).map_err(|e| {
+        let shown: String = s.chars().take(40).collect();
+        format!("not a counter value ({e}): {shown:?}")
+    })
+}
+
+fn read_counters(
+    r: &mut Reader<'_>,
+    dir: &Path,
+    check: &'static str,
+    dev: &str,
+    port: u32,
+    no_pma: Option<&mut Vec<String>>,
+) -> Option<BTreeMap<String, u64>> {
+    let names = match list_dir(dir) {
+        Ok(n) => n,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            r.unreadable(
+                check,
+                Some(dev),
+                Some(port),
+                dir,
+                format!("cannot list: {e}"),
+            );
+            return None;
+        }
+    };
+    let mut out = BTreeMap::new();
+    let mut na = Vec::new();
+    for name in names {
+        if name == "lifespan" {
+            // mlx5's hw_counters refresh interval in ms: a setting, not a counter.
+            continue;
+        }
+        let path = dir.join(&name);
+        match read_capped(&path, MAX_ATTR_BYTES) {
+            Read1::Missing => {}
+            Read1::Unreadable(m) => r.unreadable(check, Some(dev), Some(port), &path, m),
+            Read1::Bad(m) => r.problem(check, Some(dev), Some(port), &path, m),
+            Read1::Text(t) => match parse_counter(&t) {
+                Ok(Some(v)) => {
+                    out.insert(name, v);
+                }
+                Ok(None) => na.push(name),
+                Err(m) => r.problem(check, Some(dev), Some(port), &path, m),
+            },
+        }
+    }
+    if let Some(v) = no_pma {
+        *v = na;
+    }
+    Some(out)
+}
+
+/// The `counters/` name a `counters_ext/` file is the 64-bit copy of: `port_xmit_data_64` →
+/// `port_xmit_data`, `port_unicast_rcv_packets` → `unicast_rcv_packets`.
+pub fn counters_ext_legacy_name(name: &str) -> String {
+    if let Some(base) = name.strip_suffix("_64") {
+        return base.to_string();
+    }
+    for cast in ["port_unicast_", "port_multicast_"] {
+        if let Some(rest) = name.strip_prefix(cast) {
+            return format!("{}{rest}", &cast["port_".len()..]);
+        }
+    }
+    name.to_string()
+}
+
+/// Which check a hw_counter belongs to, for naming read problems.
+fn hw_counter_check(name: &str) -> &'static str {
+    if name.contains("cnp") || name.contains("ecn") {
+        "roce.congestion"
+    } else {
+        "roce.retrans"
+    }
+}
+
+fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port {
+    let p = dev_dir.join("ports").join(num.to_string());
+    let mut port = Port {
+        num,
+        ..Port::default()
+    };
+    let d = Some(dev);
+    let n = Some(num);
+    port.state = r.required_parsed(
+        ("ib.port_state", d, n),
+        &p.join("state"),
+        parse_state,
+        "a port state",
+    );
+    port.phys_state = r.text("ib.port_state", d, n, &p.join("phys_state"));
+    port.rate = r.required_parsed(
+        ("ib.port_rate", d, n),
+        &p.join("rate"),
+        parse_rate,
+        "a rate",
+    );
+    port.link_layer = r.required_text("ib.link_layer", d, n, &p.join("link_layer"));
+    port.lid = r.text("ib.port_state", d, n, &p.join("lid"));
+    port.sm_lid = r.text("ib.port_state", d, n, &p.join("sm_lid"));
+    let mut no_pma = Vec::new();
+    port.counters = read_counters(
+        r,
+        &p.join("counters"),
+        "ib.counters",
+        dev,
+        num,
+        Some(&mut no_pma),
+    );
+    port.no_pma = no_pma;
+    if let Some(counters) = port.counters.as_mut() {
+        let ext = read_counters(r, &p.join("counters_ext"), "ib.counters", dev, num, None);
+        for (name, v) in ext.unwrap_or_default() {
+            let legacy = counters_ext_legacy_name(&name);
+            counters.insert(legacy.clone(), v);
+            port.counters_64.insert(legacy);
+        }
+    }
+    // hw_counters problems are attributed by name after the fact.
+    let before = r.problems.len();
+    port.hw_counters = read_counters(r, &p.join("hw_counters"), "roce.retrans", dev, num, None);
+    for prob in &mut r.problems[before..] {
+        if let Some(name) = prob.path.file_name().and_then(|s| s.to_str()) {
+            prob.check = hw_counter_check(name);
+        }
+    }
+    if port.is_ethernet() {
+        let types = p.join("gid_attrs").join("types");
+        if let Ok(idx) = list_dir(&types) {
+            port.gid_table_read = true;
+            for i in idx {
+                let Ok(index) = i.parse::<u32>() else {
+                    continue;
+                };
+                // Unpopulated entries fail with EINVAL on real sysfs: not a problem.
+                let Read1::Text(kind) = read_capped(&types.join(&i), MAX_ATTR_BYTES) else {
+                    continue;
+                };
+                let ndev = match read_capped(
+                    &p.join("gid_attrs").join("ndevs").join(&i),
+                    MAX_ATTR_BYTES,
+                ) {
+                    Read1::Text(s) if !s.is_empty() => Some(s),
+                    _ => None,
+                };
+                port.gids.push(Gid { index, kind, ndev });
+            }
+        }
+        port.netdev = port.gids.iter().find_map(|g| g.ndev.clone());
+    }
+    if port.netdev.is_none() {
+        port.netdev = netdev_by_dev_port(dev_dir, num);
+    }
+    port
+}
+
+/// The PCI function's netdev whose `dev_port` is `port - 1` (missing `dev_port` reads as 0).
+fn netdev_by_dev_port(dev_dir: &Path, port: u32) -> Option<String> {
+    let net = dev_dir.join("device").join("net");
+    let names = list_dir(&net).ok()?;
+    let want = port.saturating_sub(1);
+    names.into_iter().find(|n| {
+        let dp = match read_capped(&net.join(n).join("dev_port"), MAX_ATTR_BYTES) {
+            Read1::Text(s) => s.parse::<u32>().unwrap_or(0),
+            _ => 0,
+        };
+        dp == want
+    })
+}
+
+pub(super) fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) -> Option<Device> {
+    let dev_dir = class_dir.join(name);
+    let d = Some(name);
+    if let Err(e) = std::fs::metadata(&dev_dir) {
+        r.unreadable(
+            "ib.port_count",
+            d,
+            None,
+            &dev_dir,
+            format!("cannot resolve: {e}; the device is not counted"),
+        );
+        return None;
+    }
+    let mut dev = Device {
+        name: name.to_string(),
+        ..Device::default()
+    };
+    dev.fw_ver = r.text("bom.drift", d, None, &dev_dir.join("fw_ver"));
+    dev.hca_type = r.text("bom.drift", d, None, &dev_dir.join("hca_type"));
+    dev.board_id = r.text("bom.drift", d, None, &dev_dir.join("board_id"));
+    dev.node_guid = r.text("bom.drift", d, None, &dev_dir.join("node_guid"));
+    dev.node_type = r.text("ib.link_layer", d, None, &dev_dir.join("node_type"));
+    if let Some(resolved) = resolve_link(&dev_dir) {
+        dev.pci_path = pci_chain(&resolved);
+        dev.pci = dev.pci_path.last().cloned();
+    }
+    let pci = dev_dir.join("device");
+    dev.numa_node = match read_capped(&pci.join("numa_node"), MAX_ATTR_BYTES) {
+        Read1::Text(s) => s.parse().ok(),
+        _ => None,
+    };
+    dev.pcie = read_pcie(r, "pcie.link", name, &pci);
+    dev.driver = std::fs::read_link(pci.join("driver"))
+        .ok()
+        .and_then(|l| l.file_name().and_then(|s| s.to_str()).map(str::to_string));
+    let ports_dir = dev_dir.join("ports");
+    match list_dir(&ports_dir) {
+        Ok(ports) => {
+            for p in ports {
+                match p.parse::<u32>() {
+                    Ok(num) => dev.ports.push(gather_port(r, name, &dev_dir, num)),
+                    Err(_) => r.problem(
+                        "ib.port_count",
+                        d,
+                        None,
+                        &ports_dir.join(&p),
+                        "not a port number".into(),
+                    ),
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => r.unreadable(
+            "ib.port_count",
+            d,
+            None,
+            &ports_dir,
+            format!("cannot list: {e}"),
+        ),
+    }
+    dev.ports.sort_by_key(|p| p.num);
+    Some(dev)
+}
+
+pub(super) fn gather_netdev(
+    r: &mut Reader<'_>,
+    sysfs: &Path,
+    name: &str,
+    dev: &str,
+    port: u32,
+) -> NetDev {
+    let dir = sysfs.join("class").join("net").join(name);
+    let d = Some(dev);
+    let n = Some(port);
+    let mut nd = NetDev {
+        name: name.to_string(),
+        ..NetDev::default()
+    };
+    nd.mtu = r
+        .text("roce.mtu", d, n, &dir.join("mtu"))
+        .and_then(|s| match s.parse() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                r.problem(
+                    "roce.mtu",
+                    d,
+                    n,
+                    &dir.join("mtu"),
+                    format!("not an MTU: {s:?}"),
+                );
+                None
+            }
+        });
+    nd.operstate = r.text("ib.port_state", d, n, &dir.join("operstate"));
+    let ecn = |r: &mut Reader<'_>, side: &str| -> Option<BTreeMap<u8, bool>> {
+        let base = dir.join("ecn").join(side).join("enable");
+        let prios = list_dir(&base).ok()?;
+        let mut m = BTreeMap::new();
+        for p in prios {
+            let Ok(q) = p.parse::<u8>() else { continue };
+            let path = base.join(&p);
+            match r.text("roce.ecn", d, n, &path).as_deref() {
+                Some("1") => {
+                    m.insert(q, true);
+                }
+                Some("0") => {
+                    m.insert(q, false);
+                }
+                Some(other) => r.problem(
+                    "roce.ecn",
+                    d,
+                    n,
+                    &path,
+                    format!("expected 0 or 1, read {other:?}"),
+                ),
+                None => {}
+            }
+        }
+        Some(m)
+    };
+    nd.ecn_np = ecn(r, "roce_np");
+    nd.ecn_rp = ecn(r, "roce_rp");
+    nd
+}
+
+/// PCI device ids of data-centre GPUs, for the BOM and messages. Unknown ids stay numeric.
+pub fn gpu_model(device_id: &str) -> Option<&'static str> {
+    Some(match device_id {
+        "0x20b0" => "A100-SXM4-40GB",
+        "0x20b2" => "A100-SXM4-80GB",
+        "0x20b5" => "A100-PCIE-80GB",
+        "0x20f1" => "A100-PCIE-40GB",
+        "0x2330" => "H100-SXM5-80GB",
+        "0x2331" => "H100-PCIE-80GB",
+        "0x2335" => "H200-SXM-141GB",
+        "0x2324" => "H800",
+        "0x26b9" => "L40S",
+        "0x2901" => "B200",
+        _ => return None,
+    })
+}
+
+pub(super) fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, String> {
+    let bus = sysfs.join("bus").join("pci").join("devices");
+    let names = list_dir(&bus).map_err(|e| format!("cannot list {}: {e}", bus.display()))?;
+    let mut gpus = Vec::new();
+    for n in names {
+        let dir = bus.join(&n);
+        let Read1::Text(vendor) = read_capped(&dir.join("vendor"), MAX_ATTR_BYTES) else {
+            continue;
+        };
+        let vendor = match vendor.as_str() {
+            "0x10de" => GpuVendor::Nvidia,
+            "0x1002" => GpuVendor::Amd,
+            _ => continue,
+        };
+        let class = r
+            .text("gpu.count", Some(&n), None, &dir.join("class"))
+            .unwrap_or_default();
+        // 0x0300xx VGA, 0x0302xx 3D controller (PCI code and ID assignment spec).
+        if !(class.starts_with("0x0300") || class.starts_with("0x0302")) {
+            continue;
+        }
+        let device_id = r
+            .text("gpu.count", Some(&n), None, &dir.join("device"))
+            .unwrap_or_default();
+        let numa_node = match read_capped(&dir.join("numa_node"), MAX_ATTR_BYTES) {
+            Read1::Text(s) => s.parse().ok(),
+            _ => None,
+        };
+        let pci_path = resolve_link(&dir)
+            .map(|p| pci_chain(&p))
+            .unwrap_or_default();
+        let pcie = read_pcie(r, "pcie.link", &n, &dir);
+        gpus.push(Gpu {
+            pci: n.clone(),
+            vendor,
+            pcie,
+            model: gpu_model(&device_id),
+            device_id,
+            numa_node,
+            pci_path,
+        });
+    }
+    Ok(gpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_states_and_rates_parse_as_the_kernel_prints_them() {
+        assert_eq!(
+            parse_state("4: ACTIVE"),
+            Some(PortState {
+                code: 4,
+                name: "ACTIVE".into()
+            })
+        );
+        assert_eq!(parse_state("ACTIVE"), None);
+        assert_eq!(parse_rate("400 Gb/sec (4X NDR)").unwrap().gbps, 400.0);
+        assert_eq!(parse_rate("2.5 Gb/sec (1X SDR)").unwrap().gbps, 2.5);
+        assert_eq!(parse_rate("fast"), None);
+        assert_eq!(parse_rate("NaN Gb/sec"), None);
+    }
+
+    #[test]
+    fn counter_text_is_a_number_or_no_pma_or_an_error() {
+        assert_eq!(parse_counter("42"), Ok(Some(42)));
+        assert_eq!(parse_counter("N/A (no PMA)"), Ok(None));
+        assert!(parse_counter("").unwrap_err().contains("empty"));
+        assert!(parse_counter("abc").unwrap_err().contains("not a counter"));
+        assert!(parse_counter("99999999999999999999999").is_err());
+    }
+
+    #[test]
+    fn pcie_speeds_parse_as_old_and_new_kernels_print_them() {
+        assert_eq!(parse_pcie_speed("32.0 GT/s PCIe"), Some(32.0));
+        assert_eq!(parse_pcie_speed("16.0 GT/s PCIe"), Some(16.0));
+        assert_eq!(parse_pcie_speed("8 GT/s"), Some(8.0));
+        assert_eq!(parse_pcie_speed("2.5 GT/s"), Some(2.5));
+        assert_eq!(parse_pcie_speed("Unknown"), None);
+        assert_eq!(parse_pcie_speed("fast"), None);
+        assert_eq!(parse_pcie_width("16"), Some(16));
+        assert_eq!(parse_pcie_width("x8"), Some(8));
+        assert_eq!(parse_pcie_width("Unknown"), None);
+    }
+
+    #[test]
+    fn unknown_or_missing_pcie_files_are_could_not_look_and_garbage_is_a_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("current_link_speed"), "Unknown\n").unwrap();
+        std::fs::write(d.join("current_link_width"), "8\n").unwrap();
+        std::fs::write(d.join("max_link_speed"), "lots\n").unwrap();
+        let mut problems = Vec::new();
+        let mut r = Reader {
+            problems: &mut problems,
+        };
+        let l = read_pcie(&mut r, "pcie.link", "mlx5_0", d);
+        assert_eq!(
+            l,
+            PcieLink {
+                cur_gts: None,
+                cur_width: Some(8),
+                max_gts: None,
+                max_width: None
+            }
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].path.ends_with("max_link_speed") && !problems[0].unreadable);
+    }
+
+    #[test]
+    fn device_names_sort_naturally() {
+        let mut v = vec!["mlx5_10", "mlx5_2", "mlx5_1"];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(v, ["mlx5_1", "mlx5_2", "mlx5_10"]);
+    }
+
+    #[test]
+    fn oversized_files_are_bad_and_loops_and_directories_unreadable_never_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::write(&big, "9".repeat(MAX_ATTR_BYTES + 1)).unwrap();
+        assert!(matches!(read_capped(&big, MAX_ATTR_BYTES), Read1::Bad(m) if m.contains("longer")));
+        let lp = dir.path().join("loop");
+        std::os::unix::fs::symlink("loop", &lp).unwrap();
+        assert!(matches!(
+            read_capped(&lp, MAX_ATTR_BYTES),
+            Read1::Unreadable(_)
+        ));
+        assert!(matches!(
+            read_capped(&dir.path().join("nope"), MAX_ATTR_BYTES),
+            Read1::Missing
+        ));
+        assert!(matches!(
+            read_capped(dir.path(), MAX_ATTR_BYTES),
+            Read1::Unreadable(_)
+        ));
+    }
+
+    #[test]
+    fn a_fifo_without_a_writer_reads_as_empty_instead_of_hanging() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let st = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert!(matches!(read_capped(&fifo, MAX_ATTR_BYTES), Read1::Text(t) if t.is_empty()));
+    }
+}
