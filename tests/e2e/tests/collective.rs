@@ -1,18 +1,17 @@
 //! `--fabric-check=full`: the cross-node collective in the prolog, among the job's nodes, over
 //! the testbed's network namespaces (one per virtual node, `scripts/netns`).
 
-use std::process::Command;
 use std::time::Duration;
 
 use fabric_e2e::{Testbed, heal_all, wait_job_end, wait_tag};
 
+/// `scripts/netns` on this testbed's own namespaces (`scripts/testbed netns`: each checkout's
+/// testbed has its own prefix).
 fn netns(tb: &Testbed, args: &[&str]) {
-    let st = Command::new(tb.repo.join("scripts/netns"))
-        .args(args)
-        .env("FC_NETNS_PREFIX", "fc")
-        .status()
-        .expect("run scripts/netns");
-    assert!(st.success(), "scripts/netns {args:?}");
+    let mut words = vec!["netns"];
+    words.extend_from_slice(args);
+    tb.script(&words)
+        .unwrap_or_else(|e| panic!("scripts/testbed netns {args:?}: {e:#}"));
 }
 
 #[test]

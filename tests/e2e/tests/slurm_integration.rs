@@ -97,7 +97,7 @@ fn a_faulty_node_is_drained_and_the_job_is_requeued_onto_healthy_nodes() {
     tb.healing(|| {
         // Three nodes: the scheduler picks n[1-3] first; n3 fails and the job moves to n4.
         let job = tb.sbatch(&["-N3", "--fabric-check", "--wrap", "true"]);
-        // A requeued job waits cred_expire + 1 s (20 s on the testbed) before it may restart.
+        // A requeued job waits cred_expire + 1 s (10 s on the testbed) before it may restart.
         let state = wait_job_end(&tb, job, Duration::from_secs(300)).expect("job ends");
         assert_eq!(state, "COMPLETED");
         let (st, reason) = tb.node_state("n3");
