@@ -283,12 +283,21 @@ fn counters_that_rise_during_the_job_are_named_in_its_tag() {
             .unwrap();
         std::fs::write(&downed, format!("{}\n", d + 1)).unwrap();
         assert_eq!(wait_job_end(&tb, job, LONG).as_deref(), Some("COMPLETED"));
-        let tag = wait_tag(&tb, job, LONG, |t| t["during"].is_array()).expect("tag with during");
+        // The in-job watch writes a live `during` row (no rises) as soon as link_downed rises;
+        // the epilog's rises come later.
+        let tag = wait_tag(&tb, job, LONG, |t| {
+            t["during"][0]["rises"]["mlx5_1/1/symbol_error"].is_number()
+        })
+        .expect("tag with the epilog's rises");
         let during = &tag["during"][0];
         assert_eq!(during["node"], "n2", "{tag}");
         assert_eq!(during["rises"]["mlx5_1/1/symbol_error"], 40, "{tag}");
         assert_eq!(during["rises"]["mlx5_1/1/link_downed"], 1, "{tag}");
         assert_eq!(during["verdict"], "fail", "{tag}");
+        assert_eq!(
+            during["watch"][0]["check"], "ib.counters",
+            "the watch saw the link_downed rise while the job ran: {tag}"
+        );
         // A link_downed rise is fatal: the node is drained by policy.
         let (st, reason) = tb.node_state("n2");
         assert!(st.starts_with("drain"), "{st}");
