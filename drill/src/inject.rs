@@ -787,7 +787,15 @@ impl NodeExecInjector {
                 self.on(node, &["systemctl", "stop", "slurmd"]),
                 self.on(node, &["systemctl", "start", "slurmd"]),
             ),
-            c => {
+            // The counter classes (and the controls, which inject() handles before).
+            c @ (FaultClass::RateDowngrade
+            | FaultClass::RoceGidMissing
+            | FaultClass::LinkFlap
+            | FaultClass::ErrorCounters
+            | FaultClass::PauseStorm
+            | FaultClass::CheckpointBurst
+            | FaultClass::BackgroundLoad
+            | FaultClass::Clean) => {
                 return Err(InjectError::Unsupported {
                     class: c.id(),
                     place: "a real cluster",
