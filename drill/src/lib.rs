@@ -23,7 +23,7 @@
 //! | [`workload`] | step 3: the admin's own job script per fabric, clean and faulted |
 //! | [`render`] | text table, JSON, Prometheus gauges, the HTML section with charts |
 //!
-//! Dependencies point inward: `fabric-proto` (tags, verdicts, check ids), `fabric-core` (the
+//! Dependencies point inward: `fabric-proto` (tags, verdicts, check ids), `fabric-base` (the
 //! percentile, bounded commands), `fabric-report` (the cost file and its model).
 
 pub mod class;
