@@ -58,6 +58,14 @@ impl NodeKind {
             NodeKind::Roce => "roce8",
         }
     }
+
+    /// The testbed's healthy fixture scenario of this kind (what a node's tree is between faults).
+    pub fn healthy_fixture(self) -> &'static str {
+        match self {
+            NodeKind::Ib => "ib8-healthy",
+            NodeKind::Roce => "roce8-healthy",
+        }
+    }
 }
 
 /// One fault class (or control).
@@ -122,25 +130,233 @@ pub fn ids() -> Vec<&'static str> {
     ALL.iter().map(|c| c.id()).collect()
 }
 
+/// Everything the drill decides about one class: one row of [`FaultClass::spec`]'s table. Every
+/// field is spelled out for every class, so a new class cannot be added without a decision on
+/// each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassSpec {
+    /// The stable id (command line, JSON, Prometheus, docs/drill.md).
+    pub id: &'static str,
+    /// A control: must end with no drain and every verdict passing.
+    pub control: bool,
+    /// What the injector does (docs/drill.md has the same table).
+    pub injects: &'static str,
+    /// How the injector undoes it.
+    pub restores: &'static str,
+    /// On a real cluster it changes real hardware or a daemon (`--allow-hardware CLASS`).
+    pub touches_hardware: bool,
+    /// It exists only on the testbed (written into a fixture tree).
+    pub testbed_only: bool,
+    /// The moments it is injected at.
+    pub moments: &'static [Moment],
+    /// The node kinds it applies to.
+    pub kinds: &'static [NodeKind],
+    /// The testbed fixture scenario holding the fault on an InfiniBand node, when it is one.
+    pub ib_fixture: Option<&'static str>,
+    /// The testbed fixture scenario holding the fault on a RoCE node, when it is one.
+    pub roce_fixture: Option<&'static str>,
+    /// How many nodes the round's job needs (the collective needs three for a majority).
+    pub job_nodes: usize,
+}
+
+/// The restore of the classes written into a sysfs tree.
+const SYSFS_RESTORE: &str = "the node's sysfs tree as it was before (a healthy tree of its kind); \
+                             on real hardware the value read before the change";
+
 impl FaultClass {
+    /// The class's row of the table: every decision about it in one place.
+    pub const fn spec(self) -> ClassSpec {
+        use Moment::{Before, During, Idle};
+        use NodeKind::{Ib, Roce};
+        match self {
+            FaultClass::PortDown => ClassSpec {
+                id: "port_down",
+                control: false,
+                injects: "port 1 of one HCA down (state, phys_state, rate, operstate)",
+                restores: SYSFS_RESTORE,
+                touches_hardware: true,
+                testbed_only: false,
+                moments: &[Before, During, Idle],
+                kinds: &[Ib, Roce],
+                ib_fixture: Some("ib8-port-down"),
+                roce_fixture: Some("roce8-port-down"),
+                job_nodes: 2,
+            },
+            FaultClass::RateDowngrade => ClassSpec {
+                id: "rate_downgrade",
+                control: false,
+                injects: "port 1 of one HCA at half its rate",
+                restores: SYSFS_RESTORE,
+                touches_hardware: false,
+                testbed_only: true,
+                moments: &[Before, During, Idle],
+                kinds: &[Ib, Roce],
+                ib_fixture: Some("ib8-half-rate"),
+                roce_fixture: Some("roce8-half-rate"),
+                job_nodes: 2,
+            },
+            FaultClass::MtuDrift => ClassSpec {
+                id: "mtu_drift",
+                control: false,
+                injects: "one RoCE netdev's MTU at 1500",
+                restores: SYSFS_RESTORE,
+                touches_hardware: true,
+                testbed_only: false,
+                moments: &[Before, During, Idle],
+                kinds: &[Roce],
+                ib_fixture: None,
+                roce_fixture: Some("roce8-mtu-1500"),
+                job_nodes: 2,
+            },
+            FaultClass::PfcOff => ClassSpec {
+                id: "pfc_off",
+                control: false,
+                injects: "PFC off on the lossless priority 3 of one RoCE port",
+                restores: SYSFS_RESTORE,
+                touches_hardware: true,
+                testbed_only: false,
+                moments: &[Before, During, Idle],
+                kinds: &[Roce],
+                ib_fixture: None,
+                roce_fixture: Some("roce8-pfc-off"),
+                job_nodes: 2,
+            },
+            FaultClass::EcnOff => ClassSpec {
+                id: "ecn_off",
+                control: false,
+                injects: "ECN (roce_np, roce_rp) off on priority 3 of one RoCE port",
+                restores: SYSFS_RESTORE,
+                touches_hardware: true,
+                testbed_only: false,
+                moments: &[Before, During, Idle],
+                kinds: &[Roce],
+                ib_fixture: None,
+                roce_fixture: Some("roce8-ecn-off"),
+                job_nodes: 2,
+            },
+            FaultClass::RoceGidMissing => ClassSpec {
+                id: "roce_gid_missing",
+                control: false,
+                injects: "no RoCE v2 GID on one port's netdev",
+                restores: SYSFS_RESTORE,
+                touches_hardware: false,
+                testbed_only: true,
+                moments: &[Before, During, Idle],
+                kinds: &[Ib, Roce],
+                ib_fixture: Some("ib8-no-roce-v2-gid"),
+                roce_fixture: Some("roce8-no-v2-gid"),
+                job_nodes: 2,
+            },
+            FaultClass::LinkFlap => ClassSpec {
+                id: "link_flap",
+                control: false,
+                injects: "link_downed +1 on one port while the job runs",
+                restores: SYSFS_RESTORE,
+                touches_hardware: false,
+                testbed_only: true,
+                moments: &[During],
+                kinds: &[Ib],
+                ib_fixture: Some("ib8-link-downed"),
+                roce_fixture: None,
+                job_nodes: 2,
+            },
+            FaultClass::ErrorCounters => ClassSpec {
+                id: "error_counters",
+                control: false,
+                injects: "symbol_error +500 on one port",
+                restores: SYSFS_RESTORE,
+                touches_hardware: false,
+                testbed_only: true,
+                moments: &[Before, During, Idle],
+                kinds: &[Ib],
+                ib_fixture: Some("ib8-symbol-errors"),
+                roce_fixture: None,
+                job_nodes: 2,
+            },
+            FaultClass::PauseStorm => ClassSpec {
+                id: "pause_storm",
+                control: false,
+                injects: "rx/tx priority-3 pause frames +millions on one port",
+                restores: SYSFS_RESTORE,
+                touches_hardware: false,
+                testbed_only: true,
+                moments: &[Before, During],
+                kinds: &[Ib, Roce],
+                ib_fixture: Some("ib8-pause-storm"),
+                roce_fixture: Some("roce8-pause-storm"),
+                job_nodes: 2,
+            },
+            FaultClass::Congestion => ClassSpec {
+                id: "congestion",
+                control: false,
+                injects: "tc tbf at 100 mbit on the node's collective path",
+                restores: "the tbf qdisc deleted",
+                touches_hardware: true,
+                testbed_only: false,
+                moments: &[Before],
+                kinds: &[Ib, Roce],
+                ib_fixture: None,
+                roce_fixture: None,
+                job_nodes: 3,
+            },
+            FaultClass::NodeRemoved => ClassSpec {
+                id: "node_removed",
+                control: false,
+                injects: "the node's slurmd stopped while a job runs on it",
+                restores: "slurmd started again and the node resumed",
+                touches_hardware: true,
+                testbed_only: false,
+                moments: &[During],
+                kinds: &[Ib, Roce],
+                ib_fixture: None,
+                roce_fixture: None,
+                job_nodes: 2,
+            },
+            FaultClass::CheckpointBurst => ClassSpec {
+                id: "checkpoint_burst",
+                control: true,
+                injects: "256 MiB written and synced into the job's checkpoint folder",
+                restores: "the burst's files deleted",
+                touches_hardware: false,
+                testbed_only: false,
+                moments: &[During],
+                kinds: &[Ib, Roce],
+                ib_fixture: None,
+                roce_fixture: None,
+                job_nodes: 2,
+            },
+            FaultClass::BackgroundLoad => ClassSpec {
+                id: "background_load",
+                control: true,
+                injects: "CPU hogs and a loopback TCP stream while the job runs",
+                restores: "the hogs killed by pid, the stream closed",
+                touches_hardware: false,
+                testbed_only: false,
+                moments: &[During],
+                kinds: &[Ib, Roce],
+                ib_fixture: None,
+                roce_fixture: None,
+                job_nodes: 2,
+            },
+            FaultClass::Clean => ClassSpec {
+                id: "clean",
+                control: true,
+                injects: "nothing",
+                restores: "nothing",
+                touches_hardware: false,
+                testbed_only: false,
+                moments: &[Before, During],
+                kinds: &[Ib, Roce],
+                ib_fixture: None,
+                roce_fixture: None,
+                job_nodes: 2,
+            },
+        }
+    }
+
     /// The stable id.
     pub fn id(self) -> &'static str {
-        match self {
-            FaultClass::PortDown => "port_down",
-            FaultClass::RateDowngrade => "rate_downgrade",
-            FaultClass::MtuDrift => "mtu_drift",
-            FaultClass::PfcOff => "pfc_off",
-            FaultClass::EcnOff => "ecn_off",
-            FaultClass::RoceGidMissing => "roce_gid_missing",
-            FaultClass::LinkFlap => "link_flap",
-            FaultClass::ErrorCounters => "error_counters",
-            FaultClass::PauseStorm => "pause_storm",
-            FaultClass::Congestion => "congestion",
-            FaultClass::NodeRemoved => "node_removed",
-            FaultClass::CheckpointBurst => "checkpoint_burst",
-            FaultClass::BackgroundLoad => "background_load",
-            FaultClass::Clean => "clean",
-        }
+        self.spec().id
     }
 
     /// The class with this id.
@@ -153,142 +369,54 @@ impl FaultClass {
 
     /// A control: must end with no drain and every verdict passing.
     pub fn is_control(self) -> bool {
-        matches!(
-            self,
-            FaultClass::CheckpointBurst | FaultClass::BackgroundLoad | FaultClass::Clean
-        )
+        self.spec().control
     }
 
     /// What the injector does (docs/drill.md has the same table).
     pub fn injects(self) -> &'static str {
-        match self {
-            FaultClass::PortDown => "port 1 of one HCA down (state, phys_state, rate, operstate)",
-            FaultClass::RateDowngrade => "port 1 of one HCA at half its rate",
-            FaultClass::MtuDrift => "one RoCE netdev's MTU at 1500",
-            FaultClass::PfcOff => "PFC off on the lossless priority 3 of one RoCE port",
-            FaultClass::EcnOff => "ECN (roce_np, roce_rp) off on priority 3 of one RoCE port",
-            FaultClass::RoceGidMissing => "no RoCE v2 GID on one port's netdev",
-            FaultClass::LinkFlap => "link_downed +1 on one port while the job runs",
-            FaultClass::ErrorCounters => "symbol_error +500 on one port",
-            FaultClass::PauseStorm => "rx/tx priority-3 pause frames +millions on one port",
-            FaultClass::Congestion => "tc tbf at 100 mbit on the node's collective path",
-            FaultClass::NodeRemoved => "the node's slurmd stopped while a job runs on it",
-            FaultClass::CheckpointBurst => {
-                "256 MiB written and synced into the job's checkpoint folder"
-            }
-            FaultClass::BackgroundLoad => "CPU hogs and a loopback TCP stream while the job runs",
-            FaultClass::Clean => "nothing",
-        }
+        self.spec().injects
     }
 
     /// How the injector undoes it.
     pub fn restores(self) -> &'static str {
-        match self {
-            FaultClass::PortDown
-            | FaultClass::RateDowngrade
-            | FaultClass::MtuDrift
-            | FaultClass::PfcOff
-            | FaultClass::EcnOff
-            | FaultClass::RoceGidMissing
-            | FaultClass::LinkFlap
-            | FaultClass::ErrorCounters
-            | FaultClass::PauseStorm => {
-                "the node's sysfs tree as it was before (a healthy tree of its kind); on real \
-                 hardware the value read before the change"
-            }
-            FaultClass::Congestion => "the tbf qdisc deleted",
-            FaultClass::NodeRemoved => "slurmd started again and the node resumed",
-            FaultClass::CheckpointBurst => "the burst's files deleted",
-            FaultClass::BackgroundLoad => "the hogs killed by pid, the stream closed",
-            FaultClass::Clean => "nothing",
-        }
+        self.spec().restores
     }
 
     /// Whether, on a real cluster, the injector changes real hardware or a daemon, and so runs
     /// only with `--allow-hardware CLASS`. The counter classes cannot be injected on real
     /// hardware at all (counters only rise when the fault is real): see [`FaultClass::testbed_only`].
     pub fn touches_hardware(self) -> bool {
-        matches!(
-            self,
-            FaultClass::PortDown
-                | FaultClass::MtuDrift
-                | FaultClass::PfcOff
-                | FaultClass::EcnOff
-                | FaultClass::Congestion
-                | FaultClass::NodeRemoved
-        )
+        self.spec().touches_hardware
     }
 
     /// Classes that exist only on the testbed (written into a fixture tree).
     pub fn testbed_only(self) -> bool {
-        matches!(
-            self,
-            FaultClass::RateDowngrade
-                | FaultClass::RoceGidMissing
-                | FaultClass::LinkFlap
-                | FaultClass::ErrorCounters
-                | FaultClass::PauseStorm
-        )
+        self.spec().testbed_only
     }
 
     /// The moments the class is injected at.
     pub fn moments(self) -> &'static [Moment] {
-        use Moment::*;
-        match self {
-            FaultClass::PortDown
-            | FaultClass::RateDowngrade
-            | FaultClass::MtuDrift
-            | FaultClass::PfcOff
-            | FaultClass::EcnOff
-            | FaultClass::RoceGidMissing
-            | FaultClass::ErrorCounters => &[Before, During, Idle],
-            FaultClass::PauseStorm => &[Before, During],
-            FaultClass::LinkFlap
-            | FaultClass::NodeRemoved
-            | FaultClass::CheckpointBurst
-            | FaultClass::BackgroundLoad => &[During],
-            FaultClass::Congestion => &[Before],
-            FaultClass::Clean => &[Before, During],
-        }
+        self.spec().moments
     }
 
     /// The node kinds the class applies to.
     pub fn kinds(self) -> &'static [NodeKind] {
-        match self {
-            FaultClass::MtuDrift | FaultClass::PfcOff | FaultClass::EcnOff => &[NodeKind::Roce],
-            FaultClass::LinkFlap | FaultClass::ErrorCounters => &[NodeKind::Ib],
-            _ => &[NodeKind::Ib, NodeKind::Roce],
-        }
+        self.spec().kinds
     }
 
     /// The testbed fixture scenario that holds the fault on a node of `kind`
     /// (`scripts/gen-fixtures --list`), for the classes written into a sysfs tree.
     pub fn fixture(self, kind: NodeKind) -> Option<&'static str> {
-        use NodeKind::*;
-        Some(match (self, kind) {
-            (FaultClass::PortDown, Ib) => "ib8-port-down",
-            (FaultClass::PortDown, Roce) => "roce8-port-down",
-            (FaultClass::RateDowngrade, Ib) => "ib8-half-rate",
-            (FaultClass::RateDowngrade, Roce) => "roce8-half-rate",
-            (FaultClass::MtuDrift, Roce) => "roce8-mtu-1500",
-            (FaultClass::PfcOff, Roce) => "roce8-pfc-off",
-            (FaultClass::EcnOff, Roce) => "roce8-ecn-off",
-            (FaultClass::RoceGidMissing, Ib) => "ib8-no-roce-v2-gid",
-            (FaultClass::RoceGidMissing, Roce) => "roce8-no-v2-gid",
-            (FaultClass::LinkFlap, Ib) => "ib8-link-downed",
-            (FaultClass::ErrorCounters, Ib) => "ib8-symbol-errors",
-            (FaultClass::PauseStorm, Ib) => "ib8-pause-storm",
-            (FaultClass::PauseStorm, Roce) => "roce8-pause-storm",
-            _ => return None,
-        })
+        let s = self.spec();
+        match kind {
+            NodeKind::Ib => s.ib_fixture,
+            NodeKind::Roce => s.roce_fixture,
+        }
     }
 
     /// How many nodes the round's job needs (the collective needs three for a majority).
     pub fn job_nodes(self) -> usize {
-        match self {
-            FaultClass::Congestion => 3,
-            _ => 2,
-        }
+        self.spec().job_nodes
     }
 }
 
@@ -324,19 +452,70 @@ mod tests {
     #[test]
     fn every_sysfs_class_has_a_fixture_for_each_kind_it_applies_to() {
         for c in ALL {
-            if matches!(
-                c,
-                FaultClass::Congestion
-                    | FaultClass::NodeRemoved
-                    | FaultClass::CheckpointBurst
-                    | FaultClass::BackgroundLoad
-                    | FaultClass::Clean
-            ) {
+            if c.restores() != SYSFS_RESTORE {
                 continue;
             }
             for k in c.kinds() {
                 assert!(c.fixture(*k).is_some(), "{} on {}", c.id(), k.id());
             }
+        }
+    }
+
+    #[test]
+    fn a_class_names_a_fixture_only_for_a_kind_it_applies_to_and_only_when_it_is_a_sysfs_class() {
+        for c in ALL {
+            for k in [NodeKind::Ib, NodeKind::Roce] {
+                if let Some(f) = c.fixture(k) {
+                    assert!(
+                        c.kinds().contains(&k),
+                        "{} names {f} for {}",
+                        c.id(),
+                        k.id()
+                    );
+                    assert_eq!(c.restores(), SYSFS_RESTORE, "{}", c.id());
+                    assert!(f.starts_with(k.fixture_prefix()), "{f}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_fixture_scenario_a_class_or_kind_names_exists_in_the_testkit() {
+        let known = fabric_testkit::sysfs::SCENARIOS;
+        for k in [NodeKind::Ib, NodeKind::Roce] {
+            assert!(
+                known.contains(&k.healthy_fixture()),
+                "{}",
+                k.healthy_fixture()
+            );
+            for c in ALL {
+                if let Some(f) = c.fixture(k) {
+                    assert!(
+                        known.contains(&f),
+                        "{} names {f}, which the testkit lacks",
+                        c.id()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_class_is_never_both_testbed_only_and_a_hardware_class_nor_a_control_that_injects() {
+        for c in ALL {
+            assert!(!(c.testbed_only() && c.touches_hardware()), "{}", c.id());
+            if c.is_control() {
+                assert!(!c.touches_hardware() && !c.testbed_only(), "{}", c.id());
+                assert_eq!(
+                    (c.fixture(NodeKind::Ib), c.fixture(NodeKind::Roce)),
+                    (None, None)
+                );
+            }
+            assert!(
+                !c.moments().is_empty() && !c.kinds().is_empty(),
+                "{}",
+                c.id()
+            );
         }
     }
 }

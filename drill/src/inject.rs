@@ -634,7 +634,15 @@ impl Injector for TestbedInjector {
                 run(&words(&[&script, "stop", &unit]))?;
                 Ok(vec![id])
             }
-            class => {
+            class @ (FaultClass::PortDown
+            | FaultClass::RateDowngrade
+            | FaultClass::MtuDrift
+            | FaultClass::PfcOff
+            | FaultClass::EcnOff
+            | FaultClass::RoceGidMissing
+            | FaultClass::LinkFlap
+            | FaultClass::ErrorCounters
+            | FaultClass::PauseStorm) => {
                 let scenario =
                     class
                         .fixture(round.kind)
@@ -779,7 +787,15 @@ impl NodeExecInjector {
                 self.on(node, &["systemctl", "stop", "slurmd"]),
                 self.on(node, &["systemctl", "start", "slurmd"]),
             ),
-            c => {
+            // The counter classes (and the controls, which inject() handles before).
+            c @ (FaultClass::RateDowngrade
+            | FaultClass::RoceGidMissing
+            | FaultClass::LinkFlap
+            | FaultClass::ErrorCounters
+            | FaultClass::PauseStorm
+            | FaultClass::CheckpointBurst
+            | FaultClass::BackgroundLoad
+            | FaultClass::Clean) => {
                 return Err(InjectError::Unsupported {
                     class: c.id(),
                     place: "a real cluster",
@@ -809,7 +825,17 @@ impl NodeExecInjector {
             FaultClass::Congestion => {
                 run(&self.on(node, &["tc", "qdisc", "show", "dev", i, "root"]))
             }
-            _ => Ok(String::new()),
+            // Nothing to read first: the undo does not depend on what was there.
+            FaultClass::PortDown
+            | FaultClass::RateDowngrade
+            | FaultClass::RoceGidMissing
+            | FaultClass::LinkFlap
+            | FaultClass::ErrorCounters
+            | FaultClass::PauseStorm
+            | FaultClass::NodeRemoved
+            | FaultClass::CheckpointBurst
+            | FaultClass::BackgroundLoad
+            | FaultClass::Clean => Ok(String::new()),
         }
     }
 }

@@ -18,11 +18,12 @@
 //! | [`cluster`] | the [`cluster::Cluster`] seam over Slurm's commands |
 //! | [`observe`] | drains, tag verdicts and health results as timed signals |
 //! | [`run`] | the round loop |
+//! | [`session`] | a whole drill from a plain spec: open, undo what is pending, check, set up, rounds, restore, score |
 //! | [`score`] | recall, precision, false drains, time to detect, job cost, findings (pure) |
 //! | [`workload`] | step 3: the admin's own job script per fabric, clean and faulted |
 //! | [`render`] | text table, JSON, Prometheus gauges, the HTML section with charts |
 //!
-//! Dependencies point inward: `fabric-proto` (tags, verdicts, check ids), `fabric-core` (the
+//! Dependencies point inward: `fabric-proto` (tags, verdicts, check ids), `fabric-base` (the
 //! percentile, bounded commands), `fabric-report` (the cost file and its model).
 
 pub mod class;
@@ -38,4 +39,5 @@ pub mod plan;
 pub mod render;
 pub mod run;
 pub mod score;
+pub mod session;
 pub mod workload;

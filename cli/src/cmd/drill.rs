@@ -1,24 +1,19 @@
 //! `fabric-check drill`: inject fabric faults on a set of nodes, watch what fabric-check says and
 //! does, restore, and score recall, precision, false drains, time to detect and the jobs' cost
 //! (the `fabric-drill` crate; docs/drill.md). With `--workload`, the admin's own job script per
-//! fabric, clean and faulted, side by side.
+//! fabric, clean and faulted, side by side. The drill itself is [`fabric_drill::session`]: this
+//! maps the arguments to its spec and prints.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use fabric_drill::class::{self, FaultClass, NodeKind};
-use fabric_drill::cluster::{Cluster, SlurmCluster};
-use fabric_drill::gate::{Gates, Place};
-use fabric_drill::inject::{Injector, Loads, NodeExecInjector, TestbedInjector, replay};
-use fabric_drill::journal::Journal;
-use fabric_drill::plan::{DrillNode, Plan, PlanSpec};
-use fabric_drill::run::{Drill, RunConfig};
+use fabric_drill::class::{FaultClass, NodeKind};
+use fabric_drill::gate::Gates;
 use fabric_drill::score::{self, Prices, RoundOutcome};
+use fabric_drill::session::{
+    self, Event, ReservationSpec, Session, SessionError, SessionSpec, Source, TestbedSpec,
+};
 use fabric_drill::{render, workload};
-use fabric_proto::hostlist::Hostlist;
-
-/// Where a real cluster's drill keeps its restore journal unless `--state-dir` says otherwise.
-const DEFAULT_STATE_DIR: &str = "/var/lib/fabric-check/drill";
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -141,20 +136,6 @@ pub enum KindArg {
     Roce,
 }
 
-struct Setup {
-    cluster: SlurmCluster,
-    gates: Gates,
-    injector: Box<dyn Injector>,
-    journal_path: PathBuf,
-    nodes: Vec<DrillNode>,
-    cfg: RunConfig,
-    testbed: Option<TestbedInfo>,
-}
-
-struct TestbedInfo {
-    dir: PathBuf,
-}
-
 /// `--during-job-s`: a number of seconds a job can be asked to last.
 fn parse_during_job_s(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -165,327 +146,91 @@ fn parse_during_job_s(s: &str) -> Result<f64, String> {
     }
 }
 
-fn testbed_dir() -> PathBuf {
-    std::env::var_os("FABRIC_TESTBED_DIR").map_or_else(|| PathBuf::from(".testbed"), PathBuf::from)
-}
-
-fn uid_of(user: &str) -> anyhow::Result<u32> {
-    let u = nix::unistd::User::from_name(user)
-        .with_context(|| format!("cannot look up user {user}"))?
-        .with_context(|| format!("no user named {user}: name an existing user with --job-user"))?;
-    Ok(u.uid.as_raw())
-}
-
-fn submit_prefix(user: &str, uid: u32) -> Vec<String> {
-    vec![
-        "/usr/bin/setpriv".into(),
-        format!("--reuid={uid}"),
-        format!("--regid={uid}"),
-        "--init-groups".into(),
-        "/usr/bin/env".into(),
-        format!("HOME=/home/{user}"),
-        format!("USER={user}"),
-        format!("LOGNAME={user}"),
-    ]
-}
-
-fn expand(list: &str) -> anyhow::Result<Vec<String>> {
-    let mut out = Vec::new();
-    for part in split_top(list) {
-        let h = Hostlist::parse(&part)
-            .with_context(|| format!("{part:?} is not a Slurm hostlist (n[1-4], gpu01,gpu02)"))?;
-        out.extend(
-            h.expand()
-                .with_context(|| format!("cannot expand {part:?}"))?,
-        );
-    }
-    Ok(out)
-}
-
-/// Splits `a,b[1-3],c` at the commas outside brackets.
-fn split_top(s: &str) -> Vec<String> {
-    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0);
-    for ch in s.chars() {
-        match ch {
-            '[' => depth += 1,
-            ']' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(std::mem::take(&mut cur));
-                continue;
-            }
-            _ => {}
-        }
-        cur.push(ch);
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
-fn testbed_roce_nodes() -> Vec<String> {
-    std::process::Command::new("sinfo")
-        .args(["-h", "-p", "roce", "-N", "-o", "%N"])
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .map(str::to_owned)
-                .collect()
+/// The session's spec from the arguments.
+fn spec(a: &Args) -> Result<SessionSpec, SessionError> {
+    let source = if a.testbed {
+        Source::Testbed(TestbedSpec {
+            dir: session::testbed_dir(),
+            script: a.testbed_script.clone(),
+            nodes: a.nodes.clone(),
         })
-        .unwrap_or_default()
-}
-
-fn setup(a: &Args) -> anyhow::Result<Setup> {
-    let mut cluster = SlurmCluster::new();
-    if a.testbed {
-        let dir = testbed_dir().canonicalize().context(
-            "no testbed folder: run `scripts/testbed up` first, or set FABRIC_TESTBED_DIR",
-        )?;
-        let script = a.testbed_script.canonicalize().with_context(|| {
-            format!(
-                "no testbed script at {}: pass --testbed-script",
-                a.testbed_script.display()
-            )
-        })?;
-        let user = a.job_user.clone().unwrap_or_else(|| "fabric".into());
-        let uid = uid_of(&user)?;
-        cluster.submit_prefix = submit_prefix(&user, uid);
-        cluster.health_cmd = vec![
-            dir.join("bin/fabric-check").display().to_string(),
-            "health".into(),
-            "--plugstack".into(),
-            dir.join("etc/plugstack.conf").display().to_string(),
-            "--node".into(),
-            "{node}".into(),
-        ];
-        let names = match &a.nodes {
-            Some(n) => expand(n)?,
-            None => {
-                let count: usize = std::fs::read_to_string(dir.join("etc/node-count"))
-                    .ok()
-                    .and_then(|s| s.trim().parse().ok())
-                    .unwrap_or(4);
-                (1..=count).map(|i| format!("n{i}")).collect()
-            }
-        };
-        let roce = testbed_roce_nodes();
-        let nodes = names
-            .iter()
-            .map(|n| DrillNode {
-                name: n.clone(),
-                kind: if roce.contains(n) {
-                    NodeKind::Roce
-                } else {
-                    NodeKind::Ib
-                },
-            })
-            .collect();
-        let gates = Gates::testbed(names.clone());
-        let mut cfg = RunConfig::new(dir.join("jobs/drill"), names);
-        cfg.during_job_s = a.during_job_s;
-        cfg.job_uid = Some(uid);
-        cfg.bin_dir = Some(dir.join("bin"));
-        let mut injector = TestbedInjector::new(dir.clone(), script);
-        injector.loads.job_uid = Some(uid);
-        let state = a
-            .state_dir
-            .clone()
-            .unwrap_or_else(|| dir.join("state/drill"));
-        std::fs::create_dir_all(dir.join("jobs/drill"))?;
-        Ok(Setup {
-            cluster,
-            gates,
-            injector: Box::new(injector),
-            journal_path: state.join("journal.jsonl"),
-            nodes,
-            cfg,
-            testbed: Some(TestbedInfo { dir }),
+    } else if let Some(res) = &a.reservation {
+        Source::Reservation(ReservationSpec {
+            name: res.clone(),
+            nodes: a.nodes.clone(),
+            kind: match a.kind {
+                KindArg::Ib => NodeKind::Ib,
+                KindArg::Roce => NodeKind::Roce,
+            },
+            node_exec: a.node_exec.clone(),
+            interface: a.interface.clone(),
+            priority: a.priority,
+            allow_hardware: a.allow_hardware.clone(),
+            work_dir: a.work_dir.clone(),
+            job_path: a.job_path.clone(),
         })
     } else {
-        let Some(res) = &a.reservation else {
-            bail!(
-                "name the drill's nodes: --testbed, or --reservation NAME on a real cluster (idle nodes held for the drill)"
-            );
-        };
-        let held = cluster.reservation_nodes(res)?;
-        let names = match &a.nodes {
-            Some(n) => {
-                let names = expand(n)?;
-                if let Some(out) = names.iter().find(|n| !held.contains(n)) {
-                    bail!(
-                        "node {out} is not in reservation {res}: the drill changes only nodes its reservation holds"
-                    );
-                }
-                names
-            }
-            None => held,
-        };
-        cluster.reservation = Some(res.clone());
-        if let Some(u) = &a.job_user {
-            cluster.submit_prefix = submit_prefix(u, uid_of(u)?);
-        }
-        let prefix: Vec<String> = a
-            .node_exec
-            .as_deref()
-            .unwrap_or("ssh {node}")
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect();
-        // `idle` rounds run the node's own health check where it runs: on the node.
-        cluster.health_cmd = prefix.clone();
-        cluster
-            .health_cmd
-            .extend(["fabric-check".to_owned(), "health".to_owned()]);
-        let kind = match a.kind {
-            KindArg::Ib => NodeKind::Ib,
-            KindArg::Roce => NodeKind::Roce,
-        };
-        let nodes = names
-            .iter()
-            .map(|n| DrillNode {
-                name: n.clone(),
-                kind,
-            })
-            .collect();
-        let Some(work) = a.work_dir.clone() else {
-            bail!(
-                "--work-dir DIR is needed on a real cluster: a folder the nodes share, for the rounds' job scripts and checkpoints"
-            );
-        };
-        let gates = Gates::cluster(names.clone(), res.clone(), allowed(a)?);
-        let mut cfg = RunConfig::new(work, names);
-        cfg.during_job_s = a.during_job_s;
-        cfg.job_uid = match &a.job_user {
-            Some(u) => Some(uid_of(u)?),
-            None => None,
-        };
-        cfg.bin_dir = a.job_path.clone();
-        let mut loads = Loads::remote(prefix.clone());
-        loads.job_uid = cfg.job_uid;
-        let state = a
-            .state_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
-        Ok(Setup {
-            cluster,
-            gates,
-            injector: Box::new(NodeExecInjector {
-                prefix,
-                interface: a.interface.clone(),
-                priority: a.priority,
-                congestion_rate: "1gbit".into(),
-                loads,
-            }),
-            journal_path: state.join("journal.jsonl"),
-            nodes,
-            cfg,
-            testbed: None,
-        })
-    }
-}
-
-/// The classes `--allow-hardware` names.
-fn allowed(a: &Args) -> anyhow::Result<Vec<FaultClass>> {
-    a.allow_hardware
-        .iter()
-        .map(|c| FaultClass::parse(c).map_err(Into::into))
-        .collect()
-}
-
-/// The classes to run: `--classes`, else every class that can run here; refuses, on a real
-/// cluster, a testbed-only class and a hardware class without `--allow-hardware` (the gates'
-/// rule, [`Place::class`]).
-fn classes(a: &Args) -> anyhow::Result<Vec<FaultClass>> {
-    let place = if a.testbed {
-        Place::Testbed
-    } else {
-        Place::Cluster {
-            allowed: allowed(a)?,
-        }
+        return Err(SessionError::NoNodes);
     };
-    if a.classes.is_empty() {
-        return Ok(class::ALL
-            .iter()
-            .copied()
-            .filter(|c| place.class(*c).is_ok())
-            .collect());
+    Ok(SessionSpec {
+        source,
+        job_user: a.job_user.clone(),
+        classes: a.classes.clone(),
+        per_class: a.per_class,
+        controls: a.controls,
+        seed: a.seed,
+        during_job_s: a.during_job_s,
+        state_dir: a.state_dir.clone(),
+    })
+}
+
+/// Says what the session does as it goes, on stderr.
+fn tell(e: Event<'_>) {
+    match e {
+        Event::Undoing(p) => eprintln!(
+            "fabric-check drill: undoing {} on {} (journal entry {})",
+            p.what, p.node, p.id
+        ),
+        Event::Started {
+            seed,
+            rounds,
+            nodes,
+        } => eprintln!(
+            "fabric-check drill: seed {seed}, {rounds} rounds on {}",
+            nodes.join(",")
+        ),
+        Event::Round(o) => eprintln!("{}", round_line(o)),
     }
-    let wanted: Vec<FaultClass> = a
-        .classes
-        .iter()
-        .map(|c| FaultClass::parse(c))
-        .collect::<Result<_, _>>()?;
-    for c in &wanted {
-        place.class(*c)?;
-    }
-    Ok(wanted)
 }
 
 /// `fabric-check drill`.
 pub fn run(a: Args) -> anyhow::Result<i32> {
     if a.restore && !a.testbed && a.reservation.is_none() {
-        return restore_without_reservation(&a);
-    }
-    let mut s = setup(&a)?;
-    // A drill that was stopped leaves its journal: undo what it changed first.
-    let mut journal = Journal::open(&s.journal_path)?;
-    if undo_stopped_drill(&a, &mut s, &mut journal)? {
+        // Its undos are complete in themselves, so no reservation is needed.
+        let (n, path) = session::restore_journal(a.state_dir.as_deref(), &a.interface, a.priority)?;
+        println!("restored {n} change(s) from {}", path.display());
         return Ok(0);
     }
-    if let Some(w) = &a.workload {
-        return run_workload(&a, &mut s, w, &mut journal);
+    let mut s = Session::open(&spec(&a)?)?;
+    // A drill that was stopped leaves its journal: undo what it changed first.
+    if s.has_pending()? || a.restore {
+        let n = s.undo_pending(&mut tell)?;
+        if a.restore {
+            say_restored(&mut s, n);
+            return Ok(0);
+        }
     }
-    let classes = classes(&a)?;
-    let seed = a.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_secs())
-    });
-    let plan = Plan::draw(&PlanSpec {
-        nodes: s.nodes.clone(),
-        classes,
-        per_class: a.per_class,
-        controls: a.controls,
-        seed,
-    })?;
+    if let Some(w) = &a.workload {
+        return run_workload(&a, &mut s, w);
+    }
+    let seed = s.seed();
+    let plan = s.plan(seed)?;
     if a.dry_run {
         print!("{}", plan.describe());
         return Ok(0);
     }
-    let names: Vec<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
-    s.gates.start(&mut s.cluster)?;
-    eprintln!(
-        "fabric-check drill: seed {seed}, {} rounds on {}",
-        plan.rounds.len(),
-        names.join(",")
-    );
-    // On the testbed the nodes of the `roce` partition get RoCE trees for the drill.
-    let mut setup_ids = Vec::new();
-    if let Some(tb) = &s.testbed {
-        let mut inj = TestbedInjector::new(tb.dir.clone(), PathBuf::new());
-        for n in s.nodes.iter().filter(|n| n.kind == NodeKind::Roce) {
-            setup_ids.push(inj.write_tree(&n.name, "setup", "roce8-healthy", &mut journal)?);
-        }
-    }
     let prices = prices(&a)?;
-    let outcomes = {
-        let mut drill = Drill {
-            cluster: &mut s.cluster,
-            injector: s.injector.as_mut(),
-            journal: &mut journal,
-            gates: &mut s.gates,
-            cfg: s.cfg.clone(),
-        };
-        drill.run(&plan, |o| {
-            eprintln!("{}", round_line(o));
-        })
-    };
-    if !setup_ids.is_empty() {
-        fabric_drill::inject::restore(s.injector.as_mut(), &mut journal, &setup_ids)?;
-    }
-    journal.compact()?;
-    let scores = score::score(seed, &outcomes, &prices);
+    let scores = s.drill(&plan, &prices, &mut tell)?;
     match a.format {
         Format::Table => print!("{}", render::table(&scores)),
         Format::Json => print!("{}", render::json(&scores)),
@@ -499,6 +244,24 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         println!("{}", score::summary_line(&scores));
     }
     Ok(report_gates(&s.gates))
+}
+
+/// `--restore`: how many changes were undone, and the drill's nodes left out of service. What
+/// the stopped drill's faults drained stays drained: it names them and resumes nothing.
+fn say_restored(s: &mut Session, n: usize) {
+    println!("restored {n} change(s) from {}", s.journal.path().display());
+    let names = s.node_names();
+    if let Ok(views) = s.cluster.nodes() {
+        for v in views
+            .iter()
+            .filter(|v| names.contains(&v.name) && v.out_of_service())
+        {
+            println!(
+                "{} is {} ({}): if the drill did it, `fabric-check resume {}`",
+                v.name, v.state, v.reason, v.name
+            );
+        }
+    }
 }
 
 /// Says, last, which of the drill's nodes it left out of service (not its doing) and why the
@@ -516,62 +279,6 @@ fn report_gates(gates: &Gates) -> i32 {
         }
         None => 0,
     }
-}
-
-/// `--restore` outside a drill: replays the journal. Its undos are complete in themselves, so
-/// no reservation is needed.
-fn restore_without_reservation(a: &Args) -> anyhow::Result<i32> {
-    let path = a
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
-        .join("journal.jsonl");
-    let mut journal = Journal::open(&path)?;
-    let mut inj = NodeExecInjector {
-        prefix: Vec::new(),
-        interface: a.interface.clone(),
-        priority: a.priority,
-        congestion_rate: String::new(),
-        loads: Loads::default(),
-    };
-    let n = replay(&mut inj, &mut journal)?;
-    journal.compact()?;
-    println!("restored {n} change(s) from {}", path.display());
-    Ok(0)
-}
-
-/// Undoes what a stopped drill left in its journal. With `--restore` that is all: it names the
-/// drill's nodes left out of service and says so (`true`).
-fn undo_stopped_drill(a: &Args, s: &mut Setup, journal: &mut Journal) -> anyhow::Result<bool> {
-    let pending = journal.pending()?;
-    if !pending.is_empty() || a.restore {
-        for p in &pending {
-            eprintln!(
-                "fabric-check drill: undoing {} on {} (journal entry {})",
-                p.what, p.node, p.id
-            );
-        }
-        let n = replay(s.injector.as_mut(), journal)?;
-        journal.compact()?;
-        if a.restore {
-            println!("restored {n} change(s) from {}", journal.path().display());
-            // What the stopped drill's faults drained stays drained: name it, resume nothing.
-            let names: Vec<String> = s.nodes.iter().map(|n| n.name.clone()).collect();
-            if let Ok(views) = s.cluster.nodes() {
-                for v in views
-                    .iter()
-                    .filter(|v| names.contains(&v.name) && v.out_of_service())
-                {
-                    println!(
-                        "{} is {} ({}): if the drill did it, `fabric-check resume {}`",
-                        v.name, v.state, v.reason, v.name
-                    );
-                }
-            }
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// The line each round ends with: what was injected where, and what caught it.
@@ -636,12 +343,7 @@ fn prices(a: &Args) -> anyhow::Result<Prices> {
     Ok(p)
 }
 
-fn run_workload(
-    a: &Args,
-    s: &mut Setup,
-    script: &std::path::Path,
-    journal: &mut Journal,
-) -> anyhow::Result<i32> {
+fn run_workload(a: &Args, s: &mut Session, script: &std::path::Path) -> anyhow::Result<i32> {
     if a.partitions.is_empty() {
         bail!("--workload needs --partitions a,b: the fabrics to run it on");
     }
@@ -660,7 +362,10 @@ fn run_workload(
         drill_nodes: s.nodes.clone(),
     };
     if a.dry_run {
-        print!("{}", workload::describe(&spec, &mut s.cluster, &s.gates)?);
+        print!(
+            "{}",
+            workload::describe(&spec, s.cluster.as_mut(), &s.gates)?
+        );
         return Ok(0);
     }
     let cost = match &a.cost {
@@ -669,14 +374,14 @@ fn run_workload(
     };
     let result = workload::run(
         &spec,
-        &mut s.cluster,
+        s.cluster.as_mut(),
         s.injector.as_mut(),
-        journal,
+        &mut s.journal,
         &mut s.gates,
         a.gpus_per_node,
         cost.as_ref(),
     )?;
-    journal.compact()?;
+    s.journal.compact()?;
     match a.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&result)?),
         _ => print!("{}", workload::table(&result)),
@@ -688,6 +393,20 @@ fn run_workload(
 mod tests {
     use super::*;
     use clap::Parser;
+    use fabric_drill::class;
+    use fabric_drill::gate::Place;
+
+    /// The classes the arguments choose, where they say the drill runs.
+    fn classes(a: &Args) -> Result<Vec<FaultClass>, SessionError> {
+        let place = if a.testbed {
+            Place::Testbed
+        } else {
+            Place::Cluster {
+                allowed: session::parse_classes(&a.allow_hardware)?,
+            }
+        };
+        session::choose_classes(&place, &a.classes)
+    }
 
     #[derive(Debug, Parser)]
     struct T {
@@ -732,15 +451,5 @@ mod tests {
     fn the_testbed_runs_every_class_by_default() {
         let a = args(&["--testbed"]);
         assert_eq!(classes(&a).unwrap().len(), class::ALL.len());
-    }
-
-    #[test]
-    fn node_lists_split_at_commas_outside_brackets() {
-        assert_eq!(
-            split_top("n[1-3],gpu07,a[1,3]"),
-            vec!["n[1-3]", "gpu07", "a[1,3]"]
-        );
-        assert_eq!(expand("n[1-2],m1").unwrap(), vec!["n1", "n2", "m1"]);
-        assert!(expand("n[1-").is_err());
     }
 }

@@ -1,0 +1,700 @@
+//! A whole drill as one call: a [`SessionSpec`] (where the nodes come from, the job user, the
+//! classes and sizes, the seed, the state folder, the prices) becomes a [`Session`] that runs
+//! open → undo what a stopped drill left pending → check the nodes → set up → rounds → restore →
+//! score. The binary (`fabric-check drill`) maps its arguments to the spec and prints.
+//!
+//! Every Slurm call goes through the [`Cluster`] seam: on a real cluster or the testbed that is
+//! [`SlurmCluster`], whose every call is bounded; the tests run a whole session on the fakes.
+
+use std::path::{Path, PathBuf};
+
+use fabric_proto::hostlist::{Hostlist, HostlistError};
+
+use crate::class::{self, FaultClass, NodeKind, UnknownClass};
+use crate::cluster::{Cluster, ClusterError, SlurmCluster};
+use crate::gate::{GateError, Gates, Place};
+use crate::inject::{
+    self, InjectError, Injector, Loads, NodeExecInjector, TestbedInjector, replay,
+};
+use crate::journal::{Journal, JournalError, Pending};
+use crate::plan::{DrillNode, Plan, PlanError, PlanSpec};
+use crate::run::{Drill, RunConfig};
+use crate::score::{self, Prices, RoundOutcome, Scores};
+
+/// Where a real cluster's drill keeps its restore journal unless the spec says otherwise.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/fabric-check/drill";
+
+/// Why a session could not open or run. Each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The testbed's state folder is missing.
+    #[error("no testbed folder: run `scripts/testbed up` first, or set FABRIC_TESTBED_DIR")]
+    NoTestbed(#[source] std::io::Error),
+    /// The testbed's control script is missing.
+    #[error("no testbed script at {}: pass --testbed-script", .path.display())]
+    NoTestbedScript {
+        /// The script named.
+        path: PathBuf,
+        /// Why it cannot be used.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The user database could not be read.
+    #[error("cannot look up user {0}")]
+    UserLookup(String, #[source] nix::Error),
+    /// No such job user.
+    #[error("no user named {0}: name an existing user with --job-user")]
+    NoUser(String),
+    /// A node list that is not a hostlist.
+    #[error("{0:?} is not a Slurm hostlist (n[1-4], gpu01,gpu02)")]
+    NotAHostlist(String, #[source] HostlistError),
+    /// A hostlist too large to expand.
+    #[error("cannot expand {0:?}")]
+    CannotExpand(String, #[source] HostlistError),
+    /// Neither the testbed nor a reservation.
+    #[error(
+        "name the drill's nodes: --testbed, or --reservation NAME on a real cluster (idle nodes held for the drill)"
+    )]
+    NoNodes,
+    /// A node the reservation does not hold.
+    #[error(
+        "node {node} is not in reservation {reservation}: the drill changes only nodes its reservation holds"
+    )]
+    NotInReservation {
+        /// The node.
+        node: String,
+        /// The reservation.
+        reservation: String,
+    },
+    /// A real cluster without a shared work folder.
+    #[error(
+        "--work-dir DIR is needed on a real cluster: a folder the nodes share, for the rounds' job scripts and checkpoints"
+    )]
+    NoWorkDir,
+    /// A file or folder the session needs.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// A class id that is not one.
+    #[error(transparent)]
+    Class(#[from] UnknownClass),
+    /// A Slurm call.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// A gate refused.
+    #[error(transparent)]
+    Gate(#[from] GateError),
+    /// The restore journal.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// An injection or an undo.
+    #[error(transparent)]
+    Inject(#[from] InjectError),
+    /// The plan cannot be drawn.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
+/// Where the drill's nodes come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// The project's testbed.
+    Testbed(TestbedSpec),
+    /// A real cluster's reservation.
+    Reservation(ReservationSpec),
+}
+
+/// The testbed's nodes.
+#[derive(Debug, Clone)]
+pub struct TestbedSpec {
+    /// The testbed's state folder.
+    pub dir: PathBuf,
+    /// The testbed's control script.
+    pub script: PathBuf,
+    /// The nodes (a Slurm hostlist); `None`: every node of the testbed.
+    pub nodes: Option<String>,
+}
+
+/// A real cluster's nodes, held by a reservation.
+#[derive(Debug, Clone)]
+pub struct ReservationSpec {
+    /// The reservation.
+    pub name: String,
+    /// The nodes (a Slurm hostlist, all in the reservation); `None`: all it holds.
+    pub nodes: Option<String>,
+    /// The fabric of every node.
+    pub kind: NodeKind,
+    /// The words that run a command on a node, `{node}` replaced; `None`: `ssh {node}`.
+    pub node_exec: Option<String>,
+    /// The netdev the network classes change.
+    pub interface: String,
+    /// The lossless priority.
+    pub priority: u8,
+    /// The class ids that may change real hardware or a daemon.
+    pub allow_hardware: Vec<String>,
+    /// A folder the nodes share, for the rounds' job scripts and checkpoints.
+    pub work_dir: Option<PathBuf>,
+    /// Folder put first on the jobs' `PATH`.
+    pub job_path: Option<PathBuf>,
+}
+
+/// Everything a session needs, as plain values.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    /// Where the nodes come from.
+    pub source: Source,
+    /// The user the jobs are submitted as; on the testbed `None` means `fabric`.
+    pub job_user: Option<String>,
+    /// The class ids to run; empty: every class that can run here.
+    pub classes: Vec<String>,
+    /// Rounds per fault class.
+    pub per_class: usize,
+    /// Clean control rounds.
+    pub controls: usize,
+    /// The plan's seed; `None`: from the clock.
+    pub seed: Option<u64>,
+    /// How long a `during` round's job runs, seconds.
+    pub during_job_s: f64,
+    /// Folder of the restore journal; `None`: the testbed's, or [`DEFAULT_STATE_DIR`].
+    pub state_dir: Option<PathBuf>,
+}
+
+/// What a session tells as it goes.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A stopped drill's change is being undone.
+    Undoing(&'a Pending),
+    /// The rounds start.
+    Started {
+        /// The plan's seed.
+        seed: u64,
+        /// How many rounds.
+        rounds: usize,
+        /// The drill's nodes.
+        nodes: &'a [String],
+    },
+    /// A round ended.
+    Round(&'a RoundOutcome),
+}
+
+/// One drill on its nodes: the cluster, the injector, the journal, the gates.
+pub struct Session {
+    /// The cluster (Slurm's commands, bounded; or a fake).
+    pub cluster: Box<dyn Cluster>,
+    /// What the drill may touch.
+    pub gates: Gates,
+    /// The injector.
+    pub injector: Box<dyn Injector>,
+    /// The restore journal.
+    pub journal: Journal,
+    /// The drill's nodes and their kinds.
+    pub nodes: Vec<DrillNode>,
+    /// How the rounds run.
+    pub cfg: RunConfig,
+    /// The testbed's state folder, on the testbed.
+    pub testbed: Option<PathBuf>,
+    /// The classes the spec asked for (ids; empty: every class that can run here).
+    pub classes: Vec<String>,
+    /// Rounds per fault class.
+    pub per_class: usize,
+    /// Clean control rounds.
+    pub controls: usize,
+    /// The plan's seed, if the spec gave one.
+    pub seed: Option<u64>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("nodes", &self.nodes)
+            .field("journal", &self.journal.path())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The testbed's state folder: `$FABRIC_TESTBED_DIR`, else `.testbed`.
+pub fn testbed_dir() -> PathBuf {
+    std::env::var_os("FABRIC_TESTBED_DIR").map_or_else(|| PathBuf::from(".testbed"), PathBuf::from)
+}
+
+/// The uid of `user`.
+pub fn uid_of(user: &str) -> Result<u32, SessionError> {
+    let u = nix::unistd::User::from_name(user)
+        .map_err(|e| SessionError::UserLookup(user.to_owned(), e))?
+        .ok_or_else(|| SessionError::NoUser(user.to_owned()))?;
+    Ok(u.uid.as_raw())
+}
+
+/// The words that submit as `user` (root changing to the job user).
+pub fn submit_prefix(user: &str, uid: u32) -> Vec<String> {
+    vec![
+        "/usr/bin/setpriv".into(),
+        format!("--reuid={uid}"),
+        format!("--regid={uid}"),
+        "--init-groups".into(),
+        "/usr/bin/env".into(),
+        format!("HOME=/home/{user}"),
+        format!("USER={user}"),
+        format!("LOGNAME={user}"),
+    ]
+}
+
+/// The node names of a Slurm node list (`n[1-3],gpu07`).
+pub fn expand(list: &str) -> Result<Vec<String>, SessionError> {
+    let mut out = Vec::new();
+    for part in split_top(list) {
+        let h = Hostlist::parse(&part).map_err(|e| SessionError::NotAHostlist(part.clone(), e))?;
+        out.extend(
+            h.expand()
+                .map_err(|e| SessionError::CannotExpand(part.clone(), e))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Splits `a,b[1-3],c` at the commas outside brackets.
+fn split_top(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0);
+    for ch in s.chars() {
+        match ch {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(ch);
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// The classes `ids` name.
+pub fn parse_classes(ids: &[String]) -> Result<Vec<FaultClass>, SessionError> {
+    ids.iter()
+        .map(|c| FaultClass::parse(c).map_err(Into::into))
+        .collect()
+}
+
+/// The classes to run at `place`: `wanted`, else every class that can run there; refuses, on a
+/// real cluster, a testbed-only class and a hardware class without `--allow-hardware` (the
+/// gates' rule, [`Place::class`]).
+pub fn choose_classes(place: &Place, wanted: &[String]) -> Result<Vec<FaultClass>, SessionError> {
+    if wanted.is_empty() {
+        return Ok(class::ALL
+            .iter()
+            .copied()
+            .filter(|c| place.class(*c).is_ok())
+            .collect());
+    }
+    let wanted = parse_classes(wanted)?;
+    for c in &wanted {
+        place.class(*c)?;
+    }
+    Ok(wanted)
+}
+
+impl Session {
+    /// Opens the session `spec` describes, over Slurm's commands (each call bounded), and its
+    /// restore journal.
+    pub fn open(spec: &SessionSpec) -> Result<Session, SessionError> {
+        let parts = match &spec.source {
+            Source::Testbed(t) => open_testbed(spec, t)?,
+            Source::Reservation(r) => open_reservation(spec, r)?,
+        };
+        let journal = Journal::open(&parts.journal_path)?;
+        Ok(Session {
+            cluster: Box::new(parts.cluster),
+            gates: parts.gates,
+            injector: parts.injector,
+            journal,
+            nodes: parts.nodes,
+            cfg: parts.cfg,
+            testbed: parts.testbed,
+            classes: spec.classes.clone(),
+            per_class: spec.per_class,
+            controls: spec.controls,
+            seed: spec.seed,
+        })
+    }
+
+    /// The drill's node names.
+    pub fn node_names(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.name.clone()).collect()
+    }
+
+    /// Undoes every change a stopped drill left pending in the journal (telling each first);
+    /// how many.
+    pub fn undo_pending(&mut self, on: &mut dyn FnMut(Event<'_>)) -> Result<usize, SessionError> {
+        let pending = self.journal.pending()?;
+        for p in &pending {
+            on(Event::Undoing(p));
+        }
+        let n = replay(self.injector.as_mut(), &mut self.journal)?;
+        self.journal.compact()?;
+        Ok(n)
+    }
+
+    /// Whether a stopped drill left changes in the journal.
+    pub fn has_pending(&self) -> Result<bool, SessionError> {
+        Ok(!self.journal.pending()?.is_empty())
+    }
+
+    /// The seed: the spec's, else from the clock.
+    pub fn seed(&self) -> u64 {
+        self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_secs())
+        })
+    }
+
+    /// The plan for `seed`: the spec's classes (refused where they may not run), sizes and nodes.
+    pub fn plan(&self, seed: u64) -> Result<Plan, SessionError> {
+        let classes = choose_classes(self.gates.place(), &self.classes)?;
+        Ok(Plan::draw(&PlanSpec {
+            nodes: self.nodes.clone(),
+            classes,
+            per_class: self.per_class,
+            controls: self.controls,
+            seed,
+        })?)
+    }
+
+    /// Runs `plan`: checks the nodes, sets them up, runs the rounds, restores, scores.
+    pub fn drill(
+        &mut self,
+        plan: &Plan,
+        prices: &Prices,
+        on: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Scores, SessionError> {
+        let names = self.node_names();
+        self.gates.start(self.cluster.as_mut())?;
+        on(Event::Started {
+            seed: plan.seed,
+            rounds: plan.rounds.len(),
+            nodes: &names,
+        });
+        let setup_ids = self.set_up()?;
+        let outcomes = {
+            let mut drill = Drill {
+                cluster: self.cluster.as_mut(),
+                injector: self.injector.as_mut(),
+                journal: &mut self.journal,
+                gates: &mut self.gates,
+                cfg: self.cfg.clone(),
+            };
+            drill.run(plan, |o| on(Event::Round(o)))
+        };
+        if !setup_ids.is_empty() {
+            inject::restore(self.injector.as_mut(), &mut self.journal, &setup_ids)?;
+        }
+        self.journal.compact()?;
+        Ok(score::score(plan.seed, &outcomes, prices))
+    }
+
+    /// On the testbed, the nodes of the `roce` partition get RoCE trees for the drill; the
+    /// journal entries to undo at the end.
+    fn set_up(&mut self) -> Result<Vec<u64>, SessionError> {
+        let mut ids = Vec::new();
+        if let Some(dir) = &self.testbed {
+            let mut inj = TestbedInjector::new(dir.clone(), PathBuf::new());
+            for n in self.nodes.iter().filter(|n| n.kind == NodeKind::Roce) {
+                ids.push(inj.write_tree(
+                    &n.name,
+                    "setup",
+                    NodeKind::Roce.healthy_fixture(),
+                    &mut self.journal,
+                )?);
+            }
+        }
+        Ok(ids)
+    }
+}
+
+/// What opening a source gives.
+struct Parts {
+    cluster: SlurmCluster,
+    gates: Gates,
+    injector: Box<dyn Injector>,
+    journal_path: PathBuf,
+    nodes: Vec<DrillNode>,
+    cfg: RunConfig,
+    testbed: Option<PathBuf>,
+}
+
+fn open_testbed(spec: &SessionSpec, t: &TestbedSpec) -> Result<Parts, SessionError> {
+    let mut cluster = SlurmCluster::new();
+    let dir = t.dir.canonicalize().map_err(SessionError::NoTestbed)?;
+    let script = t
+        .script
+        .canonicalize()
+        .map_err(|source| SessionError::NoTestbedScript {
+            path: t.script.clone(),
+            source,
+        })?;
+    let user = spec.job_user.clone().unwrap_or_else(|| "fabric".into());
+    let uid = uid_of(&user)?;
+    cluster.submit_prefix = submit_prefix(&user, uid);
+    cluster.health_cmd = vec![
+        dir.join("bin/fabric-check").display().to_string(),
+        "health".into(),
+        "--plugstack".into(),
+        dir.join("etc/plugstack.conf").display().to_string(),
+        "--node".into(),
+        "{node}".into(),
+    ];
+    let names = match &t.nodes {
+        Some(n) => expand(n)?,
+        None => {
+            let count: usize = std::fs::read_to_string(dir.join("etc/node-count"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(4);
+            (1..=count).map(|i| format!("n{i}")).collect()
+        }
+    };
+    // The `roce` partition's nodes are RoCE, the others InfiniBand; no such partition: none.
+    let roce = cluster.nodes_of("roce").unwrap_or_default();
+    let nodes = names
+        .iter()
+        .map(|n| DrillNode {
+            name: n.clone(),
+            kind: if roce.contains(n) {
+                NodeKind::Roce
+            } else {
+                NodeKind::Ib
+            },
+        })
+        .collect();
+    let gates = Gates::testbed(names.clone());
+    let mut cfg = RunConfig::new(dir.join("jobs/drill"), names);
+    cfg.during_job_s = spec.during_job_s;
+    cfg.job_uid = Some(uid);
+    cfg.bin_dir = Some(dir.join("bin"));
+    let mut injector = TestbedInjector::new(dir.clone(), script);
+    injector.loads.job_uid = Some(uid);
+    let state = spec
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| dir.join("state/drill"));
+    std::fs::create_dir_all(dir.join("jobs/drill"))?;
+    Ok(Parts {
+        cluster,
+        gates,
+        injector: Box::new(injector),
+        journal_path: state.join("journal.jsonl"),
+        nodes,
+        cfg,
+        testbed: Some(dir),
+    })
+}
+
+fn open_reservation(spec: &SessionSpec, r: &ReservationSpec) -> Result<Parts, SessionError> {
+    let mut cluster = SlurmCluster::new();
+    let res = &r.name;
+    let held = cluster.reservation_nodes(res)?;
+    let names = match &r.nodes {
+        Some(n) => {
+            let names = expand(n)?;
+            if let Some(out) = names.iter().find(|n| !held.contains(n)) {
+                return Err(SessionError::NotInReservation {
+                    node: out.clone(),
+                    reservation: res.clone(),
+                });
+            }
+            names
+        }
+        None => held,
+    };
+    cluster.reservation = Some(res.clone());
+    if let Some(u) = &spec.job_user {
+        cluster.submit_prefix = submit_prefix(u, uid_of(u)?);
+    }
+    let prefix: Vec<String> = r
+        .node_exec
+        .as_deref()
+        .unwrap_or("ssh {node}")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    // `idle` rounds run the node's own health check where it runs: on the node.
+    cluster.health_cmd = prefix.clone();
+    cluster
+        .health_cmd
+        .extend(["fabric-check".to_owned(), "health".to_owned()]);
+    let nodes = names
+        .iter()
+        .map(|n| DrillNode {
+            name: n.clone(),
+            kind: r.kind,
+        })
+        .collect();
+    let Some(work) = r.work_dir.clone() else {
+        return Err(SessionError::NoWorkDir);
+    };
+    let gates = Gates::cluster(
+        names.clone(),
+        res.clone(),
+        parse_classes(&r.allow_hardware)?,
+    );
+    let mut cfg = RunConfig::new(work, names);
+    cfg.during_job_s = spec.during_job_s;
+    cfg.job_uid = match &spec.job_user {
+        Some(u) => Some(uid_of(u)?),
+        None => None,
+    };
+    cfg.bin_dir = r.job_path.clone();
+    let mut loads = Loads::remote(prefix.clone());
+    loads.job_uid = cfg.job_uid;
+    let state = spec
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+    Ok(Parts {
+        cluster,
+        gates,
+        injector: Box::new(NodeExecInjector {
+            prefix,
+            interface: r.interface.clone(),
+            priority: r.priority,
+            congestion_rate: "1gbit".into(),
+            loads,
+        }),
+        journal_path: state.join("journal.jsonl"),
+        nodes,
+        cfg,
+        testbed: None,
+    })
+}
+
+/// Replays the journal at `state_dir` (or [`DEFAULT_STATE_DIR`]) with no reservation: its undos
+/// are complete in themselves. How many, and the journal's path.
+pub fn restore_journal(
+    state_dir: Option<&Path>,
+    interface: &str,
+    priority: u8,
+) -> Result<(usize, PathBuf), SessionError> {
+    let path = state_dir
+        .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), Path::to_path_buf)
+        .join("journal.jsonl");
+    let mut journal = Journal::open(&path)?;
+    let mut inj = NodeExecInjector {
+        prefix: Vec::new(),
+        interface: interface.to_owned(),
+        priority,
+        congestion_rate: String::new(),
+        loads: Loads::default(),
+    };
+    let n = replay(&mut inj, &mut journal)?;
+    journal.compact()?;
+    Ok((n, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fakes::FakeCluster;
+    use crate::journal::Undo;
+
+    #[test]
+    fn node_lists_split_at_commas_outside_brackets() {
+        assert_eq!(
+            split_top("n[1-3],gpu07,a[1,3]"),
+            vec!["n[1-3]", "gpu07", "a[1,3]"]
+        );
+        assert_eq!(expand("n[1-2],m1").unwrap(), vec!["n1", "n2", "m1"]);
+        assert!(expand("n[1-").is_err());
+    }
+
+    #[test]
+    fn a_whole_session_on_the_fakes_undoes_what_was_pending_runs_its_rounds_restores_and_scores() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal_path = dir.path().join("state/journal.jsonl");
+        // A stopped drill left one change behind.
+        {
+            let mut j = Journal::open(&journal_path).unwrap();
+            j.record(
+                "n2",
+                "port_down",
+                Undo::Run {
+                    argv: vec!["true".into()],
+                },
+            )
+            .unwrap();
+        }
+        let names: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| (*n).into()).collect();
+        let cluster = FakeCluster::new(500, "fabric-check: ib.port_state");
+        let injector = cluster.injector();
+        let mut cfg = RunConfig::new(dir.path().join("work"), names.clone());
+        cfg.during_job_s = 3.0;
+        let mut session = Session {
+            cluster: Box::new(cluster),
+            gates: Gates::testbed(names.clone()),
+            injector: Box::new(injector),
+            journal: Journal::open(&journal_path).unwrap(),
+            nodes: names
+                .iter()
+                .map(|n| DrillNode {
+                    name: n.clone(),
+                    kind: NodeKind::Ib,
+                })
+                .collect(),
+            cfg,
+            testbed: None,
+            classes: vec!["port_down".into(), "clean".into()],
+            per_class: 1,
+            controls: 1,
+            seed: Some(7),
+        };
+        let mut told = Vec::new();
+        let mut on = |e: Event<'_>| {
+            told.push(match e {
+                Event::Undoing(p) => format!("undo {} {}", p.what, p.node),
+                Event::Started { seed, rounds, .. } => format!("start {seed} {rounds}"),
+                Event::Round(o) => format!("round {} {}", o.round.class.id(), o.round.moment.id()),
+            });
+        };
+        assert!(session.has_pending().unwrap());
+        assert_eq!(session.undo_pending(&mut on).unwrap(), 1);
+        assert!(!session.has_pending().unwrap());
+        let seed = session.seed();
+        let plan = session.plan(seed).unwrap();
+        let prices = Prices {
+            gpus_per_node: 8,
+            per_gpu_h: None,
+        };
+        let scores = session.drill(&plan, &prices, &mut on).unwrap();
+        assert_eq!(told[0], "undo port_down n2");
+        assert_eq!(told[1], format!("start 7 {}", plan.rounds.len()));
+        assert_eq!(told.len(), 2 + plan.rounds.len(), "{told:?}");
+        assert!(
+            told.iter().any(|t| t.starts_with("round port_down")),
+            "{told:?}"
+        );
+        assert!(!session.has_pending().unwrap(), "every fault is restored");
+        assert!(session.gates.stopped().is_none());
+        assert_eq!(scores.seed, 7);
+        let port_down = scores
+            .per_class
+            .iter()
+            .find(|c| c.class == "port_down")
+            .expect("port_down is scored");
+        assert!(port_down.injections >= 1, "{port_down:?}");
+        assert_eq!(port_down.detected, port_down.injections, "{port_down:?}");
+    }
+
+    #[test]
+    fn on_a_real_cluster_only_classes_without_hardware_run_unless_allowed_by_name() {
+        let place = Place::Cluster { allowed: vec![] };
+        let c: Vec<&str> = choose_classes(&place, &[])
+            .unwrap()
+            .iter()
+            .map(|c| c.id())
+            .collect();
+        assert_eq!(c, vec!["checkpoint_burst", "background_load", "clean"]);
+    }
+}
