@@ -650,7 +650,7 @@ impl<'a> Life<'a> {
             self.over.set(true);
             return Ok(false);
         }
-        if next % 24 == 0 {
+        if next.is_multiple_of(24) {
             self.sh.baton.wait_day();
         }
         self.hour.set(next);
