@@ -1,0 +1,44 @@
+//! `fabric-soak [NODE_DAYS] [SEED]`: runs the false-drain soak and prints its report, the
+//! summary line last (see `scripts/bench-soak`).
+
+use anyhow::Context;
+use clap::Parser;
+
+/// The false-drain soak of fabric-check on the fakes.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Node-days to emulate.
+    #[arg(default_value_t = 10_000)]
+    node_days: u64,
+    /// The seed of every draw (the same seed repeats the same run).
+    #[arg(default_value_t = 1)]
+    seed: u64,
+    /// Nodes in the emulated cluster.
+    #[arg(long, default_value_t = 20)]
+    nodes: usize,
+    /// Leave out the health check at `slurmd`'s start that sees ports still training.
+    #[arg(long)]
+    no_boot_race: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut opts = fabric_soak::run::Options::new(args.node_days, args.seed);
+    opts.nodes = args.nodes;
+    opts.model.boot_race = !args.no_boot_race;
+    // The node trees are read thousands of times: in memory (tmpfs) when the system has one and
+    // TMPDIR does not say otherwise.
+    let shm = std::path::Path::new("/dev/shm");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("fabric-soak-");
+    let dir = if std::env::var_os("TMPDIR").is_none_or(|t| t.is_empty()) && shm.is_dir() {
+        builder.tempdir_in(shm)
+    } else {
+        builder.tempdir()
+    }
+    .context("cannot make the soak's temporary folder")?;
+    let out = fabric_soak::run::run_in(&opts, dir.path()).context("the soak could not run")?;
+    print!("{}", fabric_soak::report::text(&out));
+    Ok(())
+}
