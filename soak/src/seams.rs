@@ -151,17 +151,19 @@ pub struct SoakSampler<'a> {
 }
 
 impl Sampler for SoakSampler<'_> {
-    fn sample(&mut self) -> Sample {
+    fn sample(&mut self) -> Option<Sample> {
+        // Every sample is a whole look: the soak samples every few emulated hours, where the
+        // watch's in-place reads (`QuickSampler`) would see a change anyway.
         let now = self.now_ms.get();
         self.input.baseline = Some(on_real_clock(self.base.clone(), now));
         let mut report = probe::run(&self.input);
         report.counters.taken_unix_ms = now;
         rebase(&mut self.base.counters, &report.counters);
         self.samples += 1;
-        Sample {
+        Some(Sample {
             report,
             tools_ran: true,
-        }
+        })
     }
 }
 
