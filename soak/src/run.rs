@@ -573,8 +573,11 @@ impl<'a> Life<'a> {
             if !training.is_empty() {
                 self.note(Kind::BootRace);
             }
+            // slurmd's start, `at` seconds after boot: the health check sees that uptime.
+            set_uptime(&self.proc_root, at)?;
             self.set_clock();
             self.health();
+            set_uptime(&self.proc_root, LONG_UP_S)?;
             let hw = self.hw.borrow();
             for &i in &training {
                 hw.set_state(i, "4: ACTIVE", "5: LinkUp")?;
@@ -900,15 +903,34 @@ pub fn run_in(opts: &Options, base: &Path) -> Result<Outcome, SoakError> {
     Ok(out)
 }
 
+/// The uptime of a node that has not rebooted lately.
+const LONG_UP_S: f64 = 30.0 * 86_400.0;
+
+/// Writes `<proc>/uptime` as the kernel does (`SECONDS IDLE_SECONDS`).
+fn set_uptime(proc_root: &Path, up_s: f64) -> Result<(), SoakError> {
+    let path = proc_root.join("uptime");
+    std::fs::write(&path, format!("{up_s:.2} 0.00\n"))
+        .map_err(|source| SoakError::Folder { path, source })
+}
+
 fn node_life(
     sh: &Shared<'_>,
     index: usize,
     name: &str,
     seed: u64,
-    proc_root: &Path,
+    procs: &Path,
 ) -> Result<NodeTally, SoakError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let node_dir = sh.base.join(name);
+    // The node's own procfs: its `uptime`, which the probe reads (a port still training within
+    // `ib_port_state::BOOT_GRACE_S` of boot is a warn) and the soak sets around a reboot.
+    let proc_root = procs.join(name);
+    std::fs::create_dir_all(&proc_root).map_err(|source| SoakError::Folder {
+        path: proc_root.clone(),
+        source,
+    })?;
+    set_uptime(&proc_root, LONG_UP_S)?;
+    let proc_root = proc_root.as_path();
     let mut hw = Hardware::write("ib8-healthy", &node_dir.join("sysfs"))?;
     let m = &sh.opts.model;
     let ber = hw

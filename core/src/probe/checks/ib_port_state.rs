@@ -4,6 +4,13 @@
 //! is not ACTIVE while a peer in its group (HCA type, link layer, port number) is ACTIVE fails;
 //! a port named by a `[[node.ports]]` rule must be ACTIVE. A group with no ACTIVE port at all
 //! (unused second ports, say) is only said, as `info`, unless a rule names it.
+//!
+//! A port that is training after a boot is not a fault yet: within [`BOOT_GRACE_S`] of boot
+//! (`/proc/uptime`) a port in `INIT` or `ARMED` whose `phys_state` is `LinkUp` (the cable is
+//! up; the subnet manager has not made it ACTIVE yet) is a `warn`, not a `fail`. Slurm runs the
+//! health check when `slurmd` starts, often before the subnet manager has swept a rebooted
+//! node; the false-drain soak (`scripts/bench-soak`) found that race behind every false drain
+//! it saw. A port still not ACTIVE after the grace fails as before.
 
 use serde_json::json;
 
@@ -12,6 +19,9 @@ use crate::probe::{Finding, Severity};
 
 /// The check id.
 pub const ID: &str = fabric_proto::check_id::IB_PORT_STATE;
+
+/// How long after boot a port with its link up may still wait for the subnet manager.
+pub const BOOT_GRACE_S: f64 = 600.0;
 
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
@@ -42,6 +52,20 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
                     "no port in its group is ACTIVE (unused ports?); name the devices in a [[node.ports]] rule to require them".to_string(),
                 )
             };
+            let training = matches!(state.code, 2 | 3)
+                && phys.contains("LinkUp")
+                && ctx.snap.uptime_s.is_some_and(|u| u < BOOT_GRACE_S);
+            let (sev, why) = if training && sev == Severity::Fail {
+                (
+                    Severity::Warn,
+                    format!(
+                        "{why}; the node booted {:.0} s ago and its link is up, so the subnet manager may not have swept it yet: it fails if still not ACTIVE {BOOT_GRACE_S:.0} s after boot",
+                        ctx.snap.uptime_s.unwrap_or_default()
+                    ),
+                )
+            } else {
+                (sev, why)
+            };
             let hint = if state.code == 2 {
                 " (INIT: no subnet manager has configured it)"
             } else {
@@ -69,6 +93,44 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
 mod tests {
     use super::super::testing::*;
     use super::*;
+
+    fn training(mut p: crate::probe::gather::Port) -> crate::probe::gather::Port {
+        p.state = Some(crate::probe::gather::PortState {
+            code: 2,
+            name: "INIT".into(),
+        });
+        p.phys_state = Some("5: LinkUp".into());
+        p
+    }
+
+    #[test]
+    fn a_port_still_training_soon_after_boot_warns_and_fails_once_the_grace_is_over() {
+        let mut s = ib_node(8);
+        s.devices[2].ports[0] = training(s.devices[2].ports[0].clone());
+        s.uptime_s = Some(95.0);
+        let f = run(&s, check);
+        assert_eq!(
+            brief(&f),
+            [(Severity::Warn, Some("mlx5_2".into()), Some(1))]
+        );
+        assert!(f[0].message.contains("booted 95 s ago"), "{}", f[0].message);
+        s.uptime_s = Some(BOOT_GRACE_S + 1.0);
+        assert_eq!(brief(&run(&s, check))[0].0, Severity::Fail);
+        s.uptime_s = None;
+        assert_eq!(
+            brief(&run(&s, check))[0].0,
+            Severity::Fail,
+            "no uptime, no grace"
+        );
+    }
+
+    #[test]
+    fn a_port_whose_link_is_down_fails_even_right_after_boot() {
+        let mut s = ib_node(8);
+        s.devices[3].ports[0] = down(s.devices[3].ports[0].clone());
+        s.uptime_s = Some(30.0);
+        assert_eq!(brief(&run(&s, check))[0].0, Severity::Fail);
+    }
 
     #[test]
     fn a_down_port_among_active_peers_fails() {

@@ -15,7 +15,7 @@
 //!   `bus/pci/devices/*/{vendor,class,device,numa_node}`; the PCIe link of each HCA's PCI
 //!   function and each GPU from `{current,max}_link_{speed,width}`; PCIe ancestry from the
 //!   resolved device path; loaded modules from `module/`; the kernel release from
-//!   `<proc-root>/sys/kernel/osrelease`.
+//!   `<proc-root>/sys/kernel/osrelease`, `<proc-root>/uptime`.
 //!
 //! A missing file is "not exposed" (irdma has no `counters/`), never an error. Any other read
 //! problem (unreadable, a directory, a symlink loop, longer than a sysfs page, not UTF-8, not a
@@ -190,6 +190,13 @@ pub fn gather(roots: &Roots, ignore: impl Fn(&str) -> bool) -> Snapshot {
     }
     if let Read1::Text(k) = read_capped(&roots.proc.join("sys/kernel/osrelease"), MAX_ATTR_BYTES) {
         snap.kernel_release = Some(k);
+    }
+    if let Read1::Text(u) = read_capped(&roots.proc.join("uptime"), MAX_ATTR_BYTES) {
+        snap.uptime_s = u
+            .split_whitespace()
+            .next()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0);
     }
     if let Read1::Text(v) = read_capped(&roots.proc.join("driver/nvidia/version"), MAX_ATTR_BYTES) {
         snap.nvidia_proc_version = v.lines().next().map(str::to_string);

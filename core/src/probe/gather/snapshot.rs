@@ -235,6 +235,8 @@ pub struct Snapshot {
     pub module_versions: BTreeMap<String, String>,
     /// `<proc>/sys/kernel/osrelease`.
     pub kernel_release: Option<String>,
+    /// Seconds since boot (`<proc>/uptime`, first field); `None` when it cannot be read.
+    pub uptime_s: Option<f64>,
     /// `<proc>/driver/nvidia/version`, first line.
     pub nvidia_proc_version: Option<String>,
     /// Files that exist but could not be used.
