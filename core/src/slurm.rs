@@ -42,6 +42,16 @@ pub trait Slurm {
             stderr: "this Slurm adapter does not read accounting".into(),
         })
     }
+    /// Whether slurmctld still has `job_id` running (or suspended, or completing); the in-job
+    /// watch asks before it acts when no `slurmstepd` of the job runs on its host.
+    fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
+        let _ = job_id;
+        Err(SlurmError::Failed {
+            command: "squeue".into(),
+            code: -1,
+            stderr: "this Slurm adapter does not read job states".into(),
+        })
+    }
     /// Requeues the running job `job_id` (the in-job watch, for a job that asked and where
     /// `on_fault=requeue` allows it).
     fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
@@ -496,6 +506,24 @@ impl SlurmCli {
         Ok(records_from_sacct(&text, jobs))
     }
 
+    /// `squeue -h --local --jobs=JOB -o %T`: whether the job is RUNNING, SUSPENDED, COMPLETING
+    /// or CONFIGURING; a job slurmctld no longer lists (or calls invalid) is not.
+    pub fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
+        let jobs = format!("--jobs={job_id}");
+        match self.run("squeue", &["-h", "--local", &jobs, "-o", "%T"]) {
+            Ok(text) => Ok(text.lines().any(|l| {
+                matches!(
+                    l.trim(),
+                    "RUNNING" | "SUSPENDED" | "COMPLETING" | "CONFIGURING"
+                )
+            })),
+            Err(SlurmError::Failed { stderr, .. }) if stderr.contains("Invalid job id") => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// `scontrol requeue JOB`: the job ends on its nodes and goes back to the queue.
     pub fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
         self.run("scontrol", &["requeue", &job_id.to_string()])
@@ -672,6 +700,9 @@ impl Slurm for SlurmCli {
     }
     fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
         SlurmCli::requeue(self, job_id)
+    }
+    fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
+        SlurmCli::job_running(self, job_id)
     }
     fn call_limit(&self) -> Duration {
         self.timeout

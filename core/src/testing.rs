@@ -42,6 +42,8 @@ pub enum Call {
     Resume(String),
     /// `requeue(job)`.
     Requeue(u32),
+    /// `job_running(job)`.
+    JobRunning(u32),
     /// Reading `AdminComment`.
     AdminComment,
     /// Writing it to the live job.
@@ -331,6 +333,11 @@ impl Slurm for FakeSlurm {
 
     fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
         self.call("requeue", Call::Requeue(job_id))
+    }
+
+    fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
+        self.call("job_running", Call::JobRunning(job_id))?;
+        Ok(!self.state.borrow().job_finished)
     }
 
     fn resume(&self, node: &str) -> Result<(), SlurmError> {
@@ -927,6 +934,9 @@ impl<S: CapCalls> Slurm for Capped<'_, S> {
     }
     fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
         self.with(|s| s.requeue(job_id))
+    }
+    fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
+        self.with(|s| s.job_running(job_id))
     }
     fn reason_time_resolution(&self) -> Duration {
         self.inner.reason_time_resolution()

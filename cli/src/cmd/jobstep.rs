@@ -194,9 +194,14 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
         let _ = std::fs::remove_file(&pid_path);
     }
     println!(
-        "watch: ended after {} samples ({} of them full); faults seen: {}; cleared: {}",
+        "watch: ended after {} samples ({} of them full){}; faults seen: {}; cleared: {}",
         summary.samples,
         summary.full_samples,
+        if summary.job_gone {
+            ", its job no longer running"
+        } else {
+            ""
+        },
         if summary.appeared.is_empty() {
             "none".to_owned()
         } else {

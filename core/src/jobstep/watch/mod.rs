@@ -19,8 +19,12 @@
 //! that file is gone or names another process; the epilog ([`stop`]) removes the file and ends
 //! the watch's process group (SIGTERM, then SIGKILL), so it never outlives the epilog. A watch
 //! that died before the epilog is said in the epilog's log ("the watch was lost"). As a last
-//! guard, it ends when no `slurmstepd` of its job has been seen on the host for
-//! [`JOB_GONE_AFTER`]. A `slurmd` restart does not touch it (it is not slurmd's child).
+//! guard (an epilog that failed or never ran), it makes sure its job still runs before it acts,
+//! and when no `slurmstepd` of its job has been seen on the host for [`JOB_GONE_AFTER`]: a
+//! `slurmstepd` of the job says so at no cost; without one (a node of a batch job that runs no
+//! step there, where `PrologFlags=Contain` is not set) slurmctld is asked, one `squeue`; a job
+//! that no longer runs ends the watch without acting. A `slurmd` restart does not touch it (it
+//! is not slurmd's child).
 //!
 //! The decisions are pure ([`Tracker`]); the sampling and the acting are seams ([`Sampler`],
 //! [`Act`]), so the loop ([`run`]) is tested on fakes.
@@ -322,6 +326,22 @@ pub trait Pace {
     fn sleep(&mut self, d: Duration);
     /// Whether the watch should end (its pid file gone, its job gone).
     fn should_stop(&mut self) -> bool;
+    /// Whether a `slurmstepd` of the job runs on this host, asked right before the watch acts
+    /// (`false` sends the question to slurmctld): a watch whose epilog never stopped it (the
+    /// epilog failed, timed out, or never ran) must not drain a node, or tag a job, for what it
+    /// sees after its job ended.
+    fn job_still_here(&mut self) -> bool {
+        true
+    }
+    /// slurmctld was asked whether the job runs (the next question waits another
+    /// [`JOB_GONE_AFTER`]).
+    fn asked_slurm(&mut self) {}
+    /// Whether no `slurmstepd` of the job has been seen on this host for [`JOB_GONE_AFTER`]:
+    /// the loop then asks slurmctld whether the job still runs (a node of a batch job that runs
+    /// no step here has no `slurmstepd` without `PrologFlags=Contain`).
+    fn job_unseen_for_long(&mut self) -> bool {
+        false
+    }
 }
 
 /// The watch's notice file, opened once by root with `O_CREAT|O_EXCL|O_NOFOLLOW` and written
@@ -375,6 +395,33 @@ pub struct WatchSummary {
     pub drained: bool,
     /// Whether the watch requeued the job (it asked; `on_fault=requeue`).
     pub requeued: bool,
+    /// Whether it ended because its job was gone when something changed.
+    pub job_gone: bool,
+}
+
+/// Whether the watch's job still runs, asked before it acts: a `slurmstepd` of the job on this
+/// host says so at no cost; without one (a node of a batch job that runs no step here yet, or a
+/// job that ended while its epilog never stopped the watch) slurmctld is asked (one call). When
+/// slurmctld cannot answer, the job is taken as running: the drain path says what it can.
+fn job_still_runs(setup: &Setup, act: &dyn Act, pace: &mut dyn Pace) -> bool {
+    if pace.job_still_here() {
+        return true;
+    }
+    pace.asked_slurm();
+    let job = setup.inv.job_id;
+    let mut running = true;
+    act.with_step(setup, &mut |step| {
+        running = match step.seams.slurm.job_running(job) {
+            Ok(r) => r,
+            Err(e) => {
+                step.say(&format!(
+                    "watch: cannot ask slurmctld whether job {job} still runs ({e}); acting as if it does"
+                ));
+                true
+            }
+        };
+    });
+    running
 }
 
 /// After a drain: requeues the job when it asked (`fabric-run --on-fabric-fault=requeue`, its
@@ -439,6 +486,11 @@ pub fn run(
         if pace.should_stop() {
             break;
         }
+        if pace.job_unseen_for_long() && !job_still_runs(setup, act, pace) {
+            tracing::info!("watch: job {job} no longer runs on {node}; ending");
+            summary.job_gone = true;
+            break;
+        }
         let t0 = Instant::now();
         let sample = sampler.sample();
         summary.samples += 1;
@@ -447,7 +499,15 @@ pub fn run(
             continue;
         };
         summary.full_samples += 1;
-        for change in tracker.observe(&sample.report.findings, sample.tools_ran) {
+        let changes = tracker.observe(&sample.report.findings, sample.tools_ran);
+        if !changes.is_empty() && !job_still_runs(setup, act, pace) {
+            tracing::warn!(
+                "watch: job {job} no longer runs on {node}; ending without acting on what changed"
+            );
+            summary.job_gone = true;
+            break;
+        }
+        for change in changes {
             let now = now_unix();
             match change {
                 Change::Appeared(fault) => {
@@ -692,8 +752,8 @@ pub fn job_has_stepd(proc_root: &Path, job: u32) -> bool {
         })
 }
 
-/// The real pace: sleeps, and stops when the pid file is gone or no longer names this process,
-/// or when no `slurmstepd` of the job has been seen for [`JOB_GONE_AFTER`].
+/// The real pace: sleeps, stops when the pid file is gone or no longer names this process, and
+/// says when no `slurmstepd` of the job has been seen for [`JOB_GONE_AFTER`].
 #[derive(Debug)]
 pub struct RealPace {
     /// The pid file.
@@ -735,6 +795,14 @@ impl Pace for RealPace {
         if PidFile::read(&self.pid_path) != Some(self.me) {
             return true;
         }
+        false
+    }
+
+    fn asked_slurm(&mut self) {
+        self.last_seen = Instant::now();
+    }
+
+    fn job_unseen_for_long(&mut self) -> bool {
         if self.last_scan.elapsed() >= JOB_SCAN_EVERY {
             self.last_scan = Instant::now();
             if job_has_stepd(&self.proc_root, self.job) {
@@ -742,6 +810,14 @@ impl Pace for RealPace {
             }
         }
         self.last_seen.elapsed() >= JOB_GONE_AFTER
+    }
+
+    fn job_still_here(&mut self) -> bool {
+        let here = job_has_stepd(&self.proc_root, self.job);
+        if here {
+            self.last_seen = Instant::now();
+        }
+        here
     }
 }
 
@@ -1091,6 +1167,72 @@ mod tests {
             watch_a_port_going_down_with("warn", &["on_fault=requeue"], true);
         assert!(!summary.requeued);
         assert_eq!(requeues(&slurm), 0, "no drain, no requeue");
+    }
+
+    #[test]
+    fn a_watch_whose_job_is_gone_ends_without_draining_tagging_or_telling_anyone() {
+        struct Gone(usize);
+        impl Pace for Gone {
+            fn sleep(&mut self, _d: Duration) {}
+            fn should_stop(&mut self) -> bool {
+                self.0 = self.0.saturating_sub(1);
+                self.0 == 0
+            }
+            fn job_still_here(&mut self) -> bool {
+                false
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(
+            dir.path(),
+            Script::Watch,
+            "n[1-4]",
+            "n1",
+            &["policy=enforce"],
+        );
+        let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]).job_finished();
+        let lines = Lines::default();
+        let act = FakeAct::on(&slurm, &lines);
+        let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+        let mut sampler = Script3([vec![], vec![down]].into());
+        let summary = run(
+            &s,
+            Duration::from_millis(1),
+            now_unix() - 600,
+            &[],
+            &mut sampler,
+            &act,
+            &mut Gone(5),
+            None,
+            None,
+        );
+        assert!(summary.job_gone);
+        assert!(summary.appeared.is_empty(), "nothing acted on: {summary:?}");
+        assert!(!slurm.node("n1").unwrap().is_drained());
+        assert_eq!(
+            slurm.calls(),
+            vec![Call::JobRunning(7)],
+            "one question, no drain, no tag"
+        );
+
+        // A node of a batch job where no step runs yet: no slurmstepd here, but slurmctld says
+        // the job runs, so the watch acts.
+        let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
+        let act = FakeAct::on(&slurm, &lines);
+        let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+        let mut sampler = Script3([vec![], vec![down]].into());
+        let summary = run(
+            &s,
+            Duration::from_millis(1),
+            now_unix() - 600,
+            &[],
+            &mut sampler,
+            &act,
+            &mut Gone(5),
+            None,
+            None,
+        );
+        assert!(!summary.job_gone && summary.drained, "{}", lines.text());
     }
 
     #[test]
