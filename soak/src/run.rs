@@ -573,8 +573,11 @@ impl<'a> Life<'a> {
             if !training.is_empty() {
                 self.note(Kind::BootRace);
             }
-            // slurmd's start, `at` seconds after boot: the health check sees that uptime.
-            set_uptime(&self.proc_root, at)?;
+            // After a reboot, slurmd's start `at` seconds after boot: the health check sees that
+            // uptime. A driver reload leaves the uptime long: its race is not a boot's.
+            if kind == Kind::Reboot {
+                set_uptime(&self.proc_root, at)?;
+            }
             self.set_clock();
             self.health();
             set_uptime(&self.proc_root, LONG_UP_S)?;
