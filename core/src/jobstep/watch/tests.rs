@@ -1,0 +1,439 @@
+//! The watch's decisions and its loop, on fakes.
+use super::*;
+use crate::testing::{Call, FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
+use fabric_proto::invocation::Script;
+use fabric_proto::tag::{self, Verdict};
+use serde_json::Value;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+
+fn fail(check: &str, device: &str, msg: &str) -> Finding {
+    Finding::new(
+        check,
+        Severity::Fail,
+        Some(device),
+        Some(1),
+        Value::Null,
+        Value::Null,
+        msg.into(),
+    )
+}
+
+#[test]
+fn a_fault_the_job_started_with_is_not_news_but_a_new_one_is_reported_once() {
+    let old = fail("ib.port_rate", "mlx5_1", "half rate");
+    let mut t = Tracker::new(std::slice::from_ref(&old));
+    assert_eq!(t.observe(std::slice::from_ref(&old), true), vec![]);
+    let down = fail("ib.port_state", "mlx5_3", "DOWN");
+    let both = [old.clone(), down.clone()];
+    assert_eq!(
+        t.observe(&both, true),
+        vec![Change::Appeared(Fault::of(&down))]
+    );
+    assert_eq!(t.observe(&both, true), vec![], "reported once");
+}
+
+#[test]
+fn a_flap_is_reported_when_it_appears_when_it_clears_and_again_when_it_returns() {
+    let mut t = Tracker::new(&[]);
+    let down = fail("ib.port_state", "mlx5_3", "DOWN");
+    assert_eq!(t.observe(std::slice::from_ref(&down), true).len(), 1);
+    assert_eq!(
+        t.observe(&[], true),
+        vec![Change::Cleared(Fault::of(&down))]
+    );
+    assert_eq!(
+        t.observe(std::slice::from_ref(&down), true),
+        vec![Change::Appeared(Fault::of(&down))]
+    );
+}
+
+#[test]
+fn a_sample_without_the_tools_neither_finds_nor_clears_a_pfc_fault() {
+    let mut t = Tracker::new(&[]);
+    let pfc = fail("roce.pfc", "mlx5_0", "PFC off on priority 3");
+    assert_eq!(t.observe(std::slice::from_ref(&pfc), false), vec![]);
+    assert_eq!(t.observe(std::slice::from_ref(&pfc), true).len(), 1);
+    assert_eq!(
+        t.observe(&[], false),
+        vec![],
+        "not judged without the tools"
+    );
+    assert_eq!(
+        t.observe(&[], true).len(),
+        1,
+        "cleared once the tools say so"
+    );
+}
+
+#[test]
+fn a_counter_reset_mid_job_moves_the_baseline_so_later_errors_still_count() {
+    let mut base = CounterSnapshot::default();
+    base.ports
+        .entry("mlx5_0/1".into())
+        .or_default()
+        .counters
+        .insert("symbol_error".into(), 1000);
+    let mut now = CounterSnapshot::default();
+    now.ports
+        .entry("mlx5_0/1".into())
+        .or_default()
+        .counters
+        .insert("symbol_error".into(), 3);
+    rebase(&mut base, &now);
+    assert_eq!(base.ports["mlx5_0/1"].counters["symbol_error"], 3);
+    // A counter that rose is left alone: the rise is measured from the job's start.
+    now.ports
+        .get_mut("mlx5_0/1")
+        .unwrap()
+        .counters
+        .insert("symbol_error".into(), 700);
+    rebase(&mut base, &now);
+    assert_eq!(base.ports["mlx5_0/1"].counters["symbol_error"], 3);
+}
+
+struct Script3(VecDeque<Vec<Finding>>);
+impl Sampler for Script3 {
+    fn sample(&mut self) -> Option<Sample> {
+        let mut r = report("n1", Verdict::Pass);
+        r.findings = self.0.pop_front().unwrap_or_default();
+        Some(Sample {
+            report: r,
+            tools_ran: true,
+        })
+    }
+}
+struct Samples(usize);
+impl Pace for Samples {
+    fn sleep(&mut self, _d: Duration) {}
+    fn should_stop(&mut self) -> bool {
+        if self.0 == 0 {
+            return true;
+        }
+        self.0 -= 1;
+        false
+    }
+}
+struct FakeAct<'a> {
+    slurm: &'a FakeSlurm,
+    lines: &'a Lines,
+    runner: FakeRunner,
+    meet: FakeMeet,
+    actions: RefCell<u32>,
+}
+impl<'a> FakeAct<'a> {
+    fn on(slurm: &'a FakeSlurm, lines: &'a Lines) -> Self {
+        Self {
+            slurm,
+            lines,
+            runner: FakeRunner::answering(vec![]),
+            meet: FakeMeet::default(),
+            actions: RefCell::new(0),
+        }
+    }
+}
+impl Act for FakeAct<'_> {
+    fn with_step(&self, setup: &Setup, f: &mut dyn FnMut(&JobStep<'_>)) {
+        *self.actions.borrow_mut() += 1;
+        f(&step(
+            setup,
+            seams(self.slurm, &self.runner, &self.meet, self.lines),
+        ));
+    }
+}
+
+fn watch_a_port_going_down(
+    policy: &str,
+) -> (FakeSlurm, Lines, WatchSummary, String, tempfile::TempDir) {
+    watch_a_port_going_down_with(policy, &[], false)
+}
+
+fn watch_a_port_going_down_with(
+    policy: &str,
+    more: &[&str],
+    job_asks_requeue: bool,
+) -> (FakeSlurm, Lines, WatchSummary, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let pol = format!("policy={policy}");
+    let mut args = vec![pol.as_str()];
+    args.extend_from_slice(more);
+    let s = setup(dir.path(), Script::Watch, "n[1-4]", "n1", &args);
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
+    let lines = Lines::default();
+    let act = FakeAct::on(&slurm, &lines);
+    let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+    let mut sampler = Script3(
+        [
+            vec![],
+            vec![],
+            vec![down.clone()],
+            vec![down.clone()],
+            vec![],
+        ]
+        .into(),
+    );
+    let spool = dir.path().join("spool/7");
+    std::fs::create_dir_all(&spool).unwrap();
+    if job_asks_requeue {
+        std::fs::write(spool.join("fabric-run-requeue-n1"), "").unwrap();
+    }
+    let notice_at = spool.join("fabric-notice-n1.jsonl");
+    let mut notice = NoticeFile::create(&notice_at).unwrap();
+    let textfile = dir.path().join("watch.prom");
+    let summary = run(
+        &s,
+        Duration::from_millis(1),
+        now_unix() - 600,
+        &[],
+        &mut sampler,
+        &act,
+        &mut Samples(5),
+        Some(&mut notice),
+        Some(&textfile),
+    );
+    let notices = std::fs::read_to_string(&notice_at).unwrap();
+    if policy != "observe" {
+        let prom = std::fs::read_to_string(&textfile).unwrap();
+        assert!(
+            prom.contains("fabric_check_watch_faults_total{node=\"n1\",check=\"ib.port_state\"} 1"),
+            "{prom}"
+        );
+    }
+    (slurm, lines, summary, notices, dir)
+}
+
+#[test]
+fn under_enforce_a_port_that_goes_down_mid_job_drains_tags_live_and_tells_the_job() {
+    let (slurm, lines, summary, notices, _dir) = watch_a_port_going_down("enforce");
+    assert_eq!(summary.samples, 5);
+    assert_eq!(summary.appeared, vec!["ib.port_state"]);
+    assert_eq!(
+        summary.cleared,
+        vec!["ib.port_state"],
+        "the flap is recorded"
+    );
+    assert!(summary.drained);
+    let n1 = slurm.node("n1").unwrap();
+    assert!(n1.is_drained(), "{}", lines.text());
+    assert!(
+        n1.reason
+            .starts_with("fabric-check: ib.port_state: during job 7"),
+        "{}",
+        n1.reason
+    );
+    let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+    let row = t
+        .during
+        .iter()
+        .find(|d| d.node == "n1")
+        .expect("a live during entry");
+    assert_eq!(row.verdict, Verdict::Fail);
+    assert_eq!(row.watch.len(), 1);
+    let ev = &row.watch[0];
+    assert_eq!(ev.check, "ib.port_state");
+    assert!(ev.drained);
+    assert!((600..700).contains(&ev.into_job_s), "{}", ev.into_job_s);
+    assert!(ev.cleared_at_s.is_some(), "the clearing is recorded");
+    let n = FabricNotice::parse_line(notices.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (n.job, n.node.as_str(), n.check.as_str(), n.drained),
+        (7, "n1", "ib.port_state", true)
+    );
+}
+
+#[test]
+fn a_job_that_asked_is_requeued_after_the_drain_only_where_on_fault_requeue_allows_it() {
+    let requeues = |slurm: &FakeSlurm| {
+        slurm
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, Call::Requeue(7)))
+            .count()
+    };
+    let (slurm, lines, summary, notices, _dir) =
+        watch_a_port_going_down_with("enforce", &["on_fault=requeue"], true);
+    assert!(summary.drained && summary.requeued, "{}", lines.text());
+    assert_eq!(requeues(&slurm), 1, "once, for this job alone");
+    assert!(lines.has("watch: requeued job 7"), "{}", lines.text());
+    let n = FabricNotice::parse_line(notices.lines().next().unwrap()).unwrap();
+    assert!(n.drained && n.requeued);
+
+    let (slurm, lines, summary, _, _dir) = watch_a_port_going_down_with("enforce", &[], true);
+    assert!(summary.drained && !summary.requeued);
+    assert_eq!(requeues(&slurm), 0, "the admin did not allow it");
+    assert!(lines.has("on_fault=requeue"), "{}", lines.text());
+
+    let (slurm, _, summary, _, _dir) =
+        watch_a_port_going_down_with("enforce", &["on_fault=requeue"], false);
+    assert!(!summary.requeued);
+    assert_eq!(requeues(&slurm), 0, "the job did not ask");
+
+    let (slurm, _, summary, _, _dir) =
+        watch_a_port_going_down_with("warn", &["on_fault=requeue"], true);
+    assert!(!summary.requeued);
+    assert_eq!(requeues(&slurm), 0, "no drain, no requeue");
+}
+
+#[test]
+fn a_watch_whose_job_is_gone_ends_without_draining_tagging_or_telling_anyone() {
+    struct Gone(usize);
+    impl Pace for Gone {
+        fn sleep(&mut self, _d: Duration) {}
+        fn should_stop(&mut self) -> bool {
+            self.0 = self.0.saturating_sub(1);
+            self.0 == 0
+        }
+        fn job_still_here(&mut self) -> bool {
+            false
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(
+        dir.path(),
+        Script::Watch,
+        "n[1-4]",
+        "n1",
+        &["policy=enforce"],
+    );
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]).job_finished();
+    let lines = Lines::default();
+    let act = FakeAct::on(&slurm, &lines);
+    let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+    let mut sampler = Script3([vec![], vec![down]].into());
+    let summary = run(
+        &s,
+        Duration::from_millis(1),
+        now_unix() - 600,
+        &[],
+        &mut sampler,
+        &act,
+        &mut Gone(5),
+        None,
+        None,
+    );
+    assert!(summary.job_gone);
+    assert!(summary.appeared.is_empty(), "nothing acted on: {summary:?}");
+    assert!(!slurm.node("n1").unwrap().is_drained());
+    assert_eq!(
+        slurm.calls(),
+        vec![Call::JobRunning(7)],
+        "one question, no drain, no tag"
+    );
+
+    // A node of a batch job where no step runs yet: no slurmstepd here, but slurmctld says
+    // the job runs, so the watch acts.
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
+    let act = FakeAct::on(&slurm, &lines);
+    let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+    let mut sampler = Script3([vec![], vec![down]].into());
+    let summary = run(
+        &s,
+        Duration::from_millis(1),
+        now_unix() - 600,
+        &[],
+        &mut sampler,
+        &act,
+        &mut Gone(5),
+        None,
+        None,
+    );
+    assert!(!summary.job_gone && summary.drained, "{}", lines.text());
+}
+
+#[test]
+fn under_warn_the_watch_tags_and_tells_but_never_drains() {
+    let (slurm, lines, summary, notices, _dir) = watch_a_port_going_down("warn");
+    assert!(!summary.drained);
+    assert!(!slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
+    let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+    assert_eq!(t.during[0].watch.len(), 1);
+    assert_eq!(notices.lines().count(), 1);
+}
+
+#[test]
+fn under_observe_the_watch_only_logs() {
+    let (slurm, lines, summary, notices, _dir) = watch_a_port_going_down("observe");
+    assert_eq!(summary.appeared, vec!["ib.port_state"]);
+    assert!(!slurm.node("n1").unwrap().is_drained());
+    assert!(slurm.current_comment().is_empty(), "no tag under observe");
+    assert!(notices.is_empty());
+    assert!(lines.has("watch: ib.port_state"), "{}", lines.text());
+}
+
+#[test]
+fn a_healthy_job_costs_no_slurm_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path(), Script::Watch, "n1", "n1", &[]);
+    let slurm = FakeSlurm::with_nodes(&["n1"]);
+    let lines = Lines::default();
+    let act = FakeAct::on(&slurm, &lines);
+    let mut sampler = Script3(VecDeque::new());
+    let summary = run(
+        &s,
+        Duration::from_millis(1),
+        now_unix(),
+        &[],
+        &mut sampler,
+        &act,
+        &mut Samples(50),
+        None,
+        None,
+    );
+    assert_eq!(summary.samples, 50);
+    assert_eq!(slurm.calls(), vec![]);
+    assert_eq!(*act.actions.borrow(), 0);
+}
+
+#[test]
+fn the_epilog_ends_a_running_watch_and_says_when_it_was_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = Path::new("/proc");
+    // A stand-in watch: a process group of its own that ignores nothing.
+    let mut child = {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    let pid = child.id();
+    let pf = PidFile {
+        pid,
+        start: start_time(proc_root, pid).unwrap(),
+    };
+    pf.write(&pid_path(dir.path(), 7)).unwrap();
+    assert_eq!(
+        stop(dir.path(), proc_root, 7, Duration::from_secs(2)),
+        Stopped::Ended
+    );
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "ended by a signal");
+    assert!(!pid_path(dir.path(), 7).exists());
+    // A pid file whose process is gone (or whose pid was reused) is a lost watch, not a kill.
+    PidFile {
+        pid,
+        start: pf.start,
+    }
+    .write(&pid_path(dir.path(), 7))
+    .unwrap();
+    assert_eq!(
+        stop(dir.path(), proc_root, 7, Duration::from_secs(1)),
+        Stopped::Lost
+    );
+    assert_eq!(
+        stop(dir.path(), proc_root, 7, Duration::from_secs(1)),
+        Stopped::NoWatch
+    );
+}
+
+#[test]
+fn the_notice_file_is_never_created_through_a_planted_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("root-file");
+    std::fs::write(&target, "keep").unwrap();
+    let link = dir.path().join("fabric-notice-n1.jsonl");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    assert!(NoticeFile::create(&link).is_err());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+}
