@@ -773,18 +773,27 @@ pub struct RealPace {
     pub term: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// The longest the watch sleeps without looking at [`RealPace::term`].
-pub const SLEEP_SLICE: Duration = Duration::from_millis(100);
+/// The longest the watch sleeps at once (SIGTERM cuts a sleep short).
+pub const SLEEP_SLICE: Duration = Duration::from_secs(1);
 
 impl Pace for RealPace {
     fn sleep(&mut self, d: Duration) {
+        use nix::sys::time::TimeSpec;
+        use nix::time::{ClockId, ClockNanosleepFlags, clock_nanosleep};
         let until = Instant::now() + d;
         loop {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() || self.term.load(std::sync::atomic::Ordering::Relaxed) {
                 return;
             }
-            std::thread::sleep(left.min(SLEEP_SLICE));
+            // One wake-up per interval (a sliced sleep cost more CPU than the sample itself):
+            // the SIGTERM handler interrupts it, since nanosleep is never restarted after a
+            // handler (signal(7)); a signal that lands just before the call waits this sleep.
+            let _ = clock_nanosleep(
+                ClockId::CLOCK_MONOTONIC,
+                ClockNanosleepFlags::empty(),
+                &TimeSpec::from_duration(left.min(SLEEP_SLICE)),
+            );
         }
     }
 
