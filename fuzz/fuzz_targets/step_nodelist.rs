@@ -36,9 +36,12 @@ fuzz_target!(|bytes: &[u8]| {
             | HostlistError::TooLarge { .. }
             | HostlistError::TooLong { .. },
         ) => {
-            // Refused for its size only: the plain parse reads it, and will not expand it there.
-            let h = Hostlist::parse(text).expect("refused for its size, not its syntax");
-            assert!(h.expand_within(limits).is_err(), "{text:?}");
+            // Refused for its size, as soon as a range over the count is read: a syntax error
+            // later in the list is not reached (`x[0001-1023][u0000-1023]` with a count of 2).
+            // Where the plain parse reads the whole list, it will not expand it within limits.
+            if let Ok(h) = Hostlist::parse(text) {
+                assert!(h.expand_within(limits).is_err(), "{text:?}");
+            }
         }
         Err(_) => assert!(Hostlist::parse(text).is_err(), "{text:?}"),
     }

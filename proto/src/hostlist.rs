@@ -736,6 +736,23 @@ mod tests {
     }
 
     #[test]
+    fn a_range_over_the_count_is_refused_before_a_syntax_error_later_in_the_list_is_read() {
+        let limits = Limits {
+            names: 2,
+            bytes: 2 * 255,
+        };
+        let expr = "x[0001-1023][u0000-1023],n1";
+        assert!(matches!(
+            Hostlist::parse_within(expr, limits),
+            Err(HostlistError::RangeTooLarge { max_names: 2, .. })
+        ));
+        assert!(
+            Hostlist::parse(expr).is_err(),
+            "read to its end, the list is malformed"
+        );
+    }
+
+    #[test]
     fn a_list_parsed_within_limits_refuses_a_range_larger_than_the_limit_while_parsing() {
         let limits = Limits {
             names: 4096,
