@@ -18,6 +18,7 @@ use crate::relay::Relay;
 use crate::slurm::{Slurm, SlurmError};
 use fabric_proto::plugin_args::{PluginArgs, expand_node};
 use fabric_proto::tag::Verdict;
+use fabric_proto::verdict::Severity;
 
 /// The exit code when the probe could not run.
 pub const EXIT_COULD_NOT_RUN: i32 = 3;
@@ -120,6 +121,69 @@ fn write_streak(path: &Path, n: u32) -> Result<(), HealthError> {
     })
 }
 
+/// The file in the state folder that keeps the ports the last health check saw training.
+pub const TRAINING_FILE: &str = "health-training";
+
+/// Whether an `ib.port_state` finding is of a port that is training: `INIT` or `ARMED` with
+/// its physical link up.
+fn is_training(f: &fabric_proto::verdict::Finding) -> bool {
+    let state = f
+        .observed
+        .get("state")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    let phys = f
+        .observed
+        .get("phys_state")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    matches!(state, "INIT" | "ARMED") && phys.contains("LinkUp")
+}
+
+/// The training ports of a report's failing `ib.port_state` findings, as `device/port`.
+fn training_ports(report: &crate::probe::Report) -> std::collections::BTreeSet<String> {
+    report
+        .findings
+        .iter()
+        .filter(|f| {
+            f.severity == Severity::Fail
+                && f.check == fabric_proto::check_id::IB_PORT_STATE
+                && is_training(f)
+        })
+        .map(|f| {
+            format!(
+                "{}/{}",
+                f.device.as_deref().unwrap_or("?"),
+                f.port.unwrap_or(0)
+            )
+        })
+        .collect()
+}
+
+/// The ports the last health check saw training (none when the file is missing or unreadable).
+fn read_training(path: &Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_to_string(path)
+        .map(|t| {
+            t.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn write_training(path: &Path, ports: &std::collections::BTreeSet<String>) -> std::io::Result<()> {
+    if ports.is_empty() {
+        return match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
+    let text: String = ports.iter().map(|p| format!("{p}\n")).collect();
+    std::fs::write(path, text)
+}
+
 /// One health run; returns the exit code (the probe's verdict code, or
 /// [`EXIT_COULD_NOT_RUN`]).
 pub fn run(
@@ -157,6 +221,32 @@ pub fn run(
         .find(|n| n.name == node)
         .ok_or_else(|| HealthError::UnknownNode(node.to_owned()))?;
     let streak_path = setup.streak_path();
+    // A port still training (INIT or ARMED, its link up) is drained only when the previous
+    // health check saw it training too: a driver reload or a subnet manager's late sweep ends
+    // within one HealthCheckInterval (the false-drain soak: every drain it still saw was that).
+    let training = training_ports(&report);
+    let training_path = setup.state_dir.join(TRAINING_FILE);
+    let seen_before = read_training(&training_path);
+    if let Err(e) = write_training(&training_path, &training) {
+        relay.line(&format!(
+            "{node}: cannot keep the ports seen training in {} ({e}); a training port is drained at first sight",
+            training_path.display()
+        ));
+    }
+    let only_training = report.verdict == Verdict::Fail
+        && report
+            .findings
+            .iter()
+            .filter(|f| f.severity == Severity::Fail)
+            .all(|f| f.check == fabric_proto::check_id::IB_PORT_STATE && is_training(f));
+    if only_training && !training.is_subset(&seen_before) {
+        write_streak(&streak_path, 0)?;
+        relay.line(&format!(
+            "{node}: {} not ACTIVE yet but training (link up, waiting for the subnet manager); not drained on first sight: drained if still so at the next health check",
+            training.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+        return Ok(report.verdict.exit_code());
+    }
     match report.verdict {
         Verdict::Fail if !policy::verdict_drains(Phase::Health, Verdict::Fail, plugin) => {
             write_streak(&streak_path, 0)?;

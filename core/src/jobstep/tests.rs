@@ -1032,6 +1032,7 @@ mod health_streaks {
     use super::*;
     use crate::jobstep::health::{EXIT_COULD_NOT_RUN, HealthSetup};
     use fabric_proto::plugin_args::PluginArgs;
+    use fabric_proto::verdict::{Finding, Severity};
 
     fn health_setup(dir: &std::path::Path) -> HealthSetup {
         let (plugin, problems) =
@@ -1150,6 +1151,66 @@ mod health_streaks {
             Some(&Call::Nodes),
             "the settle re-check: {calls:?}"
         );
+    }
+
+    fn training_report(device: &str) -> crate::probe::Report {
+        let mut r = report("n1", Verdict::Pass);
+        r.push(Finding::new(
+            fabric_proto::check_id::IB_PORT_STATE,
+            Severity::Fail,
+            Some(device),
+            Some(1),
+            serde_json::json!({"state": "INIT", "phys_state": "5: LinkUp"}),
+            serde_json::json!({"state": "ACTIVE"}),
+            format!("{device} port 1 is INIT, phys_state 5: LinkUp; 7 of its 7 peers are ACTIVE"),
+        ));
+        r
+    }
+
+    #[test]
+    fn a_port_still_training_is_drained_only_when_the_next_health_check_sees_it_training_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = health_setup(dir.path());
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let lines = Lines::default();
+        let once =
+            |r: crate::probe::Report| health::run(&s, &slurm, &answering(r), &lines).unwrap();
+        once(training_report("mlx5_2"));
+        assert!(!slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
+        assert!(lines.has("not drained on first sight"), "{}", lines.text());
+        // It came up: the next check passes, and forgets it.
+        once(report("n1", Verdict::Pass));
+        once(training_report("mlx5_3"));
+        assert!(
+            !slurm.node("n1").unwrap().is_drained(),
+            "another port, first sight"
+        );
+        once(training_report("mlx5_3"));
+        assert!(
+            slurm.node("n1").unwrap().is_drained(),
+            "still training at the next check: {}",
+            lines.text()
+        );
+    }
+
+    #[test]
+    fn a_port_that_is_down_is_drained_at_first_sight_even_beside_a_training_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = health_setup(dir.path());
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let lines = Lines::default();
+        let mut r = training_report("mlx5_2");
+        r.push(Finding::new(
+            fabric_proto::check_id::IB_PORT_STATE,
+            Severity::Fail,
+            Some("mlx5_5"),
+            Some(1),
+            serde_json::json!({"state": "DOWN", "phys_state": "3: Disabled"}),
+            serde_json::json!({"state": "ACTIVE"}),
+            "mlx5_5 port 1 is DOWN".into(),
+        ));
+        health::run(&s, &slurm, &answering(r), &lines).unwrap();
+        assert!(slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
     }
 
     #[test]
