@@ -277,12 +277,6 @@ impl QuickSampler {
         }
     }
 
-    /// The tool source the in-place reads may use: the full sampler's (it swaps the input's
-    /// source for "not run" between its own tool runs).
-    fn tools_for_vitals(&self) -> crate::probe::gather::ToolSource {
-        self.full.tools.clone()
-    }
-
     /// How many files a quick sample reads (0 before the first sample).
     pub fn files_read_in_place(&self) -> usize {
         self.vitals.as_ref().map_or(0, vitals::Vitals::len)
@@ -306,7 +300,9 @@ impl Sampler for QuickSampler {
         // reload, a swapped fixture tree) is read from its new self from now on.
         self.vitals = vitals::Vitals::open(
             &self.full.input.roots.sysfs,
-            &self.tools_for_vitals(),
+            // The full sampler's own tool source: it sets the input's to "not run" between
+            // its tool runs.
+            &self.full.tools,
             &self.full.input.expect,
         );
         sample

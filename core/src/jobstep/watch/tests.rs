@@ -295,22 +295,26 @@ fn a_watch_whose_job_is_gone_ends_without_draining_tagging_or_telling_anyone() {
         "n1",
         &["policy=enforce"],
     );
-    let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]).job_finished();
     let lines = Lines::default();
-    let act = FakeAct::on(&slurm, &lines);
-    let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
-    let mut sampler = Script3([vec![], vec![down]].into());
-    let summary = run(
-        &s,
-        Duration::from_millis(1),
-        now_unix() - 600,
-        &[],
-        &mut sampler,
-        &act,
-        &mut Gone(5),
-        None,
-        None,
-    );
+    // A port goes down on the second sample, with no slurmstepd of the job on the host.
+    let port_down_without_a_stepd = |slurm: &FakeSlurm| {
+        let act = FakeAct::on(slurm, &lines);
+        let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+        let mut sampler = Script3([vec![], vec![down]].into());
+        run(
+            &s,
+            Duration::from_millis(1),
+            now_unix() - 600,
+            &[],
+            &mut sampler,
+            &act,
+            &mut Gone(5),
+            None,
+            None,
+        )
+    };
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]).job_finished();
+    let summary = port_down_without_a_stepd(&slurm);
     assert!(summary.job_gone);
     assert!(summary.appeared.is_empty(), "nothing acted on: {summary:?}");
     assert!(!slurm.node("n1").unwrap().is_drained());
@@ -323,20 +327,7 @@ fn a_watch_whose_job_is_gone_ends_without_draining_tagging_or_telling_anyone() {
     // A node of a batch job where no step runs yet: no slurmstepd here, but slurmctld says
     // the job runs, so the watch acts.
     let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
-    let act = FakeAct::on(&slurm, &lines);
-    let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
-    let mut sampler = Script3([vec![], vec![down]].into());
-    let summary = run(
-        &s,
-        Duration::from_millis(1),
-        now_unix() - 600,
-        &[],
-        &mut sampler,
-        &act,
-        &mut Gone(5),
-        None,
-        None,
-    );
+    let summary = port_down_without_a_stepd(&slurm);
     assert!(!summary.job_gone && summary.drained, "{}", lines.text());
 }
 

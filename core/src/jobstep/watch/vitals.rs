@@ -164,25 +164,28 @@ impl Vitals {
         self.files.is_empty()
     }
 
-    /// Reads every file again; whether anything changed since the last read (a read error and
-    /// a swapped root count as a change). Every file is read, so each keeps its latest bytes.
+    /// Reads the files again; whether anything changed since the last read (a read error and
+    /// a swapped root count as a change). It stops at the first change, which it keeps as the
+    /// last read: the caller then looks at everything and opens the files again.
     pub fn changed(&mut self) -> bool {
         let same_root = std::fs::metadata(&self.root)
             .map(|m| (m.dev(), m.ino()) == self.root_id)
             .unwrap_or(false);
-        let mut changed = !same_root;
+        if !same_root {
+            return true;
+        }
         for v in &mut self.files {
             match v.file.read_at(&mut self.buf, 0) {
                 Ok(n) if self.buf[..n] == v.last[..] => {}
                 Ok(n) => {
                     v.last.clear();
                     v.last.extend_from_slice(&self.buf[..n]);
-                    changed = true;
+                    return true;
                 }
-                Err(_) => changed = true,
+                Err(_) => return true,
             }
         }
-        changed
+        false
     }
 }
 
