@@ -399,6 +399,7 @@ mod tests {
                 into_job_s: 11,
                 cleared_at_s: None,
                 drained: true,
+                requeued: false,
             }],
         });
         let job = JobView {

@@ -40,6 +40,10 @@ pub struct WatchEvent {
     /// Whether the watch drained the node for it.
     #[serde(default)]
     pub drained: bool,
+    /// Whether the watch then requeued the job, as it asked (`fabric-run
+    /// --on-fabric-fault=requeue`) and `on_fault=requeue` allows; written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeued: bool,
 }
 
 /// The most watch events one node keeps in the tag (the first ones: a flapping link repeats).

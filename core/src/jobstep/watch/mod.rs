@@ -547,6 +547,7 @@ pub fn run(
                                 into_job_s: into,
                                 cleared_at_s: None,
                                 drained,
+                                requeued,
                             };
                             let w = write_tag_to(step, Target::LiveOnly, |prev| {
                                 let mut t = prev.unwrap_or_default();

@@ -242,7 +242,8 @@ fn under_enforce_a_port_that_goes_down_mid_job_drains_tags_live_and_tells_the_jo
 }
 
 #[test]
-fn a_job_that_asked_is_requeued_after_the_drain_only_where_on_fault_requeue_allows_it() {
+fn a_job_that_asked_is_requeued_after_the_drain_only_where_on_fault_requeue_allows_it_and_its_tag_says_so()
+ {
     let requeues = |slurm: &FakeSlurm| {
         slurm
             .calls()
@@ -257,9 +258,18 @@ fn a_job_that_asked_is_requeued_after_the_drain_only_where_on_fault_requeue_allo
     assert!(lines.has("watch: requeued job 7"), "{}", lines.text());
     let n = FabricNotice::parse_line(notices.lines().next().unwrap()).unwrap();
     assert!(n.drained && n.requeued);
+    let requeued_in_tag = |slurm: &FakeSlurm| {
+        let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+        t.during.iter().flat_map(|d| &d.watch).any(|e| e.requeued)
+    };
+    assert!(
+        requeued_in_tag(&slurm),
+        "the tag's watch event says the job was requeued"
+    );
 
     let (slurm, lines, summary, _, _dir) = watch_a_port_going_down_with("enforce", &[], true);
     assert!(summary.drained && !summary.requeued);
+    assert!(!requeued_in_tag(&slurm));
     assert_eq!(requeues(&slurm), 0, "the admin did not allow it");
     assert!(lines.has("on_fault=requeue"), "{}", lines.text());
 
