@@ -210,6 +210,8 @@ pub fn tag_signals(job: &JobView) -> Vec<Signal> {
                 detector: Detector::Watch,
                 strength: if w.drained {
                     Strength::Drain
+                } else if w.warn {
+                    Strength::Warn
                 } else {
                     Strength::Fail
                 },
@@ -400,6 +402,7 @@ mod tests {
                 cleared_at_s: None,
                 drained: true,
                 requeued: false,
+                warn: false,
             }],
         });
         let job = JobView {

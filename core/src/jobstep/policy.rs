@@ -205,7 +205,10 @@ pub fn decide_with(
         (Watch, Fail, Enforce) => tell(Action::DRAIN_TAG),
         (Watch, Fail, Policy::Warn) => tell(Action::TAG),
         (Watch, Fail, Observe) => Action::LOG,
-        (Watch, Found::Warn | CouldNotLook, _) => Action::LOG,
+        // A `warn` that appears (a pause storm) goes into the live tag at once, as the
+        // epilog would record it at the job's end; never a drain, and the job is not told.
+        (Watch, Found::Warn, Enforce | Policy::Warn) => Action::TAG,
+        (Watch, Found::Warn, Observe) | (Watch, CouldNotLook, _) => Action::LOG,
     })
 }
 

@@ -230,7 +230,11 @@ pub fn add_watch_event(tag: &mut JobTag, node: &str, event: WatchEvent) -> bool 
         }
     };
     let row = &mut tag.during[idx];
-    row.verdict = row.verdict.max(Verdict::Fail);
+    row.verdict = row.verdict.max(if event.warn {
+        Verdict::Warn
+    } else {
+        Verdict::Fail
+    });
     if row.watch.iter().any(|e| {
         e.check == event.check && e.seen_at_s == event.seen_at_s && e.message == event.message
     }) || row.watch.len() >= fabric_proto::tag::MAX_WATCH_EVENTS

@@ -44,6 +44,10 @@ pub struct WatchEvent {
     /// --on-fabric-fault=requeue`) and `on_fault=requeue` allows; written only when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requeued: bool,
+    /// A `warn` finding (a pause storm, a counter over its warning rate): recorded at once,
+    /// never drained; written only when true (a `fail` otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warn: bool,
 }
 
 /// The most watch events one node keeps in the tag (the first ones: a flapping link repeats).

@@ -58,15 +58,18 @@ pub const JOB_SCAN_EVERY: Duration = Duration::from_secs(60);
 /// the rest of a sample is file reads.
 pub const TOOLS_EVERY: u32 = 10;
 
-/// One fault: a `fail` finding, keyed by check, device and port.
+/// One fault: a `fail` or `warn` finding, keyed by check, device, port and severity (a `warn`
+/// that turns into a `fail` is a new fault: the `warn` clears and the `fail` appears).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fault {
-    /// `check|device|port`.
+    /// `check|device|port|severity`.
     pub key: String,
     /// The check id.
     pub check: String,
     /// The finding's message.
     pub message: String,
+    /// A `warn` finding (recorded in the tag, never drained), not a `fail`.
+    pub warn: bool,
 }
 
 impl Fault {
@@ -75,16 +78,27 @@ impl Fault {
             key: key(f),
             check: f.check.clone(),
             message: f.message.clone(),
+            warn: f.severity != Severity::Fail,
         }
     }
 }
 
+/// Findings the watch follows: `fail`s, which it acts on, and `warn`s, which it records.
+fn followed(f: &Finding) -> bool {
+    matches!(f.severity, Severity::Fail | Severity::Warn)
+}
+
 fn key(f: &Finding) -> String {
     format!(
-        "{}|{}|{}",
+        "{}|{}|{}|{}",
         f.check,
         f.device.as_deref().unwrap_or(""),
-        f.port.map_or(String::new(), |p| p.to_string())
+        f.port.map_or(String::new(), |p| p.to_string()),
+        if f.severity == Severity::Fail {
+            "fail"
+        } else {
+            "warn"
+        }
     )
 }
 
@@ -109,11 +123,7 @@ impl Tracker {
     /// A tracker that takes `at_start` (the prolog's findings) as the job's starting point.
     pub fn new(at_start: &[Finding]) -> Self {
         Self {
-            at_start: at_start
-                .iter()
-                .filter(|f| f.severity == Severity::Fail)
-                .map(key)
-                .collect(),
+            at_start: at_start.iter().filter(|f| followed(f)).map(key).collect(),
             active: BTreeMap::new(),
         }
     }
@@ -124,7 +134,7 @@ impl Tracker {
         let judged = |check: &str| tools_ran || !TOOL_CHECKS.contains(&check);
         let now: BTreeMap<String, Fault> = findings
             .iter()
-            .filter(|f| f.severity == Severity::Fail && judged(&f.check))
+            .filter(|f| followed(f) && judged(&f.check))
             .map(|f| (key(f), Fault::of(f)))
             .collect();
         let mut out = Vec::new();
@@ -508,8 +518,11 @@ pub fn run(
             match change {
                 Change::Appeared(fault) => {
                     let into = now.saturating_sub(started_at_s);
-                    let action = policy::decide(Phase::Watch, Found::Fail, &setup.plugin);
-                    if let Some(m) = metrics {
+                    let found = if fault.warn { Found::Warn } else { Found::Fail };
+                    let action = policy::decide(Phase::Watch, found, &setup.plugin);
+                    if !fault.warn
+                        && let Some(m) = metrics
+                    {
                         bump_metrics(&setup.state_dir, m, &node, &fault.check);
                     }
                     summary.appeared.push(fault.check.clone());
@@ -548,6 +561,7 @@ pub fn run(
                                 cleared_at_s: None,
                                 drained,
                                 requeued,
+                                warn: fault.warn,
                             };
                             let w = write_tag_to(step, Target::LiveOnly, |prev| {
                                 let mut t = prev.unwrap_or_default();
@@ -576,7 +590,8 @@ pub fn run(
                 }
                 Change::Cleared(fault) => {
                     summary.cleared.push(fault.check.clone());
-                    let action = policy::decide(Phase::Watch, Found::Fail, &setup.plugin);
+                    let found = if fault.warn { Found::Warn } else { Found::Fail };
+                    let action = policy::decide(Phase::Watch, found, &setup.plugin);
                     act.with_step(setup, &mut |step| {
                         step.say(&format!(
                             "watch: {} cleared: {} (recorded; a node the watch drained is resumed only by the usual etiquette)",

@@ -438,3 +438,83 @@ fn the_notice_file_is_never_created_through_a_planted_link() {
     assert!(NoticeFile::create(&link).is_err());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
 }
+
+#[test]
+fn a_warning_that_appears_mid_job_is_tagged_at_once_but_never_drains_or_tells_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(
+        dir.path(),
+        Script::Watch,
+        "n[1-4]",
+        "n1",
+        &["policy=enforce"],
+    );
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
+    let lines = Lines::default();
+    let act = FakeAct::on(&slurm, &lines);
+    let mut storm = fail(
+        "roce.congestion",
+        "mlx5_0",
+        "rx_prio3_pause rose by 4000000 in 20 s",
+    );
+    storm.severity = Severity::Warn;
+    let mut sampler = Script3([vec![], vec![storm.clone()], vec![storm.clone()]].into());
+    let spool = dir.path().join("spool/7");
+    std::fs::create_dir_all(&spool).unwrap();
+    let notice_at = spool.join("fabric-notice-n1.jsonl");
+    let mut notice = NoticeFile::create(&notice_at).unwrap();
+    let summary = run(
+        &s,
+        Duration::from_millis(1),
+        now_unix() - 60,
+        &[],
+        &mut sampler,
+        &act,
+        &mut Samples(3),
+        Some(&mut notice),
+        None,
+    );
+    assert_eq!(
+        summary.appeared,
+        vec!["roce.congestion"],
+        "{}",
+        lines.text()
+    );
+    assert!(!summary.drained);
+    assert!(!slurm.node("n1").unwrap().is_drained());
+    let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+    let row = t
+        .during
+        .iter()
+        .find(|d| d.node == "n1")
+        .expect("a live entry");
+    assert_eq!(row.verdict, Verdict::Warn);
+    assert_eq!(row.watch.len(), 1, "recorded once");
+    assert!(row.watch[0].warn && !row.watch[0].drained);
+    assert_eq!(
+        std::fs::read_to_string(&notice_at).unwrap(),
+        "",
+        "the job is not told"
+    );
+}
+
+#[test]
+fn a_warning_that_turns_into_a_failure_is_a_new_fault() {
+    let mut t = Tracker::new(&[]);
+    let mut warn = fail("ib.counters", "mlx5_3", "symbol_error rising");
+    warn.severity = Severity::Warn;
+    let failing = fail("ib.counters", "mlx5_3", "symbol_error over its bound");
+    assert_eq!(
+        t.observe(std::slice::from_ref(&warn), true),
+        vec![Change::Appeared(Fault::of(&warn))]
+    );
+    let changes = t.observe(std::slice::from_ref(&failing), true);
+    assert!(
+        changes.contains(&Change::Appeared(Fault::of(&failing))),
+        "{changes:?}"
+    );
+    assert!(
+        changes.contains(&Change::Cleared(Fault::of(&warn))),
+        "{changes:?}"
+    );
+}
