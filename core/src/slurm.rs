@@ -61,6 +61,16 @@ pub trait Slurm {
             stderr: "this Slurm adapter does not requeue jobs".into(),
         })
     }
+    /// Shrinks the running job `job_id` to `nodes` (a Slurm hostlist, a subset of its nodes
+    /// that keeps its batch host): the prolog leader of a job with spares
+    /// (`--fabric-check-spares`), with the job's own id only.
+    fn shrink(&self, job_id: u32, nodes: &str) -> Result<(), SlurmError> {
+        Err(SlurmError::Failed {
+            command: format!("scontrol update JobId={job_id} NodeList={nodes}"),
+            code: -1,
+            stderr: "this Slurm adapter does not resize jobs".into(),
+        })
+    }
     /// How finely `sinfo` tells when a reason was set (`%H`: whole seconds). The drain's settle
     /// step waits one and a half of these (see `drain::settle_wait`).
     fn reason_time_resolution(&self) -> Duration {
@@ -530,6 +540,21 @@ impl SlurmCli {
             .map(drop)
     }
 
+    /// `scontrol update JobId=JOB NodeList=NODES`: the running job gives up every node not in
+    /// NODES (slurmctld's `_update_job` refuses a list that drops the batch host or is not a
+    /// subset, and any shrink under `SchedulerParameters=disable_job_shrink`).
+    pub fn shrink(&self, job_id: u32, nodes: &str) -> Result<(), SlurmError> {
+        self.run(
+            "scontrol",
+            &[
+                "update",
+                &format!("JobId={job_id}"),
+                &format!("NodeList={nodes}"),
+            ],
+        )
+        .map(drop)
+    }
+
     /// `scontrol update JobId=JOB AdminComment=TEXT` (live jobs; `JOB` as
     /// [`JobComment::job`]).
     pub fn set_admin_comment(&self, job: &str, text: &str) -> Result<(), SlurmError> {
@@ -700,6 +725,9 @@ impl Slurm for SlurmCli {
     }
     fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
         SlurmCli::requeue(self, job_id)
+    }
+    fn shrink(&self, job_id: u32, nodes: &str) -> Result<(), SlurmError> {
+        SlurmCli::shrink(self, job_id, nodes)
     }
     fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
         SlurmCli::job_running(self, job_id)

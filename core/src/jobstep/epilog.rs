@@ -36,6 +36,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let job = step.job_id();
     // The in-job watch first: its faults are in the live tag already; its log goes to slurmd's.
     super::watch::finish(step);
+    super::spares::forget(step);
     let snapshot = step.snapshot_path();
     let during = match Baseline::load(&snapshot) {
         Ok(base) => {
