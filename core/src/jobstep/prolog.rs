@@ -236,6 +236,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             Delivery::Acknowledged => {
                 given_up = spares > 0 && super::spares::failed(&result, plugin);
                 if given_up {
+                    super::spares::mark_given_up(step);
                     step.say(&format!(
                         "spares: {node} failed; the first node gives it up (job {})",
                         step.job_id()

@@ -213,3 +213,23 @@ fn leave_batch_env(step: &JobStep<'_>, kept: &[String]) {
 pub fn forget(step: &JobStep<'_>) {
     let _ = std::fs::remove_file(BatchEnv::path(&step.setup.state_dir, step.job_id()));
 }
+
+fn given_up_path(step: &JobStep<'_>) -> std::path::PathBuf {
+    step.setup
+        .state_dir
+        .join(format!("spares-given-up-{}", step.job_id()))
+}
+
+/// Marks this node as given up by its job (the prolog of a failed follower): its epilog, which
+/// Slurm runs as soon as the shrink removes the node, with this node alone in its node list,
+/// must not lead a meeting of one and write the job's tag beside the first node.
+pub fn mark_given_up(step: &JobStep<'_>) {
+    if let Err(e) = std::fs::write(given_up_path(step), b"") {
+        step.say(&format!("spares: cannot mark this node given up ({e})"));
+    }
+}
+
+/// Whether the prolog marked this node given up (the mark is removed).
+pub fn was_given_up(step: &JobStep<'_>) -> bool {
+    std::fs::remove_file(given_up_path(step)).is_ok()
+}

@@ -297,3 +297,33 @@ fn a_node_the_mass_drain_guard_kept_up_is_still_given_up_by_a_job_with_spares() 
     assert_eq!(p.failed[0].node, "n2");
     assert!(p.fallback.is_none());
 }
+
+#[test]
+fn the_epilog_of_a_node_given_up_to_spares_writes_no_tag_of_its_own() {
+    let slurm = FakeSlurm::with_nodes(FOUR);
+    let dir = tempfile::tempdir().unwrap();
+    let words = ["policy=enforce", "spares_max=2", "watch_interval=0"];
+    let mut s = setup(dir.path(), Script::Prolog, "n[1-4]", "n3", &words);
+    s.inv.spares = 1;
+    let runner = FakeRunner::answering(vec![Ok(report("n3", Verdict::Fail))]);
+    let meet = FakeMeet::default();
+    let lines = Lines::default();
+    prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+    let writes_before = slurm
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::SetAdminComment(_) | Call::SetAdminCommentDb(_)))
+        .count();
+    // Slurm runs the removed node's epilog at once, with that node alone in its list.
+    let e = setup(dir.path(), Script::Epilog, "n3", "n3", &words);
+    let runner = FakeRunner::answering(vec![Ok(report("n3", Verdict::Fail))]);
+    let lines = Lines::default();
+    crate::jobstep::epilog::run(&step(&e, seams(&slurm, &runner, &meet, &lines)));
+    let writes_after = slurm
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::SetAdminComment(_) | Call::SetAdminCommentDb(_)))
+        .count();
+    assert_eq!(writes_before, writes_after, "{}", lines.text());
+    assert!(lines.has("was given up by job 7"), "{}", lines.text());
+}
