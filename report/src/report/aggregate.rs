@@ -31,6 +31,10 @@ use fabric_proto::tag::Verdict;
 /// tells a buyer nothing. Below it the report gives the count and says why there is no rate.
 pub const MIN_NODE_H_FOR_RATE: u32 = 100;
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 /// What to fold and how.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -498,9 +502,12 @@ pub struct GroupReport {
     pub checkpoint_share_pct: Sampled,
     /// Wrapper retries.
     pub retries: u64,
-    /// Jobs that spare nodes saved from a requeue (`--fabric-check-spares`).
+    /// Jobs that spare nodes saved from a requeue (`--fabric-check-spares`); left out of the
+    /// JSON when none.
+    #[serde(skip_serializing_if = "is_zero_u64")]
     pub spares_saved: u64,
-    /// Node-hours of spare nodes held (the prolog) and given back.
+    /// Node-hours of spare nodes held (the prolog) and given back; left out when none.
+    #[serde(skip_serializing_if = "Decimal::is_zero")]
     pub spare_node_h: Decimal,
     /// Slurm requeues.
     pub requeues: u64,
