@@ -44,8 +44,8 @@ pub enum Call {
     Requeue(u32),
     /// `shrink(job, nodes)`.
     Shrink {
-        /// The job.
-        job: u32,
+        /// The job, as named.
+        job: String,
         /// The hostlist it keeps.
         nodes: String,
     },
@@ -342,11 +342,11 @@ impl Slurm for FakeSlurm {
         self.call("requeue", Call::Requeue(job_id))
     }
 
-    fn shrink(&self, job_id: u32, nodes: &str) -> Result<(), SlurmError> {
+    fn shrink(&self, job: &str, nodes: &str) -> Result<(), SlurmError> {
         self.call(
             "shrink",
             Call::Shrink {
-                job: job_id,
+                job: job.to_owned(),
                 nodes: nodes.to_owned(),
             },
         )
@@ -953,8 +953,11 @@ impl<S: CapCalls> Slurm for Capped<'_, S> {
     fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
         self.with(|s| s.requeue(job_id))
     }
-    fn shrink(&self, job_id: u32, nodes: &str) -> Result<(), SlurmError> {
-        self.with(|s| s.shrink(job_id, nodes))
+    fn shrink(&self, job: &str, nodes: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.shrink(job, nodes))
+    }
+    fn requeue_named(&self, job: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.requeue_named(job))
     }
     fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
         self.with(|s| s.job_running(job_id))

@@ -142,9 +142,18 @@ pub fn record(spares: u32, plan: &Plan, held_s: f64) -> SparesRecord {
 pub fn act(step: &JobStep<'_>, mut plan: Plan) -> Plan {
     let job = step.job_id();
     let slurm = step.seams.slurm;
+    if !plan.shrinks() && !matches!(plan.fallback, Some(Fallback::TooFewPassed)) {
+        return plan;
+    }
+    // The job's exact name (`A_T`, `H+O`): the bare id of an array's first task addresses
+    // every task of the array, a het leader's every component.
+    let name = match slurm.admin_comment(job) {
+        Ok(c) if !c.job.is_empty() => c.job,
+        _ => job.to_string(),
+    };
     if plan.shrinks() {
         match hostlist::compress(&plan.kept) {
-            Some(list) => match slurm.shrink(job, &list) {
+            Some(list) => match slurm.shrink(&name, &list) {
                 Ok(()) => {
                     step.say(&format!(
                         "spares: job {job} shrunk to {list} ({} failed, {} released)",
@@ -171,7 +180,7 @@ pub fn act(step: &JobStep<'_>, mut plan: Plan) -> Plan {
             } else {
                 "the shrink was refused"
             };
-            match slurm.requeue(job) {
+            match slurm.requeue_named(&name) {
                 Ok(()) => step.say(&format!("spares: {why}: job {job} requeued")),
                 Err(e) => step.say(&format!(
                     "spares: {why}, and the requeue of job {job} failed ({e}); it runs on its nodes"

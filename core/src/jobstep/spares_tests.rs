@@ -327,3 +327,16 @@ fn the_epilog_of_a_node_given_up_to_spares_writes_no_tag_of_its_own() {
     assert_eq!(writes_before, writes_after, "{}", lines.text());
     assert!(lines.has("was given up by job 7"), "{}", lines.text());
 }
+
+#[test]
+fn an_array_task_is_shrunk_by_its_own_name_never_by_the_id_that_names_the_whole_array() {
+    let slurm = FakeSlurm::with_nodes(FOUR).job_named("7_0");
+    let peers = [
+        ("n2".to_owned(), pass()),
+        ("n3".to_owned(), down()),
+        ("n4".to_owned(), pass()),
+    ]
+    .into();
+    prolog_of("n1", Verdict::Pass, 1, &slurm, peers);
+    assert_eq!(shrinks(&slurm), vec!["7_0:n[1-2,4]".to_owned()]);
+}
