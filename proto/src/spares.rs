@@ -249,8 +249,8 @@ impl BatchEnv {
     }
 }
 
-/// Slurm's per-node count list (`2(x3),1`) expanded; `None` when it does not parse or names
-/// more than 100,000 entries.
+/// Slurm's per-node count list (`2(x3),1`) expanded; `None` when it does not parse, is empty,
+/// repeats a count zero times or names more than 100,000 entries.
 pub fn expand_counts(text: &str) -> Option<Vec<u32>> {
     let mut out = Vec::new();
     for part in text.split(',') {
@@ -259,7 +259,7 @@ pub fn expand_counts(text: &str) -> Option<Vec<u32>> {
             None => (part, 1),
         };
         let c: u32 = count.parse().ok()?;
-        if out.len() + times > 100_000 {
+        if times == 0 || out.len() + times > 100_000 {
             return None;
         }
         out.extend(std::iter::repeat_n(c, times));
@@ -387,6 +387,8 @@ mod tests {
         assert_eq!(compress_counts(&[2, 2, 2, 1]), "2(x3),1");
         assert_eq!(expand_counts("1(x999999)"), None);
         assert_eq!(expand_counts("a"), None);
+        assert_eq!(expand_counts(""), None);
+        assert_eq!(expand_counts("1(x0)"), None);
     }
 
     #[test]
