@@ -340,6 +340,7 @@ fn only_the_spank_symbols_are_exported() {
             "slurm_spank_job_epilog",
             "slurm_spank_job_prolog",
             "slurm_spank_task_init",
+            "slurm_spank_task_init_privileged",
             "slurm_spank_user_init"
         ],
         "exported symbols changed: update this list only on purpose"
