@@ -50,6 +50,17 @@ pub enum SparesRefused {
         /// `spares_max=`.
         allowed: u32,
     },
+    /// The cluster's policy is not `enforce`: a failing node costs no requeue there, and the
+    /// job would hold its spares to its end.
+    #[error(
+        "--{SPARES_OPTION} is refused: fabric-check does not take failing nodes out of jobs on \
+         this cluster (policy={policy}), so the job would keep its spare nodes to its end; \
+         submit without spares"
+    )]
+    NotEnforced {
+        /// The cluster's `policy=`.
+        policy: &'static str,
+    },
     /// The cluster cannot shrink a running job.
     #[error(
         "--{SPARES_OPTION} is refused: this cluster's SchedulerParameters has \

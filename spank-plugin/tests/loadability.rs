@@ -154,6 +154,16 @@ fn the_spares_option_is_registered_and_refuses_a_request_above_spares_max_at_sub
         &["spares_max=1"],
     );
     assert!(ok.trim_end().ends_with("rc=0"), "{ok}");
+    let warn = run_host(
+        &[
+            ("STUB_CTX", "allocator"),
+            ("STUB_CALL", "spares:1"),
+            ("SLURM_CONF", "/nonexistent"),
+        ],
+        &["spares_max=1", "policy=warn"],
+    );
+    assert!(warn.contains("(policy=warn)"), "{warn}");
+    assert!(warn.contains("rc=-1"), "{warn}");
 }
 
 #[test]

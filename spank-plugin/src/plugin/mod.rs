@@ -191,7 +191,7 @@ pub fn init(host: &dyn Host, words: &[String]) -> Result<(), CallbackError> {
     if matches!(ctx, Context::Local | Context::Allocator) {
         // The spares option's callback (at submission) checks against this cluster's limit.
         let (args, _) = parse_args(words);
-        spares::remember_limit(args.spares_max);
+        spares::remember_limit(args.spares_max, args.policy);
     }
     if ctx.registers_option() {
         Ok(host.register_option()?)

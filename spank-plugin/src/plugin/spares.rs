@@ -6,6 +6,7 @@
 
 use std::sync::Mutex;
 
+use fabric_proto::plugin_args::Policy;
 use fabric_proto::spares::{self, SparesRefused};
 
 use super::{CallbackError, Host, hooks};
@@ -14,14 +15,28 @@ use super::{CallbackError, Host, hooks};
 /// no plugin arguments). One process, no threads: a process-wide cell.
 static LIMIT: Mutex<Option<u32>> = Mutex::new(None);
 
-pub(super) fn remember_limit(max: u32) {
+/// `spares_max=` and `policy=` as `slurm_spank_init` read them.
+pub(super) fn remember_limit(max: u32, policy: Policy) {
     if let Ok(mut g) = LIMIT.lock() {
         *g = Some(max);
     }
+    if let Ok(mut g) = POLICY.lock() {
+        *g = Some(policy);
+    }
 }
+
+static POLICY: Mutex<Option<Policy>> = Mutex::new(None);
 
 fn limit() -> u32 {
     LIMIT.lock().ok().and_then(|g| *g).unwrap_or(0)
+}
+
+fn policy() -> Policy {
+    POLICY
+        .lock()
+        .ok()
+        .and_then(|g| *g)
+        .unwrap_or(Policy::Enforce)
 }
 
 /// The largest `slurm.conf` the submission check reads.
@@ -67,7 +82,12 @@ pub fn spares_value(optarg: Option<&str>, remote: bool) -> Result<(), CallbackEr
     } else {
         Submission::from_process()
     };
-    spares_value_in(optarg, remote, limit(), &sub)
+    spares_value_in(optarg, remote, limit(), &sub)?;
+    let p = policy();
+    if !remote && p != Policy::Enforce && spares::parse_spares(optarg).is_ok_and(|k| k > 0) {
+        return Err(SparesRefused::NotEnforced { policy: p.as_str() }.into());
+    }
+    Ok(())
 }
 
 /// [`spares_value`] with the limit and the submitting process given.
