@@ -46,6 +46,7 @@ fn after_the_plugins_group_kill_no_process_of_the_job_step_is_alive() {
         option: fabric_proto::fabric_option::FabricMode::Quick,
         job_uid: None,
         step_id: None,
+        spares: 0,
         plugin_args: vec![
             format!("probe={}", probe.display()),
             "timeout=30".into(),

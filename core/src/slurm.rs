@@ -61,6 +61,28 @@ pub trait Slurm {
             stderr: "this Slurm adapter does not requeue jobs".into(),
         })
     }
+    /// Shrinks the running job `job` (as [`JobComment::job`] names it: `A_T`, `H+O`, else the
+    /// id, so an array's first task never addresses the whole array) to `nodes` (a Slurm
+    /// hostlist, a subset of its nodes that keeps its batch host): the prolog leader of a job
+    /// with spares (`--fabric-check-spares`), with the job's own id only.
+    fn shrink(&self, job: &str, nodes: &str) -> Result<(), SlurmError> {
+        Err(SlurmError::Failed {
+            command: format!("scontrol update JobId={job} NodeList={nodes}"),
+            code: -1,
+            stderr: "this Slurm adapter does not resize jobs".into(),
+        })
+    }
+    /// Requeues the running job `job`, named as for [`Slurm::shrink`].
+    fn requeue_named(&self, job: &str) -> Result<(), SlurmError> {
+        match job.parse::<u32>() {
+            Ok(id) => self.requeue(id),
+            Err(_) => Err(SlurmError::Failed {
+                command: format!("scontrol requeue {job}"),
+                code: -1,
+                stderr: "this Slurm adapter requeues jobs by their id only".into(),
+            }),
+        }
+    }
     /// How finely `sinfo` tells when a reason was set (`%H`: whole seconds). The drain's settle
     /// step waits one and a half of these (see `drain::settle_wait`).
     fn reason_time_resolution(&self) -> Duration {
@@ -530,6 +552,26 @@ impl SlurmCli {
             .map(drop)
     }
 
+    /// `scontrol update JobId=JOB NodeList=NODES`: the running job gives up every node not in
+    /// NODES (slurmctld's `_update_job` refuses a list that drops the batch host or is not a
+    /// subset, and any shrink under `SchedulerParameters=disable_job_shrink`).
+    pub fn shrink(&self, job: &str, nodes: &str) -> Result<(), SlurmError> {
+        self.run(
+            "scontrol",
+            &[
+                "update",
+                &format!("JobId={job}"),
+                &format!("NodeList={nodes}"),
+            ],
+        )
+        .map(drop)
+    }
+
+    /// `scontrol requeue JOB` (`JOB` as [`JobComment::job`]).
+    pub fn requeue_named(&self, job: &str) -> Result<(), SlurmError> {
+        self.run("scontrol", &["requeue", job]).map(drop)
+    }
+
     /// `scontrol update JobId=JOB AdminComment=TEXT` (live jobs; `JOB` as
     /// [`JobComment::job`]).
     pub fn set_admin_comment(&self, job: &str, text: &str) -> Result<(), SlurmError> {
@@ -700,6 +742,12 @@ impl Slurm for SlurmCli {
     }
     fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
         SlurmCli::requeue(self, job_id)
+    }
+    fn shrink(&self, job: &str, nodes: &str) -> Result<(), SlurmError> {
+        SlurmCli::shrink(self, job, nodes)
+    }
+    fn requeue_named(&self, job: &str) -> Result<(), SlurmError> {
+        SlurmCli::requeue_named(self, job)
     }
     fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
         SlurmCli::job_running(self, job_id)

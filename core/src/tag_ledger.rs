@@ -213,7 +213,9 @@ pub fn compare(
             out.keep.push(w.clone());
             continue;
         }
-        let Some(r) = records.iter().find(|r| r.job == w.job) else {
+        // The job's last record: a job shrunk while it ran (spare nodes) has a `RESIZING`
+        // record of the same id before its own.
+        let Some(r) = records.iter().rev().find(|r| r.job == w.job) else {
             if now_s.saturating_sub(w.at_s) < FORGET_AFTER_S {
                 out.keep.push(w.clone());
             }
@@ -364,6 +366,18 @@ mod tests {
         );
         assert_eq!(o.losses.len(), 1);
         assert_eq!(o.losses[0].found, "AdminComment is empty");
+    }
+
+    #[test]
+    fn a_job_shrunk_by_spares_is_judged_by_its_last_record_not_its_resizing_one() {
+        let asked = vec!["6".to_owned()];
+        let records = [
+            rec("6", "RESIZING", Some(120), &ours()),
+            rec("6", "COMPLETED", Some(150), &ours()),
+        ];
+        let o = compare(&[w("6", 100)], &asked, &records, 300, 60);
+        assert_eq!(o.intact, ["6"]);
+        assert!(o.keep.is_empty());
     }
 
     #[test]

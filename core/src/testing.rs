@@ -42,6 +42,13 @@ pub enum Call {
     Resume(String),
     /// `requeue(job)`.
     Requeue(u32),
+    /// `shrink(job, nodes)`.
+    Shrink {
+        /// The job, as named.
+        job: String,
+        /// The hostlist it keeps.
+        nodes: String,
+    },
     /// `job_running(job)`.
     JobRunning(u32),
     /// Reading `AdminComment`.
@@ -333,6 +340,16 @@ impl Slurm for FakeSlurm {
 
     fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
         self.call("requeue", Call::Requeue(job_id))
+    }
+
+    fn shrink(&self, job: &str, nodes: &str) -> Result<(), SlurmError> {
+        self.call(
+            "shrink",
+            Call::Shrink {
+                job: job.to_owned(),
+                nodes: nodes.to_owned(),
+            },
+        )
     }
 
     fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
@@ -636,6 +653,7 @@ pub fn setup(dir: &Path, script: Script, nodes: &str, node: &str, words: &[&str]
         option: FabricMode::Quick,
         job_uid: Some(nix::unistd::getuid().as_raw()),
         step_id: None,
+        spares: 0,
         plugin_args,
     };
     Setup::resolve(inv, Instant::now(), &Lines::default()).expect("a valid test setup")
@@ -934,6 +952,12 @@ impl<S: CapCalls> Slurm for Capped<'_, S> {
     }
     fn requeue(&self, job_id: u32) -> Result<(), SlurmError> {
         self.with(|s| s.requeue(job_id))
+    }
+    fn shrink(&self, job: &str, nodes: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.shrink(job, nodes))
+    }
+    fn requeue_named(&self, job: &str) -> Result<(), SlurmError> {
+        self.with(|s| s.requeue_named(job))
     }
     fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
         self.with(|s| s.job_running(job_id))

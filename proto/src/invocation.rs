@@ -165,6 +165,9 @@ pub struct Invocation {
     pub job_uid: Option<u32>,
     /// The step that ended (`S_JOB_STEPID`), for `step-end`.
     pub step_id: Option<u32>,
+    /// The spare nodes the job asked for (`--fabric-check-spares`, checked against
+    /// `spares_max=` by the plugin; the job step checks again); 0 when none.
+    pub spares: u32,
     /// The plugin's `plugstack.conf` words, after `--`.
     pub plugin_args: Vec<String>,
 }
@@ -221,6 +224,9 @@ impl Invocation {
         if let Some(step) = self.step_id {
             argv.extend(["--step-id".to_owned(), step.to_string()]);
         }
+        if self.spares > 0 {
+            argv.extend(["--spares".to_owned(), self.spares.to_string()]);
+        }
         argv.push("--".to_owned());
         argv.extend(self.plugin_args.iter().cloned());
         argv
@@ -252,6 +258,7 @@ impl Invocation {
         let mut words = words.into_iter().map(Into::into);
         let (mut job_id, mut node, mut nodes) = (None, None, None);
         let (mut option, mut job_uid, mut step_id) = (FabricMode::Quick, None, None);
+        let mut spares = 0;
         let mut plugin_args = Vec::new();
         let number = |flag: &'static str, v: String| {
             v.parse::<u32>()
@@ -269,6 +276,7 @@ impl Invocation {
                 "--option" => "--option",
                 "--job-uid" => "--job-uid",
                 "--step-id" => "--step-id",
+                "--spares" => "--spares",
                 _ => return Err(InvocationError::UnknownFlag(w)),
             };
             let v = words.next().ok_or(InvocationError::MissingValue(flag))?;
@@ -278,6 +286,7 @@ impl Invocation {
                 "--nodes" => nodes = Some(v),
                 "--option" => option = v.parse()?,
                 "--step-id" => step_id = Some(number(flag, v)?),
+                "--spares" => spares = number(flag, v)?,
                 _ => job_uid = Some(number(flag, v)?),
             }
         }
@@ -289,6 +298,7 @@ impl Invocation {
             option,
             job_uid,
             step_id,
+            spares,
             plugin_args,
         })
     }
@@ -325,6 +335,7 @@ mod tests {
             option: FabricMode::Full,
             job_uid: Some(1000),
             step_id: None,
+            spares: 0,
             plugin_args: vec!["policy=enforce".into(), "--odd".into()],
         }
     }
@@ -345,6 +356,14 @@ mod tests {
             step_id: Some(3),
             ..sample()
         };
+        let with_spares = Invocation {
+            spares: 2,
+            ..sample()
+        };
+        assert_eq!(
+            Invocation::parse(with_spares.to_argv()).unwrap(),
+            with_spares
+        );
         let argv = step_end.to_argv();
         assert_eq!(argv[0], "step-end");
         assert_eq!(Invocation::parse(argv).unwrap(), step_end);

@@ -33,6 +33,9 @@ pub enum JobState {
     Pending,
     /// Suspended.
     Suspended,
+    /// The record of an allocation before a shrink (`scontrol update JobId=J NodeList=`, which
+    /// spare nodes use): the job goes on under the same id in a record of its own.
+    Resizing,
     /// Anything else.
     Other,
 }
@@ -55,6 +58,7 @@ impl JobState {
             "RUNNING" | "R" | "COMPLETING" => Self::Running,
             "PENDING" | "PD" => Self::Pending,
             "SUSPENDED" | "S" => Self::Suspended,
+            "RESIZING" | "RS" => Self::Resizing,
             _ => Self::Other,
         }
     }

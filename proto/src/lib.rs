@@ -17,6 +17,7 @@
 //! | [`during`] | how a drain for a fault seen during a job names who saw it (epilog or watch) |
 //! | [`notice`] | the in-job watch's notice to the running job (`fabric-notice-<node>.jsonl`) |
 //! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment`, and the run summary |
+//! | [`spares`] | `--fabric-check-spares=K`: its parsing, the tag's `spares` entry, the batch step's shrunk environment |
 //! | [`record`] | `fabric-run` JSON-lines records and their writer |
 //! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
 //! | [`suggest`] | the known name nearest to a misspelt one ("did you mean") for every configuration reader |
@@ -30,6 +31,7 @@ pub mod job_state;
 pub mod notice;
 pub mod plugin_args;
 pub mod record;
+pub mod spares;
 pub mod suggest;
 pub mod tag;
 pub mod verdict;

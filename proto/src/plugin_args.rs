@@ -100,6 +100,9 @@ pub struct PluginArgs {
     /// `on_fault=none|requeue`: what a job may ask for when the in-job watch drains a node
     /// under it (default `none`: the job runs on and is told).
     pub on_fault: OnFault,
+    /// `spares_max=N`: the most spare nodes a job may ask for with `--fabric-check-spares`
+    /// (default 0: spares are not allowed; at most [`crate::spares::MAX_SPARES`]).
+    pub spares_max: u32,
 }
 
 /// `on_fault=`: whether jobs may ask to be requeued when the in-job watch drains one of their
@@ -136,6 +139,7 @@ impl Default for PluginArgs {
             watch_interval: Some(DEFAULT_WATCH_INTERVAL),
             watch_textfile: None,
             on_fault: OnFault::None,
+            spares_max: 0,
         }
     }
 }
@@ -161,6 +165,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "watch_interval",
     "watch_textfile",
     "on_fault",
+    "spares_max",
 ];
 
 /// The in-job watch's default sampling interval.
@@ -311,6 +316,12 @@ impl PluginArgs {
                 }
                 .map(|v| args.on_fault = v)
                 .ok_or(bad("none or requeue")),
+                "spares_max" => value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n <= crate::spares::MAX_SPARES && !value.starts_with('+'))
+                    .map(|n| args.spares_max = n)
+                    .ok_or(bad("a number of nodes from 0 to 64")),
                 "watch_textfile" => absolute_path(value)
                     .map(|p| args.watch_textfile = Some(p))
                     .ok_or(bad("an absolute path")),

@@ -269,6 +269,12 @@ pub struct JobList {
     pub untagged: u64,
     /// Kept jobs whose segment does not decode.
     pub unreadable: u64,
+    /// `RESIZING` records passed over: a job shrunk while it ran (spares give nodes back before
+    /// the first task) has one per shrink, with the allocation before it, beside its final one.
+    pub resizing: u64,
+    /// Jobs that spare nodes saved from a requeue (`--fabric-check-spares`: shrunk past a
+    /// failed node).
+    pub saved_by_spares: u64,
     /// What reading the input left out, padded or counted once (see [`InputNotes`]).
     #[serde(skip)]
     pub notes: InputNotes,
@@ -312,7 +318,18 @@ pub fn read(text: &str, source_name: &str, filter: &JobFilter) -> Result<JobList
     };
     for rec in records {
         let r = row(rec);
+        if r.state.starts_with("RESIZING") {
+            out.resizing += 1;
+            continue;
+        }
         if filter.keep(&r) {
+            if r.tag
+                .as_ref()
+                .and_then(|t| t.spares.as_ref())
+                .is_some_and(|s| s.saved())
+            {
+                out.saved_by_spares += 1;
+            }
             match r.tag_status {
                 "untagged" => out.untagged += 1,
                 "unreadable" => out.unreadable += 1,
@@ -473,6 +490,12 @@ pub fn summary(list: &JobList) -> String {
     if list.unreadable > 0 {
         s.push_str(&format!(", {} with an unreadable tag", list.unreadable));
     }
+    if list.saved_by_spares > 0 {
+        s.push_str(&format!(
+            ", {} saved from a requeue by spare nodes",
+            list.saved_by_spares
+        ));
+    }
     s
 }
 
@@ -533,6 +556,24 @@ pub fn to_json(list: &JobList) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_shrunk_by_spares_is_listed_once_and_counted_as_saved() {
+        let tag = r#"fabric-check/v1 {"verdict":"fail","nnodes":4,"nodes":{"n3":{"verdict":"fail","checks":["ib.port_state"],"drained":true}},"spares":{"asked":1,"kept":"n[1-2,4]","outcome":"shrunk","failed":[{"node":"n3","checks":["ib.port_state"]}],"spare_node_s":1.5}}"#;
+        let text = format!(
+            "JobID|State|NodeList|AdminComment\n7|RESIZING|n[1-4]|{tag}\n7|COMPLETED|n[1-2,4]|{tag}\n8|COMPLETED|n1|\n"
+        );
+        let list = read(&text, "t", &JobFilter::default()).unwrap();
+        assert_eq!(list.jobs.len(), 2, "{:?}", list.jobs);
+        assert_eq!(list.jobs[0].nodelist, "n[1-2,4]");
+        assert_eq!(list.resizing, 1);
+        assert_eq!(list.saved_by_spares, 1);
+        assert!(
+            summary(&list).contains("1 saved from a requeue by spare nodes"),
+            "{}",
+            summary(&list)
+        );
+    }
 
     #[test]
     fn array_and_het_ids_keep_their_parts() {

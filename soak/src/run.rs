@@ -337,6 +337,7 @@ impl<'a> Life<'a> {
             option: FabricMode::Quick,
             job_uid: Some(nix::unistd::getuid().as_raw()),
             step_id: None,
+            spares: 0,
             plugin_args: self.words.clone(),
         };
         Setup::resolve(inv, Instant::now(), &self.relay).expect("the soak's setup resolves")

@@ -58,6 +58,38 @@ fn option_ptr() -> *mut sys::spank_option {
     std::ptr::from_ref(&FABRIC_OPTION.0).cast_mut()
 }
 
+/// `--fabric-check-spares=K` (`fabric_proto::spares::SPARES_OPTION`), registered next to it.
+static SPARES_OPTION: OptionCell = OptionCell(sys::spank_option {
+    name: c"fabric-check-spares".as_ptr().cast_mut(),
+    arginfo: c"K".as_ptr().cast_mut(),
+    usage: c"Ask for K spare nodes among the job's -N: every node is checked before the job starts, and the job runs on N-K nodes that passed, without a requeue (batch jobs; the cluster's spares_max= limits K).".as_ptr().cast_mut(),
+    has_arg: 1,
+    val: 2,
+    cb: Some(spares_cb),
+});
+
+fn spares_ptr() -> *mut sys::spank_option {
+    std::ptr::from_ref(&SPARES_OPTION.0).cast_mut()
+}
+
+/// `spank_option_getopt` of one of the plugin's options.
+fn getopt(sp: sys::spank_t, opt: *mut sys::spank_option) -> Option<Option<String>> {
+    let mut optarg: *mut c_char = std::ptr::null_mut();
+    // SAFETY: valid handle, 'static option, and a valid out-pointer.
+    let rc = unsafe { sys::spank_option_getopt(sp, opt, &mut optarg) };
+    if rc != sys::ESPANK_SUCCESS {
+        return None;
+    }
+    if optarg.is_null() {
+        return Some(None);
+    }
+    // SAFETY: Slurm returns a NUL-terminated string it owns for the callback's duration.
+    let s = unsafe { CStr::from_ptr(optarg) }
+        .to_string_lossy()
+        .into_owned();
+    Some(Some(s))
+}
+
 /// Runs `f`, turning an error or a panic into a logged message and `-1`.
 fn guard(callback: &str, f: impl FnOnce() -> Result<(), CallbackError>) -> c_int {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -145,6 +177,11 @@ impl Host for SlurmHost {
     fn register_option(&self) -> Result<(), HostError> {
         // SAFETY: `sp` is the handle of the running callback; the option is 'static.
         let rc = unsafe { sys::spank_option_register(self.sp, option_ptr()) };
+        if rc != sys::ESPANK_SUCCESS {
+            return Err(HostError::Register(rc.into()));
+        }
+        // SAFETY: as above, for the second 'static option.
+        let rc = unsafe { sys::spank_option_register(self.sp, spares_ptr()) };
         if rc == sys::ESPANK_SUCCESS {
             Ok(())
         } else {
@@ -153,20 +190,11 @@ impl Host for SlurmHost {
     }
 
     fn option(&self) -> Option<Option<String>> {
-        let mut optarg: *mut c_char = std::ptr::null_mut();
-        // SAFETY: valid handle, 'static option, and a valid out-pointer.
-        let rc = unsafe { sys::spank_option_getopt(self.sp, option_ptr(), &mut optarg) };
-        if rc != sys::ESPANK_SUCCESS {
-            return None;
-        }
-        if optarg.is_null() {
-            return Some(None);
-        }
-        // SAFETY: Slurm returns a NUL-terminated string it owns for the callback's duration.
-        let s = unsafe { CStr::from_ptr(optarg) }
-            .to_string_lossy()
-            .into_owned();
-        Some(Some(s))
+        getopt(self.sp, option_ptr())
+    }
+
+    fn spares_option(&self) -> Option<Option<String>> {
+        getopt(self.sp, spares_ptr())
     }
 
     fn job_id(&self) -> Option<u32> {
@@ -324,6 +352,18 @@ extern "C" fn option_cb(val: c_int, optarg: *const c_char, remote: c_int) -> c_i
     })
 }
 
+extern "C" fn spares_cb(_val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
+    guard("the --fabric-check-spares option", || {
+        let value = (!optarg.is_null()).then(|| {
+            // SAFETY: Slurm passes the user's argument as a NUL-terminated string or NULL.
+            unsafe { CStr::from_ptr(optarg) }
+                .to_string_lossy()
+                .into_owned()
+        });
+        plugin::spares_value(value.as_deref(), remote != 0)
+    })
+}
+
 /// Called by Slurm in srun, sbatch, salloc and slurmstepd; registers `--fabric-check`.
 #[unsafe(no_mangle)]
 pub extern "C" fn slurm_spank_init(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
@@ -389,6 +429,21 @@ pub extern "C" fn slurm_spank_user_init(
         // SAFETY: as in `slurm_spank_init`.
         let words = unsafe { args(ac, av) };
         plugin::user_init(&SlurmHost { sp }, &words)
+    })
+}
+
+/// Called in each task of a step as root, before it becomes the job's user: the batch step of
+/// a job shrunk to its good nodes (`--fabric-check-spares`) reads them here.
+#[unsafe(no_mangle)]
+pub extern "C" fn slurm_spank_task_init_privileged(
+    sp: sys::spank_t,
+    ac: c_int,
+    av: *mut *mut c_char,
+) -> c_int {
+    guard("slurm_spank_task_init_privileged", || {
+        // SAFETY: as in `slurm_spank_init`.
+        let words = unsafe { args(ac, av) };
+        plugin::task_init_privileged(&SlurmHost { sp }, &words)
     })
 }
 

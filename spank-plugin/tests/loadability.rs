@@ -133,6 +133,40 @@ fn the_option_callback_returns_minus_one_for_a_bogus_value() {
 }
 
 #[test]
+fn the_spares_option_is_registered_and_refuses_a_request_above_spares_max_at_submission() {
+    let text = run_host(&[("STUB_CTX", "allocator")], &[]);
+    assert!(
+        text.contains("registered name=fabric-check-spares arginfo=K has_arg=1 usage_set=1"),
+        "{text}"
+    );
+    let refused = run_host(
+        &[("STUB_CTX", "allocator"), ("STUB_CALL", "spares:2")],
+        &["spares_max=1"],
+    );
+    assert!(refused.contains("at most 1 spare node(s)"), "{refused}");
+    assert!(refused.contains("rc=-1"), "{refused}");
+    let ok = run_host(
+        &[
+            ("STUB_CTX", "allocator"),
+            ("STUB_CALL", "spares:1"),
+            ("SLURM_CONF", "/nonexistent"),
+        ],
+        &["spares_max=1"],
+    );
+    assert!(ok.trim_end().ends_with("rc=0"), "{ok}");
+    let warn = run_host(
+        &[
+            ("STUB_CTX", "allocator"),
+            ("STUB_CALL", "spares:1"),
+            ("SLURM_CONF", "/nonexistent"),
+        ],
+        &["spares_max=1", "policy=warn"],
+    );
+    assert!(warn.contains("(policy=warn)"), "{warn}");
+    assert!(warn.contains("rc=-1"), "{warn}");
+}
+
+#[test]
 fn the_prolog_logs_the_request_and_names_bad_plugin_arguments() {
     let text = run_host(
         &[
@@ -316,6 +350,7 @@ fn only_the_spank_symbols_are_exported() {
             "slurm_spank_job_epilog",
             "slurm_spank_job_prolog",
             "slurm_spank_task_init",
+            "slurm_spank_task_init_privileged",
             "slurm_spank_user_init"
         ],
         "exported symbols changed: update this list only on purpose"

@@ -36,6 +36,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let job = step.job_id();
     // The in-job watch first: its faults are in the live tag already; its log goes to slurmd's.
     super::watch::finish(step);
+    super::spares::forget(step);
     let snapshot = step.snapshot_path();
     let during = match Baseline::load(&snapshot) {
         Ok(base) => {
@@ -90,7 +91,13 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             list.join(" ")
         ));
     }
-    if !policy::tags(plugin.policy) {
+    let given_up = super::spares::was_given_up(step);
+    if given_up {
+        step.say(&format!(
+            "{node} was given up by job {job} (spares): the job's first node writes its tag"
+        ));
+    }
+    if given_up || !policy::tags(plugin.policy) {
         // Observe tags nothing, so nothing reads this node's fabric-run records; they are still
         // ours to clear, or the spool fills with one folder per job.
         if let Some(dir) = open_job_dir(step) {

@@ -40,6 +40,7 @@ pub mod policy;
 pub mod prolog;
 pub mod results;
 pub mod runner;
+pub mod spares;
 pub mod step_end;
 pub mod tag_update;
 pub mod tag_write;
@@ -278,6 +279,8 @@ pub fn now_unix() -> u64 {
         .unwrap_or(0)
 }
 
+#[cfg(test)]
+mod spares_tests;
 #[cfg(test)]
 mod spool_tests;
 #[cfg(test)]

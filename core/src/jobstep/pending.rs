@@ -42,6 +42,9 @@ pub struct PendingPrologTag {
     pub notes: Vec<String>,
     /// The collective's report (`--fabric-check=full`).
     pub collective: Option<CollectiveSummary>,
+    /// What the job's spare nodes did (`--fabric-check-spares`).
+    #[serde(default)]
+    pub spares: Option<fabric_proto::spares::SparesRecord>,
 }
 
 impl PendingPrologTag {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::meet::meet;
+use super::meet::{Delivery, deliver};
 use super::payload::PrologPayload;
 use super::policy::{self, Found, Phase};
 use super::runner::{Against, CollectiveRequest, ProbeRequest};
@@ -220,15 +220,30 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         }
     }
 
-    // Rendezvous and tag.
+    // Rendezvous and tag; with spares, the leader keeps N good nodes.
+    let spares = super::spares::effective(setup.inv.spares, plugin, setup.nodes.len());
+    let mut given_up = false;
     if policy::tags(plugin.policy) {
         let payload = PrologPayload {
             result: result.clone(),
             notes,
             collective,
         };
-        if let Some(met) = meet(step, payload) {
-            lead_tag(step, met);
+        match deliver(step, payload) {
+            Delivery::Leader(met) => lead_tag(step, met, spares),
+            // A follower that failed, in a job with spares, leaves the job to the leader:
+            // it gives this node up (or requeues the job). Only when the leader has its verdict.
+            Delivery::Acknowledged => {
+                given_up = spares > 0 && super::spares::failed(&result, plugin);
+                if given_up {
+                    super::spares::mark_given_up(step);
+                    step.say(&format!(
+                        "spares: {node} failed; the first node gives it up (job {})",
+                        step.job_id()
+                    ));
+                }
+            }
+            Delivery::Failed => {}
         }
     }
     step.say(&format!(
@@ -237,7 +252,10 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         t0.elapsed().as_millis().saturating_sub(probe_ms),
         step.deadline().left_ms()
     ));
-    let exit = if result.drained {
+    let exit = if given_up {
+        // Spares: this node leaves the job; its prolog does not fail it.
+        JobStepExit::Proceed
+    } else if result.drained {
         JobStepExit::Drained
     } else {
         // The job runs here: watch the node until the epilog.
@@ -249,10 +267,38 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     exit
 }
 
-/// The leader's tag from every node's payload.
-fn lead_tag(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<PrologPayload>) {
-    let result = prolog_result(step.setup.inv.option.as_str(), now_unix(), met);
-    // munged or slurmctld away at this moment: the epilog (same first node) writes it later.
+/// The leader's tag from every node's payload, and with `spares` the job shrunk to N good nodes
+/// (or requeued), the tag saying which.
+fn lead_tag(
+    step: &JobStep<'_>,
+    met: fabric_net::rendezvous::typed::Met<PrologPayload>,
+    spares: u32,
+) {
+    let mut result = prolog_result(step.setup.inv.option.as_str(), now_unix(), met);
+    if spares > 0 {
+        use super::spares;
+        let plan = spares::plan(&step.setup.nodes, spares, &result.nodes, &step.setup.plugin);
+        let held_s = step.deadline().elapsed().as_secs_f64();
+        let planned = spares::record(spares, &plan, held_s);
+        result.spares = Some(planned.clone());
+        let shrinks = plan.shrinks();
+        if shrinks {
+            // The tag goes in before the shrink: slurmctld closes the allocation's accounting
+            // record at the shrink (`RESIZING`), and each record then carries it.
+            write_or_keep(step, &result);
+        }
+        let done = spares::record(spares, &spares::act(step, plan), held_s);
+        if shrinks && done == planned {
+            return;
+        }
+        result.spares = Some(done);
+    }
+    write_or_keep(step, &result);
+}
+
+/// Writes the prolog's result into the tag, or keeps it for the epilog when Slurm cannot take
+/// it now (munged or slurmctld away at this moment: the epilog, same first node, writes it).
+fn write_or_keep(step: &JobStep<'_>, result: &super::pending::PendingPrologTag) {
     if write_tag(step, |prev| result.clone().apply(prev)) == TagWrite::NotWritten {
         result.keep(step);
     }

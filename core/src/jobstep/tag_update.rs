@@ -52,6 +52,7 @@ pub fn prolog_result(mode: &str, probed_at_s: u64, met: Met<PrologPayload>) -> P
         missing,
         notes: all_notes,
         collective: got_collective,
+        spares: None,
     }
 }
 
@@ -70,7 +71,13 @@ impl PendingPrologTag {
             && p.probed_at == Some(self.probed_at_s)
             && p.mode.as_deref() == Some(self.mode.as_str())
         {
-            return previous.unwrap_or_default();
+            let mut p = previous.unwrap_or_default();
+            // The same attempt written again because its spares ended otherwise than planned
+            // (a refused shrink): only that entry changes.
+            if self.spares.is_some() {
+                p.spares = self.spares;
+            }
+            return p;
         }
         if previous
             .as_ref()
@@ -94,6 +101,7 @@ impl PendingPrologTag {
             self.notes,
         );
         t.collective = self.collective;
+        t.spares = self.spares;
         t
     }
 }

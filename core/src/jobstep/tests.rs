@@ -971,6 +971,7 @@ mod prolog_tag_kept {
             missing: vec![],
             notes: vec![],
             collective: None,
+            spares: None,
         }
     }
 

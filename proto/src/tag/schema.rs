@@ -260,6 +260,9 @@ pub struct JobTag {
     /// The fabric-run summary (written by the job: `reported_by` is `job`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<RunSummary>,
+    /// What the job's spare nodes did (`--fabric-check-spares`): nodes given up and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spares: Option<crate::spares::SparesRecord>,
     /// Free-form notes from the writer (e.g. "probe timed out"), bounded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,

@@ -31,6 +31,10 @@ use fabric_proto::tag::Verdict;
 /// tells a buyer nothing. Below it the report gives the count and says why there is no rate.
 pub const MIN_NODE_H_FOR_RATE: u32 = 100;
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 /// What to fold and how.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -133,6 +137,10 @@ pub struct GroupAcc {
     pub retries: u64,
     /// Requeues (tag or `restart_cnt`, whichever is larger per job).
     pub requeues: u64,
+    /// Jobs that spare nodes saved from a requeue (shrunk past a failed node).
+    pub spares_saved: u64,
+    /// Node-seconds jobs held spare nodes they then gave up (the prolog's time on each).
+    pub spare_node_s: u64,
     /// Jobs whose probe verdict was fail or error.
     pub verdicts: BTreeMap<Verdict, u64>,
     /// Records per state.
@@ -229,6 +237,11 @@ impl GroupAcc {
         self.last_end_s = self.last_end_s.max(job.end_s);
         self.allocated.add(job.gpus, job.nnodes, secs);
         self.node_s += u64::from(job.nnodes) * secs;
+        if job.state == JobState::Resizing {
+            // The allocation before a shrink: its time is the job's, its tag is the final
+            // record's (counted there, once).
+            return;
+        }
 
         let tag = match &job.tag {
             TagState::Present(t) => Some(t.as_ref()),
@@ -244,6 +257,10 @@ impl GroupAcc {
         let run = tag.and_then(|t| t.run.as_ref());
         let mut requeues = u64::from(job.restarts);
         if let Some(t) = tag {
+            if let Some(sp) = &t.spares {
+                self.spares_saved += u64::from(sp.saved());
+                self.spare_node_s += sp.spare_node_s.round() as u64;
+            }
             if let Some(v) = t.verdict {
                 *self.verdicts.entry(v).or_insert(0) += 1;
             }
@@ -343,6 +360,8 @@ impl GroupAcc {
         self.run_ms = self.run_ms.saturating_add(o.run_ms);
         self.retries += o.retries;
         self.requeues += o.requeues;
+        self.spares_saved += o.spares_saved;
+        self.spare_node_s += o.spare_node_s;
         for (k, v) in o.verdicts {
             *self.verdicts.entry(k).or_insert(0) += v;
         }
@@ -483,6 +502,13 @@ pub struct GroupReport {
     pub checkpoint_share_pct: Sampled,
     /// Wrapper retries.
     pub retries: u64,
+    /// Jobs that spare nodes saved from a requeue (`--fabric-check-spares`); left out of the
+    /// JSON when none.
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    pub spares_saved: u64,
+    /// Node-hours of spare nodes held (the prolog) and given back; left out when none.
+    #[serde(skip_serializing_if = "Decimal::is_zero")]
+    pub spare_node_h: Decimal,
     /// Slurm requeues.
     pub requeues: u64,
     /// Probe verdicts of tagged jobs.
@@ -726,6 +752,8 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
                     n: g.runs,
                 },
                 retries: g.retries,
+                spares_saved: g.spares_saved,
+                spare_node_h: Decimal::from(g.spare_node_s) / Decimal::from(3600),
                 requeues: g.requeues,
                 verdicts: g.verdicts,
                 states: g.states,
@@ -824,6 +852,41 @@ mod tests {
         // 0.1 + 0.2 in any order: the same integer.
         assert_eq!(ms(0.1) + ms(0.2), ms(0.2) + ms(0.1));
         assert_eq!(ms(0.1) + ms(0.2), 300);
+    }
+
+    #[test]
+    fn a_job_saved_by_spares_is_counted_once_with_its_spare_node_seconds_and_its_resize_record_adds_only_time()
+     {
+        let tag = super::super::tag_state(
+            r#"fabric-check/v1 {"verdict":"fail","nnodes":4,"nodes":{"n3":{"verdict":"fail","checks":["ib.port_state"],"drained":true}},"spares":{"asked":1,"kept":"n[1-2,4]","outcome":"shrunk","failed":[{"node":"n3","checks":["ib.port_state"]}],"spare_node_s":2.4}}"#,
+        );
+        let rec = |state, nnodes, start_s, end_s| JobRecord {
+            job_id: "7".into(),
+            partition: "p".into(),
+            account: String::new(),
+            user: "u".into(),
+            cluster: "c".into(),
+            qos: String::new(),
+            state,
+            submit_s: 100,
+            eligible_s: 100,
+            start_s,
+            end_s,
+            elapsed_s: (end_s - start_s) as u64,
+            nnodes,
+            gpus: None,
+            restarts: 0,
+            tag: tag.clone(),
+            detail: None,
+        };
+        let mut g = GroupAcc::default();
+        g.add(&rec(JobState::Resizing, 4, 100, 102), None);
+        g.add(&rec(JobState::Completed, 3, 102, 112), None);
+        assert_eq!(g.spares_saved, 1);
+        assert_eq!(g.spare_node_s, 2);
+        assert_eq!(g.drains, 1, "the tag's drain counts once");
+        assert_eq!(g.node_s, 4 * 2 + 3 * 10, "both records' node time");
+        assert_eq!(g.requeues, 0);
     }
 
     #[test]

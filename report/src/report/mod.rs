@@ -90,6 +90,8 @@ pub struct TagFacts {
     pub drained: Vec<(String, String)>,
     /// The `fabric-run` summary.
     pub run: Option<RunSummary>,
+    /// What spare nodes did (`--fabric-check-spares`).
+    pub spares: Option<fabric_proto::spares::SparesRecord>,
 }
 
 #[derive(Deserialize)]
@@ -145,6 +147,8 @@ struct LeanTag {
     nodes: Drained,
     #[serde(default)]
     run: Option<RunSummary>,
+    #[serde(default)]
+    spares: Option<fabric_proto::spares::SparesRecord>,
 }
 
 /// One job (allocation) from accounting, whatever form it was read from. Times are Unix seconds
@@ -259,6 +263,7 @@ pub fn tag_state(comment: &str) -> TagState {
             nnodes: t.nnodes,
             drained: t.nodes.0,
             run: t.run,
+            spares: t.spares,
         })),
         Some(Err(e)) => TagState::Unreadable(format!(
             "the fabric-check/v1 segment of the comment is not valid JSON: {e}"

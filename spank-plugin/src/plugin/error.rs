@@ -3,6 +3,7 @@
 //! exported functions log it into the slurmd (or srun) log.
 
 use fabric_proto::fabric_option::InvalidFabricMode;
+use fabric_proto::spares::SparesRefused;
 
 /// A call into the SPANK host that did not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +46,9 @@ pub enum CallbackError {
     /// ones).
     #[error("fabric-check: {0}")]
     Option(#[from] InvalidFabricMode),
+    /// `--fabric-check-spares=` is refused at submission (the message says why and what to do).
+    #[error("fabric-check: {0}")]
+    Spares(#[from] SparesRefused),
     /// The prolog's child says this node failed its fabric check and drained it: the prolog
     /// fails so that Slurm requeues the job elsewhere (the message says so, with the tag and
     /// the time taken).

@@ -10,11 +10,15 @@ use fabric_proto::plugin_args::{ArgProblem, JobMode, PluginArgs};
 
 mod error;
 mod script;
+mod spares;
 mod step;
 
 pub use error::{CallbackError, HostError};
 pub use script::{ScriptEnv, job_script, job_script_in, script_rc};
-pub use step::{step_exit, step_exit_in, step_gate_argv, task_init, user_init};
+pub use spares::{Submission, read_spares, spares_value, spares_value_in};
+pub use step::{
+    step_exit, step_exit_in, step_gate_argv, task_init, task_init_privileged, user_init,
+};
 
 /// Where the plugin is running (`spank_context()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +68,11 @@ pub trait Host {
     /// `None` when the user did not give the option, `Some(None)` for a bare flag seen as NULL,
     /// `Some(Some(value))` otherwise (a bare flag may arrive as `"(null)"`).
     fn option(&self) -> Option<Option<String>>;
+    /// `--fabric-check-spares`'s value, as [`Host::option`] (the job prolog reads it; absent
+    /// when the job did not ask).
+    fn spares_option(&self) -> Option<Option<String>> {
+        None
+    }
     /// The job id (`S_JOB_ID`).
     fn job_id(&self) -> Option<u32>;
     /// The job owner's uid (`S_JOB_UID`).
@@ -179,6 +188,11 @@ pub fn init(host: &dyn Host, words: &[String]) -> Result<(), CallbackError> {
     hooks::maybe_panic("init", ctx);
     // Users see errors logged in srun/sbatch; admin mistakes are for the slurmd log.
     report_problems(host, &problems, ctx == Context::Remote);
+    if matches!(ctx, Context::Local | Context::Allocator) {
+        // The spares option's callback (at submission) checks against this cluster's limit.
+        let (args, _) = parse_args(words);
+        spares::remember_limit(args.spares_max, args.policy);
+    }
     if ctx.registers_option() {
         Ok(host.register_option()?)
     } else {

@@ -7,8 +7,8 @@ use fabric_proto::invocation::{Invocation, JobStepExit};
 use fabric_proto::plugin_args::PluginArgs;
 
 use super::{
-    CallbackError, Context, Host, Script, hooks, parse_args, read_request, report_problems,
-    wants_check,
+    CallbackError, Context, Host, Script, hooks, parse_args, read_request, read_spares,
+    report_problems, wants_check,
 };
 use crate::spawn::{self, Outcome};
 
@@ -72,15 +72,29 @@ pub fn job_script_in(
         Script::Epilog => hooks::maybe_panic("job_epilog", Context::JobScript),
         Script::StepEnd | Script::Watch => hooks::maybe_panic("exit", Context::Remote),
     }
-    let req = read_request(host, env.node.clone());
+    let mut req = read_request(host, env.node.clone());
+    // Spares need the check: `--fabric-check-spares=K` alone asks for the quick one.
+    // (The epilog too: a job checked for its spares alone is followed to its end.)
+    let spares = match script {
+        Script::Prolog | Script::Epilog => read_spares(host, args.spares_max),
+        Script::StepEnd | Script::Watch => 0,
+    };
+    if spares > 0 && req.mode.is_none() {
+        req.mode = Some(FabricMode::Quick);
+    }
     let job = req.job_id.map_or_else(|| "?".to_owned(), |j| j.to_string());
     let node = req.node.clone().unwrap_or_else(|| "?".to_owned());
     let checked = wants_check(args.mode, req.mode);
     let tag = format!("fabric-check: {} job={job} node={node}", script.as_str());
     if script == Script::Prolog {
         host.info(&format!(
-            "{tag} option={} action={}",
+            "{tag} option={}{} action={}",
             req.mode.map_or("none", FabricMode::as_str),
+            if spares > 0 {
+                format!(" spares={spares}")
+            } else {
+                String::new()
+            },
             if checked { "check" } else { "none" }
         ));
     }
@@ -100,6 +114,7 @@ pub fn job_script_in(
         option: req.mode.unwrap_or(FabricMode::Quick),
         job_uid: host.job_uid(),
         step_id: None,
+        spares: if script == Script::Prolog { spares } else { 0 },
         plugin_args: hooks::take_hook_args(words),
     }
     .to_argv();

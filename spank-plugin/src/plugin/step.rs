@@ -8,6 +8,7 @@ use fabric_proto::hostlist::{Hostlist, Limits};
 use fabric_proto::invocation::{BATCH_STEP_ID, FIRST_SPECIAL_STEP_ID, Invocation, JobStepExit};
 use fabric_proto::plugin_args::{JobMode, PluginArgs};
 use fabric_proto::record::PLUGIN_SPOOL_ENV;
+use fabric_proto::spares::{BatchEnv, MAX_BATCH_ENV_BYTES};
 
 use super::script::run_child;
 use super::{
@@ -42,6 +43,94 @@ pub fn user_init(host: &dyn Host, words: &[String]) -> Result<(), CallbackError>
     Ok(())
 }
 
+/// The batch step of a job the prolog leader shrank to its good nodes (`--fabric-check-spares`)
+/// as read by `slurm_spank_task_init_privileged` (root: the file is in root's state folder) for
+/// `slurm_spank_task_init` of the same task process (the user) to apply. One task process, no
+/// threads: a process-wide cell.
+static BATCH_ENV: std::sync::Mutex<Option<BatchEnv>> = std::sync::Mutex::new(None);
+
+/// `slurm_spank_task_init_privileged` (in the task, as root, before it becomes the job's user):
+/// in the batch step of a shrunk job, reads the kept nodes the prolog leader (this node, the
+/// batch host) left ([`BatchEnv::path`]). Slurm built the batch script's environment at
+/// allocation, before the prolog, so it still names every allocated node; `task_init` rewrites
+/// it. No file (no shrink): nothing. A file that cannot be read is logged; the job runs with
+/// Slurm's variables. Never fails the task.
+pub fn task_init_privileged(host: &dyn Host, words: &[String]) -> Result<(), CallbackError> {
+    if host.context() != Context::Remote || host.step_id() != Some(BATCH_STEP_ID) {
+        return Ok(());
+    }
+    hooks::maybe_panic("task_init_privileged", Context::Remote);
+    let (args, _) = parse_args(words);
+    if args.mode == JobMode::Off {
+        return Ok(());
+    }
+    let env = read_batch_env(
+        host,
+        &args,
+        std::env::var("SLURMD_NODENAME").ok().as_deref(),
+    );
+    if let Ok(mut g) = BATCH_ENV.lock() {
+        *g = env;
+    }
+    Ok(())
+}
+
+/// The kept nodes of this job on `node`, if the prolog leader left them (see
+/// [`task_init_privileged`]).
+pub(super) fn read_batch_env(
+    host: &dyn Host,
+    args: &PluginArgs,
+    node: Option<&str>,
+) -> Option<BatchEnv> {
+    use std::io::Read;
+    let job = host.job_id()?;
+    let dir = fabric_proto::plugin_args::expand_node(&args.state_dir, node?)?;
+    let path = BatchEnv::path(&dir, job);
+    let said = |what: &str, e: &dyn std::fmt::Display| {
+        host.error(&format!(
+            "fabric-check: cannot {what} {} ({e}); the batch script sees every allocated node",
+            path.display()
+        ));
+    };
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            said("open", &e);
+            return None;
+        }
+    };
+    let mut text = String::new();
+    if let Err(e) = file.take(MAX_BATCH_ENV_BYTES).read_to_string(&mut text) {
+        said("read", &e);
+        return None;
+    }
+    match BatchEnv::parse(&text) {
+        Ok(env) if env.job_id == job => Some(env),
+        Ok(_) => None,
+        Err(e) => {
+            said("use", &e);
+            None
+        }
+    }
+}
+
+/// Sets the batch script's node variables to those of the kept nodes ([`BatchEnv::variables`]),
+/// in `slurm_spank_task_init`: after slurmstepd's own `setup_env`, just before the script runs.
+pub(super) fn apply_batch_env(host: &dyn Host, env: &BatchEnv) {
+    for (name, value) in env.variables(|v| host.job_env(v)) {
+        if let Err(e) = host.setenv(name, &value) {
+            host.error(&format!("fabric-check: cannot set {name} ({e})"));
+        }
+    }
+    host.info(&format!(
+        "fabric-check: job {} runs on its {} good node(s) {}: the batch script's environment names only them",
+        env.job_id,
+        env.kept.len(),
+        fabric_proto::hostlist::compress(&env.kept).unwrap_or_default()
+    ));
+}
+
 /// The command `slurm_spank_task_init` prepends to every task of a `--fabric-check=full` step:
 /// `<probe> step-gate --plugin-arg WORD... --`, followed by the task's own command line.
 pub fn step_gate_argv(args: &PluginArgs, words: &[String]) -> Vec<String> {
@@ -65,6 +154,11 @@ pub fn task_init(host: &dyn Host, words: &[String]) -> Result<(), CallbackError>
         return Ok(());
     }
     hooks::maybe_panic("task_init", Context::Remote);
+    if host.step_id() == Some(BATCH_STEP_ID)
+        && let Some(env) = BATCH_ENV.lock().ok().and_then(|mut g| g.take())
+    {
+        apply_batch_env(host, &env);
+    }
     let (args, _) = parse_args(words);
     let asked = read_request(host, None).mode;
     if !wants_check(args.mode, asked) || asked != Some(FabricMode::Full) {
@@ -213,6 +307,7 @@ pub fn step_exit_in(
         option: asked.unwrap_or(FabricMode::Quick),
         job_uid: host.job_uid(),
         step_id: Some(step_id),
+        spares: 0,
         plugin_args: hooks::take_hook_args(words),
     }
     .to_argv();

@@ -1,6 +1,7 @@
 //! The callbacks against a fake [`Host`].
 
-use super::step::records_present;
+use super::spares::Submission;
+use super::step::{apply_batch_env, read_batch_env, records_present};
 use super::*;
 use fabric_proto::invocation::BATCH_STEP_ID;
 use fabric_proto::record::PLUGIN_SPOOL_ENV;
@@ -18,6 +19,7 @@ struct FakeHost {
     prepended: RefCell<Vec<Vec<String>>>,
     env: RefCell<Vec<(String, String)>>,
     step_nodes: Option<(String, u32)>,
+    spares: Option<Option<String>>,
 }
 
 impl Host for FakeHost {
@@ -30,6 +32,9 @@ impl Host for FakeHost {
     }
     fn option(&self) -> Option<Option<String>> {
         self.opt.clone()
+    }
+    fn spares_option(&self) -> Option<Option<String>> {
+        self.spares.clone()
     }
     fn job_id(&self) -> Option<u32> {
         Some(42)
@@ -67,6 +72,9 @@ impl Host for FakeHost {
         self.step_nodes.as_ref().map(|(_, n)| *n)
     }
     fn job_env(&self, name: &str) -> Option<String> {
+        if name == "SLURM_TASKS_PER_NODE" {
+            return Some("1(x4)".into());
+        }
         (name == "SLURM_STEP_NODELIST")
             .then(|| self.step_nodes.as_ref().map(|(l, _)| l.clone()))
             .flatten()
@@ -574,4 +582,124 @@ fn a_step_end_child_that_hangs_is_killed_at_the_timeout_and_the_step_still_succe
             .any(|l| l.starts_with("error") && l.contains("timed out")),
         "{log:?}"
     );
+}
+
+mod spares_option {
+    use super::*;
+
+    fn sbatch() -> Submission {
+        Submission {
+            slurm_conf: Some("SchedulerParameters=sched_interval=2\n".into()),
+            in_job: false,
+            own_allocation: false,
+        }
+    }
+
+    #[test]
+    fn a_spares_request_within_spares_max_is_accepted_at_submission() {
+        assert!(spares_value_in(Some("1"), false, 2, &sbatch()).is_ok());
+        assert!(spares_value_in(Some("0"), false, 0, &sbatch()).is_ok());
+    }
+
+    #[test]
+    fn a_spares_request_above_spares_max_is_refused_at_submission_with_the_limit() {
+        let e = spares_value_in(Some("3"), false, 2, &sbatch()).unwrap_err();
+        assert!(e.to_string().contains("at most 2 spare node(s)"), "{e}");
+        let e = spares_value_in(Some("1"), false, 0, &sbatch()).unwrap_err();
+        assert!(e.to_string().contains("ask your admin"), "{e}");
+    }
+
+    #[test]
+    fn a_spares_value_that_is_not_a_plain_number_is_refused_everywhere() {
+        for bad in [None, Some("1;x"), Some("-1"), Some(" 1"), Some("one")] {
+            assert!(
+                spares_value_in(bad, false, 4, &sbatch()).is_err(),
+                "{bad:?}"
+            );
+            assert!(spares_value_in(bad, true, 4, &sbatch()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_cluster_that_disables_job_shrink_tells_the_job_at_submission() {
+        let sub = Submission {
+            slurm_conf: Some("SchedulerParameters=disable_job_shrink\n".into()),
+            ..sbatch()
+        };
+        let e = spares_value_in(Some("1"), false, 2, &sub).unwrap_err();
+        assert!(e.to_string().contains("disable_job_shrink"), "{e}");
+    }
+
+    #[test]
+    fn an_srun_that_makes_its_own_allocation_is_told_spares_are_for_batch_jobs() {
+        let own = Submission {
+            own_allocation: true,
+            ..sbatch()
+        };
+        let e = spares_value_in(Some("1"), false, 2, &own).unwrap_err();
+        assert!(e.to_string().contains("batch jobs"), "{e}");
+        let inside = Submission {
+            own_allocation: true,
+            in_job: true,
+            ..sbatch()
+        };
+        assert!(spares_value_in(Some("1"), false, 2, &inside).is_ok());
+    }
+
+    #[test]
+    fn the_prolog_takes_a_spares_request_above_spares_max_as_none_and_says_so() {
+        let h = FakeHost {
+            ctx: Some(Context::JobScript),
+            spares: Some(Some("5".into())),
+            ..FakeHost::default()
+        };
+        assert_eq!(read_spares(&h, 2), 0);
+        assert!(h.log.borrow().iter().any(|l| l.contains("without spares")));
+        let ok = FakeHost {
+            spares: Some(Some("2".into())),
+            ..FakeHost::default()
+        };
+        assert_eq!(read_spares(&ok, 2), 2);
+    }
+
+    #[test]
+    fn the_batch_step_of_a_shrunk_job_sees_only_its_kept_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("n1");
+        std::fs::create_dir_all(&state).unwrap();
+        let env = fabric_proto::spares::BatchEnv {
+            job_id: 42,
+            allocated: vec!["n1".into(), "n2".into(), "n3".into(), "n4".into()],
+            kept: vec!["n1".into(), "n2".into(), "n4".into()],
+        };
+        std::fs::write(
+            fabric_proto::spares::BatchEnv::path(&state, 42),
+            env.to_json(),
+        )
+        .unwrap();
+        let (args, _) = fabric_proto::plugin_args::PluginArgs::parse([format!(
+            "state_dir={}/%n",
+            dir.path().display()
+        )
+        .as_str()]);
+        let h = FakeHost {
+            ctx: Some(Context::Remote),
+            step: Some(BATCH_STEP_ID),
+            ..FakeHost::default()
+        };
+        let read = read_batch_env(&h, &args, Some("n1")).expect("the leader's file");
+        apply_batch_env(&h, &read);
+        let set = h.env.borrow().clone();
+        let get = |k: &str| set.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("SLURM_JOB_NODELIST").as_deref(), Some("n[1-2,4]"));
+        assert_eq!(get("SLURM_NNODES").as_deref(), Some("3"));
+        assert_eq!(get("SLURM_TASKS_PER_NODE").as_deref(), Some("1(x3)"));
+        // Another node, or no file: nothing changes.
+        let other = FakeHost {
+            ctx: Some(Context::Remote),
+            step: Some(BATCH_STEP_ID),
+            ..FakeHost::default()
+        };
+        assert!(read_batch_env(&other, &args, Some("n2")).is_none());
+    }
 }

@@ -4,7 +4,7 @@
  * by environment variables so one binary covers every case:
  *   STUB_CTX=local|remote|allocator|slurmd|job_script   what spank_context() answers
  *   STUB_OPT=<value>|-                                  the option's value ("-": not given)
- *   STUB_CALL=init|prolog|task_init|exit|option:<value> which callback to call
+ *   STUB_CALL=init|prolog|task_init|exit|option:<value>|spares:<value> which callback to call
  *   STUB_STEP=<id>                                      the step id (S_JOB_STEPID), default 1
  *   STUB_NODEID=<n>                                     the node's index (S_JOB_NODEID), default 0
  * Built with -DWITH_PREPEND it also exports spank_prepend_task_argv, as slurmstepd of Slurm
@@ -22,7 +22,7 @@ struct spank_option {
     int (*cb)(int val, const char *optarg, int remote);
 };
 typedef void *spank_t;
-static struct spank_option *registered;
+static struct spank_option *registered, *registered_spares;
 
 int spank_context(void) {
     const char *c = getenv("STUB_CTX");
@@ -35,14 +35,16 @@ int spank_context(void) {
     return 0;
 }
 int spank_option_register(spank_t sp, struct spank_option *opt) {
-    (void)sp; registered = opt;
+    (void)sp;
+    if (!registered) registered = opt; else registered_spares = opt;
     printf("registered name=%s arginfo=%s has_arg=%d usage_set=%d\n", opt->name, opt->arginfo,
            opt->has_arg, opt->usage != NULL);
     return 0;
 }
 int spank_option_getopt(spank_t sp, struct spank_option *opt, char **optarg) {
-    (void)sp; (void)opt;
-    const char *v = getenv("STUB_OPT");
+    (void)sp;
+    /* --fabric-check from STUB_OPT, --fabric-check-spares from STUB_SPARES */
+    const char *v = getenv(opt->val == 1 ? "STUB_OPT" : "STUB_SPARES");
     if (!v || !strcmp(v, "-")) return 1; /* ESPANK_ERROR: not given */
     *optarg = (char *)v;
     return 0;
@@ -128,6 +130,10 @@ int main(int argc, char **argv) {
         if (!strncmp(call, "option:", 7)) {
             if (!registered) { printf("no option registered\n"); return 1; }
             rc = registered->cb(registered->val, call + 7, 0);
+        }
+        if (!strncmp(call, "spares:", 7)) {
+            if (!registered_spares) { printf("no spares option registered\n"); return 1; }
+            rc = registered_spares->cb(registered_spares->val, call + 7, 0);
         }
     }
     printf("rc=%d\n", rc);

@@ -173,6 +173,19 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
             per(&|g| sampled(&g.checkpoint_share_pct, 1)),
         ),
         Row::compare(
+            "requeues avoided by spares (spare node-h held)",
+            "jobs",
+            Better::Higher,
+            per(&|g| {
+                (g.spares_saved > 0 || !g.spare_node_h.is_zero()).then(|| {
+                    (
+                        g.spares_saved as f64,
+                        format!("{} ({})", g.spares_saved, g.spare_node_h.round_dp(3)),
+                    )
+                })
+            }),
+        ),
+        Row::compare(
             "mean queue wait",
             "h",
             Better::Lower,
