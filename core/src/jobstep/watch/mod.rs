@@ -451,7 +451,18 @@ fn requeue_if_asked(step: &JobStep<'_>, setup: &Setup) -> bool {
         ));
         return false;
     }
-    match step.seams.slurm.requeue(job) {
+    // By the job's exact name (`A_T` for an array task): the first task of an array has the
+    // array's own id, and `scontrol requeue <that id>` would requeue every task of the array.
+    let name = match step.seams.slurm.admin_comment(job) {
+        Ok(c) => c.job,
+        Err(e) => {
+            step.say(&format!(
+                "watch: job {job} asked to be requeued; not done: its exact name cannot be read ({e})"
+            ));
+            return false;
+        }
+    };
+    match step.seams.slurm.requeue_named(&name) {
         Ok(()) => {
             step.say(&format!(
                 "watch: requeued job {job}, as it asked (on_fault=requeue): it starts again on other nodes"
