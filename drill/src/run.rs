@@ -207,6 +207,7 @@ impl Drill<'_> {
             signals: Vec::new(),
             job: None,
             error: None,
+            measured_pct: None,
         };
         let dir = match folder::prepare(
             &self.cfg.work_dir,
@@ -273,6 +274,7 @@ impl Drill<'_> {
         if let Err(e) = step {
             out.error = Some(e);
         }
+        out.measured_pct = self.injector.take_measured_pct();
         // Stopped by the gates: the round's job goes too, so the nodes are handed back.
         if self.gates.stopped().is_some()
             && let Some(id) = job_id
@@ -342,7 +344,7 @@ impl Drill<'_> {
                 completed: view.state.starts_with("COMPLETED"),
             });
         }
-        let injected = out.injected_at_ms.is_some() && !round.class.is_control();
+        let injected = out.injected_at_ms.is_some() && !round.is_control();
         self.heal(round, injected);
         out
     }
@@ -491,6 +493,7 @@ mod tests {
                 fabric_run: false,
             }),
             during_at_permille: None,
+            size: None,
         }
     }
 
@@ -624,6 +627,7 @@ mod tests {
             moment: Moment::Idle,
             job: None,
             during_at_permille: None,
+            size: None,
         }
     }
 
