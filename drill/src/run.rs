@@ -344,7 +344,9 @@ impl Drill<'_> {
                 completed: view.state.starts_with("COMPLETED"),
             });
         }
-        let injected = out.injected_at_ms.is_some() && !round.is_control();
+        // A fault at a control size is still the drill's own change: a drain it caused is
+        // scored as a false drain and then resumed like any drain the drill's faults caused.
+        let injected = out.injected_at_ms.is_some() && !round.class.is_control();
         self.heal(round, injected);
         out
     }

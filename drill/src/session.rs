@@ -102,6 +102,11 @@ pub enum SessionError {
         "--size {0}=...: the drill does not run class {0}; add it to --classes or drop the size"
     )]
     SizeForAbsentClass(String),
+    /// Graded sizes asked for on a real cluster.
+    #[error(
+        "graded faults (--graded, --size) run on the testbed only: a real cluster's congestion cap is a fixed rate and its counters cannot be raised; drop them here"
+    )]
+    GradedOnTestbedOnly,
     /// A `--size` list that fits no class the drill runs.
     #[error(
         "--size {0}: no class the drill runs takes sizes of this kind; write CLASS=SIZES (congestion=50%, error_counters=2x, link_flap=2)"
@@ -475,6 +480,9 @@ impl Session {
             classes.retain(|c| c.grading().is_some());
         }
         let sizes = resolve_sizes(&classes, self.graded, &self.sizes)?;
+        if !sizes.is_empty() && *self.gates.place() != Place::Testbed {
+            return Err(SessionError::GradedOnTestbedOnly);
+        }
         Ok(Plan::draw(&PlanSpec {
             nodes: self.nodes.clone(),
             classes,
@@ -868,5 +876,39 @@ mod tests {
             .map(|c| c.id())
             .collect();
         assert_eq!(c, vec!["checkpoint_burst", "background_load", "clean"]);
+    }
+
+    #[test]
+    fn a_real_cluster_refuses_graded_sizes_before_anything_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let names: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| (*n).into()).collect();
+        let cluster = FakeCluster::new(500, "fabric-check: collective.slow_node");
+        let injector = cluster.injector();
+        let mut session = Session {
+            cluster: Box::new(cluster),
+            gates: Gates::cluster(names.clone(), "drill".into(), vec![FaultClass::Congestion]),
+            injector: Box::new(injector),
+            journal: Journal::open(&dir.path().join("journal.jsonl")).unwrap(),
+            nodes: names
+                .iter()
+                .map(|n| DrillNode {
+                    name: n.clone(),
+                    kind: NodeKind::Roce,
+                })
+                .collect(),
+            cfg: RunConfig::new(dir.path().join("work"), names.clone()),
+            testbed: None,
+            classes: vec!["congestion".into()],
+            per_class: 1,
+            controls: 0,
+            graded: true,
+            sizes: Vec::new(),
+            seed: Some(3),
+        };
+        let e = session.plan(3).unwrap_err().to_string();
+        assert!(e.contains("testbed only"), "{e}");
+        // The same drill at the class's fixed size is planned.
+        session.graded = false;
+        assert_eq!(session.plan(3).unwrap().rounds.len(), 1);
     }
 }
