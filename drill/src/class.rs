@@ -101,6 +101,8 @@ pub enum FaultClass {
     ErrorCounters,
     /// Pause-frame storm counters rise.
     PauseStorm,
+    /// DCQCN congestion notifications (CNPs sent and handled, ECN marks) storm.
+    CnpStorm,
     /// One node's path is slow (`tc tbf`), seen by the collective.
     Congestion,
     /// A node removed from a running job: its slurmd is stopped.
@@ -124,6 +126,7 @@ pub const ALL: &[FaultClass] = &[
     FaultClass::LinkFlap,
     FaultClass::ErrorCounters,
     FaultClass::PauseStorm,
+    FaultClass::CnpStorm,
     FaultClass::Congestion,
     FaultClass::NodeRemoved,
     FaultClass::CheckpointBurst,
@@ -334,6 +337,29 @@ impl FaultClass {
                     ],
                 }),
             },
+            FaultClass::CnpStorm => ClassSpec {
+                id: "cnp_storm",
+                control: false,
+                injects: "CNPs sent and handled +tens of millions, ECN-marked packets likewise, on one RoCE port",
+                restores: SYSFS_RESTORE,
+                touches_hardware: false,
+                testbed_only: true,
+                moments: &[Before, During],
+                kinds: &[Roce],
+                ib_fixture: None,
+                roce_fixture: Some("roce8-cnp-storm"),
+                job_nodes: 2,
+                grading: Some(Grading {
+                    kind: SizeKind::Threshold,
+                    defaults: THRESHOLD_SIZES,
+                    ib_counters: &[],
+                    roce_counters: &[
+                        ("np_cnp_sent", "np_cnp_sent"),
+                        ("rp_cnp_handled", "rp_cnp_handled"),
+                        ("np_ecn_marked_roce_packets", "np_ecn_marked_roce_packets"),
+                    ],
+                }),
+            },
             FaultClass::Congestion => ClassSpec {
                 id: "congestion",
                 control: false,
@@ -468,6 +494,17 @@ impl FaultClass {
         self.spec().kinds
     }
 
+    /// A class that raises counters in the node's tree (their restore lowers them again).
+    pub fn raises_counters(self) -> bool {
+        matches!(
+            self,
+            FaultClass::LinkFlap
+                | FaultClass::ErrorCounters
+                | FaultClass::PauseStorm
+                | FaultClass::CnpStorm
+        )
+    }
+
     /// How the class is graded, when it has a size.
     pub fn grading(self) -> Option<Grading> {
         self.spec().grading
@@ -581,7 +618,13 @@ mod tests {
             .collect();
         assert_eq!(
             graded,
-            vec!["link_flap", "error_counters", "pause_storm", "congestion"]
+            vec![
+                "link_flap",
+                "error_counters",
+                "pause_storm",
+                "cnp_storm",
+                "congestion"
+            ]
         );
         for c in ALL {
             let Some(g) = c.grading() else { continue };

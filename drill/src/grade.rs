@@ -81,7 +81,7 @@ pub enum SizeError {
     },
     /// A class without sizes.
     #[error(
-        "class {0} has no size (the graded classes are congestion, error_counters, pause_storm and link_flap)"
+        "class {0} has no size (the graded classes are congestion, error_counters, pause_storm, cnp_storm and link_flap)"
     )]
     NotGraded(String),
 }

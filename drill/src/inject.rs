@@ -753,7 +753,8 @@ impl Injector for TestbedInjector {
             | FaultClass::RoceGidMissing
             | FaultClass::LinkFlap
             | FaultClass::ErrorCounters
-            | FaultClass::PauseStorm) => {
+            | FaultClass::PauseStorm
+            | FaultClass::CnpStorm) => {
                 let scenario =
                     class
                         .fixture(round.kind)
@@ -1035,6 +1036,7 @@ impl NodeExecInjector {
             | FaultClass::LinkFlap
             | FaultClass::ErrorCounters
             | FaultClass::PauseStorm
+            | FaultClass::CnpStorm
             | FaultClass::CheckpointBurst
             | FaultClass::BackgroundLoad
             | FaultClass::Clean) => {
@@ -1074,6 +1076,7 @@ impl NodeExecInjector {
             | FaultClass::LinkFlap
             | FaultClass::ErrorCounters
             | FaultClass::PauseStorm
+            | FaultClass::CnpStorm
             | FaultClass::NodeRemoved
             | FaultClass::CheckpointBurst
             | FaultClass::BackgroundLoad

@@ -321,8 +321,8 @@ mod tests {
     #[test]
     fn each_class_gets_its_rounds_on_a_node_of_its_kind_at_one_of_its_moments() {
         let p = Plan::draw(&spec(1)).unwrap();
-        // 13 classes besides clean, 5 each, and 4 clean rounds.
-        assert_eq!(p.rounds.len(), 13 * 5 + 4);
+        // 14 classes besides clean, 5 each, and 4 clean rounds.
+        assert_eq!(p.rounds.len(), 14 * 5 + 4);
         for r in &p.rounds {
             assert!(r.class.kinds().contains(&r.kind), "{r:?}");
             assert!(r.class.moments().contains(&r.moment), "{r:?}");

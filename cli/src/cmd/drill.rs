@@ -56,14 +56,14 @@ pub struct Args {
     #[arg(long, alias = "rounds", default_value_t = 5)]
     pub per_class: usize,
     /// Graded faults: run every graded class (congestion, error_counters, pause_storm,
-    /// link_flap; or those of --classes) at each of its sizes (its defaults, or --size), and
+    /// cnp_storm, link_flap; or those of --classes) at each of its sizes (its defaults, or --size), and
     /// report recall by size, the sizes below a threshold counted as controls that must stay
     /// quiet.
     #[arg(long)]
     pub graded: bool,
     /// Sizes of a graded class, `[CLASS=]SIZE[,SIZE...]` (repeatable): the bandwidth left on
     /// the node's path in percent of its peers' (`congestion=75%,50%`), a multiple of the
-    /// counters' threshold (`error_counters=0.5x,2x`), a flap count (`link_flap=1,2`). Without
+    /// counters' threshold (`error_counters=0.5x,2x`, `cnp_storm=2x`), a flap count (`link_flap=1,2`). Without
     /// CLASS: every class the drill runs whose sizes are of that kind.
     #[arg(long, value_name = "[CLASS=]SIZES", value_parser = parse_size)]
     pub size: Vec<SizeArg>,
