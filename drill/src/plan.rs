@@ -212,23 +212,28 @@ impl Plan {
                     if j.fabric_run { ", fabric-run" } else { "" }
                 ),
             };
-            let size = r
-                .size
-                .map(|z| {
-                    format!(
-                        " at size {z}{}",
-                        if z.is_control() { " (control)" } else { "" }
-                    )
-                })
-                .unwrap_or_default();
+            // A graded round's size replaces the class's fixed magnitude.
+            let injects = match r.size {
+                Some(z) => format!(
+                    "{} {z}{}",
+                    match z.kind() {
+                        crate::grade::SizeKind::Bandwidth =>
+                            "tc tbf on the node's path at a share of its peers' bandwidth:",
+                        crate::grade::SizeKind::Threshold =>
+                            "the class's counters raised by a multiple of their threshold:",
+                        crate::grade::SizeKind::Flaps => "link_downed raised by",
+                    },
+                    if z.is_control() { " (control)" } else { "" }
+                ),
+                None => r.class.injects().to_owned(),
+            };
             s.push_str(&format!(
-                "{:>3}  {:<17} {:<5} {:<6} {}: {}{size}\n",
+                "{:>3}  {:<17} {:<5} {:<6} {}: {injects}\n",
                 r.index,
                 r.class.id(),
                 r.node,
                 r.moment.id(),
                 job,
-                r.class.injects()
             ));
         }
         s
@@ -288,7 +293,18 @@ mod tests {
             assert_eq!(r.size.is_none(), r.class == FaultClass::PortDown, "{r:?}");
             assert_eq!(r.is_control(), r.size == Some(sizes[0]), "{r:?}");
         }
-        assert!(p.describe().contains("at size 0.5x (control)"));
+        let text = p.describe();
+        assert!(
+            text.contains("raised by a multiple of their threshold: 0.5x (control)"),
+            "{text}"
+        );
+        // The fixed magnitude is not claimed for a graded round.
+        assert!(
+            text.lines()
+                .filter(|l| l.contains("error_counters"))
+                .all(|l| !l.contains("+500")),
+            "{text}"
+        );
     }
 
     #[test]
