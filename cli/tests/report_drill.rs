@@ -23,6 +23,7 @@ fn drill_json(dir: &std::path::Path) -> std::path::PathBuf {
             moment: Moment::Before,
             job: None,
             during_at_permille: None,
+            size: None,
         },
         injected_at_ms: Some(1_000),
         signals: vec![Signal {
@@ -35,6 +36,7 @@ fn drill_json(dir: &std::path::Path) -> std::path::PathBuf {
         }],
         job: None,
         error: None,
+        measured_pct: None,
     };
     let s = score(5, &[o], &Prices::default());
     let p = dir.join("drill.json");

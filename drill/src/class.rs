@@ -7,6 +7,17 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::grade::{Grading, Size, SizeKind};
+
+/// The multiples of a threshold `--graded` runs by default: two controls (half of it, and at it:
+/// the checks fire above a threshold) and two faults.
+const THRESHOLD_SIZES: &[Size] = &[
+    Size::ThresholdMilli(500),
+    Size::ThresholdMilli(1000),
+    Size::ThresholdMilli(2000),
+    Size::ThresholdMilli(10_000),
+];
+
 /// When the fault is injected, relative to the round's job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -90,6 +101,8 @@ pub enum FaultClass {
     ErrorCounters,
     /// Pause-frame storm counters rise.
     PauseStorm,
+    /// DCQCN congestion notifications (CNPs sent and handled, ECN marks) storm.
+    CnpStorm,
     /// One node's path is slow (`tc tbf`), seen by the collective.
     Congestion,
     /// A node removed from a running job: its slurmd is stopped.
@@ -113,6 +126,7 @@ pub const ALL: &[FaultClass] = &[
     FaultClass::LinkFlap,
     FaultClass::ErrorCounters,
     FaultClass::PauseStorm,
+    FaultClass::CnpStorm,
     FaultClass::Congestion,
     FaultClass::NodeRemoved,
     FaultClass::CheckpointBurst,
@@ -157,6 +171,8 @@ pub struct ClassSpec {
     pub roce_fixture: Option<&'static str>,
     /// How many nodes the round's job needs (the collective needs three for a majority).
     pub job_nodes: usize,
+    /// How the class is graded (`--graded`, `--size`), when it has a size.
+    pub grading: Option<Grading>,
 }
 
 /// The restore of the classes written into a sysfs tree.
@@ -181,6 +197,7 @@ impl FaultClass {
                 ib_fixture: Some("ib8-port-down"),
                 roce_fixture: Some("roce8-port-down"),
                 job_nodes: 2,
+                grading: None,
             },
             FaultClass::RateDowngrade => ClassSpec {
                 id: "rate_downgrade",
@@ -194,6 +211,7 @@ impl FaultClass {
                 ib_fixture: Some("ib8-half-rate"),
                 roce_fixture: Some("roce8-half-rate"),
                 job_nodes: 2,
+                grading: None,
             },
             FaultClass::MtuDrift => ClassSpec {
                 id: "mtu_drift",
@@ -207,6 +225,7 @@ impl FaultClass {
                 ib_fixture: None,
                 roce_fixture: Some("roce8-mtu-1500"),
                 job_nodes: 2,
+                grading: None,
             },
             FaultClass::PfcOff => ClassSpec {
                 id: "pfc_off",
@@ -220,6 +239,7 @@ impl FaultClass {
                 ib_fixture: None,
                 roce_fixture: Some("roce8-pfc-off"),
                 job_nodes: 2,
+                grading: None,
             },
             FaultClass::EcnOff => ClassSpec {
                 id: "ecn_off",
@@ -233,6 +253,7 @@ impl FaultClass {
                 ib_fixture: None,
                 roce_fixture: Some("roce8-ecn-off"),
                 job_nodes: 2,
+                grading: None,
             },
             FaultClass::RoceGidMissing => ClassSpec {
                 id: "roce_gid_missing",
@@ -246,6 +267,7 @@ impl FaultClass {
                 ib_fixture: Some("ib8-no-roce-v2-gid"),
                 roce_fixture: Some("roce8-no-v2-gid"),
                 job_nodes: 2,
+                grading: None,
             },
             FaultClass::LinkFlap => ClassSpec {
                 id: "link_flap",
@@ -259,6 +281,17 @@ impl FaultClass {
                 ib_fixture: Some("ib8-link-downed"),
                 roce_fixture: None,
                 job_nodes: 2,
+                grading: Some(Grading {
+                    kind: SizeKind::Flaps,
+                    defaults: &[
+                        Size::Flaps(0),
+                        Size::Flaps(1),
+                        Size::Flaps(2),
+                        Size::Flaps(5),
+                    ],
+                    ib_counters: &[("link_downed", "link_downed")],
+                    roce_counters: &[],
+                }),
             },
             FaultClass::ErrorCounters => ClassSpec {
                 id: "error_counters",
@@ -272,6 +305,12 @@ impl FaultClass {
                 ib_fixture: Some("ib8-symbol-errors"),
                 roce_fixture: None,
                 job_nodes: 2,
+                grading: Some(Grading {
+                    kind: SizeKind::Threshold,
+                    defaults: THRESHOLD_SIZES,
+                    ib_counters: &[("symbol_error", "symbol_error")],
+                    roce_counters: &[],
+                }),
             },
             FaultClass::PauseStorm => ClassSpec {
                 id: "pause_storm",
@@ -285,6 +324,41 @@ impl FaultClass {
                 ib_fixture: Some("ib8-pause-storm"),
                 roce_fixture: Some("roce8-pause-storm"),
                 job_nodes: 2,
+                grading: Some(Grading {
+                    kind: SizeKind::Threshold,
+                    defaults: THRESHOLD_SIZES,
+                    ib_counters: &[
+                        ("rx_prio3_pause", "rx_prio_pause"),
+                        ("rx_prio3_pause_duration", "rx_prio_pause_duration"),
+                    ],
+                    roce_counters: &[
+                        ("rx_prio3_pause", "rx_prio_pause"),
+                        ("tx_prio3_pause", "tx_prio_pause"),
+                    ],
+                }),
+            },
+            FaultClass::CnpStorm => ClassSpec {
+                id: "cnp_storm",
+                control: false,
+                injects: "CNPs sent and handled +tens of millions, ECN-marked packets likewise, on one RoCE port",
+                restores: SYSFS_RESTORE,
+                touches_hardware: false,
+                testbed_only: true,
+                moments: &[Before, During],
+                kinds: &[Roce],
+                ib_fixture: None,
+                roce_fixture: Some("roce8-cnp-storm"),
+                job_nodes: 2,
+                grading: Some(Grading {
+                    kind: SizeKind::Threshold,
+                    defaults: THRESHOLD_SIZES,
+                    ib_counters: &[],
+                    roce_counters: &[
+                        ("np_cnp_sent", "np_cnp_sent"),
+                        ("rp_cnp_handled", "rp_cnp_handled"),
+                        ("np_ecn_marked_roce_packets", "np_ecn_marked_roce_packets"),
+                    ],
+                }),
             },
             FaultClass::Congestion => ClassSpec {
                 id: "congestion",
@@ -298,6 +372,18 @@ impl FaultClass {
                 ib_fixture: None,
                 roce_fixture: None,
                 job_nodes: 3,
+                grading: Some(Grading {
+                    kind: SizeKind::Bandwidth,
+                    defaults: &[
+                        Size::BandwidthPct(100),
+                        Size::BandwidthPct(75),
+                        Size::BandwidthPct(50),
+                        Size::BandwidthPct(33),
+                        Size::BandwidthPct(10),
+                    ],
+                    ib_counters: &[],
+                    roce_counters: &[],
+                }),
             },
             FaultClass::NodeRemoved => ClassSpec {
                 id: "node_removed",
@@ -311,6 +397,7 @@ impl FaultClass {
                 ib_fixture: None,
                 roce_fixture: None,
                 job_nodes: 2,
+                grading: None,
             },
             FaultClass::CheckpointBurst => ClassSpec {
                 id: "checkpoint_burst",
@@ -324,6 +411,7 @@ impl FaultClass {
                 ib_fixture: None,
                 roce_fixture: None,
                 job_nodes: 2,
+                grading: None,
             },
             FaultClass::BackgroundLoad => ClassSpec {
                 id: "background_load",
@@ -337,6 +425,7 @@ impl FaultClass {
                 ib_fixture: None,
                 roce_fixture: None,
                 job_nodes: 2,
+                grading: None,
             },
             FaultClass::Clean => ClassSpec {
                 id: "clean",
@@ -350,6 +439,7 @@ impl FaultClass {
                 ib_fixture: None,
                 roce_fixture: None,
                 job_nodes: 2,
+                grading: None,
             },
         }
     }
@@ -402,6 +492,46 @@ impl FaultClass {
     /// The node kinds the class applies to.
     pub fn kinds(self) -> &'static [NodeKind] {
         self.spec().kinds
+    }
+
+    /// A class that raises counters in the node's tree (their restore lowers them again).
+    pub fn raises_counters(self) -> bool {
+        matches!(
+            self,
+            FaultClass::LinkFlap
+                | FaultClass::ErrorCounters
+                | FaultClass::PauseStorm
+                | FaultClass::CnpStorm
+        )
+    }
+
+    /// How the class is graded, when it has a size.
+    pub fn grading(self) -> Option<Grading> {
+        self.spec().grading
+    }
+
+    /// The counters a size raises on a node of `kind`: (name in the tree, threshold key).
+    pub fn graded_counters(self, kind: NodeKind) -> &'static [(&'static str, &'static str)] {
+        match (self.grading(), kind) {
+            (Some(g), NodeKind::Ib) => g.ib_counters,
+            (Some(g), NodeKind::Roce) => g.roce_counters,
+            (None, _) => &[],
+        }
+    }
+
+    /// Checks that `size` is one this class takes.
+    pub fn check_size(self, size: Size) -> Result<(), crate::grade::SizeError> {
+        let g = self
+            .grading()
+            .ok_or_else(|| crate::grade::SizeError::NotGraded(self.id().to_owned()))?;
+        if size.kind() != g.kind {
+            return Err(crate::grade::SizeError::WrongKind {
+                class: self.id(),
+                value: size.to_string(),
+                kind: g.kind,
+            });
+        }
+        Ok(())
     }
 
     /// The testbed fixture scenario that holds the fault on a node of `kind`
@@ -477,6 +607,53 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_graded_class_raises_counters_on_each_of_its_kinds_and_its_defaults_are_of_its_kind() {
+        let graded: Vec<&str> = ALL
+            .iter()
+            .filter(|c| c.grading().is_some())
+            .map(|c| c.id())
+            .collect();
+        assert_eq!(
+            graded,
+            vec![
+                "link_flap",
+                "error_counters",
+                "pause_storm",
+                "cnp_storm",
+                "congestion"
+            ]
+        );
+        for c in ALL {
+            let Some(g) = c.grading() else { continue };
+            assert!(g.defaults.iter().any(|s| s.is_control()), "{}", c.id());
+            assert!(g.defaults.iter().any(|s| !s.is_control()), "{}", c.id());
+            for s in g.defaults {
+                c.check_size(*s).unwrap();
+            }
+            for k in c.kinds() {
+                // A size is written into the class's fixture tree, or onto its path.
+                let counters = c.graded_counters(*k);
+                assert_eq!(
+                    counters.is_empty(),
+                    g.kind == SizeKind::Bandwidth,
+                    "{} on {}",
+                    c.id(),
+                    k.id()
+                );
+            }
+        }
+        let e = FaultClass::PortDown.check_size(Size::Flaps(1)).unwrap_err();
+        assert!(e.to_string().contains("port_down has no size"), "{e}");
+        let e = FaultClass::Congestion
+            .check_size(Size::ThresholdMilli(2000))
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("\"2x\"") && e.to_string().contains("50%"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub(crate) struct FakeCluster {
     pub job_ms: u64,
     /// Someone else drains this node once this many faults were injected, with this reason.
     pub other_drain: Option<(String, usize, String)>,
+    /// The nodes `health` ran on, in order.
+    pub healths: Vec<String>,
     injections: Injections,
     seen: usize,
 }
@@ -188,7 +190,8 @@ impl Cluster for FakeCluster {
         }
         Ok(())
     }
-    fn health(&mut self, _: &str) -> Result<i32, ClusterError> {
+    fn health(&mut self, node: &str) -> Result<i32, ClusterError> {
+        self.healths.push(node.to_owned());
         Ok(2)
     }
     fn jobs_on(&mut self, _: &[String]) -> Result<Vec<QueuedJob>, ClusterError> {

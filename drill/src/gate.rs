@@ -398,6 +398,7 @@ mod tests {
             moment: Moment::Idle,
             job: None,
             during_at_permille: None,
+            size: None,
         }
     }
 

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::class::FaultClass;
+use crate::grade::{Size, Thresholds};
 use crate::journal::{Journal, JournalError, Undo};
 use crate::plan::Round;
 
@@ -81,6 +82,11 @@ pub trait Injector {
     ) -> Result<Vec<u64>, InjectError>;
     /// Performs one undo.
     fn undo(&mut self, undo: &Undo) -> Result<(), InjectError>;
+    /// For a graded `congestion` round just injected: the share of its peers' bandwidth the
+    /// node's path carried through the cap, measured, percent (taken: asked once per round).
+    fn take_measured_pct(&mut self) -> Option<f64> {
+        None
+    }
 }
 
 /// Undoes the journal entries `ids` (newest first) and marks each done; the first error is
@@ -494,18 +500,71 @@ pub struct TestbedInjector {
     pub congestion_rate: String,
     /// Shared loads.
     pub loads: Loads,
+    /// The thresholds a graded counter fault is a multiple of.
+    pub thresholds: Thresholds,
+    /// How long one bandwidth measurement of a graded `congestion` round sends.
+    pub measure_for: Duration,
+    /// The last graded `congestion` round's measured share, percent.
+    measured_pct: Option<f64>,
 }
 
 impl TestbedInjector {
-    /// The testbed at `dir`, controlled by `script`.
+    /// The testbed at `dir`, controlled by `script`. Its network namespaces are its slot's
+    /// (`dir/slot`: slot 0 is `fc-*`, slot N `fcN-*`; docs/testing.md).
     pub fn new(dir: PathBuf, script: PathBuf) -> TestbedInjector {
+        let slot = std::fs::read_to_string(dir.join("slot"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .unwrap_or(0);
         TestbedInjector {
             dir,
             script,
-            netns_prefix: "fc".into(),
+            netns_prefix: if slot == 0 {
+                "fc".into()
+            } else {
+                format!("fc{slot}")
+            },
             congestion_rate: "100mbit".into(),
             loads: Loads::default(),
+            thresholds: Thresholds::default(),
+            measure_for: Duration::from_millis(400),
+            measured_pct: None,
         }
+    }
+
+    /// A node's address on the collective's path (`etc/collective-hosts`: `n3 10.77.2.3`).
+    fn address(&self, node: &str) -> Result<std::net::Ipv4Addr, InjectError> {
+        let path = self.dir.join("etc/collective-hosts");
+        let text = std::fs::read_to_string(&path).map_err(|source| InjectError::Io {
+            what: "read",
+            path: path.clone(),
+            source,
+        })?;
+        text.lines()
+            .filter_map(|l| l.split_once(char::is_whitespace))
+            .find(|(n, _)| *n == node)
+            .and_then(|(_, a)| a.trim().parse().ok())
+            .ok_or_else(|| InjectError::Unsupported {
+                class: "congestion",
+                place: "the testbed",
+                why: format!("{} names no address for {node}", path.display()),
+            })
+    }
+
+    /// The bandwidth from `from`'s namespace to `to`'s, bits per second: one TCP stream for
+    /// [`TestbedInjector::measure_for`] over the testbed's own veths (loopback of no namespace
+    /// but the testbed's).
+    fn measure(&self, from: &str, to: &str) -> Result<f64, InjectError> {
+        let ns = |n: &str| -> Result<String, InjectError> {
+            Ok(format!("{}-n{}", self.netns_prefix, Self::index(n)?))
+        };
+        let addr = self.address(to)?;
+        bandwidth_bps(&ns(from)?, &ns(to)?, addr, self.measure_for).map_err(|e| {
+            InjectError::Command {
+                command: format!("measure the path from {from} to {to}"),
+                message: e.to_string(),
+            }
+        })
     }
 
     fn node_dir(&self, node: &str) -> PathBuf {
@@ -521,6 +580,19 @@ impl TestbedInjector {
         scenario: &str,
         journal: &mut Journal,
     ) -> Result<u64, InjectError> {
+        self.write_tree_raised(node, what, scenario, &[], journal)
+    }
+
+    /// [`TestbedInjector::write_tree`] with the scenario's counters raised by the amounts
+    /// given (`fabric-fixtures --raise COUNTER=N`): a fault of graded size.
+    pub fn write_tree_raised(
+        &mut self,
+        node: &str,
+        what: &str,
+        scenario: &str,
+        raises: &[(String, u64)],
+        journal: &mut Journal,
+    ) -> Result<u64, InjectError> {
         let nd = self.node_dir(node);
         // One saved tree per change: a fault over the drill's own setup tree nests.
         let stamp = std::time::SystemTime::now()
@@ -530,11 +602,15 @@ impl TestbedInjector {
         let saved = nd.join(format!(".drill-saved-sysfs-{stamp}"));
         let live = nd.join("sysfs");
         let _ = std::fs::remove_dir_all(&fresh);
-        run(&[
+        let mut argv = vec![
             self.dir.join("bin/fabric-fixtures").display().to_string(),
             scenario.to_owned(),
             fresh.display().to_string(),
-        ])?;
+        ];
+        for (counter, n) in raises {
+            argv.push(format!("--raise={counter}={n}"));
+        }
+        run(&argv)?;
         let id = journal.record(
             node,
             what,
@@ -597,7 +673,38 @@ impl Injector for TestbedInjector {
                 let i = Self::index(node)?;
                 let p = &self.netns_prefix;
                 let (ns, hub) = (format!("{p}-n{i}"), format!("{p}-hub"));
-                let rate = self.congestion_rate.clone();
+                // A graded round: the share of the peers' path, measured between two of the
+                // round's other nodes just before.
+                let peers: Vec<&String> = round
+                    .job
+                    .as_ref()
+                    .map(|j| j.nodes.iter().filter(|n| n.as_str() != node).collect())
+                    .unwrap_or_default();
+                let graded = match (round.size, peers.as_slice()) {
+                    (Some(Size::BandwidthPct(pct)), [a, b, ..]) => {
+                        let peer_bps = self.measure(a, b)?;
+                        Some((peer_bps, pct, a.to_string()))
+                    }
+                    (Some(s), _) => {
+                        return Err(InjectError::Unsupported {
+                            class: "congestion",
+                            place: "the testbed",
+                            why: format!(
+                                "size {s} needs a share of the peers' bandwidth (50%) and a job of three nodes"
+                            ),
+                        });
+                    }
+                    (None, _) => None,
+                };
+                let rate = match &graded {
+                    Some((peer_bps, pct, _)) => {
+                        format!(
+                            "{}kbit",
+                            ((peer_bps * f64::from(*pct) / 100.0) / 1e3).max(8.0) as u64
+                        )
+                    }
+                    None => self.congestion_rate.clone(),
+                };
                 let burst = burst_for(&rate);
                 let mut ids = Vec::new();
                 for (ns, dev) in [
@@ -618,6 +725,10 @@ impl Injector for TestbedInjector {
                         "ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", &dev, "root",
                         "tbf", "rate", &rate, "burst", &burst, "latency", "100ms",
                     ]))?;
+                }
+                if let Some((peer_bps, _, from)) = graded {
+                    let capped = self.measure(&from, node)?;
+                    self.measured_pct = Some(100.0 * capped / peer_bps.max(1.0));
                 }
                 Ok(ids)
             }
@@ -642,7 +753,8 @@ impl Injector for TestbedInjector {
             | FaultClass::RoceGidMissing
             | FaultClass::LinkFlap
             | FaultClass::ErrorCounters
-            | FaultClass::PauseStorm) => {
+            | FaultClass::PauseStorm
+            | FaultClass::CnpStorm) => {
                 let scenario =
                     class
                         .fixture(round.kind)
@@ -651,10 +763,15 @@ impl Injector for TestbedInjector {
                             place: "the testbed",
                             why: format!("no fixture for a {} node", round.kind.id()),
                         })?;
-                Ok(vec![self.write_tree(
+                let raises = match round.size {
+                    Some(size) => graded_raises(class, round.kind, size, &self.thresholds)?,
+                    None => Vec::new(),
+                };
+                Ok(vec![self.write_tree_raised(
                     node,
                     class.id(),
                     scenario,
+                    &raises,
                     journal,
                 )?])
             }
@@ -664,6 +781,132 @@ impl Injector for TestbedInjector {
     fn undo(&mut self, undo: &Undo) -> Result<(), InjectError> {
         self.loads.undo(undo)
     }
+
+    fn take_measured_pct(&mut self) -> Option<f64> {
+        self.measured_pct.take()
+    }
+}
+
+/// The counters a graded round of `class` raises on a node of `kind`, and by how much: each
+/// of the class's counters by `size` times its threshold's allowance (a flap count: itself).
+pub fn graded_raises(
+    class: FaultClass,
+    kind: crate::class::NodeKind,
+    size: Size,
+    thresholds: &Thresholds,
+) -> Result<Vec<(String, u64)>, InjectError> {
+    let unsupported = |why: String| InjectError::Unsupported {
+        class: class.id(),
+        place: "the testbed",
+        why,
+    };
+    class
+        .check_size(size)
+        .map_err(|e| unsupported(e.to_string()))?;
+    let counters = class.graded_counters(kind);
+    if counters.is_empty() {
+        return Err(unsupported(format!(
+            "it has no graded counters on a {} node",
+            kind.id()
+        )));
+    }
+    counters
+        .iter()
+        .map(|(name, key)| {
+            let allowance = match size {
+                Size::Flaps(_) => 0,
+                _ => thresholds
+                    .allowance(key)
+                    .map_err(|e| unsupported(e.to_string()))?,
+            };
+            Ok(((*name).to_owned(), size.raise(allowance)))
+        })
+        .collect()
+}
+
+/// One TCP stream from namespace `from_ns` to `addr` in namespace `to_ns` for `dur`: the
+/// receiver's bytes over the time from its first byte to the end, bits per second. Each end is
+/// a thread that entered its namespace (`setns(2)` moves the calling thread only), so nothing
+/// outside the testbed's namespaces is touched.
+pub fn bandwidth_bps(
+    from_ns: &str,
+    to_ns: &str,
+    addr: std::net::Ipv4Addr,
+    dur: Duration,
+) -> std::io::Result<f64> {
+    use std::io::{Error, Read};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+    fn enter(ns: &str) -> std::io::Result<()> {
+        let f = std::fs::File::open(format!("/run/netns/{ns}"))?;
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).map_err(Error::from)
+    }
+    let (port_tx, port_rx) = std::sync::mpsc::sync_channel::<std::io::Result<u16>>(1);
+    let to = to_ns.to_owned();
+    let receiver = std::thread::spawn(move || -> std::io::Result<f64> {
+        let bound = enter(&to).and_then(|()| TcpListener::bind((addr, 0)));
+        let listener = match bound {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = port_tx.send(Err(Error::new(e.kind(), e.to_string())));
+                return Err(e);
+            }
+        };
+        let _ = port_tx.send(listener.local_addr().map(|a| a.port()));
+        listener.set_nonblocking(true)?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut s = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        return Err(Error::new(e.kind(), "no sender connected within 5 s"));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        s.set_nonblocking(false)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut buf = vec![0u8; 1 << 16];
+        let (mut bytes, mut first) = (0u64, None);
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            first.get_or_insert_with(Instant::now);
+            bytes += n as u64;
+        }
+        let secs = first.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        if secs <= 0.0 {
+            return Err(Error::other("nothing arrived"));
+        }
+        Ok(bytes as f64 * 8.0 / secs)
+    });
+    let port = port_rx
+        .recv()
+        .map_err(|_| Error::other("the receiver ended before it listened"))??;
+    let from = from_ns.to_owned();
+    let sender = std::thread::spawn(move || -> std::io::Result<()> {
+        enter(&from)?;
+        let mut s =
+            TcpStream::connect_timeout(&SocketAddr::from((addr, port)), Duration::from_secs(2))?;
+        let buf = vec![0x5au8; 1 << 16];
+        let end = Instant::now() + dur;
+        while Instant::now() < end {
+            s.write_all(&buf)?;
+        }
+        s.shutdown(std::net::Shutdown::Write)
+    });
+    let sent = sender
+        .join()
+        .map_err(|_| Error::other("the sender panicked"))?;
+    let got = receiver
+        .join()
+        .map_err(|_| Error::other("the receiver panicked"))?;
+    sent?;
+    got
 }
 
 /// A real cluster's injector: commands on the node through a prefix (`ssh {node}`).
@@ -793,6 +1036,7 @@ impl NodeExecInjector {
             | FaultClass::LinkFlap
             | FaultClass::ErrorCounters
             | FaultClass::PauseStorm
+            | FaultClass::CnpStorm
             | FaultClass::CheckpointBurst
             | FaultClass::BackgroundLoad
             | FaultClass::Clean) => {
@@ -832,6 +1076,7 @@ impl NodeExecInjector {
             | FaultClass::LinkFlap
             | FaultClass::ErrorCounters
             | FaultClass::PauseStorm
+            | FaultClass::CnpStorm
             | FaultClass::NodeRemoved
             | FaultClass::CheckpointBurst
             | FaultClass::BackgroundLoad
@@ -847,6 +1092,17 @@ impl Injector for NodeExecInjector {
         ckpt_dir: &Path,
         journal: &mut Journal,
     ) -> Result<Vec<u64>, InjectError> {
+        if let Some(size) = round.size {
+            // Nothing would apply the size: the real congestion cap is a fixed rate, and the
+            // counter classes exist only on the testbed.
+            return Err(InjectError::Unsupported {
+                class: round.class.id(),
+                place: "a real cluster",
+                why: format!(
+                    "a graded size ({size}) runs on the testbed only; drop --graded and --size here"
+                ),
+            });
+        }
         match round.class {
             FaultClass::Clean => Ok(Vec::new()),
             FaultClass::CheckpointBurst => self.loads.checkpoint_burst(round, ckpt_dir, journal),
@@ -880,7 +1136,61 @@ mod tests {
             moment: Moment::Before,
             job: None,
             during_at_permille: None,
+            size: None,
         }
+    }
+
+    #[test]
+    fn a_graded_counter_fault_raises_each_of_its_counters_by_the_multiple_of_its_threshold() {
+        let t = Thresholds(
+            [
+                ("symbol_error", 120),
+                ("rx_prio_pause", 1_000_000),
+                ("tx_prio_pause", 1_000_000),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+        );
+        let z = |s| Size::parse(s).unwrap();
+        assert_eq!(
+            graded_raises(FaultClass::ErrorCounters, NodeKind::Ib, z("2x"), &t).unwrap(),
+            vec![("symbol_error".to_owned(), 240)]
+        );
+        assert_eq!(
+            graded_raises(FaultClass::PauseStorm, NodeKind::Roce, z("0.5x"), &t).unwrap(),
+            vec![
+                ("rx_prio3_pause".to_owned(), 500_000),
+                ("tx_prio3_pause".to_owned(), 500_000)
+            ]
+        );
+        assert_eq!(
+            graded_raises(FaultClass::LinkFlap, NodeKind::Ib, z("3"), &t).unwrap(),
+            vec![("link_downed".to_owned(), 3)]
+        );
+        // The InfiniBand storm also raises the pause duration, whose threshold is missing here.
+        let e = graded_raises(FaultClass::PauseStorm, NodeKind::Ib, z("2x"), &t)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no threshold for rx_prio_pause_duration"), "{e}");
+        let e = graded_raises(FaultClass::ErrorCounters, NodeKind::Ib, z("50%"), &t)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("error_counters takes"), "{e}");
+    }
+
+    #[test]
+    fn a_real_cluster_refuses_a_graded_size_and_says_where_it_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::open(&dir.path().join("journal.jsonl")).unwrap();
+        let mut r = round(FaultClass::Congestion);
+        r.size = Some(Size::BandwidthPct(50));
+        let e = real()
+            .inject(&r, dir.path(), &mut j)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("testbed only") && e.contains("50%"), "{e}");
+        assert!(j.pending().unwrap().is_empty(), "nothing was journaled");
     }
 
     fn real() -> NodeExecInjector {

@@ -10,6 +10,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`class`] | the fault classes, what each injects and restores, where it applies |
+//! | [`grade`] | graded faults: sizes, the thresholds they are multiples of, the detection curve |
 //! | [`plan`] | the seeded plan of rounds (`--dry-run` prints it) |
 //! | [`journal`] | the restore journal, replayed by `--restore` and at the next start (only when root's alone) |
 //! | [`gate`] | the gates every injection passes through: classes, nodes, reservation, others' jobs, in service |
@@ -32,6 +33,7 @@ pub mod cluster;
 mod fakes;
 pub mod folder;
 pub mod gate;
+pub mod grade;
 pub mod inject;
 pub mod journal;
 pub mod observe;

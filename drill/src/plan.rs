@@ -7,7 +7,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
 use crate::class::{FaultClass, Moment, NodeKind};
+use crate::grade::Size;
 
 /// A node the drill may use.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,12 +29,15 @@ pub struct PlanSpec {
     /// The classes to inject (controls `checkpoint_burst` and `background_load` may be among
     /// them; `clean` rounds come from `controls`).
     pub classes: Vec<FaultClass>,
-    /// Rounds per class.
+    /// Rounds per class (per size, for a class with sizes).
     pub per_class: usize,
     /// Clean control rounds, interleaved.
     pub controls: usize,
     /// The seed.
     pub seed: u64,
+    /// The sizes of the graded classes (`--graded`, `--size`): `per_class` rounds of each. A
+    /// class absent here runs at its fixed size.
+    pub sizes: BTreeMap<FaultClass, Vec<Size>>,
 }
 
 /// The job a round runs.
@@ -65,6 +71,16 @@ pub struct Round {
     /// adding it changed no other draw of a seed's plan).
     #[serde(default)]
     pub during_at_permille: Option<u16>,
+    /// The fault's size, for a graded round ([`crate::grade`]); `None`: the class's fixed size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<Size>,
+}
+
+impl Round {
+    /// A round that must stay quiet: a control class, or a graded fault at a control size.
+    pub fn is_control(&self) -> bool {
+        self.class.is_control() || self.size.is_some_and(Size::is_control)
+    }
 }
 
 /// The whole plan.
@@ -103,17 +119,27 @@ impl Plan {
             return Err(PlanError::TooFewNodes(spec.nodes.len()));
         }
         let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
-        let mut drafts: Vec<FaultClass> = Vec::new();
+        let mut drafts: Vec<(FaultClass, Option<Size>)> = Vec::new();
         for c in &spec.classes {
             if *c == FaultClass::Clean {
                 continue;
             }
-            drafts.extend(std::iter::repeat_n(*c, spec.per_class));
+            match spec.sizes.get(c) {
+                Some(sizes) => {
+                    for s in sizes {
+                        drafts.extend(std::iter::repeat_n((*c, Some(*s)), spec.per_class));
+                    }
+                }
+                None => drafts.extend(std::iter::repeat_n((*c, None), spec.per_class)),
+            }
         }
-        drafts.extend(std::iter::repeat_n(FaultClass::Clean, spec.controls));
+        drafts.extend(std::iter::repeat_n(
+            (FaultClass::Clean, None),
+            spec.controls,
+        ));
         drafts.shuffle(&mut rng);
         let mut rounds = Vec::with_capacity(drafts.len());
-        for (i, class) in drafts.into_iter().enumerate() {
+        for (i, (class, size)) in drafts.into_iter().enumerate() {
             let fits: Vec<&DrillNode> = spec
                 .nodes
                 .iter()
@@ -160,6 +186,7 @@ impl Plan {
                 moment,
                 job,
                 during_at_permille,
+                size,
             });
         }
         Ok(Plan {
@@ -185,14 +212,28 @@ impl Plan {
                     if j.fabric_run { ", fabric-run" } else { "" }
                 ),
             };
+            // A graded round's size replaces the class's fixed magnitude.
+            let injects = match r.size {
+                Some(z) => format!(
+                    "{} {z}{}",
+                    match z.kind() {
+                        crate::grade::SizeKind::Bandwidth =>
+                            "tc tbf on the node's path at a share of its peers' bandwidth:",
+                        crate::grade::SizeKind::Threshold =>
+                            "the class's counters raised by a multiple of their threshold:",
+                        crate::grade::SizeKind::Flaps => "link_downed raised by",
+                    },
+                    if z.is_control() { " (control)" } else { "" }
+                ),
+                None => r.class.injects().to_owned(),
+            };
             s.push_str(&format!(
-                "{:>3}  {:<17} {:<5} {:<6} {}: {}\n",
+                "{:>3}  {:<17} {:<5} {:<6} {}: {injects}\n",
                 r.index,
                 r.class.id(),
                 r.node,
                 r.moment.id(),
                 job,
-                r.class.injects()
             ));
         }
         s
@@ -226,7 +267,44 @@ mod tests {
             per_class: 5,
             controls: 4,
             seed,
+            sizes: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn a_graded_class_gets_its_rounds_at_each_size_and_an_ungraded_one_at_its_fixed_size() {
+        let mut s = spec(5);
+        s.classes = vec![FaultClass::ErrorCounters, FaultClass::PortDown];
+        s.per_class = 3;
+        s.controls = 0;
+        let sizes = Size::parse_list("0.5x,2x,10x").unwrap();
+        s.sizes.insert(FaultClass::ErrorCounters, sizes.clone());
+        let p = Plan::draw(&s).unwrap();
+        assert_eq!(p.rounds.len(), 3 * 3 + 3);
+        for z in &sizes {
+            let n = p
+                .rounds
+                .iter()
+                .filter(|r| r.class == FaultClass::ErrorCounters && r.size == Some(*z))
+                .count();
+            assert_eq!(n, 3, "{z}");
+        }
+        for r in &p.rounds {
+            assert_eq!(r.size.is_none(), r.class == FaultClass::PortDown, "{r:?}");
+            assert_eq!(r.is_control(), r.size == Some(sizes[0]), "{r:?}");
+        }
+        let text = p.describe();
+        assert!(
+            text.contains("raised by a multiple of their threshold: 0.5x (control)"),
+            "{text}"
+        );
+        // The fixed magnitude is not claimed for a graded round.
+        assert!(
+            text.lines()
+                .filter(|l| l.contains("error_counters"))
+                .all(|l| !l.contains("+500")),
+            "{text}"
+        );
     }
 
     #[test]
@@ -259,8 +337,8 @@ mod tests {
     #[test]
     fn each_class_gets_its_rounds_on_a_node_of_its_kind_at_one_of_its_moments() {
         let p = Plan::draw(&spec(1)).unwrap();
-        // 13 classes besides clean, 5 each, and 4 clean rounds.
-        assert_eq!(p.rounds.len(), 13 * 5 + 4);
+        // 14 classes besides clean, 5 each, and 4 clean rounds.
+        assert_eq!(p.rounds.len(), 14 * 5 + 4);
         for r in &p.rounds {
             assert!(r.class.kinds().contains(&r.kind), "{r:?}");
             assert!(r.class.moments().contains(&r.moment), "{r:?}");

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use fabric_report::report::render::{html_escape, html_page};
 use plotters::prelude::*;
 
+use crate::grade::ClassCurve;
 use crate::score::{ClassScore, Scores};
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -91,9 +92,56 @@ pub fn table(s: &Scores) -> String {
     if let Some(cur) = &s.currency {
         let _ = writeln!(out, "GPU time lost to the drill's faults: {lost:.2} {cur}");
     }
+    if !s.graded.is_empty() {
+        out.push('\n');
+        out.push_str(&graded_table(s));
+    }
     out.push_str("\nfindings:\n");
     for f in &s.findings {
         let _ = writeln!(out, "- {f}");
+    }
+    out
+}
+
+/// The graded rounds' curves as text: per class and size, the rounds, the signals on the node
+/// (recall at a fault size; at a control size, how many stayed quiet), drains, false positives
+/// elsewhere and the measured bandwidth share.
+pub fn graded_table(s: &Scores) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<17} {:>6} {:<7} {:>4} {:>4} {:>4} {:>6} {:>6} {:>3} {:>3} {:>9}",
+        "graded class", "size", "", "inj", "sig", "drn", "recall", "quiet", "fp", "fd", "measured"
+    );
+    for c in &s.graded {
+        for p in &c.points {
+            let _ = writeln!(
+                out,
+                "{:<17} {:>6} {:<7} {:>4} {:>4} {:>4} {:>6} {:>6} {:>3} {:>3} {:>9}",
+                c.class,
+                p.size,
+                if p.control { "control" } else { "fault" },
+                p.injections,
+                p.detected,
+                p.drained,
+                opt(p.recall, 2),
+                opt(p.quiet, 2),
+                p.false_positives,
+                p.false_drains,
+                p.measured_pct
+                    .map_or_else(|| "-".to_owned(), |m| format!("{m:.0}%"))
+            );
+        }
+    }
+    out
+}
+
+/// The `--summary-line` lines of a graded drill: one per class (its curve), then, last, the
+/// benchmark's `drill-graded:` line. Empty when no round was graded.
+pub fn graded_lines(s: &Scores) -> Vec<String> {
+    let mut out: Vec<String> = s.graded.iter().map(crate::grade::class_line).collect();
+    if let Some(g) = &s.graded_summary {
+        out.push(g.line());
     }
     out
 }
@@ -292,7 +340,104 @@ fn rp_chart(s: &Scores, svg: &mut String) -> ChartResult {
     Ok(())
 }
 
-/// The drill's HTML section: summary, the table, both charts, the findings.
+/// One graded class's curve: per size, mildest first, the share of rounds that signalled on
+/// the node: blue for a fault size (recall, should reach 1), orange for a control size (a
+/// false positive rate, should stay 0).
+fn curve_chart(c: &ClassCurve, svg: &mut String) -> ChartResult {
+    let root = SVGBackend::with_string(svg, (480, 280)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let n = c.points.len().max(1) as u32;
+    let names: Vec<String> = c.points.iter().map(|p| p.size.clone()).collect();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "{}: rounds that signalled, by size (blue: fault, orange: control)",
+                c.class
+            ),
+            ("sans-serif", 13),
+        )
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(45)
+        .build_cartesian_2d((0..n - 1).into_segmented(), 0.0..1.05)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .label_style(("sans-serif", 11))
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_desc("signalled / injected")
+        .draw()?;
+    for (i, p) in c.points.iter().enumerate() {
+        if p.injections == 0 {
+            continue;
+        }
+        let rate = p.detected as f64 / p.injections as f64;
+        let color = if p.control { ORANGE_ } else { BLUE_ };
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [
+                (SegmentValue::Exact(i as u32), 0.0),
+                (SegmentValue::Exact(i as u32 + 1), rate),
+            ],
+            color.filled(),
+        )))?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+/// The graded part of the HTML section: the curves' table and one chart per class.
+fn graded_html(s: &Scores, out: &mut String) {
+    if s.graded.is_empty() {
+        return;
+    }
+    out.push_str("<h3>Graded faults: recall by size</h3>\n");
+    if let Some(g) = &s.graded_summary {
+        let _ = writeln!(out, "<p>{}</p>", html_escape(&g.line()));
+    }
+    out.push_str("<table><thead><tr><th>class</th><th>size</th><th>kind</th><th>injections</th><th>signalled</th><th>drained</th><th>recall</th><th>quiet</th><th>false positives</th><th>false drains</th><th>measured share</th></tr></thead><tbody>\n");
+    for c in &s.graded {
+        for p in &c.points {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                html_escape(&c.class),
+                html_escape(&p.size),
+                if p.control { "control" } else { "fault" },
+                p.injections,
+                p.detected,
+                p.drained,
+                opt(p.recall, 2),
+                opt(p.quiet, 2),
+                p.false_positives,
+                p.false_drains,
+                p.measured_pct
+                    .map_or_else(|| "-".to_owned(), |m| format!("{m:.0} %"))
+            );
+        }
+    }
+    out.push_str("</tbody></table>\n");
+    for c in &s.graded {
+        let mut svg = String::new();
+        match curve_chart(c, &mut svg) {
+            Ok(()) => {
+                let _ = writeln!(out, "<figure>{svg}</figure>");
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    out,
+                    "<p class=\"note\">no chart for {}: {}</p>",
+                    html_escape(&c.class),
+                    html_escape(&e.to_string())
+                );
+            }
+        }
+    }
+}
+
+/// The drill's HTML section: summary, the table, both charts, the graded curves, the findings.
 pub fn html_section(s: &Scores) -> String {
     let mut out = String::from("<section id=\"drill\">\n<h2>Fault drill</h2>\n");
     let _ = writeln!(
@@ -355,6 +500,7 @@ pub fn html_section(s: &Scores) -> String {
             }
         }
     }
+    graded_html(s, &mut out);
     out.push_str("<h3>Findings</h3>\n<ul>\n");
     for f in &s.findings {
         let _ = writeln!(out, "<li>{}</li>", html_escape(f));
@@ -450,5 +596,78 @@ mod tests {
         assert_eq!(h.matches("port_down").count(), 3, "{h}");
         assert!(h.contains("a &lt;b&gt; finding"));
         assert!(h.contains("<section id=\"drill\">"));
+    }
+
+    fn graded_scores() -> Scores {
+        use crate::grade::{GradedSummary, SizeKind, SizePoint};
+        let pt = |size: &str, control: bool, detected: usize| SizePoint {
+            size: size.into(),
+            control,
+            rounds: 4,
+            injections: 4,
+            detected,
+            recall: (!control).then_some(detected as f64 / 4.0),
+            quiet: control.then_some((4 - detected) as f64 / 4.0),
+            measured_pct: size.ends_with('%').then_some(51.0),
+            ..SizePoint::default()
+        };
+        let mut s = scores();
+        s.graded = vec![
+            ClassCurve {
+                class: "error_counters".into(),
+                kind: Some(SizeKind::Threshold),
+                points: vec![pt("0.5x", true, 0), pt("2x", false, 4)],
+            },
+            ClassCurve {
+                class: "congestion".into(),
+                kind: Some(SizeKind::Bandwidth),
+                points: vec![pt("100%", true, 0), pt("50%", false, 3)],
+            },
+        ];
+        s.graded_summary = Some(GradedSummary {
+            classes: 2,
+            sizes: 4,
+            recall_at_half_bw: Some(0.75),
+            quiet_below_threshold: Some(1.0),
+            false_drains: 0,
+        });
+        s
+    }
+
+    #[test]
+    fn a_graded_drill_adds_a_curve_chart_per_class_a_table_row_per_size_and_summary_lines() {
+        let s = graded_scores();
+        let h = html(&s);
+        assert_eq!(
+            h.matches("<svg").count(),
+            4,
+            "two charts and one per graded class"
+        );
+        assert!(h.contains("Graded faults: recall by size"), "{h}");
+        assert!(
+            h.contains("<td>congestion</td><td>50%</td><td>fault</td>"),
+            "{h}"
+        );
+        let t = table(&s);
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("congestion") && l.contains("50%") && l.contains("51%")),
+            "{t}"
+        );
+        let lines = graded_lines(&s);
+        assert_eq!(lines.len(), 3);
+        assert_eq!(
+            lines[0],
+            "drill-graded error_counters: 0.5x quiet 4/4, 2x recall 4/4"
+        );
+        assert!(
+            lines[1].contains("50% recall 3/4 (measured 51%)"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[2].starts_with("drill-graded: classes 2, sizes 4, recall_at_half_bw 0.75"));
+        let back: Scores = serde_json::from_str(&json(&s)).unwrap();
+        assert_eq!(back, s);
+        assert!(graded_lines(&scores()).is_empty());
     }
 }

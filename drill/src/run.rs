@@ -207,6 +207,7 @@ impl Drill<'_> {
             signals: Vec::new(),
             job: None,
             error: None,
+            measured_pct: None,
         };
         let dir = match folder::prepare(
             &self.cfg.work_dir,
@@ -273,6 +274,7 @@ impl Drill<'_> {
         if let Err(e) = step {
             out.error = Some(e);
         }
+        out.measured_pct = self.injector.take_measured_pct();
         // Stopped by the gates: the round's job goes too, so the nodes are handed back.
         if self.gates.stopped().is_some()
             && let Some(id) = job_id
@@ -324,6 +326,14 @@ impl Drill<'_> {
         }
         if let Err(e) = restore(self.injector, self.journal, &ids) {
             out.error.get_or_insert_with(|| format!("restore: {e}"));
+        } else if out.injected_at_ms.is_some() && round.class.raises_counters() {
+            // The restore put lower counters back, which no real node does. Until a probe saved
+            // them, the node's baseline is the faulted tree's, and the same fault injected there
+            // again would be a rise of zero: a probe of the healthy tree (`health`, idle now)
+            // saves it, as the node's next job would.
+            if let Err(e) = self.cluster.health(&round.node) {
+                tracing::warn!(node = %round.node, "re-baselining after a counter fault: {e}");
+            }
         }
         out.signals.extend(w.seen.into_values());
         if let Some(id) = job_id {
@@ -342,6 +352,8 @@ impl Drill<'_> {
                 completed: view.state.starts_with("COMPLETED"),
             });
         }
+        // A fault at a control size is still the drill's own change: a drain it caused is
+        // scored as a false drain and then resumed like any drain the drill's faults caused.
         let injected = out.injected_at_ms.is_some() && !round.class.is_control();
         self.heal(round, injected);
         out
@@ -491,6 +503,7 @@ mod tests {
                 fabric_run: false,
             }),
             during_at_permille: None,
+            size: None,
         }
     }
 
@@ -555,6 +568,21 @@ mod tests {
         assert_eq!(s.false_drains, 1);
         assert_eq!(s.precision, Some(0.5));
         assert_eq!(s.per_class[0].detectors.get("epilog"), Some(&1));
+    }
+
+    #[test]
+    fn a_restored_counter_fault_is_followed_by_a_health_probe_of_its_node_and_a_state_fault_is_not()
+    {
+        let mut c = FakeCluster::new(500, "fabric-check: ib.counters");
+        let _ = drill_round(&mut c, &round(FaultClass::ErrorCounters, Moment::Before));
+        assert_eq!(
+            c.healths,
+            vec!["n2".to_owned()],
+            "the healthy tree re-baselined"
+        );
+        let mut c = FakeCluster::new(500, "fabric-check: ib.port_state");
+        let _ = drill_round(&mut c, &round(FaultClass::PortDown, Moment::Before));
+        assert!(c.healths.is_empty(), "{:?}", c.healths);
     }
 
     #[test]
@@ -624,6 +652,7 @@ mod tests {
             moment: Moment::Idle,
             job: None,
             during_at_permille: None,
+            size: None,
         }
     }
 

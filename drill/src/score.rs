@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::class::{FaultClass, Moment};
+use crate::grade::{ClassCurve, GradedSummary, Size, SizePoint};
 use crate::observe::{Detector, Signal, Strength};
 use crate::plan::Round;
 
@@ -63,6 +64,10 @@ pub struct RoundOutcome {
     pub job: Option<JobCost>,
     /// Why the round could not run as planned.
     pub error: Option<String>,
+    /// A graded `congestion` round: the share of its peers' bandwidth its node's path carried
+    /// through the cap, measured, percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_pct: Option<f64>,
 }
 
 /// Time-to-detect figures, seconds.
@@ -169,6 +174,12 @@ pub struct Scores {
     pub findings: Vec<String>,
     /// Currency of `cost_lost`.
     pub currency: Option<String>,
+    /// Graded rounds' curves, per class: recall by size ([`crate::grade`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub graded: Vec<ClassCurve>,
+    /// Their headline figures, when any round was graded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graded_summary: Option<GradedSummary>,
 }
 
 /// The schema id of the JSON output.
@@ -198,7 +209,7 @@ pub struct RoundScore {
 
 /// Scores one round.
 pub fn score_round(o: &RoundOutcome) -> RoundScore {
-    let control = o.round.class.is_control();
+    let control = o.round.is_control();
     let injected = o.injected_at_ms;
     let mut hit: Option<&Signal> = None;
     let mut drained = false;
@@ -277,7 +288,7 @@ pub fn score(seed: u64, outcomes: &[RoundOutcome], prices: &Prices) -> Scores {
             *cs.moments
                 .entry(o.round.moment.id().to_owned())
                 .or_default() += 1;
-            if !class.is_control() && o.injected_at_ms.is_some() {
+            if !o.round.is_control() && o.injected_at_ms.is_some() {
                 cs.injections += 1;
                 if let Some(h) = &rs.hit {
                     cs.detected += 1;
@@ -351,9 +362,124 @@ pub fn score(seed: u64, outcomes: &[RoundOutcome], prices: &Prices) -> Scores {
         per_class,
         findings: Vec::new(),
         currency: prices.per_gpu_h.as_ref().map(|(_, c)| c.clone()),
+        graded: Vec::new(),
+        graded_summary: None,
     };
     s.findings = findings(&s);
+    (s.graded, s.graded_summary) = curves(outcomes);
+    for c in &s.graded {
+        for p in c.points.iter().filter(|p| p.control && p.detected > 0) {
+            s.findings.push(format!(
+                "{} at {} (below its threshold): {} of {} rounds signalled, {} drained: the default fires at a size the checks call healthy",
+                c.class, p.size, p.detected, p.injections, p.drained
+            ));
+        }
+    }
     s
+}
+
+/// Mildest first: a bandwidth share from the largest, a multiple or a flap count from the
+/// smallest.
+fn mildness(s: Size) -> i64 {
+    match s {
+        Size::BandwidthPct(p) => -i64::from(p),
+        Size::ThresholdMilli(m) => i64::from(m),
+        Size::Flaps(n) => i64::from(n),
+    }
+}
+
+/// The detection curve of every graded class: per size, the rounds, how many signalled on
+/// their node (a detection at a fault size, a false positive at a control size), how many
+/// drained it, the signals elsewhere, and for bandwidth the share measured through the cap.
+pub fn curves(outcomes: &[RoundOutcome]) -> (Vec<ClassCurve>, Option<GradedSummary>) {
+    let mut out = Vec::new();
+    for class in crate::class::ALL {
+        let mut by_size: BTreeMap<(i64, Size), Vec<&RoundOutcome>> = BTreeMap::new();
+        for o in outcomes.iter().filter(|o| o.round.class == *class) {
+            if let Some(z) = o.round.size {
+                by_size.entry((mildness(z), z)).or_default().push(o);
+            }
+        }
+        if by_size.is_empty() {
+            continue;
+        }
+        let mut curve = ClassCurve {
+            class: class.id().to_owned(),
+            kind: class.grading().map(|g| g.kind),
+            points: Vec::new(),
+        };
+        for ((_, size), rounds) in by_size {
+            let mut p = SizePoint {
+                size: size.to_string(),
+                control: size.is_control(),
+                rounds: rounds.len(),
+                ..SizePoint::default()
+            };
+            let mut measured = Vec::new();
+            for o in rounds {
+                let Some(t0) = o.injected_at_ms else { continue };
+                p.injections += 1;
+                measured.extend(o.measured_pct);
+                let on_node: Vec<&Signal> = o
+                    .signals
+                    .iter()
+                    .filter(|s| s.node == o.round.node && s.at_ms + CLOCK_SLACK_MS >= t0)
+                    .collect();
+                let drained = on_node.iter().any(|s| s.strength == Strength::Drain);
+                if !on_node.is_empty() {
+                    p.detected += 1;
+                    p.drained += usize::from(drained);
+                    if p.control {
+                        p.false_positives += 1;
+                        p.false_drains += usize::from(drained);
+                    }
+                }
+                let elsewhere = score_round(o);
+                for (node, drain) in &elsewhere.false_nodes {
+                    if *node != o.round.node {
+                        p.false_positives += 1;
+                        p.false_drains += usize::from(*drain);
+                    }
+                }
+            }
+            if p.control {
+                p.quiet = ratio(p.injections - p.detected, p.injections);
+            } else {
+                p.recall = ratio(p.detected, p.injections);
+            }
+            p.measured_pct = median(&measured);
+            curve.points.push(p);
+        }
+        out.push(curve);
+    }
+    if out.is_empty() {
+        return (out, None);
+    }
+    let controls: Vec<&SizePoint> = out
+        .iter()
+        .flat_map(|c| &c.points)
+        .filter(|p| p.control)
+        .collect();
+    let (ctl_inj, ctl_quiet) = controls.iter().fold((0, 0), |(i, q), p| {
+        (i + p.injections, q + p.injections - p.detected)
+    });
+    let summary = GradedSummary {
+        classes: out.len(),
+        sizes: out.iter().map(|c| c.points.len()).sum(),
+        recall_at_half_bw: out
+            .iter()
+            .filter(|c| c.class == FaultClass::Congestion.id())
+            .flat_map(|c| &c.points)
+            .find(|p| p.size == Size::BandwidthPct(50).to_string())
+            .and_then(|p| p.recall),
+        quiet_below_threshold: ratio(ctl_quiet, ctl_inj),
+        false_drains: out
+            .iter()
+            .flat_map(|c| &c.points)
+            .map(|p| p.false_drains)
+            .sum(),
+    };
+    (out, Some(summary))
 }
 
 /// The target the issue sets for a time to detect, seconds.
@@ -481,6 +607,7 @@ mod tests {
                 fabric_run: true,
             }),
             during_at_permille: None,
+            size: None,
         }
     }
 
@@ -502,7 +629,93 @@ mod tests {
             signals,
             job: None,
             error: None,
+            measured_pct: None,
         }
+    }
+
+    fn graded(class: FaultClass, size: &str, signals: Vec<Signal>) -> RoundOutcome {
+        let mut o = outcome(class, "n1", 10_000, signals);
+        o.round.size = Some(Size::parse(size).unwrap());
+        o
+    }
+
+    #[test]
+    fn a_graded_drill_scores_recall_by_size_and_a_signal_below_the_threshold_as_a_false_positive() {
+        let hit = |s| vec![sig("n1", 11_000, Detector::Prolog, s)];
+        let outcomes = vec![
+            graded(FaultClass::ErrorCounters, "0.5x", vec![]),
+            graded(FaultClass::ErrorCounters, "0.5x", vec![]),
+            graded(FaultClass::ErrorCounters, "1x", hit(Strength::Drain)),
+            graded(FaultClass::ErrorCounters, "2x", hit(Strength::Drain)),
+            graded(FaultClass::ErrorCounters, "2x", vec![]),
+            graded(FaultClass::ErrorCounters, "10x", hit(Strength::Fail)),
+        ];
+        let s = score(1, &outcomes, &Prices::default());
+        let c = &s.graded[0];
+        assert_eq!(c.class, "error_counters");
+        let sizes: Vec<&str> = c.points.iter().map(|p| p.size.as_str()).collect();
+        assert_eq!(sizes, vec!["0.5x", "1x", "2x", "10x"]);
+        assert_eq!(c.points[0].quiet, Some(1.0));
+        assert_eq!(c.points[1].quiet, Some(0.0));
+        assert_eq!(
+            (c.points[1].false_positives, c.points[1].false_drains),
+            (1, 1)
+        );
+        assert_eq!(c.points[2].recall, Some(0.5));
+        assert_eq!(c.points[3].recall, Some(1.0));
+        // The control sizes stay out of recall and count against precision and false drains.
+        let cs = &s.per_class[0];
+        assert_eq!((cs.injections, cs.detected), (3, 2));
+        assert_eq!((cs.false_positives, cs.false_drains), (1, 1));
+        let g = s.graded_summary.as_ref().unwrap();
+        assert_eq!((g.classes, g.sizes, g.false_drains), (1, 4, 1));
+        assert_eq!(g.quiet_below_threshold, Some(2.0 / 3.0));
+        assert_eq!(g.recall_at_half_bw, None);
+        assert!(
+            s.findings
+                .iter()
+                .any(|f| f.contains("error_counters at 1x")),
+            "{:?}",
+            s.findings
+        );
+    }
+
+    #[test]
+    fn the_bandwidth_curve_runs_from_the_mildest_cap_and_keeps_the_measured_share() {
+        let mut a = graded(
+            FaultClass::Congestion,
+            "50%",
+            vec![sig("n1", 12_000, Detector::Collective, Strength::Drain)],
+        );
+        a.measured_pct = Some(48.0);
+        let mut b = graded(FaultClass::Congestion, "50%", vec![]);
+        b.measured_pct = Some(52.0);
+        let c = graded(FaultClass::Congestion, "100%", vec![]);
+        let d = graded(
+            FaultClass::Congestion,
+            "10%",
+            vec![sig("n1", 12_000, Detector::Collective, Strength::Drain)],
+        );
+        let s = score(1, &[a, b, c, d], &Prices::default());
+        let sizes: Vec<&str> = s.graded[0].points.iter().map(|p| p.size.as_str()).collect();
+        assert_eq!(sizes, vec!["100%", "50%", "10%"]);
+        assert_eq!(s.graded[0].points[1].measured_pct, Some(50.0));
+        let g = s.graded_summary.unwrap();
+        assert_eq!(g.recall_at_half_bw, Some(0.5));
+        assert_eq!(g.quiet_below_threshold, Some(1.0));
+        assert_eq!(g.false_drains, 0);
+    }
+
+    #[test]
+    fn a_drill_without_sizes_has_no_curve() {
+        let o = outcome(FaultClass::PortDown, "n1", 10_000, vec![]);
+        let s = score(1, &[o], &Prices::default());
+        assert!(s.graded.is_empty() && s.graded_summary.is_none());
+        assert!(!render_json_has_graded(&s));
+    }
+
+    fn render_json_has_graded(s: &Scores) -> bool {
+        serde_json::to_string(s).unwrap().contains("graded")
     }
 
     #[test]

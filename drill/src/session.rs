@@ -6,6 +6,7 @@
 //! Every Slurm call goes through the [`Cluster`] seam: on a real cluster or the testbed that is
 //! [`SlurmCluster`], whose every call is bounded; the tests run a whole session on the fakes.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use fabric_proto::hostlist::{Hostlist, HostlistError};
@@ -13,6 +14,7 @@ use fabric_proto::hostlist::{Hostlist, HostlistError};
 use crate::class::{self, FaultClass, NodeKind, UnknownClass};
 use crate::cluster::{Cluster, ClusterError, SlurmCluster};
 use crate::gate::{GateError, Gates, Place};
+use crate::grade::{Size, SizeError, Thresholds};
 use crate::inject::{
     self, InjectError, Injector, Loads, NodeExecInjector, TestbedInjector, replay,
 };
@@ -92,6 +94,112 @@ pub enum SessionError {
     /// The plan cannot be drawn.
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// A `--size` that does not fit.
+    #[error("--size: {0}")]
+    Size(#[from] SizeError),
+    /// A `--size` for a class the drill does not run.
+    #[error(
+        "--size {0}=...: the drill does not run class {0}; add it to --classes or drop the size"
+    )]
+    SizeForAbsentClass(String),
+    /// Graded sizes asked for on a real cluster.
+    #[error(
+        "graded faults (--graded, --size) run on the testbed only: a real cluster's congestion cap is a fixed rate and its counters cannot be raised; drop them here"
+    )]
+    GradedOnTestbedOnly,
+    /// A `--size` list that fits no class the drill runs.
+    #[error(
+        "--size {0}: no class the drill runs takes sizes of this kind; write CLASS=SIZES (congestion=50%, error_counters=2x, link_flap=2)"
+    )]
+    SizeFitsNoClass(String),
+}
+
+/// One `--size` argument: `[CLASS=]SIZE[,SIZE...]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizeArg {
+    /// The class it is for; `None`: every class the drill runs whose sizes are of this kind.
+    pub class: Option<String>,
+    /// The sizes.
+    pub sizes: Vec<Size>,
+}
+
+impl SizeArg {
+    /// Parses `[CLASS=]SIZE[,SIZE...]` (`congestion=75%,50%`, `2x`).
+    pub fn parse(s: &str) -> Result<SizeArg, SizeError> {
+        match s.split_once('=') {
+            Some((c, list)) => Ok(SizeArg {
+                class: Some(c.trim().to_owned()),
+                sizes: Size::parse_list(list)?,
+            }),
+            None => Ok(SizeArg {
+                class: None,
+                sizes: Size::parse_list(s)?,
+            }),
+        }
+    }
+}
+
+/// The sizes each of `classes` runs at: with `graded`, every graded class at its `--size` or
+/// its default sizes; without, only the classes a `--size` names or fits. Refuses a size of the
+/// wrong kind, one for a class not run, and a class-less list that fits none.
+pub fn resolve_sizes(
+    classes: &[FaultClass],
+    graded: bool,
+    args: &[SizeArg],
+) -> Result<BTreeMap<FaultClass, Vec<Size>>, SessionError> {
+    let mut out: BTreeMap<FaultClass, Vec<Size>> = BTreeMap::new();
+    for a in args {
+        let text = a
+            .sizes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        match &a.class {
+            Some(id) => {
+                let c = FaultClass::parse(id)?;
+                if !classes.contains(&c) {
+                    return Err(SessionError::SizeForAbsentClass(id.clone()));
+                }
+                for z in &a.sizes {
+                    c.check_size(*z)?;
+                }
+                out.entry(c).or_default().extend(&a.sizes);
+            }
+            None => {
+                let kind = a.sizes.first().map(|z| z.kind());
+                if let Some(z) = a.sizes.iter().find(|z| Some(z.kind()) != kind) {
+                    return Err(SizeError::Malformed(format!(
+                        "{text} (mixes kinds at {z}: give each class its own --size CLASS=...)"
+                    ))
+                    .into());
+                }
+                let fits: Vec<FaultClass> = classes
+                    .iter()
+                    .copied()
+                    .filter(|c| c.grading().map(|g| g.kind) == kind)
+                    .collect();
+                if fits.is_empty() {
+                    return Err(SessionError::SizeFitsNoClass(text));
+                }
+                for c in fits {
+                    out.entry(c).or_default().extend(&a.sizes);
+                }
+            }
+        }
+    }
+    if graded {
+        for c in classes {
+            if let Some(g) = c.grading() {
+                out.entry(*c).or_insert_with(|| g.defaults.to_vec());
+            }
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+        v.dedup();
+    }
+    Ok(out)
 }
 
 /// Where the drill's nodes come from.
@@ -156,6 +264,13 @@ pub struct SessionSpec {
     pub during_job_s: f64,
     /// Folder of the restore journal; `None`: the testbed's, or [`DEFAULT_STATE_DIR`].
     pub state_dir: Option<PathBuf>,
+    /// `--graded`: the graded classes (by default: every one that can run here), each at every
+    /// size, [`SessionSpec::per_class`] rounds per size.
+    pub graded: bool,
+    /// `--size` arguments.
+    pub sizes: Vec<SizeArg>,
+    /// The thresholds in force, that a graded counter fault is a multiple of.
+    pub thresholds: Thresholds,
 }
 
 /// What a session tells as it goes.
@@ -198,6 +313,10 @@ pub struct Session {
     pub per_class: usize,
     /// Clean control rounds.
     pub controls: usize,
+    /// `--graded`.
+    pub graded: bool,
+    /// `--size` arguments.
+    pub sizes: Vec<SizeArg>,
     /// The plan's seed, if the spec gave one.
     pub seed: Option<u64>,
 }
@@ -317,6 +436,8 @@ impl Session {
             classes: spec.classes.clone(),
             per_class: spec.per_class,
             controls: spec.controls,
+            graded: spec.graded,
+            sizes: spec.sizes.clone(),
             seed: spec.seed,
         })
     }
@@ -354,13 +475,21 @@ impl Session {
 
     /// The plan for `seed`: the spec's classes (refused where they may not run), sizes and nodes.
     pub fn plan(&self, seed: u64) -> Result<Plan, SessionError> {
-        let classes = choose_classes(self.gates.place(), &self.classes)?;
+        let mut classes = choose_classes(self.gates.place(), &self.classes)?;
+        if self.graded && self.classes.is_empty() {
+            classes.retain(|c| c.grading().is_some());
+        }
+        let sizes = resolve_sizes(&classes, self.graded, &self.sizes)?;
+        if !sizes.is_empty() && *self.gates.place() != Place::Testbed {
+            return Err(SessionError::GradedOnTestbedOnly);
+        }
         Ok(Plan::draw(&PlanSpec {
             nodes: self.nodes.clone(),
             classes,
             per_class: self.per_class,
             controls: self.controls,
             seed,
+            sizes,
         })?)
     }
 
@@ -477,6 +606,7 @@ fn open_testbed(spec: &SessionSpec, t: &TestbedSpec) -> Result<Parts, SessionErr
     cfg.bin_dir = Some(dir.join("bin"));
     let mut injector = TestbedInjector::new(dir.clone(), script);
     injector.loads.job_uid = Some(uid);
+    injector.thresholds = spec.thresholds.clone();
     let state = spec
         .state_dir
         .clone()
@@ -601,6 +731,54 @@ mod tests {
     use crate::journal::Undo;
 
     #[test]
+    fn graded_classes_run_their_defaults_unless_a_size_names_them_and_a_misfit_size_is_refused() {
+        use crate::grade::Size;
+        let classes = vec![
+            FaultClass::ErrorCounters,
+            FaultClass::Congestion,
+            FaultClass::PortDown,
+        ];
+        let arg = |s: &str| SizeArg::parse(s).unwrap();
+        let m = resolve_sizes(&classes, true, &[arg("congestion=50%,75%")]).unwrap();
+        assert_eq!(
+            m[&FaultClass::Congestion],
+            vec![Size::BandwidthPct(50), Size::BandwidthPct(75)]
+        );
+        assert_eq!(
+            m[&FaultClass::ErrorCounters],
+            FaultClass::ErrorCounters
+                .grading()
+                .unwrap()
+                .defaults
+                .to_vec()
+        );
+        assert!(!m.contains_key(&FaultClass::PortDown));
+        // Without --graded only what a size fits is graded; a bare list goes to its kind.
+        let m = resolve_sizes(&classes, false, &[arg("2x,10x")]).unwrap();
+        assert_eq!(
+            m.keys().copied().collect::<Vec<_>>(),
+            vec![FaultClass::ErrorCounters]
+        );
+        let e = resolve_sizes(&classes, false, &[arg("3")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--size 3") && e.contains("CLASS=SIZES"), "{e}");
+        let e = resolve_sizes(&classes, false, &[arg("congestion=2x")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("congestion takes") && e.contains("\"2x\""),
+            "{e}"
+        );
+        let e = resolve_sizes(&classes, false, &[arg("link_flap=2")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not run class link_flap"), "{e}");
+        let e = SizeArg::parse("congestion=half").unwrap_err().to_string();
+        assert!(e.contains("\"half\"") && e.contains("50%"), "{e}");
+    }
+
+    #[test]
     fn node_lists_split_at_commas_outside_brackets() {
         assert_eq!(
             split_top("n[1-3],gpu07,a[1,3]"),
@@ -648,6 +826,8 @@ mod tests {
             classes: vec!["port_down".into(), "clean".into()],
             per_class: 1,
             controls: 1,
+            graded: false,
+            sizes: Vec::new(),
             seed: Some(7),
         };
         let mut told = Vec::new();
@@ -696,5 +876,39 @@ mod tests {
             .map(|c| c.id())
             .collect();
         assert_eq!(c, vec!["checkpoint_burst", "background_load", "clean"]);
+    }
+
+    #[test]
+    fn a_real_cluster_refuses_graded_sizes_before_anything_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let names: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| (*n).into()).collect();
+        let cluster = FakeCluster::new(500, "fabric-check: collective.slow_node");
+        let injector = cluster.injector();
+        let mut session = Session {
+            cluster: Box::new(cluster),
+            gates: Gates::cluster(names.clone(), "drill".into(), vec![FaultClass::Congestion]),
+            injector: Box::new(injector),
+            journal: Journal::open(&dir.path().join("journal.jsonl")).unwrap(),
+            nodes: names
+                .iter()
+                .map(|n| DrillNode {
+                    name: n.clone(),
+                    kind: NodeKind::Roce,
+                })
+                .collect(),
+            cfg: RunConfig::new(dir.path().join("work"), names.clone()),
+            testbed: None,
+            classes: vec!["congestion".into()],
+            per_class: 1,
+            controls: 0,
+            graded: true,
+            sizes: Vec::new(),
+            seed: Some(3),
+        };
+        let e = session.plan(3).unwrap_err().to_string();
+        assert!(e.contains("testbed only"), "{e}");
+        // The same drill at the class's fixed size is planned.
+        session.graded = false;
+        assert_eq!(session.plan(3).unwrap().rounds.len(), 1);
     }
 }

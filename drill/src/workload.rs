@@ -393,6 +393,7 @@ fn one_run(
             moment: Moment::Before,
             job: Some(job.clone()),
             during_at_permille: None,
+            size: None,
         };
         ids = gate::inject(gates, cluster, injector, journal, &round, &dir.job_dir)
             .map_err(|e| err(&e))?;

@@ -24,6 +24,18 @@ pub enum Error {
     /// The name is not one of [`SCENARIOS`].
     #[error("unknown scenario {0:?}; run with --list for the names")]
     UnknownScenario(String),
+    /// A raise names a counter the scenario does not raise.
+    #[error(
+        "scenario {scenario} raises no counter {counter}; it raises: {raised} (use one of those in --raise)"
+    )]
+    NotRaised {
+        /// The scenario.
+        scenario: String,
+        /// The counter named.
+        counter: String,
+        /// The counters it raises.
+        raised: String,
+    },
     /// The output directory already holds something.
     #[error("{} exists and is not an empty directory; remove it or pick another", .0.display())]
     Busy(PathBuf),
@@ -907,7 +919,57 @@ fn ethernet_port(
 
 /// Writes scenario `name` as a sysfs root in `out`, which must be absent or an empty directory.
 pub fn write(name: &str, out: &Path) -> Result<(), Error> {
-    let (kind, faults) = scenario(name).ok_or_else(|| Error::UnknownScenario(name.to_owned()))?;
+    write_raised(name, out, &[])
+}
+
+/// The counters (sysfs counter files by name, `ethtool -S` statistics) scenario `name` raises,
+/// and by how much, in its order.
+pub fn raises(name: &str) -> Result<Vec<(&'static str, u64)>, Error> {
+    let (_, faults) = scenario(name).ok_or_else(|| Error::UnknownScenario(name.to_owned()))?;
+    Ok(faults
+        .iter()
+        .filter_map(|(_, f)| match f {
+            Fault::Counter(rel, by) => Some((rel.rsplit('/').next().unwrap_or(rel), *by)),
+            Fault::Ethtool(n, by) => Some((*n, *by)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Writes scenario `name` as [`write()`] does, with each counter of `raised` (a counter the
+/// scenario raises, by its file or statistic name: `symbol_error`, `rx_prio3_pause`) raised by
+/// the amount given instead of the scenario's own: a fault of graded size.
+pub fn write_raised(name: &str, out: &Path, raised: &[(String, u64)]) -> Result<(), Error> {
+    let (kind, mut faults) =
+        scenario(name).ok_or_else(|| Error::UnknownScenario(name.to_owned()))?;
+    for (counter, amount) in raised {
+        let mut found = false;
+        for (_, f) in &mut faults {
+            match f {
+                Fault::Counter(rel, by) if rel.rsplit('/').next() == Some(counter.as_str()) => {
+                    *by = *amount;
+                    found = true;
+                }
+                Fault::Ethtool(n, by) if *n == counter.as_str() => {
+                    *by = *amount;
+                    found = true;
+                }
+                _ => {}
+            }
+        }
+        if !found {
+            let list: Vec<&str> = raises(name)?.into_iter().map(|(n, _)| n).collect();
+            return Err(Error::NotRaised {
+                scenario: name.to_owned(),
+                counter: counter.clone(),
+                raised: if list.is_empty() {
+                    "none".to_owned()
+                } else {
+                    list.join(", ")
+                },
+            });
+        }
+    }
     if out.symlink_metadata().is_ok() {
         let empty = out.is_dir()
             && fs::read_dir(out)
@@ -1119,6 +1181,37 @@ mod tests {
         assert_eq!(state(&healthy, "mlx5_3"), "4: ACTIVE\n");
         assert_eq!(state(&down, "mlx5_3"), "1: DOWN\n");
         assert_eq!(state(&down, "mlx5_2"), "4: ACTIVE\n");
+    }
+
+    #[test]
+    fn a_raised_scenario_raises_its_counters_by_the_amounts_given_and_refuses_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("graded");
+        write_raised("ib8-symbol-errors", &out, &[("symbol_error".into(), 60)]).unwrap();
+        let v =
+            fs::read_to_string(out.join("class/infiniband/mlx5_2/ports/1/counters/symbol_error"))
+                .unwrap();
+        assert_eq!(v, format!("{}\n", healthy_counter(2, "symbol_error") + 60));
+        let out = dir.path().join("pause");
+        write_raised("ib8-pause-storm", &out, &[("rx_prio3_pause".into(), 7)]).unwrap();
+        assert_eq!(
+            raises("ib8-pause-storm").unwrap(),
+            vec![
+                ("rx_prio3_pause", 4_000_000),
+                ("rx_prio3_pause_duration", 90_000_000)
+            ]
+        );
+        let e = write_raised(
+            "ib8-symbol-errors",
+            &dir.path().join("other"),
+            &[("link_downed".into(), 1)],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("raises no counter link_downed") && e.contains("it raises: symbol_error"),
+            "{e}"
+        );
     }
 
     #[test]

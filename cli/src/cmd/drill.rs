@@ -9,9 +9,10 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use fabric_drill::class::{FaultClass, NodeKind};
 use fabric_drill::gate::Gates;
+use fabric_drill::grade::Thresholds;
 use fabric_drill::score::{self, Prices, RoundOutcome};
 use fabric_drill::session::{
-    self, Event, ReservationSpec, Session, SessionError, SessionSpec, Source, TestbedSpec,
+    self, Event, ReservationSpec, Session, SessionError, SessionSpec, SizeArg, Source, TestbedSpec,
 };
 use fabric_drill::{render, workload};
 
@@ -51,9 +52,21 @@ pub struct Args {
     /// Seed of the plan (default: from the clock; printed so the drill can be repeated).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Rounds per fault class.
+    /// Rounds per fault class (with --graded or --size: per size of a graded class).
     #[arg(long, alias = "rounds", default_value_t = 5)]
     pub per_class: usize,
+    /// Graded faults: run every graded class (congestion, error_counters, pause_storm,
+    /// cnp_storm, link_flap; or those of --classes) at each of its sizes (its defaults, or --size), and
+    /// report recall by size, the sizes below a threshold counted as controls that must stay
+    /// quiet.
+    #[arg(long)]
+    pub graded: bool,
+    /// Sizes of a graded class, `[CLASS=]SIZE[,SIZE...]` (repeatable): the bandwidth left on
+    /// the node's path in percent of its peers' (`congestion=75%,50%`), a multiple of the
+    /// counters' threshold (`error_counters=0.5x,2x`, `cnp_storm=2x`), a flap count (`link_flap=1,2`). Without
+    /// CLASS: every class the drill runs whose sizes are of that kind.
+    #[arg(long, value_name = "[CLASS=]SIZES", value_parser = parse_size)]
+    pub size: Vec<SizeArg>,
     /// How long a `during` round's job runs, seconds; its fault goes in at a point of it drawn
     /// from the seed (15-75 %), so the in-job watch, not the job's end, must find it.
     #[arg(long, default_value_t = 60.0, value_parser = parse_during_job_s)]
@@ -146,6 +159,34 @@ fn parse_during_job_s(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--size`: `[CLASS=]SIZE[,SIZE...]`.
+fn parse_size(s: &str) -> Result<SizeArg, String> {
+    SizeArg::parse(s).map_err(|e| e.to_string())
+}
+
+/// The allowance of every default threshold (what a graded counter fault is a multiple of):
+/// the smallest of its bounds, a per-hour bound counted as one hour (the checks never scale it
+/// below an hour, and a drill's intervals are shorter).
+pub fn thresholds() -> Thresholds {
+    let allowance = |t: &fabric_core::config::Threshold| {
+        [
+            t.warn_delta,
+            t.fail_delta,
+            t.warn_per_hour.map(|r| r.floor() as u64),
+            t.fail_per_hour.map(|r| r.floor() as u64),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    };
+    Thresholds(
+        fabric_core::config::default_thresholds()
+            .iter()
+            .filter_map(|(k, t)| allowance(t).map(|a| (k.clone(), a)))
+            .collect(),
+    )
+}
+
 /// The session's spec from the arguments.
 fn spec(a: &Args) -> Result<SessionSpec, SessionError> {
     let source = if a.testbed {
@@ -181,6 +222,9 @@ fn spec(a: &Args) -> Result<SessionSpec, SessionError> {
         seed: a.seed,
         during_job_s: a.during_job_s,
         state_dir: a.state_dir.clone(),
+        graded: a.graded,
+        sizes: a.size.clone(),
+        thresholds: thresholds(),
     })
 }
 
@@ -242,6 +286,10 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     if a.summary_line {
         println!("{}", score::summary_line(&scores));
+        // A graded drill: a line per class, and last the benchmark's `drill-graded:` line.
+        for l in render::graded_lines(&scores) {
+            println!("{l}");
+        }
     }
     Ok(report_gates(&s.gates))
 }
@@ -285,15 +333,24 @@ fn report_gates(gates: &Gates) -> i32 {
 fn round_line(o: &RoundOutcome) -> String {
     let r = score::score_round(o);
     format!(
-        "round {:>3} {:<17} {:<4} {:<6} {}{}",
+        "round {:>3} {:<17} {:<4} {:<6} {}{}{}",
         o.round.index,
         o.round.class.id(),
         o.round.node,
         o.round.moment.id(),
+        o.round
+            .size
+            .map(|z| format!(
+                "size {z}{} ",
+                o.measured_pct
+                    .map(|m| format!(" (measured {m:.0}%)"))
+                    .unwrap_or_default()
+            ))
+            .unwrap_or_default(),
         match (&r.hit, r.ttd_s) {
             (Some(h), Some(t)) =>
                 format!("caught by {} ({}) in {t:.1} s", h.detector.id(), h.check),
-            _ if o.round.class.is_control() => "control".into(),
+            _ if o.round.is_control() => "control".into(),
             _ => "MISSED".into(),
         },
         if r.false_nodes.is_empty() {
@@ -445,6 +502,29 @@ mod tests {
                 .to_string()
                 .contains("unknown drill class")
         );
+    }
+
+    #[test]
+    fn the_graded_multiples_are_of_the_default_thresholds_a_per_hour_bound_counted_as_an_hour() {
+        let t = thresholds();
+        assert_eq!(t.allowance("symbol_error"), Ok(120));
+        assert_eq!(t.allowance("link_downed"), Ok(0));
+        assert_eq!(t.allowance("rx_prio_pause"), Ok(1_000_000));
+        assert_eq!(t.allowance("rx_prio_pause_duration"), Ok(60_000_000));
+    }
+
+    #[test]
+    fn a_bad_size_is_refused_naming_the_value_and_the_forms() {
+        let e = T::try_parse_from(["drill", "--testbed", "--size", "congestion=half"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"half\"") && e.contains("50%") && e.contains("0.5x"),
+            "{e}"
+        );
+        let a = args(&["--testbed", "--graded", "--size", "link_flap=1,2"]);
+        assert!(a.graded);
+        assert_eq!(a.size[0].class.as_deref(), Some("link_flap"));
     }
 
     #[test]

@@ -23,6 +23,22 @@ struct Args {
     scenario: Option<String>,
     /// Where to write it: absent or an empty directory.
     outdir: Option<PathBuf>,
+    /// Raise COUNTER (one the scenario raises: `symbol_error`, `rx_prio3_pause`) by N instead of
+    /// the scenario's own amount: a fault of graded size (repeatable).
+    #[arg(long, value_name = "COUNTER=N", requires = "scenario", value_parser = parse_raise)]
+    raise: Vec<(String, u64)>,
+}
+
+/// `--raise COUNTER=N`.
+fn parse_raise(s: &str) -> Result<(String, u64), String> {
+    let bad =
+        || format!("{s:?} is not COUNTER=N (a counter name and a whole number: symbol_error=240)");
+    let (name, n) = s.split_once('=').ok_or_else(bad)?;
+    let n: u64 = n.trim().parse().map_err(|_| bad())?;
+    if name.trim().is_empty() {
+        return Err(bad());
+    }
+    Ok((name.trim().to_owned(), n))
 }
 
 fn main() -> ExitCode {
@@ -49,7 +65,7 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     match (args.scenario, args.outdir) {
         (Some(name), Some(out)) => {
-            sysfs::write(&name, &out)?;
+            sysfs::write_raised(&name, &out, &args.raise)?;
             Ok(ExitCode::SUCCESS)
         }
         _ => {

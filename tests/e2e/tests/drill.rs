@@ -122,6 +122,76 @@ fn a_short_drill_catches_every_injection_drains_nothing_else_and_restores_the_cl
     });
 }
 
+/// A short graded drill: one class at three sizes, one below its threshold (a control that
+/// must stay quiet) and two above (which must be caught), read back as the class's curve.
+#[test]
+fn a_graded_drill_finds_the_sizes_above_the_threshold_and_stays_quiet_below_it() {
+    let tb = Testbed::get();
+    tb.healing(|| {
+        let nodes = ["n1", "n2", "n3", "n4"];
+        let before: Vec<String> = nodes.iter().map(|n| tree_listing(&tb, n)).collect();
+        let t0 = Instant::now();
+        let out = run_drill(
+            &tb,
+            &[
+                "--seed",
+                "31",
+                "--graded",
+                "--classes",
+                "error_counters",
+                "--size",
+                "error_counters=0.5x,2x,10x",
+                "--per-class",
+                "1",
+                "--controls",
+                "0",
+                "--during-job-s",
+                "6",
+                "--format",
+                "json",
+                "--summary-line",
+            ],
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "drill failed:\n{stdout}\n{stderr}");
+        let elapsed = t0.elapsed();
+        // The JSON document, the `drill:` line, a line per graded class, the `drill-graded:` line.
+        let lines: Vec<&str> = stdout.trim_end().lines().collect();
+        let n = lines.len();
+        assert!(n > 3, "{stdout}");
+        let s: Value = serde_json::from_str(&lines[..n - 3].join("\n")).expect("the drill's JSON");
+        let curve = &s["graded"][0];
+        assert_eq!(curve["class"], "error_counters", "{s}");
+        let points = curve["points"].as_array().expect("points");
+        let sizes: Vec<&str> = points.iter().filter_map(|p| p["size"].as_str()).collect();
+        assert_eq!(sizes, vec!["0.5x", "2x", "10x"], "{stderr}");
+        assert_eq!(points[0]["control"], true);
+        assert_eq!(points[0]["detected"], 0, "a half-threshold stream signalled:\n{stderr}");
+        for p in &points[1..] {
+            assert_eq!(p["recall"], 1.0, "{p}\n{stderr}");
+        }
+        assert!(lines[n - 3].starts_with("drill: classes 1, injections 2, recall 1.000"), "{stdout}");
+        assert_eq!(
+            lines[n - 2],
+            "drill-graded error_counters: 0.5x quiet 1/1, 2x recall 1/1, 10x recall 1/1"
+        );
+        assert_eq!(
+            lines[n - 1],
+            "drill-graded: classes 1, sizes 3, recall_at_half_bw none, quiet_below_threshold 1.00, false_drains 0"
+        );
+        for (n, b) in nodes.iter().zip(&before) {
+            let (state, reason) = tb.node_state(n);
+            assert!(
+                state.starts_with("idle"),
+                "{n} is {state} ({reason}) after the drill"
+            );
+            assert_eq!(&tree_listing(&tb, n), b, "{n}'s fixture tree was not put back");
+        }
+        eprintln!("graded drill took {:.0} s\n{stderr}", elapsed.as_secs_f64());
+    });
+}
+
 #[test]
 fn the_workload_runs_clean_and_faulted_on_each_fabric_and_reports_them_side_by_side() {
     let tb = Testbed::get();
