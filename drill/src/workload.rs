@@ -227,6 +227,7 @@ pub fn cost_per_run(
         drains: mine.iter().filter(|r| r.drained).count() as u64,
         accepted_runs: mine.iter().filter(|r| r.accepted).count() as u64,
         accepted_outputs: None,
+        spare_gpu_s: 0,
     };
     let b = fabric_report::cost::compute(
         &file.currency,

@@ -259,6 +259,9 @@ pub struct UsageFigures {
     pub accepted_runs: u64,
     /// Accepted inference outputs, when counted.
     pub accepted_outputs: Option<u64>,
+    /// GPU-seconds of spare nodes that jobs held through their prolog and gave back
+    /// (`--fabric-check-spares`; a part of allocated).
+    pub spare_gpu_s: u64,
 }
 
 /// One line of the breakdown.
@@ -386,6 +389,15 @@ pub fn compute(
         amount: idle_gpu_h * capacity_cost_per_gpu_h,
         kind: "share",
     });
+    if usage.spare_gpu_s > 0 {
+        // What the spares cost (their prolog-long hold), to weigh against the requeues they
+        // avoided; only where a job used spares, so a report without them is unchanged.
+        lines.push(CostLine {
+            item: "spare_nodes_held",
+            amount: gpu_s_to_h(usage.spare_gpu_s) * capacity_cost_per_gpu_h,
+            kind: "share",
+        });
+    }
     let per_accepted_run =
         (usage.accepted_runs > 0).then(|| total / Decimal::from(usage.accepted_runs));
     let per_accepted_output = usage
@@ -471,6 +483,7 @@ rate_per_hour = "100"
             drains: 1,
             accepted_runs: 2,
             accepted_outputs: None,
+            spare_gpu_s: 0,
         };
         let b = compute(&f.currency, &f.fabric["ib"], Decimal::from(10), &usage);
         let get = |item| b.lines.iter().find(|l| l.item == item).unwrap().amount;

@@ -141,6 +141,8 @@ pub struct GroupAcc {
     pub spares_saved: u64,
     /// Node-seconds jobs held spare nodes they then gave up (the prolog's time on each).
     pub spare_node_s: u64,
+    /// The same as GPU time (the job's GPUs per node, else the cost file's), for the cost.
+    pub spare: GpuTime,
     /// Jobs whose probe verdict was fail or error.
     pub verdicts: BTreeMap<Verdict, u64>,
     /// Records per state.
@@ -259,7 +261,11 @@ impl GroupAcc {
         if let Some(t) = tag {
             if let Some(sp) = &t.spares {
                 self.spares_saved += u64::from(sp.saved());
-                self.spare_node_s += sp.spare_node_s.round() as u64;
+                let spare_s = sp.spare_node_s.round() as u64;
+                self.spare_node_s += spare_s;
+                // Per node: the job's GPUs over its nodes (after the shrink, the kept ones).
+                let per_node = job.gpus.map(|g| g / job.nnodes.max(1));
+                self.spare.add(per_node, 1, spare_s);
             }
             if let Some(v) = t.verdict {
                 *self.verdicts.entry(v).or_insert(0) += 1;
@@ -362,6 +368,7 @@ impl GroupAcc {
         self.requeues += o.requeues;
         self.spares_saved += o.spares_saved;
         self.spare_node_s += o.spare_node_s;
+        self.spare.merge(&o.spare);
         for (k, v) in o.verdicts {
             *self.verdicts.entry(k).or_insert(0) += v;
         }
@@ -683,6 +690,7 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
                         drains: g.drains,
                         accepted_runs: g.accepted,
                         accepted_outputs: g.outputs,
+                        spare_gpu_s: g.spare.resolve(gpn),
                     },
                 )
             });
@@ -818,6 +826,7 @@ fn cost_over_time(
                 drains: u.drains,
                 accepted_runs: u.accepted,
                 accepted_outputs: None,
+                spare_gpu_s: 0,
             },
         );
         out.push(PeriodCost {
@@ -887,6 +896,34 @@ mod tests {
         assert_eq!(g.drains, 1, "the tag's drain counts once");
         assert_eq!(g.node_s, 4 * 2 + 3 * 10, "both records' node time");
         assert_eq!(g.requeues, 0);
+        // Without GPU TRES the spare time waits for the cost file's GPUs per node.
+        assert_eq!(g.spare.resolve(Some(8)), 2 * 8);
+    }
+
+    #[test]
+    fn the_spare_nodes_hold_is_priced_as_a_share_of_capacity_and_only_where_jobs_used_spares() {
+        let file = CostFile::parse(
+            "[fabric.p]\ngpus = 16\ngpus_per_node = 8\n[fabric.p.running]\nrack_power_and_space = 16\n",
+            "cost.toml",
+        )
+        .unwrap();
+        let entry = &file.fabric["p"];
+        let usage = |spare_gpu_s| UsageFigures {
+            allocated_gpu_s: 3600,
+            spare_gpu_s,
+            ..UsageFigures::default()
+        };
+        // 16 per hour over 16 GPUs: 1 per GPU-hour; 2 spare node-seconds × 8 GPUs = 16 GPU-s.
+        let b = cost::compute("USD", entry, Decimal::from(1), &usage(16));
+        let line = b
+            .lines
+            .iter()
+            .find(|l| l.item == "spare_nodes_held")
+            .unwrap();
+        assert_eq!(line.kind, "share");
+        assert_eq!(line.amount, Decimal::from(16) / Decimal::from(3600));
+        let b = cost::compute("USD", entry, Decimal::from(1), &usage(0));
+        assert!(b.lines.iter().all(|l| l.item != "spare_nodes_held"));
     }
 
     #[test]
