@@ -238,6 +238,9 @@ pub fn sbatch_args(
         "--output=/dev/null".to_owned(),
         "--time=5".to_owned(),
     ];
+    if job.spares > 0 {
+        a.push(format!("--fabric-check-spares={}", job.spares));
+    }
     if let Some(r) = reservation {
         a.push(format!("--reservation={r}"));
     }
@@ -482,6 +485,7 @@ mod tests {
             nodes: vec!["n3".into(), "n1".into(), "n4".into()],
             full: true,
             fabric_run: false,
+            spares: 0,
         };
         let a = sbatch_args(&job, Some("drill"), None).join(" ");
         assert!(

@@ -417,6 +417,7 @@ mod tests {
             nodes: names(&["n1"]),
             full: false,
             fabric_run: false,
+            spares: 0,
         };
         let own = g.submit(&mut c, Path::new("/x"), &spec, None).unwrap();
         c.foreign

@@ -49,6 +49,14 @@ pub struct JobSpec {
     pub full: bool,
     /// Under `fabric-run` (step times and checkpoints in the tag).
     pub fabric_run: bool,
+    /// Spare nodes among `nodes` (`--fabric-check-spares=K`: the job runs on the others);
+    /// 0 for none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spares: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One round.
@@ -170,6 +178,7 @@ impl Plan {
                     nodes,
                     full: class == FaultClass::Congestion || rng.random_bool(0.3),
                     fabric_run: class == FaultClass::CheckpointBurst || rng.random_bool(0.5),
+                    spares: 0,
                 }
             });
             let during_at_permille = (moment == Moment::During).then(|| {

@@ -428,6 +428,7 @@ impl Drill<'_> {
             nodes: self.cfg.nodes.clone(),
             full: false,
             fabric_run: false,
+            spares: 0,
         };
         let dir = folder::prepare(&self.cfg.work_dir, "warm-up", self.cfg.job_uid)
             .map_err(|e| e.to_string())?;
@@ -501,6 +502,7 @@ mod tests {
                 nodes: vec!["n2".into(), "n1".into()],
                 full: false,
                 fabric_run: false,
+                spares: 0,
             }),
             during_at_permille: None,
             size: None,
@@ -631,6 +633,7 @@ mod tests {
             nodes: vec!["n1".into()],
             full: false,
             fabric_run: true,
+            spares: 0,
         };
         let s = job_script(&job, &cfg, cfg.steps, Path::new("/w/round-001"), "t");
         assert!(

@@ -605,6 +605,7 @@ mod tests {
                 nodes: vec![node.into(), "n9".into()],
                 full: false,
                 fabric_run: true,
+                spares: 0,
             }),
             during_at_permille: None,
             size: None,

@@ -51,6 +51,9 @@ pub struct WorkloadSpec {
     pub bin_dir: Option<PathBuf>,
     /// The drill's nodes and their kinds (the fault goes to one of a partition's).
     pub drill_nodes: Vec<DrillNode>,
+    /// `--spares K`: the faulted runs once more, each job asking for K spare nodes
+    /// (`--fabric-check-spares=K`), side by side with those without; 0 for none.
+    pub spares: u32,
 }
 
 /// One run.
@@ -82,6 +85,12 @@ pub struct WorkloadRun {
     pub recovery_s: Option<f64>,
     /// Whether fabric-check took the faulted node out.
     pub drained: bool,
+    /// Spare nodes the job asked for (0: none).
+    #[serde(default)]
+    pub spares: u32,
+    /// Submission to the start of the attempt that ran, seconds (a requeue waits in it).
+    #[serde(default)]
+    pub queued_s: Option<f64>,
 }
 
 /// One fabric's figures.
@@ -89,6 +98,9 @@ pub struct WorkloadRun {
 pub struct FabricFigures {
     /// The partition.
     pub partition: String,
+    /// Spare nodes its jobs asked for (a column of its own; 0: none).
+    #[serde(default)]
+    pub spares: u32,
     /// Clean runs.
     pub clean_runs: usize,
     /// Faulted runs.
@@ -107,6 +119,13 @@ pub struct FabricFigures {
     pub requeues: u32,
     /// Median recovery after the injected failure, seconds.
     pub recovery_p50_s: Option<f64>,
+    /// Median time from submission to the start of the attempt that ran, clean runs (the
+    /// faulted ones where the column has no clean run: a spares column).
+    #[serde(default)]
+    pub queued_p50_s: Option<f64>,
+    /// The same over the faulted runs.
+    #[serde(default)]
+    pub faulted_queued_p50_s: Option<f64>,
     /// Faulted runs whose node fabric-check took out.
     pub faults_caught: usize,
     /// Accepted runs.
@@ -175,8 +194,19 @@ pub fn wrapper(spec: &WorkloadSpec, dir: &Path) -> String {
     s
 }
 
-fn figures(partition: &str, runs: &[WorkloadRun]) -> FabricFigures {
-    let mine: Vec<&WorkloadRun> = runs.iter().filter(|r| r.partition == partition).collect();
+fn figures(partition: &str, spares: u32, runs: &[WorkloadRun]) -> FabricFigures {
+    let mine: Vec<&WorkloadRun> = runs
+        .iter()
+        .filter(|r| r.partition == partition && r.spares == spares)
+        .collect();
+    let queued = |faulted: bool| {
+        let q: Vec<f64> = mine
+            .iter()
+            .filter(|r| r.faulted == faulted)
+            .filter_map(|r| r.queued_s)
+            .collect();
+        fabric_base::stats::median(&q)
+    };
     let clean: Vec<f64> = mine
         .iter()
         .filter(|r| !r.faulted)
@@ -192,6 +222,9 @@ fn figures(partition: &str, runs: &[WorkloadRun]) -> FabricFigures {
     use fabric_base::stats::{median, percentile};
     FabricFigures {
         partition: partition.to_owned(),
+        spares,
+        queued_p50_s: queued(false),
+        faulted_queued_p50_s: queued(true),
         clean_runs: mine.iter().filter(|r| !r.faulted).count(),
         faulted_runs: mine.iter().filter(|r| r.faulted).count(),
         step_p50_s: median(&clean),
@@ -212,11 +245,15 @@ fn figures(partition: &str, runs: &[WorkloadRun]) -> FabricFigures {
 pub fn cost_per_run(
     file: &fabric_report::cost::CostFile,
     partition: &str,
+    spares: u32,
     runs: &[WorkloadRun],
     gpus_per_node: u32,
 ) -> Option<String> {
     let (_, entry) = file.entry_for(partition)?;
-    let mine: Vec<&WorkloadRun> = runs.iter().filter(|r| r.partition == partition).collect();
+    let mine: Vec<&WorkloadRun> = runs
+        .iter()
+        .filter(|r| r.partition == partition && r.spares == spares)
+        .collect();
     let gpu_s = |r: &WorkloadRun| {
         (r.elapsed_s * f64::from(r.nnodes.max(1)) * f64::from(gpus_per_node)) as u64
     };
@@ -290,14 +327,24 @@ pub fn describe(
         spec.runs,
         spec.fault.id()
     );
+    let k = spec.spares as usize;
     for p in &spec.partitions {
-        let m = members(spec, cluster, gates, p, n)?;
+        let m = members(spec, cluster, gates, p, n + k)?;
         let _ = writeln!(
             out,
             "  {p}: jobs on {}, the fault on {}",
             m[..n].join(","),
             m[0]
         );
+        if k > 0 {
+            let _ = writeln!(
+                out,
+                "  {p}, {} run(s) more with {k} spare(s): jobs on {} (--fabric-check-spares={k}), the fault on {}",
+                spec.runs,
+                m[..n + k].join(","),
+                m[n + k - 1]
+            );
+        }
     }
     Ok(out)
 }
@@ -322,15 +369,19 @@ pub fn run(
         .map_err(|e| WorkloadError(e.to_string()))?;
     let mut runs = Vec::new();
     let mut k = 0;
+    let mut sets = vec![(false, 0), (true, 0)];
+    if spec.spares > 0 {
+        sets.push((true, spec.spares));
+    }
     'fabrics: for p in &spec.partitions {
-        let members = members(spec, cluster, gates, p, n)?;
-        for faulted in [false, true] {
+        let members = members(spec, cluster, gates, p, n + spec.spares as usize)?;
+        for &(faulted, spares) in &sets {
             for _ in 0..spec.runs {
                 k += 1;
                 let dir = folder::prepare(&spec.work_dir, &format!("run-{k:03}"), spec.job_uid)
                     .map_err(|e| WorkloadError(e.to_string()))?;
                 match one_run(
-                    spec, cluster, injector, journal, gates, p, &members, n, faulted, &dir,
+                    spec, cluster, injector, journal, gates, p, &members, n, faulted, spares, &dir,
                 ) {
                     Ok(r) => runs.push(r),
                     Err(_) if gates.stopped().is_some() => break 'fabrics,
@@ -339,11 +390,17 @@ pub fn run(
             }
         }
     }
-    let mut fabrics: Vec<FabricFigures> =
-        spec.partitions.iter().map(|p| figures(p, &runs)).collect();
+    let mut fabrics: Vec<FabricFigures> = Vec::new();
+    for p in &spec.partitions {
+        fabrics.push(figures(p, 0, &runs));
+        if spec.spares > 0 {
+            fabrics.push(figures(p, spec.spares, &runs));
+        }
+    }
     if let Some(file) = cost {
         for f in &mut fabrics {
-            f.cost_per_accepted_run = cost_per_run(file, &f.partition, &runs, gpus_per_node);
+            f.cost_per_accepted_run =
+                cost_per_run(file, &f.partition, f.spares, &runs, gpus_per_node);
         }
     }
     Ok(WorkloadResult {
@@ -366,6 +423,7 @@ fn one_run(
     members: &[String],
     n: usize,
     faulted: bool,
+    spares: u32,
     dir: &folder::RunDir,
 ) -> Result<WorkloadRun, WorkloadError> {
     let err = |e: &dyn std::fmt::Display| WorkloadError(e.to_string());
@@ -373,11 +431,18 @@ fn one_run(
         .write_script("job.sh", &wrapper(spec, &dir.job_dir))
         .map_err(|e| err(&e))?;
     let job = JobSpec {
-        nodes: members.iter().take(n).cloned().collect(),
+        nodes: members.iter().take(n + spares as usize).cloned().collect(),
         full: false,
         fabric_run: true,
+        spares,
     };
-    let target = members[0].clone();
+    // With spares the fault goes to the job's last node: its first is the batch host, whose
+    // failure spares cannot absorb (the job falls back to a requeue, docs/operations.md).
+    let target = if spares > 0 {
+        job.nodes.last().cloned().unwrap_or_default()
+    } else {
+        members[0].clone()
+    };
     let mut ids = Vec::new();
     let mut t_inj = None;
     if faulted {
@@ -400,6 +465,7 @@ fn one_run(
             .map_err(|e| err(&e))?;
         t_inj = Some(cluster.now_ms());
     }
+    let submitted = cluster.now_ms();
     let id = match gates.submit(cluster, &script, &job, Some(partition)) {
         Ok(id) => id,
         Err(e) => {
@@ -486,6 +552,9 @@ fn one_run(
             .filter(|_| view.start_ms > 0)
             .map(|t| view.start_ms.saturating_sub(t) as f64 / 1000.0),
         drained,
+        spares,
+        queued_s: (view.start_ms > 0)
+            .then(|| view.start_ms.saturating_sub(submitted) as f64 / 1000.0),
     })
 }
 
@@ -501,10 +570,15 @@ pub fn table(r: &WorkloadResult) -> String {
     let mut out = format!("workload per fabric (faulted runs: {})\n", r.fault);
     let _ = write!(out, "{:<26}", "");
     for f in &r.fabrics {
-        let _ = write!(out, " {:>14}", f.partition);
+        let name = if f.spares > 0 {
+            format!("{} +{} spare", f.partition, f.spares)
+        } else {
+            f.partition.clone()
+        };
+        let _ = write!(out, " {name:>14}");
     }
     out.push('\n');
-    let rows: [(&str, FabricCell); 11] = [
+    let rows: [(&str, FabricCell); 13] = [
         ("runs clean / faulted", |f| {
             format!("{} / {}", f.clean_runs, f.faulted_runs)
         }),
@@ -517,6 +591,10 @@ pub fn table(r: &WorkloadResult) -> String {
         ("retries", |f| f.retries.to_string()),
         ("requeues", |f| f.requeues.to_string()),
         ("recovery s p50", |f| opt(f.recovery_p50_s, 1)),
+        ("submit to start s (clean)", |f| opt(f.queued_p50_s, 1)),
+        ("submit to start s (fault)", |f| {
+            opt(f.faulted_queued_p50_s, 1)
+        }),
         ("faults caught", |f| {
             format!("{} of {}", f.faults_caught, f.faulted_runs)
         }),
@@ -576,7 +654,7 @@ mod tests {
             run("roce", false, 0.6, true, None),
             run("roce", true, 0.6, true, Some(20.0)),
         ];
-        let ib = figures("ib", &runs);
+        let ib = figures("ib", 0, &runs);
         assert_eq!((ib.clean_runs, ib.faulted_runs, ib.accepted), (2, 1, 2));
         assert_eq!(ib.step_p50_s, Some(0.6));
         assert_eq!(ib.faulted_step_p50_s, Some(0.9));
@@ -589,14 +667,14 @@ mod tests {
         .unwrap();
         // 3 h of window at 10 EUR/h, 2 accepted runs.
         assert_eq!(
-            cost_per_run(&file, "ib", &runs, 8).as_deref(),
+            cost_per_run(&file, "ib", 0, &runs, 8).as_deref(),
             Some("15.00 EUR")
         );
-        assert_eq!(cost_per_run(&file, "roce", &runs, 8), None);
+        assert_eq!(cost_per_run(&file, "roce", 0, &runs, 8), None);
         let r = WorkloadResult {
             schema: String::new(),
             fault: "port_down".into(),
-            fabrics: vec![ib, figures("roce", &runs)],
+            fabrics: vec![ib, figures("roce", 0, &runs)],
             runs,
             stopped: None,
         };
@@ -623,6 +701,7 @@ mod tests {
             job_uid: None,
             bin_dir: Some("/opt/fc/bin".into()),
             drill_nodes: vec![],
+            spares: 0,
         };
         let w = wrapper(&spec, Path::new("/w/run-001"));
         assert!(w.contains("export PATH='/opt/fc/bin':$PATH"));
@@ -647,6 +726,7 @@ mod tests {
             job_uid: None,
             bin_dir: None,
             drill_nodes: vec![],
+            spares: 0,
         }
     }
 
@@ -661,11 +741,27 @@ mod tests {
         Vec<(String, FaultClass)>,
         usize,
     ) {
+        workload_with_spares(c, gates, fault, 0)
+    }
+
+    fn workload_with_spares(
+        c: &mut FakeCluster,
+        gates: &mut Gates,
+        fault: FaultClass,
+        spares: u32,
+    ) -> (
+        Result<WorkloadResult, WorkloadError>,
+        Vec<(String, FaultClass)>,
+        usize,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
         let mut inj = c.injector();
         let r = super::run(
-            &spec(dir.path(), fault),
+            &WorkloadSpec {
+                spares,
+                ..spec(dir.path(), fault)
+            },
             c,
             &mut inj,
             &mut j,
@@ -712,6 +808,52 @@ mod tests {
             assert_eq!(job.nodes, names(&["n2"]), "{job:?}");
         }
         assert_eq!(c.resumed, vec!["n2".to_owned()], "its own drain, resumed");
+    }
+
+    #[test]
+    fn with_spares_the_faulted_runs_run_again_asking_for_spares_with_the_fault_off_the_batch_host()
+    {
+        let mut c = FakeCluster::new(500, "fabric-check: ib.port_state: mlx5_0 port 1 down");
+        c.partitions.insert("ib".into(), names(&["n1", "n2", "n3"]));
+        c.reservation = Some(names(&["n2", "n3"]));
+        let mut gates = Gates::cluster(
+            names(&["n2", "n3"]),
+            "drill".into(),
+            vec![FaultClass::PortDown],
+        );
+        let (r, injected, pending) =
+            workload_with_spares(&mut c, &mut gates, FaultClass::PortDown, 1);
+        let r = r.unwrap();
+        assert_eq!(pending, 0);
+        assert_eq!(c.jobs.len(), 3, "clean, faulted, faulted with a spare");
+        let spare_jobs: Vec<_> = c.jobs.iter().filter(|(_, _, j)| j.spares == 1).collect();
+        assert_eq!(spare_jobs.len(), 1);
+        assert_eq!(spare_jobs[0].2.nodes, names(&["n2", "n3"]), "one node more");
+        assert_eq!(
+            injected,
+            vec![
+                ("n2".to_owned(), FaultClass::PortDown),
+                ("n3".to_owned(), FaultClass::PortDown)
+            ],
+            "with a spare the fault goes to the job's last node, never its batch host"
+        );
+        let cols: Vec<(String, u32, usize)> = r
+            .fabrics
+            .iter()
+            .map(|f| (f.partition.clone(), f.spares, f.faulted_runs))
+            .collect();
+        assert_eq!(
+            cols,
+            vec![("ib".to_owned(), 0, 1), ("ib".to_owned(), 1, 1)],
+            "the spares runs are a column of their own"
+        );
+        assert!(table(&r).contains("ib +1 spare"), "{}", table(&r));
+        let args = crate::cluster::sbatch_args(&spare_jobs[0].2, None, Some("ib"));
+        assert!(
+            args.contains(&"--fabric-check-spares=1".to_owned()),
+            "{args:?}"
+        );
+        assert!(args.contains(&"--nodes=2".to_owned()), "{args:?}");
     }
 
     #[test]

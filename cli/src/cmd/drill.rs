@@ -138,6 +138,10 @@ pub struct Args {
     /// The fault of the workload's faulted runs.
     #[arg(long, default_value = "port_down", requires = "workload")]
     pub workload_fault: String,
+    /// Run the faulted runs once more with K spare nodes (`--fabric-check-spares=K`; the
+    /// cluster's plugstack must allow it with `spares_max=`), side by side with those without.
+    #[arg(long, value_name = "K", default_value_t = 0, requires = "workload", value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub spares: u32,
 }
 
 /// `--kind`.
@@ -417,6 +421,7 @@ fn run_workload(a: &Args, s: &mut Session, script: &std::path::Path) -> anyhow::
         job_uid: s.cfg.job_uid,
         bin_dir: s.cfg.bin_dir.clone(),
         drill_nodes: s.nodes.clone(),
+        spares: a.spares,
     };
     if a.dry_run {
         print!(
