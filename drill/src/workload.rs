@@ -132,6 +132,10 @@ pub struct FabricFigures {
     pub accepted: usize,
     /// Cost per accepted run over the runs' window, when a cost file has the fabric.
     pub cost_per_accepted_run: Option<String>,
+    /// The same over the faulted runs alone: comparable between a fabric's column and its
+    /// spares column, which has no clean runs.
+    #[serde(default)]
+    pub faulted_cost_per_accepted_run: Option<String>,
 }
 
 /// The whole step-3 result.
@@ -237,6 +241,7 @@ fn figures(partition: &str, spares: u32, runs: &[WorkloadRun]) -> FabricFigures 
         faults_caught: mine.iter().filter(|r| r.faulted && r.drained).count(),
         accepted: mine.iter().filter(|r| r.accepted).count(),
         cost_per_accepted_run: None,
+        faulted_cost_per_accepted_run: None,
     }
 }
 
@@ -249,11 +254,36 @@ pub fn cost_per_run(
     runs: &[WorkloadRun],
     gpus_per_node: u32,
 ) -> Option<String> {
+    cost_of(file, partition, spares, runs, gpus_per_node, |_| true)
+}
+
+/// [`cost_per_run`] over the faulted runs alone.
+pub fn faulted_cost_per_run(
+    file: &fabric_report::cost::CostFile,
+    partition: &str,
+    spares: u32,
+    runs: &[WorkloadRun],
+    gpus_per_node: u32,
+) -> Option<String> {
+    cost_of(file, partition, spares, runs, gpus_per_node, |r| r.faulted)
+}
+
+fn cost_of(
+    file: &fabric_report::cost::CostFile,
+    partition: &str,
+    spares: u32,
+    runs: &[WorkloadRun],
+    gpus_per_node: u32,
+    keep: impl Fn(&WorkloadRun) -> bool,
+) -> Option<String> {
     let (_, entry) = file.entry_for(partition)?;
     let mine: Vec<&WorkloadRun> = runs
         .iter()
-        .filter(|r| r.partition == partition && r.spares == spares)
+        .filter(|r| r.partition == partition && r.spares == spares && keep(r))
         .collect();
+    if mine.is_empty() {
+        return None;
+    }
     let gpu_s = |r: &WorkloadRun| {
         (r.elapsed_s * f64::from(r.nnodes.max(1)) * f64::from(gpus_per_node)) as u64
     };
@@ -401,6 +431,8 @@ pub fn run(
         for f in &mut fabrics {
             f.cost_per_accepted_run =
                 cost_per_run(file, &f.partition, f.spares, &runs, gpus_per_node);
+            f.faulted_cost_per_accepted_run =
+                faulted_cost_per_run(file, &f.partition, f.spares, &runs, gpus_per_node);
         }
     }
     Ok(WorkloadResult {
@@ -578,7 +610,7 @@ pub fn table(r: &WorkloadResult) -> String {
         let _ = write!(out, " {name:>14}");
     }
     out.push('\n');
-    let rows: [(&str, FabricCell); 13] = [
+    let rows: [(&str, FabricCell); 14] = [
         ("runs clean / faulted", |f| {
             format!("{} / {}", f.clean_runs, f.faulted_runs)
         }),
@@ -601,6 +633,11 @@ pub fn table(r: &WorkloadResult) -> String {
         ("accepted runs", |f| f.accepted.to_string()),
         ("cost per accepted run", |f| {
             f.cost_per_accepted_run
+                .clone()
+                .unwrap_or_else(|| "-".into())
+        }),
+        ("  of the faulted runs", |f| {
+            f.faulted_cost_per_accepted_run
                 .clone()
                 .unwrap_or_else(|| "-".into())
         }),
@@ -671,6 +708,15 @@ mod tests {
             Some("15.00 EUR")
         );
         assert_eq!(cost_per_run(&file, "roce", 0, &runs, 8), None);
+        // The faulted run alone: 1 h of window and no accepted run, so no figure.
+        assert_eq!(faulted_cost_per_run(&file, "ib", 0, &runs, 8), None);
+        let mut accepted = runs.clone();
+        accepted[2].accepted = true;
+        assert_eq!(
+            faulted_cost_per_run(&file, "ib", 0, &accepted, 8).as_deref(),
+            Some("10.00 EUR"),
+            "1 h at 10 EUR/h over the one faulted run"
+        );
         let r = WorkloadResult {
             schema: String::new(),
             fault: "port_down".into(),
