@@ -11,32 +11,25 @@ use fabric_proto::spares::{self, SparesRefused};
 
 use super::{CallbackError, Host, hooks};
 
-/// `spares_max=` as `slurm_spank_init` read it in srun/sbatch/salloc (the option callback gets
-/// no plugin arguments). One process, no threads: a process-wide cell.
-static LIMIT: Mutex<Option<u32>> = Mutex::new(None);
+/// `spares_max=` and `policy=` as `slurm_spank_init` read them in srun/sbatch/salloc (the option
+/// callback gets no plugin arguments). One process, no threads: a process-wide cell.
+static AT_INIT: Mutex<Option<(u32, Policy)>> = Mutex::new(None);
 
-/// `spares_max=` and `policy=` as `slurm_spank_init` read them.
+/// Keeps `spares_max=` and `policy=` for the option callback.
 pub(super) fn remember_limit(max: u32, policy: Policy) {
-    if let Ok(mut g) = LIMIT.lock() {
-        *g = Some(max);
-    }
-    if let Ok(mut g) = POLICY.lock() {
-        *g = Some(policy);
+    if let Ok(mut g) = AT_INIT.lock() {
+        *g = Some((max, policy));
     }
 }
 
-static POLICY: Mutex<Option<Policy>> = Mutex::new(None);
-
-fn limit() -> u32 {
-    LIMIT.lock().ok().and_then(|g| *g).unwrap_or(0)
-}
-
-fn policy() -> Policy {
-    POLICY
+/// What `slurm_spank_init` kept: `spares_max=` (0, none allowed, when it kept nothing) and
+/// `policy=` (`enforce` by default, as the plugin's).
+fn at_init() -> (u32, Policy) {
+    AT_INIT
         .lock()
         .ok()
         .and_then(|g| *g)
-        .unwrap_or(Policy::Enforce)
+        .unwrap_or((0, Policy::Enforce))
 }
 
 /// The largest `slurm.conf` the submission check reads.
@@ -82,8 +75,8 @@ pub fn spares_value(optarg: Option<&str>, remote: bool) -> Result<(), CallbackEr
     } else {
         Submission::from_process()
     };
-    spares_value_in(optarg, remote, limit(), &sub)?;
-    let p = policy();
+    let (max, p) = at_init();
+    spares_value_in(optarg, remote, max, &sub)?;
     if !remote && p != Policy::Enforce && spares::parse_spares(optarg).is_ok_and(|k| k > 0) {
         return Err(SparesRefused::NotEnforced { policy: p.as_str() }.into());
     }
