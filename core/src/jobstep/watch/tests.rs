@@ -153,6 +153,28 @@ fn watch_a_port_going_down_with(
     more: &[&str],
     job_asks_requeue: bool,
 ) -> (FakeSlurm, Lines, WatchSummary, String, tempfile::TempDir) {
+    let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+    let samples = vec![vec![], vec![], vec![down.clone()], vec![down], vec![]];
+    let (slurm, lines, summary, notices, dir) =
+        watch_these(policy, more, samples, job_asks_requeue);
+    if policy != "observe" {
+        let prom = std::fs::read_to_string(dir.path().join("watch.prom")).unwrap();
+        assert!(
+            prom.contains("fabric_check_watch_faults_total{node=\"n1\",check=\"ib.port_state\"} 1"),
+            "{prom}"
+        );
+    }
+    (slurm, lines, summary, notices, dir)
+}
+
+/// The watch of job 7 on n1 (of n[1-4]) under `policy`, one of `samples` per interval, 600 s
+/// into the job: its summary, the notice file's text and the state folder.
+fn watch_these(
+    policy: &str,
+    more: &[&str],
+    samples: Vec<Vec<Finding>>,
+    job_asks_requeue: bool,
+) -> (FakeSlurm, Lines, WatchSummary, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let pol = format!("policy={policy}");
     let mut args = vec![pol.as_str()];
@@ -161,17 +183,8 @@ fn watch_a_port_going_down_with(
     let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
     let lines = Lines::default();
     let act = FakeAct::on(&slurm, &lines);
-    let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
-    let mut sampler = Script3(
-        [
-            vec![],
-            vec![],
-            vec![down.clone()],
-            vec![down.clone()],
-            vec![],
-        ]
-        .into(),
-    );
+    let n = samples.len();
+    let mut sampler = Script3(samples.into());
     let spool = dir.path().join("spool/7");
     std::fs::create_dir_all(&spool).unwrap();
     if job_asks_requeue {
@@ -187,18 +200,11 @@ fn watch_a_port_going_down_with(
         &[],
         &mut sampler,
         &act,
-        &mut Samples(5),
+        &mut Samples(n),
         Some(&mut notice),
         Some(&textfile),
     );
     let notices = std::fs::read_to_string(&notice_at).unwrap();
-    if policy != "observe" {
-        let prom = std::fs::read_to_string(&textfile).unwrap();
-        assert!(
-            prom.contains("fabric_check_watch_faults_total{node=\"n1\",check=\"ib.port_state\"} 1"),
-            "{prom}"
-        );
-    }
     (slurm, lines, summary, notices, dir)
 }
 
@@ -441,38 +447,17 @@ fn the_notice_file_is_never_created_through_a_planted_link() {
 
 #[test]
 fn a_warning_that_appears_mid_job_is_tagged_at_once_but_never_drains_or_tells_the_job() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = setup(
-        dir.path(),
-        Script::Watch,
-        "n[1-4]",
-        "n1",
-        &["policy=enforce"],
-    );
-    let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
-    let lines = Lines::default();
-    let act = FakeAct::on(&slurm, &lines);
     let mut storm = fail(
         "roce.congestion",
         "mlx5_0",
         "rx_prio3_pause rose by 4000000 in 20 s",
     );
     storm.severity = Severity::Warn;
-    let mut sampler = Script3([vec![], vec![storm.clone()], vec![storm.clone()]].into());
-    let spool = dir.path().join("spool/7");
-    std::fs::create_dir_all(&spool).unwrap();
-    let notice_at = spool.join("fabric-notice-n1.jsonl");
-    let mut notice = NoticeFile::create(&notice_at).unwrap();
-    let summary = run(
-        &s,
-        Duration::from_millis(1),
-        now_unix() - 60,
+    let (slurm, lines, summary, notices, _dir) = watch_these(
+        "enforce",
         &[],
-        &mut sampler,
-        &act,
-        &mut Samples(3),
-        Some(&mut notice),
-        None,
+        vec![vec![], vec![storm.clone()], vec![storm]],
+        false,
     );
     assert_eq!(
         summary.appeared,
@@ -491,11 +476,7 @@ fn a_warning_that_appears_mid_job_is_tagged_at_once_but_never_drains_or_tells_th
     assert_eq!(row.verdict, Verdict::Warn);
     assert_eq!(row.watch.len(), 1, "recorded once");
     assert!(row.watch[0].warn && !row.watch[0].drained);
-    assert_eq!(
-        std::fs::read_to_string(&notice_at).unwrap(),
-        "",
-        "the job is not told"
-    );
+    assert_eq!(notices, "", "the job is not told");
 }
 
 #[test]
