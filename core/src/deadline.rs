@@ -29,6 +29,11 @@ pub const COLLECTIVE: Duration = Duration::from_millis(3000);
 pub const COLLECTIVE_SLACK: Duration = Duration::from_millis(2000);
 /// The longest wait for the node's tag lock (never past the deadline, leaving two Slurm calls).
 pub const TAG_LOCK_WAIT: Duration = Duration::from_secs(10);
+/// The longest the epilog waits for the in-job watch to end after its SIGTERM (a watch in the
+/// middle of a drain or a tag write finishes it) ...
+pub const WATCH_STOP: Duration = Duration::from_secs(5);
+/// ... and the least, whatever is left.
+pub const MIN_WATCH_STOP: Duration = Duration::from_millis(500);
 /// `health`: what its Slurm calls may take after the probe's `timeout=`, all together.
 pub const HEALTH_SLURM: Duration = Duration::from_secs(20);
 /// A drain's settle step: time kept beyond its calls and its wait, for its own work and the
@@ -109,6 +114,12 @@ impl Budget {
     /// The tag lock's wait: [`TAG_LOCK_WAIT`], less the two Slurm calls of the write after it.
     pub fn tag_lock_wait(&self, deadline: &Deadline) -> Duration {
         deadline.limit_leaving(TAG_LOCK_WAIT, self.slurm_call() * 2, Duration::ZERO)
+    }
+
+    /// How long the epilog waits for the watch to end: up to [`WATCH_STOP`], leaving its own
+    /// probe and one Slurm call, at least [`MIN_WATCH_STOP`].
+    pub fn watch_stop(&self, deadline: &Deadline) -> Duration {
+        deadline.limit_leaving(WATCH_STOP, self.probe() + self.slurm_call(), MIN_WATCH_STOP)
     }
 
     /// How long the batch script's `step-end` may wait for its node's step ends still in

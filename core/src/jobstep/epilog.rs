@@ -34,8 +34,10 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let plugin = &setup.plugin;
     let node = step.node();
     let job = step.job_id();
-    // The in-job watch first: its faults are in the live tag already; its log goes to slurmd's.
-    super::watch::finish(step);
+    // The in-job watch first: its log goes to slurmd's; the events it kept go into this
+    // node's row (the live tag may miss the last of them: the job can end before the watch's
+    // own write lands).
+    let watched = super::watch::finish(step);
     super::spares::forget(step);
     let snapshot = step.snapshot_path();
     let during = match Baseline::load(&snapshot) {
@@ -82,6 +84,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         }
     };
     let _ = std::fs::remove_file(&snapshot);
+    let during = with_watch_events(node, during, watched);
     if let Some(d) = &during
         && !d.rises.is_empty()
     {
@@ -169,6 +172,33 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     record::forget_peer_runs(&step.setup.state_dir, job);
     step.say(&JobStepExit::Proceed.line());
     JobStepExit::Proceed
+}
+
+/// This node's `during` row with the events its watch kept (a row of its own when the epilog's
+/// probe gave none); the row's verdict is at least what the events say.
+fn with_watch_events(
+    node: &str,
+    during: Option<DuringJob>,
+    watched: Vec<fabric_proto::tag::WatchEvent>,
+) -> Option<DuringJob> {
+    if watched.is_empty() {
+        return during;
+    }
+    let mut row = during.unwrap_or_else(|| DuringJob {
+        node: node.to_owned(),
+        rises: std::collections::BTreeMap::new(),
+        verdict: Verdict::Pass,
+        watch: Vec::new(),
+    });
+    for ev in &watched {
+        row.verdict = row.verdict.max(if ev.warn {
+            Verdict::Warn
+        } else {
+            Verdict::Fail
+        });
+    }
+    row.watch = watched;
+    Some(row)
 }
 
 /// The leader's merge of every node's payload into the tag; whether the tag has it (or nothing

@@ -197,7 +197,8 @@ impl EpilogMerge {
 
 /// The epilog's `during` rows merged with what the tag already holds: the in-job watch's live
 /// entries ([`DuringJob::watch`]) stay, joined to the epilog's row of the same node (whose
-/// verdict becomes the worse of the two).
+/// verdict becomes the worse of the two). A row that brings the watch's events from its node
+/// (the events file) gives their latest state; a live event it lacks is kept.
 pub fn merge_during(previous: Vec<DuringJob>, rows: Vec<DuringJob>) -> Vec<DuringJob> {
     let mut by_node: BTreeMap<String, DuringJob> =
         rows.into_iter().map(|d| (d.node.clone(), d)).collect();
@@ -205,7 +206,16 @@ pub fn merge_during(previous: Vec<DuringJob>, rows: Vec<DuringJob>) -> Vec<Durin
         match by_node.get_mut(&prev.node) {
             Some(row) => {
                 row.verdict = row.verdict.max(prev.verdict);
-                row.watch = prev.watch;
+                for ev in prev.watch {
+                    let known = row
+                        .watch
+                        .iter()
+                        .any(|e| e.check == ev.check && e.seen_at_s == ev.seen_at_s);
+                    if !known && row.watch.len() < fabric_proto::tag::MAX_WATCH_EVENTS {
+                        row.watch.push(ev);
+                    }
+                }
+                row.watch.sort_by_key(|e| e.seen_at_s);
             }
             None => {
                 by_node.insert(
@@ -283,6 +293,61 @@ mod tests {
             probe_ms: Some(2),
             drained: false,
         }
+    }
+
+    fn event(check: &str, seen_at_s: u64, drained: bool) -> fabric_proto::tag::WatchEvent {
+        fabric_proto::tag::WatchEvent {
+            check: check.into(),
+            message: "m".into(),
+            seen_at_s,
+            into_job_s: 1,
+            cleared_at_s: None,
+            drained,
+            requeued: false,
+            warn: false,
+        }
+    }
+
+    fn row(node: &str, watch: Vec<fabric_proto::tag::WatchEvent>) -> DuringJob {
+        DuringJob {
+            node: node.into(),
+            rises: BTreeMap::new(),
+            verdict: if watch.is_empty() {
+                Verdict::Pass
+            } else {
+                Verdict::Fail
+            },
+            watch,
+        }
+    }
+
+    #[test]
+    fn the_epilogs_kept_watch_events_join_the_live_ones_and_give_their_latest_state() {
+        // Live: the watch wrote its first event before its drain landed; its second event never
+        // reached the tag (the job ended first). The node's events file has both, the first
+        // drained.
+        let live = vec![
+            row("n1", vec![event("ib.port_state", 10, false)]),
+            row("n2", vec![event("ib.mtu", 12, false)]),
+        ];
+        let epilog = vec![row(
+            "n1",
+            vec![
+                event("ib.port_state", 10, true),
+                event("ib.counters", 11, false),
+            ],
+        )];
+        let merged = merge_during(live, epilog);
+        assert_eq!(merged.len(), 2);
+        let n1 = &merged[0];
+        assert_eq!(n1.node, "n1");
+        assert_eq!(n1.watch.len(), 2, "{n1:?}");
+        assert!(n1.watch[0].drained, "the kept state wins over the live one");
+        assert_eq!(n1.watch[1].check, "ib.counters");
+        assert_eq!(
+            merged[1].watch[0].check, "ib.mtu",
+            "a node without a row keeps its live events"
+        );
     }
 
     #[test]

@@ -250,7 +250,7 @@ fn counters_that_rise_during_the_job_are_named_in_its_tag() {
     let tb = Testbed::get();
     heal_all(&tb);
     tb.healing(|| {
-        let job = tb.sbatch(&["-N1", "-w", "n2", "--fabric-check", "--wrap", "sleep 6"]);
+        let job = tb.sbatch(&["-N1", "-w", "n2", "--fabric-check", "--wrap", "sleep 8"]);
         let running = wait_for(LONG, || {
             let s = tb.ok("squeue", &["-h", "-j", &job.to_string(), "-o", "%T"]);
             (s.trim() == "RUNNING").then_some(())

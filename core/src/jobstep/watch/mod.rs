@@ -16,9 +16,13 @@
 //! (a flap) stays recorded, marked cleared.
 //!
 //! Its life: it writes `<state_dir>/watch-<job>.pid` (its pid and start time) and exits when
-//! that file is gone or names another process; the epilog ([`stop`]) removes the file and ends
-//! the watch's process group (SIGTERM, then SIGKILL), so it never outlives the epilog. A watch
-//! that died before the epilog is said in the epilog's log ("the watch was lost"). As a last
+//! that file is gone or names another process; the epilog ([`stop`]) removes the file, sends the
+//! watch SIGTERM (a drain or tag write under way finishes, within the epilog's
+//! [`crate::deadline::WATCH_STOP`]), then SIGKILLs its process group, so it never outlives the
+//! epilog. Each event is also kept on the node ([`events_path`]) before the watch acts on it; the
+//! epilog puts those into its own tag write, so an event whose live write the job's end cut
+//! short is still tagged. A watch that died before the epilog is said in the epilog's log
+//! ("the watch was lost"). As a last
 //! guard (an epilog that failed or never ran), it makes sure its job still runs before it acts,
 //! and when no `slurmstepd` of its job has been seen on the host for [`JOB_GONE_AFTER`]: a
 //! `slurmstepd` of the job says so at no cost; without one (a node of a batch job that runs no
@@ -499,6 +503,7 @@ pub fn run(
     let _span = tracing::info_span!("watch", job, node = %node).entered();
     let mut tracker = Tracker::new(at_start);
     let mut summary = WatchSummary::default();
+    let mut events = EventLog::start(events_path(&setup.state_dir, job));
     loop {
         if pace.should_stop() {
             break;
@@ -537,6 +542,21 @@ pub fn run(
                         bump_metrics(&setup.state_dir, m, &node, &fault.check);
                     }
                     summary.appeared.push(fault.check.clone());
+                    let mut ev = WatchEvent {
+                        check: fault.check.clone(),
+                        message: fabric_proto::tag::scrub_text(&fault.message, 160),
+                        seen_at_s: now,
+                        into_job_s: into,
+                        cleared_at_s: None,
+                        drained: false,
+                        requeued: false,
+                        warn: fault.warn,
+                    };
+                    if action.tag {
+                        // Kept on the node before acting: the epilog puts it into the tag even
+                        // when the job ends before this watch's own write lands.
+                        events.record(&ev);
+                    }
                     let mut drained = false;
                     let mut requeued = false;
                     act.with_step(setup, &mut |step| {
@@ -564,19 +584,14 @@ pub fn run(
                             requeued = requeue_if_asked(step, setup);
                         }
                         if action.tag {
-                            let ev = WatchEvent {
-                                check: fault.check.clone(),
-                                message: fabric_proto::tag::scrub_text(&fault.message, 160),
-                                seen_at_s: now,
-                                into_job_s: into,
-                                cleared_at_s: None,
-                                drained,
-                                requeued,
-                                warn: fault.warn,
-                            };
+                            ev.drained = drained;
+                            ev.requeued = requeued;
+                            if drained || requeued {
+                                events.record(&ev);
+                            }
                             let w = write_tag_to(step, Target::LiveOnly, |prev| {
                                 let mut t = prev.unwrap_or_default();
-                                super::tag_update::add_watch_event(&mut t, &node, ev);
+                                super::tag_update::add_watch_event(&mut t, &node, ev.clone());
                                 t
                             });
                             if w == TagWrite::NotWritten {
@@ -609,6 +624,7 @@ pub fn run(
                             fault.check, fault.message
                         ));
                         if action.tag {
+                            events.clear(&fault.check, now);
                             write_tag_to(step, Target::LiveOnly, |prev| {
                                 let mut t = prev.unwrap_or_default();
                                 super::tag_update::clear_watch_event(&mut t, &node, &fault.check, now);
@@ -673,12 +689,18 @@ pub fn pid_path(state_dir: &Path, job: u32) -> PathBuf {
     state_dir.join(format!("watch-{job}.pid"))
 }
 
-/// A process's start time (clock ticks since boot, field 22 of `/proc/<pid>/stat`).
+/// A process's start time (clock ticks since boot, field 22 of `/proc/<pid>/stat`); `None` when
+/// it is gone or a zombie.
 pub fn start_time(proc_root: &Path, pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
     // The command name is in parentheses and may hold spaces: fields follow the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = rest.split_whitespace();
+    // A zombie has ended; only its parent's wait is left.
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// What a pid file names: `pid start_time`.
@@ -726,10 +748,11 @@ pub enum Stopped {
     Lost,
 }
 
-/// The epilog's half: removes the pid file (so a watch between samples ends by itself) and ends
-/// the watch's process group: SIGTERM, up to `grace` for it to go, then SIGKILL.
+/// The epilog's half: removes the pid file (so a watch between samples ends by itself), sends
+/// the watch SIGTERM (the watch alone: a Slurm call it is making, a drain's settle step, is
+/// left to finish), waits up to `grace` for it to go, then SIGKILLs its whole process group.
 pub fn stop(state_dir: &Path, proc_root: &Path, job: u32, grace: Duration) -> Stopped {
-    use nix::sys::signal::{Signal, killpg};
+    use nix::sys::signal::{Signal, kill, killpg};
     use nix::unistd::Pid;
     let path = pid_path(state_dir, job);
     let Some(pf) = PidFile::read(&path) else {
@@ -743,7 +766,7 @@ pub fn stop(state_dir: &Path, proc_root: &Path, job: u32, grace: Duration) -> St
         return Stopped::Lost;
     };
     let pid = Pid::from_raw(raw);
-    let _ = killpg(pid, Signal::SIGTERM);
+    let _ = kill(pid, Signal::SIGTERM);
     let until = Instant::now() + grace;
     while Instant::now() < until {
         if !pf.is_alive(proc_root) {
@@ -858,6 +881,116 @@ pub fn log_path(state_dir: &Path, job: u32) -> PathBuf {
     state_dir.join(format!("watch-{job}.log"))
 }
 
+/// The watch's events of `job` kept on the node (`<state_dir>/watch-<job>.events`, one JSON
+/// [`WatchEvent`] a line, root's): what it saw, written before it acts, so that the epilog puts
+/// every event into the tag even when the job ended before the watch's own tag write landed.
+pub fn events_path(state_dir: &Path, job: u32) -> PathBuf {
+    state_dir.join(format!("watch-{job}.events"))
+}
+
+/// The most of an events file the epilog reads.
+const MAX_EVENTS_BYTES: u64 = 64 * 1024;
+
+/// The watch's half of [`events_path`]: each event when it appears, again when the watch
+/// drained or requeued for it, and when it cleared; at most [`fabric_proto::tag::MAX_WATCH_EVENTS`]
+/// events (the tag keeps the first ones), so a flapping link cannot fill the disk.
+#[derive(Debug)]
+struct EventLog {
+    path: PathBuf,
+    open: BTreeMap<String, WatchEvent>,
+    kept: usize,
+}
+
+impl EventLog {
+    /// Starts over (a requeued job runs again under its id).
+    fn start(path: PathBuf) -> Self {
+        let _ = std::fs::remove_file(&path);
+        Self {
+            path,
+            open: BTreeMap::new(),
+            kept: 0,
+        }
+    }
+
+    /// A new event, or a new state of the open event of its check.
+    fn record(&mut self, ev: &WatchEvent) {
+        let known = self
+            .open
+            .get(&ev.check)
+            .is_some_and(|o| o.seen_at_s == ev.seen_at_s);
+        if !known {
+            if self.kept >= fabric_proto::tag::MAX_WATCH_EVENTS {
+                return;
+            }
+            self.kept += 1;
+        }
+        self.open.insert(ev.check.clone(), ev.clone());
+        self.append(ev);
+    }
+
+    /// The open event of `check` cleared at `at_s`.
+    fn clear(&mut self, check: &str, at_s: u64) {
+        if let Some(mut ev) = self.open.remove(check) {
+            ev.cleared_at_s = Some(at_s);
+            self.append(&ev);
+        }
+    }
+
+    fn append(&self, ev: &WatchEvent) {
+        use std::os::unix::fs::OpenOptionsExt;
+        let Ok(mut line) = serde_json::to_string(ev) else {
+            return;
+        };
+        line.push('\n');
+        let written = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(fabric_proto::record::O_NOFOLLOW)
+            .open(&self.path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            tracing::warn!("cannot keep the event in {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// The events an events file holds ([`events_path`]): the last state of each (by check and
+/// when it was seen), in the order they appeared, at most
+/// [`fabric_proto::tag::MAX_WATCH_EVENTS`]; lines that do not read are skipped.
+pub fn read_events(path: &Path) -> Vec<WatchEvent> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut text = String::new();
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(fabric_proto::record::O_NOFOLLOW)
+        .open(path);
+    let Ok(f) = opened else {
+        return Vec::new();
+    };
+    let _ = f.take(MAX_EVENTS_BYTES).read_to_string(&mut text);
+    let mut out: Vec<WatchEvent> = Vec::new();
+    for ev in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<WatchEvent>(l).ok())
+    {
+        match out
+            .iter()
+            .position(|o| o.check == ev.check && o.seen_at_s == ev.seen_at_s)
+        {
+            Some(i) => out[i] = ev,
+            None if out.len() < fabric_proto::tag::MAX_WATCH_EVENTS => out.push(ev),
+            None => {}
+        }
+    }
+    for ev in &mut out {
+        ev.check = fabric_proto::tag::scrub_text(&ev.check, 64);
+        ev.message = fabric_proto::tag::scrub_text(&ev.message, 160);
+    }
+    out
+}
+
 /// The most of the watch's log the epilog relays (its last lines).
 pub const MAX_RELAYED_LOG_BYTES: usize = 8 * 1024;
 
@@ -879,11 +1012,13 @@ pub fn start(step: &JobStep<'_>) {
     }
 }
 
-/// The epilog's half: stops the watch ([`stop`]) and relays the end of its log.
-pub fn finish(step: &JobStep<'_>) {
+/// The epilog's half: stops the watch ([`stop`]), relays the end of its log, and returns the
+/// events it kept ([`read_events`]) for the epilog's tag write.
+pub fn finish(step: &JobStep<'_>) -> Vec<WatchEvent> {
     let state = &step.setup.state_dir;
     let job = step.job_id();
-    let stopped = stop(state, Path::new("/proc"), job, Duration::from_millis(500));
+    let grace = step.setup.budget().watch_stop(step.deadline());
+    let stopped = stop(state, Path::new("/proc"), job, grace);
     let log = log_path(state, job);
     if let Ok(text) = std::fs::read(&log) {
         let from = text.len().saturating_sub(MAX_RELAYED_LOG_BYTES);
@@ -899,6 +1034,10 @@ pub fn finish(step: &JobStep<'_>) {
             "the in-job watch of job {job} ended before the epilog (killed?): faults after that were found only now"
         )),
     }
+    let events_at = events_path(state, job);
+    let events = read_events(&events_at);
+    let _ = std::fs::remove_file(&events_at);
+    events
 }
 
 /// Loads what the watch starts from: the prolog's snapshot (the baseline and the findings the

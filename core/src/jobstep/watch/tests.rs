@@ -499,3 +499,114 @@ fn a_warning_that_turns_into_a_failure_is_a_new_fault() {
         "{changes:?}"
     );
 }
+
+#[test]
+fn the_watch_keeps_each_event_on_the_node_so_the_epilog_can_tag_it_whatever_the_live_write_did() {
+    let (_slurm, _lines, _summary, _notices, dir) = watch_a_port_going_down("enforce");
+    let kept = read_events(&events_path(&dir.path().join("state/n1"), 7));
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let ev = &kept[0];
+    assert_eq!(ev.check, "ib.port_state");
+    assert!(ev.drained, "the state after the drain is the one kept");
+    assert!(ev.cleared_at_s.is_some(), "the clearing is kept too");
+    assert!(!ev.warn);
+}
+
+#[test]
+fn under_observe_the_watch_keeps_no_event_for_the_tag() {
+    let (_slurm, _lines, _summary, _notices, dir) = watch_a_port_going_down("observe");
+    assert!(!events_path(&dir.path().join("state/n1"), 7).exists());
+}
+
+#[test]
+fn an_events_file_gives_each_events_last_state_skips_bad_lines_and_keeps_at_most_the_tags_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = events_path(dir.path(), 7);
+    let ev = |check: &str, seen: u64| WatchEvent {
+        check: check.into(),
+        message: format!("{check} went bad\u{1b}[31m"),
+        seen_at_s: seen,
+        into_job_s: 5,
+        cleared_at_s: None,
+        drained: false,
+        requeued: false,
+        warn: false,
+    };
+    let mut lines = vec![
+        serde_json::to_string(&ev("ib.port_state", 100)).unwrap(),
+        "not json".to_owned(),
+    ];
+    let mut drained = ev("ib.port_state", 100);
+    drained.drained = true;
+    lines.push(serde_json::to_string(&drained).unwrap());
+    for i in 0..20 {
+        lines.push(serde_json::to_string(&ev("ib.counters", 200 + i)).unwrap());
+    }
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let kept = read_events(&path);
+    assert_eq!(kept.len(), tag::MAX_WATCH_EVENTS);
+    assert_eq!(kept[0].check, "ib.port_state");
+    assert!(kept[0].drained, "the later line of the same event wins");
+    assert!(
+        !kept[0].message.contains('\u{1b}'),
+        "control characters are scrubbed: {:?}",
+        kept[0].message
+    );
+    assert_eq!(kept[1].seen_at_s, 200, "the first ones are kept");
+}
+
+#[test]
+fn an_events_file_planted_as_a_link_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::write(
+        &elsewhere,
+        r#"{"check":"ib.port_state","message":"x","seen_at_s":1,"into_job_s":1}"#,
+    )
+    .unwrap();
+    let path = events_path(dir.path(), 7);
+    std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+    assert!(read_events(&path).is_empty());
+}
+
+#[test]
+fn the_epilogs_stop_signals_the_watch_alone_so_a_slurm_call_it_is_making_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = Path::new("/proc");
+    let done = dir.path().join("call-done");
+    // A stand-in watch whose child (its Slurm call) is in its process group.
+    let mut child = {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("(sleep 0.5; touch {}) & wait", done.display()))
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    };
+    let pid = child.id();
+    PidFile {
+        pid,
+        start: start_time(proc_root, pid).unwrap(),
+    }
+    .write(&pid_path(dir.path(), 7))
+    .unwrap();
+    let t0 = Instant::now();
+    assert_eq!(
+        stop(dir.path(), proc_root, 7, Duration::from_secs(3)),
+        Stopped::Ended
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "the watch ended on its SIGTERM, not at the grace's SIGKILL"
+    );
+    let _ = child.wait();
+    let until = Instant::now() + Duration::from_secs(5);
+    while !done.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        done.exists(),
+        "the child of the watch was not killed by the stop's SIGTERM"
+    );
+}
