@@ -173,6 +173,9 @@ pub struct ClassSpec {
     pub job_nodes: usize,
     /// How the class is graded (`--graded`, `--size`), when it has a size.
     pub grading: Option<Grading>,
+    /// Only Slurm can see it (the node itself is gone: no probe, no watch runs there), so its
+    /// time to detect is Slurm's `SlurmdTimeout`, counted apart from the `during` figure.
+    pub seen_only_by_slurm: bool,
 }
 
 /// The restore of the classes written into a sysfs tree.
@@ -196,6 +199,7 @@ impl FaultClass {
                 kinds: &[Ib, Roce],
                 ib_fixture: Some("ib8-port-down"),
                 roce_fixture: Some("roce8-port-down"),
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: None,
             },
@@ -210,6 +214,7 @@ impl FaultClass {
                 kinds: &[Ib, Roce],
                 ib_fixture: Some("ib8-half-rate"),
                 roce_fixture: Some("roce8-half-rate"),
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: None,
             },
@@ -224,6 +229,7 @@ impl FaultClass {
                 kinds: &[Roce],
                 ib_fixture: None,
                 roce_fixture: Some("roce8-mtu-1500"),
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: None,
             },
@@ -238,6 +244,7 @@ impl FaultClass {
                 kinds: &[Roce],
                 ib_fixture: None,
                 roce_fixture: Some("roce8-pfc-off"),
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: None,
             },
@@ -252,6 +259,7 @@ impl FaultClass {
                 kinds: &[Roce],
                 ib_fixture: None,
                 roce_fixture: Some("roce8-ecn-off"),
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: None,
             },
@@ -266,6 +274,7 @@ impl FaultClass {
                 kinds: &[Ib, Roce],
                 ib_fixture: Some("ib8-no-roce-v2-gid"),
                 roce_fixture: Some("roce8-no-v2-gid"),
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: None,
             },
@@ -280,6 +289,7 @@ impl FaultClass {
                 kinds: &[Ib],
                 ib_fixture: Some("ib8-link-downed"),
                 roce_fixture: None,
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: Some(Grading {
                     kind: SizeKind::Flaps,
@@ -304,6 +314,7 @@ impl FaultClass {
                 kinds: &[Ib],
                 ib_fixture: Some("ib8-symbol-errors"),
                 roce_fixture: None,
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: Some(Grading {
                     kind: SizeKind::Threshold,
@@ -323,6 +334,7 @@ impl FaultClass {
                 kinds: &[Ib, Roce],
                 ib_fixture: Some("ib8-pause-storm"),
                 roce_fixture: Some("roce8-pause-storm"),
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: Some(Grading {
                     kind: SizeKind::Threshold,
@@ -348,6 +360,7 @@ impl FaultClass {
                 kinds: &[Roce],
                 ib_fixture: None,
                 roce_fixture: Some("roce8-cnp-storm"),
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: Some(Grading {
                     kind: SizeKind::Threshold,
@@ -371,6 +384,7 @@ impl FaultClass {
                 kinds: &[Ib, Roce],
                 ib_fixture: None,
                 roce_fixture: None,
+                seen_only_by_slurm: false,
                 job_nodes: 3,
                 grading: Some(Grading {
                     kind: SizeKind::Bandwidth,
@@ -396,6 +410,7 @@ impl FaultClass {
                 kinds: &[Ib, Roce],
                 ib_fixture: None,
                 roce_fixture: None,
+                seen_only_by_slurm: true,
                 job_nodes: 2,
                 grading: None,
             },
@@ -410,6 +425,7 @@ impl FaultClass {
                 kinds: &[Ib, Roce],
                 ib_fixture: None,
                 roce_fixture: None,
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: None,
             },
@@ -424,6 +440,7 @@ impl FaultClass {
                 kinds: &[Ib, Roce],
                 ib_fixture: None,
                 roce_fixture: None,
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: None,
             },
@@ -438,6 +455,7 @@ impl FaultClass {
                 kinds: &[Ib, Roce],
                 ib_fixture: None,
                 roce_fixture: None,
+                seen_only_by_slurm: false,
                 job_nodes: 2,
                 grading: None,
             },

@@ -165,7 +165,8 @@ pub struct Scores {
     pub false_drains: usize,
     /// Time to detect over every detected injection.
     pub ttd: Ttd,
-    /// Time to detect by the moment of the injection (`before`, `during`, `idle`).
+    /// Time to detect by the moment of the injection (`before`, `during`, `idle`); the classes
+    /// only Slurm can see count apart (`during_by_slurm`, [`moment_key`]).
     #[serde(default)]
     pub ttd_by_moment: BTreeMap<String, Ttd>,
     /// Per class, in the order of [`crate::class::ALL`].
@@ -295,7 +296,7 @@ pub fn score(seed: u64, outcomes: &[RoundOutcome], prices: &Prices) -> Scores {
                     *cs.detectors.entry(h.detector.id().to_owned()).or_default() += 1;
                     ttd.extend(rs.ttd_s);
                     by_moment
-                        .entry(o.round.moment.id().to_owned())
+                        .entry(moment_key(*class, o.round.moment))
                         .or_default()
                         .extend(rs.ttd_s);
                 } else {
@@ -561,8 +562,20 @@ pub fn moments_of(outcomes: &[RoundOutcome], class: FaultClass) -> BTreeSet<Mome
         .collect()
 }
 
+/// The key of [`Scores::ttd_by_moment`] a class's detections at `moment` count under: the
+/// moment's id, or `<moment>_by_slurm` for a class only Slurm can see (a node gone: no probe or
+/// watch runs there, so its time is Slurm's `SlurmdTimeout`, not the fabric checks').
+pub fn moment_key(class: FaultClass, moment: Moment) -> String {
+    if class.spec().seen_only_by_slurm {
+        format!("{}_by_slurm", moment.id())
+    } else {
+        moment.id().to_owned()
+    }
+}
+
 /// The one line `scripts/bench-drill` ends with; `p95_during_s` is `none` when no fault
-/// injected during a job was detected.
+/// injected during a job was detected. It counts the classes the fabric checks can see
+/// ([`moment_key`]): a node removed mid-job is Slurm's to find, and is in its class's row.
 pub fn summary_line(s: &Scores) -> String {
     let during = s
         .ttd_by_moment
@@ -753,6 +766,37 @@ mod tests {
             vec![sig("n1", 10_000, Detector::Prolog, Strength::Fail)],
         );
         assert_eq!(score_round(&at).ttd_s, Some(0.0));
+    }
+
+    #[test]
+    fn a_node_removed_mid_job_is_timed_apart_from_the_faults_the_fabric_checks_can_see() {
+        let mut gone = outcome(
+            FaultClass::NodeRemoved,
+            "n3",
+            1_000_000,
+            vec![sig("n3", 1_030_000, Detector::Slurm, Strength::Drain)],
+        );
+        gone.round.moment = Moment::During;
+        let mut down = outcome(
+            FaultClass::PortDown,
+            "n2",
+            2_000_000,
+            vec![sig("n2", 2_001_000, Detector::Watch, Strength::Drain)],
+        );
+        down.round.moment = Moment::During;
+        let s = score(1, &[gone, down], &Prices::default());
+        assert_eq!(s.ttd_by_moment["during"].p95_s, Some(1.0));
+        assert_eq!(s.ttd_by_moment["during_by_slurm"].p95_s, Some(30.0));
+        assert!(
+            summary_line(&s).ends_with("p95_during_s 1.0"),
+            "{}",
+            summary_line(&s)
+        );
+        assert_eq!(
+            s.ttd.max_s,
+            Some(30.0),
+            "the overall figure keeps every class"
+        );
     }
 
     #[test]
