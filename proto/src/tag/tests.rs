@@ -87,6 +87,26 @@ fn splice_keeps_a_foreign_prefix_and_suffix() {
 }
 
 #[test]
+fn a_segment_that_a_broken_one_ahead_would_swallow_once_spliced_goes_first_and_reads_back() {
+    // Found by the fuzzer: the broken segment's `[` leaves its braces unbalanced, so the readable
+    // segment inside it is found; once ours replaces that one, the braces balance and the broken
+    // segment's extent covers ours.
+    let comment = r#"JS1:H4sIAAAA fabric-check/v1 {"v":1,"verdict":"fail","option":"full","probed_at":1764000000,"nnod\s":2,"nodes":{ fabric-check/v1 {"v":1,"verdict":"fail","option":"full","pain[d":true}}} tail"#;
+    let t = tag_with(&[("n1", Verdict::Pass)]);
+    let spliced = splice(comment, &t);
+    assert_eq!(extract(&spliced).unwrap().unwrap(), t, "{spliced}");
+    assert!(spliced.starts_with(MARKER), "{spliced}");
+    assert!(
+        spliced.contains(r#"JS1:H4sIAAAA fabric-check/v1 {"v":1,"verdict":"fail""#),
+        "the other text is kept: {spliced}"
+    );
+    assert!(spliced.ends_with("}} tail"), "{spliced}");
+    // Spliced again, it stays in its place.
+    let again = splice(&spliced, &t);
+    assert_eq!(again, spliced);
+}
+
+#[test]
 fn splice_into_an_empty_comment_is_just_the_segment() {
     let t = tag_with(&[("n1", Verdict::Warn)]);
     let s = splice("", &t);

@@ -251,6 +251,10 @@ pub fn splice(comment: &str, tag: &JobTag) -> String {
 /// Writes `tag` into `comment` in `form`: replaces an existing segment in place (a readable one,
 /// else the first unreadable one, its whole extent), else appends it after a space. Every byte
 /// outside our segment is kept.
+///
+/// When the segment replaced in place would not read back (an unreadable segment ahead of it
+/// whose extent, counted by brackets, ours changes and so swallows it), ours goes first
+/// instead, and the segment it replaces is taken out: readers take the first readable one.
 pub fn splice_as(comment: &str, tag: &JobTag, form: Form) -> String {
     let segment = segment(tag, form);
     match locate(comment) {
@@ -259,7 +263,15 @@ pub fn splice_as(comment: &str, tag: &JobTag, form: Form) -> String {
             out.push_str(&comment[..range.start]);
             out.push_str(&segment);
             out.push_str(&comment[range.end..]);
-            out
+            if matches!(locate(&out), Some((r, Ok(_))) if r.start == range.start) {
+                return out;
+            }
+            let mut first = String::with_capacity(comment.len() + segment.len() + 1);
+            first.push_str(&segment);
+            first.push(' ');
+            first.push_str(&comment[..range.start]);
+            first.push_str(&comment[range.end..]);
+            first
         }
         None if comment.trim().is_empty() => segment,
         None => format!("{} {segment}", comment.trim_end()),
