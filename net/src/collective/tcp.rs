@@ -28,6 +28,21 @@ use serde::{Deserialize, Serialize};
 
 use super::CollectiveError;
 
+/// The phases of a phased link probe for ring position `pos` of `m`: `(send, recv)` per phase.
+/// Positions are coloured so that no rank sends and receives in the same phase (alternating
+/// colours, a third for the last position of an odd ring): each link is then timed while its
+/// two ends do nothing else, so a slow node cannot slow its neighbours' other links.
+pub fn probe_phases(pos: usize, m: usize) -> Vec<(bool, bool)> {
+    let colour = |p: usize| {
+        if m % 2 == 1 && p == m - 1 { 2 } else { p % 2 }
+    };
+    let phases = if m % 2 == 1 { 3 } else { 2 };
+    let left = (pos + m - 1) % m;
+    (0..phases)
+        .map(|c| (colour(pos) == c, colour(left) == c))
+        .collect()
+}
+
 /// The pipelined all-reduce forwards a chunk's reduced bytes once this many are ready.
 pub const PIPELINE_SLICE_BYTES: usize = 128 * 1024;
 /// The largest control frame accepted.
@@ -210,6 +225,21 @@ impl Ring {
         scratch: &mut Vec<u8>,
         deadline: Instant,
     ) -> Result<f64, CollectiveError> {
+        self.probe_link_part(bytes, scratch, deadline, true, true)?
+            .ok_or_else(|| CollectiveError::Ring("link probe ended without timing".into()))
+    }
+
+    /// One part of [`Ring::probe_link`]: `times_right` times the link to the right neighbour
+    /// (its seconds are returned), `serves_left` serves the left neighbour's probe; a phased probe
+    /// ([`probe_phases`]) runs each link alone.
+    pub fn probe_link_part(
+        &mut self,
+        bytes: usize,
+        scratch: &mut Vec<u8>,
+        deadline: Instant,
+        times_right: bool,
+        serves_left: bool,
+    ) -> Result<Option<f64>, CollectiveError> {
         if scratch.len() < 2 * bytes {
             scratch.resize(2 * bytes, 0);
         }
@@ -217,9 +247,16 @@ impl Ring {
         let recv = &mut recv[..bytes];
         // Left connection: write the request, read the block, write the acknowledgement.
         // Right connection: read the request, write the block, read the acknowledgement.
-        let (mut asked, mut acked) = (false, false);
+        let (mut asked, mut acked) = (!serves_left, !serves_left);
         let (mut go_at, mut ack_at): (Option<Instant>, Option<Instant>) = (None, None);
-        let (mut sent, mut got) = (0usize, 0usize);
+        let (mut sent, mut got) = (
+            if times_right { 0 } else { bytes },
+            if serves_left { 0 } else { bytes },
+        );
+        if !times_right {
+            let now = Instant::now();
+            (go_at, ack_at) = (Some(now), Some(now));
+        }
         let would_block =
             |e: &std::io::Error| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted);
         while !(asked && acked && ack_at.is_some() && sent == bytes && got == bytes) {
@@ -309,7 +346,8 @@ impl Ring {
             }
         }
         match (go_at, ack_at) {
-            (Some(g), Some(a)) => Ok((a - g).as_secs_f64()),
+            (Some(g), Some(a)) if times_right => Ok(Some((a - g).as_secs_f64())),
+            _ if !times_right => Ok(None),
             _ => Err(CollectiveError::Ring(
                 "link probe ended without timing".into(),
             )),
@@ -580,6 +618,80 @@ mod tests {
             let (t, data) = h.join().unwrap();
             assert!(t > 0.0 && t < 20.0, "{t}");
             assert_eq!(data, vec![3.0f32; 10]);
+        }
+    }
+
+    #[test]
+    fn in_a_phased_probe_no_rank_sends_and_receives_at_once_and_every_link_has_both_ends_in_one_phase()
+     {
+        for m in 2..10 {
+            let all: Vec<Vec<(bool, bool)>> = (0..m).map(|p| probe_phases(p, m)).collect();
+            for p in 0..m {
+                let right = (p + 1) % m;
+                let sends: Vec<usize> = (0..all[p].len()).filter(|c| all[p][*c].0).collect();
+                assert_eq!(sends.len(), 1, "m={m} p={p}: one phase sends");
+                assert!(
+                    all[right][sends[0]].1,
+                    "m={m}: {p}->{right} has its receiver in the same phase"
+                );
+                if m > 2 {
+                    assert!(
+                        all[p].iter().all(|(s, r)| !(*s && *r)),
+                        "m={m} p={p}: {:?}",
+                        all[p]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_phased_probe_gives_every_rank_the_time_of_its_own_link() {
+        for n in [3usize, 4] {
+            let listeners: Vec<TcpListener> = (0..n)
+                .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap())
+                .collect();
+            let addrs: Vec<SocketAddr> =
+                listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let handles: Vec<_> = listeners
+                .into_iter()
+                .enumerate()
+                .map(|(r, l)| {
+                    let right = addrs[(r + 1) % n];
+                    std::thread::spawn(move || {
+                        let mut ring =
+                            Ring::establish(&l, right, (r + n - 1) % n, r, 7, "s", deadline)
+                                .unwrap();
+                        let mut scratch = Vec::new();
+                        let mut times = Vec::new();
+                        for (send, recv) in probe_phases(r, n) {
+                            if send || recv {
+                                times.extend(
+                                    ring.probe_link_part(
+                                        1 << 20,
+                                        &mut scratch,
+                                        deadline,
+                                        send,
+                                        recv,
+                                    )
+                                    .unwrap(),
+                                );
+                            }
+                        }
+                        let mut data = vec![1.0f32; 10];
+                        ring.all_reduce(&mut data, r, n, &mut Vec::new(), deadline)
+                            .unwrap();
+                        (times, data)
+                    })
+                })
+                .collect();
+            for h in handles {
+                let (times, data) = h.join().unwrap();
+                assert_eq!(times.len(), 1, "n={n}: one timed link per rank");
+                assert!(times[0] > 0.0 && times[0] < 20.0, "{times:?}");
+                assert_eq!(data, vec![n as f32; 10]);
+            }
         }
     }
 
