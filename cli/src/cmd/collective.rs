@@ -67,8 +67,7 @@ pub struct Args {
     /// Sweep sizes in bytes per rank, small to large (suffixes K, M): `4K,64K,1M`.
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<String>,
-    /// Name a node slow when, in both probe rounds, its best link is this many times slower than
-    /// the median of the other nodes' best links.
+    /// Name a node slow when its best link is this many times slower than the median node's.
     #[arg(long, default_value_t = collective::DEFAULT_SLOW_FACTOR)]
     pub slow_factor: f64,
     /// The backend.
