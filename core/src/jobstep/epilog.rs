@@ -175,7 +175,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
 }
 
 /// This node's `during` row with the events its watch kept (a row of its own when the epilog's
-/// probe gave none); the row's verdict is at least what the events say.
+/// probe gave none).
 fn with_watch_events(
     node: &str,
     during: Option<DuringJob>,
@@ -184,20 +184,10 @@ fn with_watch_events(
     if watched.is_empty() {
         return during;
     }
-    let mut row = during.unwrap_or_else(|| DuringJob {
-        node: node.to_owned(),
-        rises: std::collections::BTreeMap::new(),
-        verdict: Verdict::Pass,
-        watch: Vec::new(),
-    });
-    for ev in &watched {
-        row.verdict = row.verdict.max(if ev.warn {
-            Verdict::Warn
-        } else {
-            Verdict::Fail
-        });
+    let mut row = during.unwrap_or_else(|| super::tag_update::during_row(node));
+    for ev in watched {
+        super::tag_update::push_watch_event(&mut row, ev);
     }
-    row.watch = watched;
     Some(row)
 }
 

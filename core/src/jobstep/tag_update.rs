@@ -207,13 +207,7 @@ pub fn merge_during(previous: Vec<DuringJob>, rows: Vec<DuringJob>) -> Vec<Durin
             Some(row) => {
                 row.verdict = row.verdict.max(prev.verdict);
                 for ev in prev.watch {
-                    let known = row
-                        .watch
-                        .iter()
-                        .any(|e| e.check == ev.check && e.seen_at_s == ev.seen_at_s);
-                    if !known && row.watch.len() < fabric_proto::tag::MAX_WATCH_EVENTS {
-                        row.watch.push(ev);
-                    }
+                    push_watch_event(row, ev);
                 }
                 row.watch.sort_by_key(|e| e.seen_at_s);
             }
@@ -231,36 +225,51 @@ pub fn merge_during(previous: Vec<DuringJob>, rows: Vec<DuringJob>) -> Vec<Durin
     by_node.into_values().collect()
 }
 
-/// Adds one watch event to `node`'s live `during` entry (made if missing), keeping at most
-/// [`fabric_proto::tag::MAX_WATCH_EVENTS`]; an event of the same check that has not cleared
-/// is not added twice. Returns whether the tag changed.
-pub fn add_watch_event(tag: &mut JobTag, node: &str, event: WatchEvent) -> bool {
-    let idx = match tag.during.iter().position(|d| d.node == node) {
-        Some(i) => i,
-        None => {
-            tag.during.push(DuringJob {
-                node: node.to_owned(),
-                rises: BTreeMap::new(),
-                verdict: Verdict::Pass,
-                watch: Vec::new(),
-            });
-            tag.during.len() - 1
-        }
-    };
-    let row = &mut tag.during[idx];
+/// Whether `a` and `b` are states of one watch event (seen, drained, cleared): the same check,
+/// message (which names the device and port) and second it was seen.
+pub fn same_watch_event(a: &WatchEvent, b: &WatchEvent) -> bool {
+    a.check == b.check && a.seen_at_s == b.seen_at_s && a.message == b.message
+}
+
+/// `node`'s `during` row with nothing in it yet.
+pub fn during_row(node: &str) -> DuringJob {
+    DuringJob {
+        node: node.to_owned(),
+        rises: BTreeMap::new(),
+        verdict: Verdict::Pass,
+        watch: Vec::new(),
+    }
+}
+
+/// Adds one watch event to `row` (its verdict at least the event's), unless the row holds it
+/// already ([`same_watch_event`]) or holds [`fabric_proto::tag::MAX_WATCH_EVENTS`]. Returns
+/// whether the row changed.
+pub fn push_watch_event(row: &mut DuringJob, event: WatchEvent) -> bool {
     row.verdict = row.verdict.max(if event.warn {
         Verdict::Warn
     } else {
         Verdict::Fail
     });
-    if row.watch.iter().any(|e| {
-        e.check == event.check && e.seen_at_s == event.seen_at_s && e.message == event.message
-    }) || row.watch.len() >= fabric_proto::tag::MAX_WATCH_EVENTS
+    if row.watch.iter().any(|e| same_watch_event(e, &event))
+        || row.watch.len() >= fabric_proto::tag::MAX_WATCH_EVENTS
     {
         return false;
     }
     row.watch.push(event);
     true
+}
+
+/// Adds one watch event to `node`'s live `during` entry (made if missing), as
+/// [`push_watch_event`]. Returns whether the tag changed.
+pub fn add_watch_event(tag: &mut JobTag, node: &str, event: WatchEvent) -> bool {
+    let idx = match tag.during.iter().position(|d| d.node == node) {
+        Some(i) => i,
+        None => {
+            tag.during.push(during_row(node));
+            tag.during.len() - 1
+        }
+    };
+    push_watch_event(&mut tag.during[idx], event)
 }
 
 /// Marks `node`'s open watch event of `check` as cleared at `at_s`. Returns whether it changed.

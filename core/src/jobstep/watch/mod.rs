@@ -555,7 +555,7 @@ pub fn run(
                     if action.tag {
                         // Kept on the node before acting: the epilog puts it into the tag even
                         // when the job ends before this watch's own write lands.
-                        events.record(&ev);
+                        events.record(&fault.key, &ev);
                     }
                     let mut drained = false;
                     let mut requeued = false;
@@ -587,7 +587,7 @@ pub fn run(
                             ev.drained = drained;
                             ev.requeued = requeued;
                             if drained || requeued {
-                                events.record(&ev);
+                                events.record(&fault.key, &ev);
                             }
                             let w = write_tag_to(step, Target::LiveOnly, |prev| {
                                 let mut t = prev.unwrap_or_default();
@@ -624,7 +624,7 @@ pub fn run(
                             fault.check, fault.message
                         ));
                         if action.tag {
-                            events.clear(&fault.check, now);
+                            events.clear(&fault.key, now);
                             write_tag_to(step, Target::LiveOnly, |prev| {
                                 let mut t = prev.unwrap_or_default();
                                 super::tag_update::clear_watch_event(&mut t, &node, &fault.check, now);
@@ -897,6 +897,8 @@ const MAX_EVENTS_BYTES: u64 = 64 * 1024;
 #[derive(Debug)]
 struct EventLog {
     path: PathBuf,
+    /// The open event of each fault, by [`Fault::key`] (two ports failing one check at once are
+    /// two events).
     open: BTreeMap<String, WatchEvent>,
     kept: usize,
 }
@@ -912,25 +914,25 @@ impl EventLog {
         }
     }
 
-    /// A new event, or a new state of the open event of its check.
-    fn record(&mut self, ev: &WatchEvent) {
+    /// A new event of the fault `key`, or a new state of its open event.
+    fn record(&mut self, key: &str, ev: &WatchEvent) {
         let known = self
             .open
-            .get(&ev.check)
-            .is_some_and(|o| o.seen_at_s == ev.seen_at_s);
+            .get(key)
+            .is_some_and(|o| super::tag_update::same_watch_event(o, ev));
         if !known {
             if self.kept >= fabric_proto::tag::MAX_WATCH_EVENTS {
                 return;
             }
             self.kept += 1;
         }
-        self.open.insert(ev.check.clone(), ev.clone());
+        self.open.insert(key.to_owned(), ev.clone());
         self.append(ev);
     }
 
-    /// The open event of `check` cleared at `at_s`.
-    fn clear(&mut self, check: &str, at_s: u64) {
-        if let Some(mut ev) = self.open.remove(check) {
+    /// The open event of the fault `key` cleared at `at_s`.
+    fn clear(&mut self, key: &str, at_s: u64) {
+        if let Some(mut ev) = self.open.remove(key) {
             ev.cleared_at_s = Some(at_s);
             self.append(&ev);
         }
@@ -955,8 +957,8 @@ impl EventLog {
     }
 }
 
-/// The events an events file holds ([`events_path`]): the last state of each (by check and
-/// when it was seen), in the order they appeared, at most
+/// The events an events file holds ([`events_path`]): the last state of each
+/// ([`super::tag_update::same_watch_event`]), in the order they appeared, at most
 /// [`fabric_proto::tag::MAX_WATCH_EVENTS`]; lines that do not read are skipped.
 pub fn read_events(path: &Path) -> Vec<WatchEvent> {
     use std::io::Read;
@@ -971,22 +973,20 @@ pub fn read_events(path: &Path) -> Vec<WatchEvent> {
     };
     let _ = f.take(MAX_EVENTS_BYTES).read_to_string(&mut text);
     let mut out: Vec<WatchEvent> = Vec::new();
-    for ev in text
+    for mut ev in text
         .lines()
         .filter_map(|l| serde_json::from_str::<WatchEvent>(l).ok())
     {
+        ev.check = fabric_proto::tag::scrub_text(&ev.check, 64);
+        ev.message = fabric_proto::tag::scrub_text(&ev.message, 160);
         match out
             .iter()
-            .position(|o| o.check == ev.check && o.seen_at_s == ev.seen_at_s)
+            .position(|o| super::tag_update::same_watch_event(o, &ev))
         {
             Some(i) => out[i] = ev,
             None if out.len() < fabric_proto::tag::MAX_WATCH_EVENTS => out.push(ev),
             None => {}
         }
-    }
-    for ev in &mut out {
-        ev.check = fabric_proto::tag::scrub_text(&ev.check, 64);
-        ev.message = fabric_proto::tag::scrub_text(&ev.message, 160);
     }
     out
 }

@@ -610,3 +610,31 @@ fn the_epilogs_stop_signals_the_watch_alone_so_a_slurm_call_it_is_making_finishe
         "the child of the watch was not killed by the stop's SIGTERM"
     );
 }
+
+#[test]
+fn two_ports_that_fail_one_check_in_the_same_second_are_two_events_on_the_node_and_in_the_tag() {
+    let a = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+    let b = fail("ib.port_state", "mlx5_5", "mlx5_5 port 1 is DOWN");
+    let both = vec![a.clone(), b.clone()];
+    // Under `warn` nothing waits between the two (a drain's settle step would put seconds
+    // between their times).
+    let (slurm, _lines, summary, _notices, dir) =
+        watch_these("warn", &[], vec![vec![], both.clone(), both, vec![]], false);
+    assert_eq!(summary.appeared, vec!["ib.port_state", "ib.port_state"]);
+    let kept = read_events(&events_path(&dir.path().join("state/n1"), 7));
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(kept.iter().all(|e| e.cleared_at_s.is_some()), "{kept:?}");
+    let mut messages: Vec<&str> = kept.iter().map(|e| e.message.as_str()).collect();
+    messages.sort_unstable();
+    assert_eq!(messages, vec![a.message.as_str(), b.message.as_str()]);
+    let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+    let live = &t.during.iter().find(|d| d.node == "n1").unwrap().watch;
+    assert_eq!(live.len(), 2, "{live:?}");
+    // The epilog's row (from the events file) and the live row merge into the same two.
+    let mut row = super::super::tag_update::during_row("n1");
+    for ev in kept {
+        super::super::tag_update::push_watch_event(&mut row, ev);
+    }
+    let merged = super::super::tag_update::merge_during(t.during.clone(), vec![row]);
+    assert_eq!(merged[0].watch.len(), 2, "{merged:?}");
+}
