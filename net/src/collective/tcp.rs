@@ -542,7 +542,12 @@ mod tests {
     use std::net::Ipv4Addr;
 
     /// Builds a ring of `n` ranks on loopback, one thread each, and all-reduces `len` floats.
-    fn ring_all_reduce(n: usize, len: usize) -> Vec<Vec<f32>> {
+    /// Runs `f` on every rank of a ring of `n` over loopback, each in a thread of its own with
+    /// its ring established (deadline 20 s); their results in rank order.
+    fn on_a_ring<T: Send + 'static>(
+        n: usize,
+        f: impl Fn(Ring, usize, Instant) -> T + Copy + Send + 'static,
+    ) -> Vec<T> {
         let listeners: Vec<TcpListener> = (0..n)
             .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap())
             .collect();
@@ -554,17 +559,23 @@ mod tests {
             .map(|(r, l)| {
                 let right = addrs[(r + 1) % n];
                 std::thread::spawn(move || {
-                    let mut ring =
+                    let ring =
                         Ring::establish(&l, right, (r + n - 1) % n, r, 7, "s", deadline).unwrap();
-                    let mut data: Vec<f32> = (0..len).map(|i| (r * 1000 + i) as f32).collect();
-                    let mut stage = Vec::new();
-                    ring.all_reduce(&mut data, r, n, &mut stage, deadline)
-                        .unwrap();
-                    data
+                    f(ring, r, deadline)
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    fn ring_all_reduce(n: usize, len: usize) -> Vec<Vec<f32>> {
+        on_a_ring(n, move |mut ring, r, deadline| {
+            let mut data: Vec<f32> = (0..len).map(|i| (r * 1000 + i) as f32).collect();
+            let mut stage = Vec::new();
+            ring.all_reduce(&mut data, r, n, &mut stage, deadline)
+                .unwrap();
+            data
+        })
     }
 
     #[test]
@@ -591,31 +602,16 @@ mod tests {
     #[test]
     fn every_rank_times_the_block_from_its_left_neighbour() {
         let n = 3;
-        let listeners: Vec<TcpListener> = (0..n)
-            .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap())
-            .collect();
-        let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let handles: Vec<_> = listeners
-            .into_iter()
-            .enumerate()
-            .map(|(r, l)| {
-                let right = addrs[(r + 1) % n];
-                std::thread::spawn(move || {
-                    let mut ring =
-                        Ring::establish(&l, right, (r + n - 1) % n, r, 7, "s", deadline).unwrap();
-                    let mut scratch = Vec::new();
-                    let t = ring.probe_link(1 << 20, &mut scratch, deadline).unwrap();
-                    // The ring still works afterwards: nothing of the probe is left in flight.
-                    let mut data = vec![1.0f32; 10];
-                    ring.all_reduce(&mut data, r, n, &mut Vec::new(), deadline)
-                        .unwrap();
-                    (t, data)
-                })
-            })
-            .collect();
-        for h in handles {
-            let (t, data) = h.join().unwrap();
+        let ranks = on_a_ring(n, move |mut ring, r, deadline| {
+            let mut scratch = Vec::new();
+            let t = ring.probe_link(1 << 20, &mut scratch, deadline).unwrap();
+            // The ring still works afterwards: nothing of the probe is left in flight.
+            let mut data = vec![1.0f32; 10];
+            ring.all_reduce(&mut data, r, n, &mut Vec::new(), deadline)
+                .unwrap();
+            (t, data)
+        });
+        for (t, data) in ranks {
             assert!(t > 0.0 && t < 20.0, "{t}");
             assert_eq!(data, vec![3.0f32; 10]);
         }
@@ -648,46 +644,23 @@ mod tests {
     #[test]
     fn a_phased_probe_gives_every_rank_the_time_of_its_own_link() {
         for n in [3usize, 4] {
-            let listeners: Vec<TcpListener> = (0..n)
-                .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap())
-                .collect();
-            let addrs: Vec<SocketAddr> =
-                listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            let handles: Vec<_> = listeners
-                .into_iter()
-                .enumerate()
-                .map(|(r, l)| {
-                    let right = addrs[(r + 1) % n];
-                    std::thread::spawn(move || {
-                        let mut ring =
-                            Ring::establish(&l, right, (r + n - 1) % n, r, 7, "s", deadline)
-                                .unwrap();
-                        let mut scratch = Vec::new();
-                        let mut times = Vec::new();
-                        for (send, recv) in probe_phases(r, n) {
-                            if send || recv {
-                                times.extend(
-                                    ring.probe_link_part(
-                                        1 << 20,
-                                        &mut scratch,
-                                        deadline,
-                                        send,
-                                        recv,
-                                    )
-                                    .unwrap(),
-                                );
-                            }
-                        }
-                        let mut data = vec![1.0f32; 10];
-                        ring.all_reduce(&mut data, r, n, &mut Vec::new(), deadline)
-                            .unwrap();
-                        (times, data)
-                    })
-                })
-                .collect();
-            for h in handles {
-                let (times, data) = h.join().unwrap();
+            let ranks = on_a_ring(n, move |mut ring, r, deadline| {
+                let mut scratch = Vec::new();
+                let mut times = Vec::new();
+                for (send, recv) in probe_phases(r, n) {
+                    if send || recv {
+                        times.extend(
+                            ring.probe_link_part(1 << 20, &mut scratch, deadline, send, recv)
+                                .unwrap(),
+                        );
+                    }
+                }
+                let mut data = vec![1.0f32; 10];
+                ring.all_reduce(&mut data, r, n, &mut Vec::new(), deadline)
+                    .unwrap();
+                (times, data)
+            });
+            for (times, data) in ranks {
                 assert_eq!(times.len(), 1, "n={n}: one timed link per rank");
                 assert!(times[0] > 0.0 && times[0] < 20.0, "{times:?}");
                 assert_eq!(data, vec![n as f32; 10]);

@@ -391,25 +391,34 @@ fn a_healthy_job_costs_no_slurm_call() {
     assert_eq!(*act.actions.borrow(), 0);
 }
 
+/// A stand-in watch of job 7: `program args` in a process group of its own, named by a pid
+/// file in `state_dir` as the watch names itself.
+fn stand_in_watch(
+    state_dir: &Path,
+    program: &str,
+    args: &[&str],
+) -> (std::process::Child, PidFile) {
+    use std::os::unix::process::CommandExt;
+    let child = std::process::Command::new(program)
+        .args(args)
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let pf = PidFile {
+        pid,
+        start: start_time(Path::new("/proc"), pid).unwrap(),
+    };
+    pf.write(&pid_path(state_dir, 7)).unwrap();
+    (child, pf)
+}
+
 #[test]
 fn the_epilog_ends_a_running_watch_and_says_when_it_was_lost() {
     let dir = tempfile::tempdir().unwrap();
     let proc_root = Path::new("/proc");
-    // A stand-in watch: a process group of its own that ignores nothing.
-    let mut child = {
-        use std::os::unix::process::CommandExt;
-        std::process::Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .unwrap()
-    };
-    let pid = child.id();
-    let pf = PidFile {
-        pid,
-        start: start_time(proc_root, pid).unwrap(),
-    };
-    pf.write(&pid_path(dir.path(), 7)).unwrap();
+    // A stand-in watch that ignores nothing.
+    let (mut child, pf) = stand_in_watch(dir.path(), "sleep", &["30"]);
     assert_eq!(
         stop(dir.path(), proc_root, 7, Duration::from_secs(2)),
         Stopped::Ended
@@ -418,12 +427,7 @@ fn the_epilog_ends_a_running_watch_and_says_when_it_was_lost() {
     assert!(!status.success(), "ended by a signal");
     assert!(!pid_path(dir.path(), 7).exists());
     // A pid file whose process is gone (or whose pid was reused) is a lost watch, not a kill.
-    PidFile {
-        pid,
-        start: pf.start,
-    }
-    .write(&pid_path(dir.path(), 7))
-    .unwrap();
+    pf.write(&pid_path(dir.path(), 7)).unwrap();
     assert_eq!(
         stop(dir.path(), proc_root, 7, Duration::from_secs(1)),
         Stopped::Lost
@@ -575,22 +579,8 @@ fn the_epilogs_stop_signals_the_watch_alone_so_a_slurm_call_it_is_making_finishe
     let proc_root = Path::new("/proc");
     let done = dir.path().join("call-done");
     // A stand-in watch whose child (its Slurm call) is in its process group.
-    let mut child = {
-        use std::os::unix::process::CommandExt;
-        std::process::Command::new("sh")
-            .arg("-c")
-            .arg(format!("(sleep 0.5; touch {}) & wait", done.display()))
-            .process_group(0)
-            .spawn()
-            .unwrap()
-    };
-    let pid = child.id();
-    PidFile {
-        pid,
-        start: start_time(proc_root, pid).unwrap(),
-    }
-    .write(&pid_path(dir.path(), 7))
-    .unwrap();
+    let script = format!("(sleep 0.5; touch {}) & wait", done.display());
+    let (mut child, _) = stand_in_watch(dir.path(), "sh", &["-c", &script]);
     let t0 = Instant::now();
     assert_eq!(
         stop(dir.path(), proc_root, 7, Duration::from_secs(3)),
