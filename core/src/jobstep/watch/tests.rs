@@ -577,10 +577,20 @@ fn an_events_file_planted_as_a_link_is_not_read() {
 fn the_epilogs_stop_signals_the_watch_alone_so_a_slurm_call_it_is_making_finishes() {
     let dir = tempfile::tempdir().unwrap();
     let proc_root = Path::new("/proc");
+    let started = dir.path().join("call-started");
     let done = dir.path().join("call-done");
     // A stand-in watch whose child (its Slurm call) is in its process group.
-    let script = format!("(sleep 0.5; touch {}) & wait", done.display());
+    let script = format!(
+        "(touch {}; sleep 0.5; touch {}) & wait",
+        started.display(),
+        done.display()
+    );
     let (mut child, _) = stand_in_watch(dir.path(), "sh", &["-c", &script]);
+    // The call is under way before the epilog's stop (a SIGTERM before the fork ends it all).
+    let until = Instant::now() + Duration::from_secs(5);
+    while !started.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let t0 = Instant::now();
     assert_eq!(
         stop(dir.path(), proc_root, 7, Duration::from_secs(3)),
