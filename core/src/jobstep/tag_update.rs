@@ -272,16 +272,16 @@ pub fn add_watch_event(tag: &mut JobTag, node: &str, event: WatchEvent) -> bool 
     push_watch_event(&mut tag.during[idx], event)
 }
 
-/// Marks `node`'s open watch event of `check` as cleared at `at_s`. Returns whether it changed.
-pub fn clear_watch_event(tag: &mut JobTag, node: &str, check: &str, at_s: u64) -> bool {
+/// Marks `node`'s watch event `event` ([`same_watch_event`]) as cleared at `at_s`, if it is
+/// there and open. Returns whether it changed.
+pub fn clear_watch_event(tag: &mut JobTag, node: &str, event: &WatchEvent, at_s: u64) -> bool {
     let Some(row) = tag.during.iter_mut().find(|d| d.node == node) else {
         return false;
     };
     match row
         .watch
         .iter_mut()
-        .rev()
-        .find(|e| e.check == check && e.cleared_at_s.is_none())
+        .find(|e| same_watch_event(e, event) && e.cleared_at_s.is_none())
     {
         Some(e) => {
             e.cleared_at_s = Some(at_s);

@@ -623,11 +623,14 @@ pub fn run(
                             "watch: {} cleared: {} (recorded; a node the watch drained is resumed only by the usual etiquette)",
                             fault.check, fault.message
                         ));
-                        if action.tag {
-                            events.clear(&fault.key, now);
+                        // Only an event the watch kept is in the tag to be marked (past the
+                        // tag's share, nothing is written).
+                        if action.tag
+                            && let Some(ev) = events.clear(&fault.key, now)
+                        {
                             write_tag_to(step, Target::LiveOnly, |prev| {
                                 let mut t = prev.unwrap_or_default();
-                                super::tag_update::clear_watch_event(&mut t, &node, &fault.check, now);
+                                super::tag_update::clear_watch_event(&mut t, &node, &ev, now);
                                 t
                             });
                         }
@@ -930,12 +933,14 @@ impl EventLog {
         self.append(ev);
     }
 
-    /// The open event of the fault `key` cleared at `at_s`.
-    fn clear(&mut self, key: &str, at_s: u64) {
-        if let Some(mut ev) = self.open.remove(key) {
-            ev.cleared_at_s = Some(at_s);
-            self.append(&ev);
-        }
+    /// The open event of the fault `key` cleared at `at_s`; that event as it was open, when
+    /// there was one.
+    fn clear(&mut self, key: &str, at_s: u64) -> Option<WatchEvent> {
+        let open = self.open.remove(key)?;
+        let mut ev = open.clone();
+        ev.cleared_at_s = Some(at_s);
+        self.append(&ev);
+        Some(open)
     }
 
     fn append(&self, ev: &WatchEvent) {

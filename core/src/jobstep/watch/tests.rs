@@ -638,3 +638,30 @@ fn two_ports_that_fail_one_check_in_the_same_second_are_two_events_on_the_node_a
     let merged = super::super::tag_update::merge_during(t.during.clone(), vec![row]);
     assert_eq!(merged[0].watch.len(), 2, "{merged:?}");
 }
+
+#[test]
+fn when_one_of_two_ports_down_on_one_check_comes_back_the_tag_marks_that_one_cleared() {
+    let a = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+    let b = fail("ib.port_state", "mlx5_5", "mlx5_5 port 1 is DOWN");
+    let both = vec![a.clone(), b.clone()];
+    let (slurm, _lines, summary, _notices, dir) = watch_these(
+        "warn",
+        &[],
+        vec![vec![], both.clone(), both, vec![b.clone()]],
+        false,
+    );
+    assert_eq!(summary.cleared, vec!["ib.port_state"]);
+    let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+    let live = &t.during.iter().find(|d| d.node == "n1").unwrap().watch;
+    let state = |events: &[WatchEvent], msg: &str| {
+        events
+            .iter()
+            .find(|e| e.message == msg)
+            .map(|e| e.cleared_at_s.is_some())
+    };
+    assert_eq!(state(live, &a.message), Some(true), "{live:?}");
+    assert_eq!(state(live, &b.message), Some(false), "{live:?}");
+    let kept = read_events(&events_path(&dir.path().join("state/n1"), 7));
+    assert_eq!(state(&kept, &a.message), Some(true), "{kept:?}");
+    assert_eq!(state(&kept, &b.message), Some(false), "{kept:?}");
+}
