@@ -250,7 +250,14 @@ fn counters_that_rise_during_the_job_are_named_in_its_tag() {
     let tb = Testbed::get();
     heal_all(&tb);
     tb.healing(|| {
-        let job = tb.sbatch(&["-N1", "-w", "n2", "--fabric-check", "--wrap", "sleep 8"]);
+        // The job runs until the test has seen the watch keep its event (or 90 s): on a loaded
+        // machine a job of fixed length can end before its watch took a sample.
+        let release = tb.work_dir("rises").join("release");
+        let wrap = format!(
+            "i=0; while [ ! -e {r} ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done",
+            r = release.display()
+        );
+        let job = tb.sbatch(&["-N1", "-w", "n2", "--fabric-check", "--wrap", &wrap]);
         let running = wait_for(LONG, || {
             let s = tb.ok("squeue", &["-h", "-j", &job.to_string(), "-o", "%T"]);
             (s.trim() == "RUNNING").then_some(())
@@ -282,6 +289,18 @@ fn counters_that_rise_during_the_job_are_named_in_its_tag() {
             .parse()
             .unwrap();
         std::fs::write(&downed, format!("{}\n", d + 1)).unwrap();
+        let events = tb.dir.join(format!("state/n2/watch-{job}.events"));
+        let kept = wait_for(LONG, || {
+            let text = std::fs::read_to_string(&events).ok()?;
+            text.contains("ib.counters").then_some(text)
+        });
+        std::fs::write(&release, "").unwrap();
+        assert!(
+            kept.is_some(),
+            "the watch kept no ib.counters event in {} while job {job} ran; n2's log: {:?}",
+            events.display(),
+            tb.prolog_lines("n2", job)
+        );
         assert_eq!(wait_job_end(&tb, job, LONG).as_deref(), Some("COMPLETED"));
         // The in-job watch writes a live `during` row (no rises) as soon as link_downed rises;
         // the epilog's rises come later.

@@ -275,6 +275,21 @@ pub struct QuickSampler {
     since_full: u32,
     /// Full samples taken.
     pub full_samples: u64,
+    /// Runs right after each full gather: a test's change that lands between the gather's
+    /// reads and the next sample.
+    #[cfg(test)]
+    pub after_gather: Option<AfterGather>,
+}
+
+/// A test's hook into [`QuickSampler`]: runs right after each full gather.
+#[cfg(test)]
+pub struct AfterGather(pub Box<dyn FnMut()>);
+
+#[cfg(test)]
+impl std::fmt::Debug for AfterGather {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AfterGather")
+    }
 }
 
 impl QuickSampler {
@@ -288,6 +303,8 @@ impl QuickSampler {
             vitals: None,
             since_full: 0,
             full_samples: 0,
+            #[cfg(test)]
+            after_gather: None,
         }
     }
 
@@ -309,16 +326,25 @@ impl Sampler for QuickSampler {
         }
         self.since_full = 0;
         self.full_samples += 1;
-        let sample = self.full.sample();
-        // Opened again after each full sample: a file replaced rather than rewritten (a driver
-        // reload, a swapped fixture tree) is read from its new self from now on.
-        self.vitals = vitals::Vitals::open(
+        // Opened again with each full sample: a file replaced rather than rewritten (a driver
+        // reload, a swapped fixture tree) is read from its new self from now on. Opened (and
+        // read) *before* the gather: a change that lands after the gather read a file is then
+        // a change at the next sample. Opened after it, such a change became the files' first
+        // read and went unseen until the next full sample, a minute later (CI saw it: a
+        // counter raised just as a job's watch took its first sample).
+        let vitals = vitals::Vitals::open(
             &self.full.input.roots.sysfs,
             // The full sampler's own tool source: it sets the input's to "not run" between
             // its tool runs.
             &self.full.tools,
             &self.full.input.expect,
         );
+        let sample = self.full.sample();
+        #[cfg(test)]
+        if let Some(AfterGather(after_gather)) = &mut self.after_gather {
+            after_gather();
+        }
+        self.vitals = vitals;
         sample
     }
 }

@@ -25,8 +25,9 @@
 //! These are opened once and read with `pread` at offset 0 (sysfs regenerates an attribute on
 //! every read at offset 0); a sample compares the bytes with the last read. A changed byte, a
 //! read error (the device went away: `ENODEV`) or a sysfs root that is no longer the same
-//! directory (a tree swapped under a fixture node) makes the sample a full one, after which
-//! the files are opened again. Everything else the probe judges (on a real node PFC and pause
+//! directory (a tree swapped under a fixture node) makes the sample a full one, which opens
+//! the files again, and reads them, *before* its gather: a change that lands after the gather
+//! read a file is a change at the next sample, not the files' first read. Everything else the probe judges (on a real node PFC and pause
 //! counters through the tools, GPUs, congestion counters, a device that appeared) is judged by
 //! the full sample every [`FULL_EVERY`] samples: a minute at the default interval, the
 //! cadence of the "probe once a minute" it is measured against (`scripts/bench-watch`: every
@@ -304,7 +305,7 @@ mod tests {
 mod sampler_tests {
     use super::FULL_EVERY;
     use crate::config::Config;
-    use crate::jobstep::watch::{QuickSampler, Sampler};
+    use crate::jobstep::watch::{AfterGather, QuickSampler, Sampler};
     use crate::probe::ProbeInput;
     use crate::probe::gather::Roots;
     use fabric_proto::verdict::Severity;
@@ -354,5 +355,59 @@ mod sampler_tests {
             "every FULL_EVERY-th sample gathers everything"
         );
         assert_eq!(s.full_samples, 3);
+    }
+
+    #[test]
+    fn a_counter_raised_just_after_a_full_gather_read_it_is_seen_at_the_next_sample() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("sysfs");
+        fabric_testkit::sysfs::write("ib8-healthy", &root).unwrap();
+        let counter = root.join("class/infiniband/mlx5_1/ports/1/counters/link_downed");
+        let mut input = ProbeInput {
+            node: "n1".into(),
+            roots: Roots::for_sysfs(root.clone(), dir.path().join("proc"), None),
+            expect: Config::default().for_node("n1"),
+            baseline: None,
+            bom_pin: None,
+        };
+        // The prolog's snapshot.
+        input.baseline = Some(crate::probe::Baseline {
+            schema: crate::probe::SCHEMA.into(),
+            node: "n1".into(),
+            counters: crate::probe::run(&input).counters,
+            inventory: None,
+        });
+        let mut s = QuickSampler::new(input);
+        let raise = counter.clone();
+        s.after_gather = Some(AfterGather(Box::new(move || {
+            let was: u64 = std::fs::read_to_string(&raise)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            std::fs::write(&raise, format!("{}\n", was + 1)).unwrap();
+        })));
+        let first = s.sample().expect("the first sample gathers everything");
+        assert!(
+            first
+                .report
+                .findings
+                .iter()
+                .all(|f| f.severity != Severity::Fail),
+            "the gather read the counter before it rose: {:?}",
+            first.report.findings
+        );
+        s.after_gather = None;
+        let next = s
+            .sample()
+            .expect("the rise came after the gather, so the next sample sees a change");
+        assert!(
+            next.report
+                .findings
+                .iter()
+                .any(|f| f.severity == Severity::Fail && f.check == "ib.counters"),
+            "{:?}",
+            next.report.findings
+        );
     }
 }
