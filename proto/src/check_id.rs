@@ -55,6 +55,8 @@ pub const PROBE_ERROR: &str = "probe.error";
 pub const PROBE_TIMEOUT: &str = "probe.timeout";
 /// The job's collective found this node slow on both ring links.
 pub const COLLECTIVE_SLOW_NODE: &str = "collective.slow_node";
+/// The job's collective found a latency tail on both of this node's ring links (a `warn`).
+pub const COLLECTIVE_LATENCY_TAIL: &str = "collective.latency_tail";
 /// A node of the job never joined the rendezvous.
 pub const RENDEZVOUS_MISSING: &str = "rendezvous.missing";
 

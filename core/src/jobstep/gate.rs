@@ -154,7 +154,7 @@ fn check(
             let first = env.step_nodes.first() == Some(&env.node);
             if first || slow {
                 relay.line(&format!(
-                    "step {}.{} collective among {} nodes: {}{}{} ({} ms)",
+                    "step {}.{} collective among {} nodes: {}{}{}{} ({} ms)",
                     env.job_id,
                     env.step_id,
                     env.step_nodes.len(),
@@ -166,6 +166,11 @@ fn check(
                         String::new()
                     } else {
                         format!(", slow: {}", report.outliers.join(","))
+                    },
+                    if report.tails.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", latency tail: {}", report.tails.join(","))
                     },
                     report.duration_ms
                 ));
@@ -314,6 +319,7 @@ mod tests {
             ranks: vec![],
             links: vec![],
             outliers: vec![slow.to_owned()],
+            tails: vec![],
             missing: vec![],
             wrong: 0,
             messages: vec![format!("{slow} is slow")],

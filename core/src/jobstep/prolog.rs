@@ -185,16 +185,27 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
                 step.say_phase(
                     "collective",
                     &format!(
-                        "collective verdict {} among {} nodes{}",
+                        "collective verdict {} among {} nodes{}{}",
                         report.verdict.as_str(),
                         report.nodes.len(),
                         if report.outliers.is_empty() {
                             String::new()
                         } else {
                             format!(", slow: {}", report.outliers.join(","))
+                        },
+                        if report.tails.is_empty() {
+                            String::new()
+                        } else {
+                            format!(", latency tail: {}", report.tails.join(","))
                         }
                     ),
                 );
+                // A latency tail is reported, never drained: round trips are what a busy host
+                // disturbs first (docs/collective.md, "Latency tails").
+                if report.tails.iter().any(|o| o == node) {
+                    result.verdict = result.verdict.max(Verdict::Warn);
+                    result.checks.push(check_id::COLLECTIVE_LATENCY_TAIL.into());
+                }
                 if report.outliers.iter().any(|o| o == node) {
                     result.verdict = result.verdict.max(Verdict::Fail);
                     result.checks.push(check_id::COLLECTIVE_SLOW_NODE.into());

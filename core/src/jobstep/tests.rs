@@ -1322,6 +1322,52 @@ mod collective_addresses {
     }
 
     #[test]
+    fn a_latency_tail_on_this_node_warns_names_its_check_and_drains_nothing_even_under_enforce() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = setup(
+            dir.path(),
+            Script::Prolog,
+            "n[1-2]",
+            "n1",
+            &["policy=enforce"],
+        );
+        s.inv.option = FabricMode::Full;
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let tail: fabric_net::collective::Report = serde_json::from_value(json!({
+            "schema": fabric_net::collective::SCHEMA, "backend": "tcp", "job_id": 7,
+            "node": "n1", "nodes": ["n1", "n2"], "verdict": "warn", "duration_ms": 900,
+            "budget_ms": 3000, "sizes": [], "ranks": [], "links": [], "outliers": [],
+            "tails": ["n1"], "missing": [], "wrong": 0,
+            "messages": ["latency tail: n1 (212.00 ms in, 190.00 ms out) ..."],
+            "error": null, "skipped": null
+        }))
+        .unwrap();
+        let runner = answering(report("n1", Verdict::Pass)).collective(Ok(tail));
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        let exit = prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert_eq!(exit, JobStepExit::Proceed, "{}", lines.text());
+        assert!(!slurm.node("n1").unwrap().is_drained());
+        assert!(
+            lines.text().contains("latency tail: n1"),
+            "{}",
+            lines.text()
+        );
+        let sent = meet.sent.borrow();
+        let p: PrologPayload = serde_json::from_value(sent[0].1.clone()).unwrap();
+        assert_eq!(p.result.verdict, Verdict::Warn);
+        assert!(
+            p.result
+                .checks
+                .iter()
+                .any(|c| c == fabric_proto::check_id::COLLECTIVE_LATENCY_TAIL),
+            "{:?}",
+            p.result.checks
+        );
+        assert_eq!(p.collective.unwrap().tails, vec!["n1".to_string()]);
+    }
+
+    #[test]
     fn without_collective_hosts_the_collective_uses_the_job_nodes_of_hosts_file() {
         let got = collective_addrs(&["hosts_file=DIR/hosts"]);
         assert_eq!(got, pairs(&[("n1", "10.0.0.1"), ("n2", "10.0.0.2")]));

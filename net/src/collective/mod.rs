@@ -48,6 +48,23 @@ pub const PROBE_BYTES: usize = 1 << 20;
 /// median, so two probes disturbed by a rank losing its CPU for a moment do not make a healthy
 /// node look slow.
 pub const PROBES: u32 = 5;
+/// Round trips of one byte per link in the latency probe ([`tcp::Ring::ping_part`]): enough
+/// that p99 is not just the slowest one (linear interpolation puts it between the third and
+/// the second slowest of 200).
+pub const LATENCY_ROUNDS: u32 = 200;
+/// A link's round trips stop after this long (in its phase), whatever the count: a lossy link,
+/// whose round trips wait for retransmissions, is cut short rather than the budget. A lost
+/// one-byte segment waits for TCP's loss probe or retransmission timer, at least 200 ms on
+/// Linux, so the phase must hold a few of those for a lossy link's p99 to show them.
+pub fn latency_phase(budget: Duration) -> Duration {
+    budget.mul_f64(0.15).min(Duration::from_millis(600))
+}
+/// A node has a latency tail when the p99 round trip of both its ring links is this many times
+/// the typical node's (and a robust outlier, and [`TAIL_FLOOR_S`] above it).
+pub const TAIL_FACTOR: f64 = 5.0;
+/// ... and at least this much above the typical node's p99, in seconds: round trips are tens of
+/// microseconds, and a rank that loses its CPU for a moment on a busy host adds milliseconds.
+pub const TAIL_FLOOR_S: f64 = 0.005;
 
 /// Why a collective could not run.
 #[derive(Debug, thiserror::Error)]
@@ -142,6 +159,15 @@ pub struct LinkFigures {
     pub rate_gb_s: Option<f64>,
     /// Less than half the typical node's best link.
     pub slow: bool,
+    /// Median one-byte round trip over the link (the latency probe), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_us_p50: Option<f64>,
+    /// 99th percentile of those round trips, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_us_p99: Option<f64>,
+    /// Round trips timed.
+    #[serde(default)]
+    pub rtt_samples: u32,
 }
 
 /// The result of `fabric-check collective` (schema [`SCHEMA`]).
@@ -171,6 +197,10 @@ pub struct Report {
     pub links: Vec<LinkFigures>,
     /// Nodes named as slow.
     pub outliers: Vec<String>,
+    /// Nodes named with a latency tail: the p99 round trip of both their ring links far above
+    /// the typical node's (a `warn`, never a drain).
+    #[serde(default)]
+    pub tails: Vec<String>,
     /// Participants that never joined.
     pub missing: Vec<String>,
     /// Wrong elements in total.
@@ -233,6 +263,9 @@ struct RankRaw {
     wrong: Vec<u64>,
     /// Seconds of each link probe (the link to the right neighbour).
     probe_s: Vec<f64>,
+    /// Seconds of each round trip of the latency probe (the link to the right neighbour).
+    #[serde(default)]
+    rtt_s: Vec<f64>,
 }
 
 /// A sweep command: what every rank does next.
@@ -240,6 +273,7 @@ struct RankRaw {
 pub(crate) enum Cmd {
     Stop,
     Probe,
+    Latency,
     Warmup(u32),
     Timed(u32),
 }
@@ -250,6 +284,7 @@ impl Cmd {
             Cmd::Stop => (0u32, 0u32),
             // 3 was the simultaneous probe of every link, before the phased one.
             Cmd::Probe => (4, 0),
+            Cmd::Latency => (5, 0),
             Cmd::Warmup(s) => (1, s),
             Cmd::Timed(s) => (2, s),
         };
@@ -266,6 +301,7 @@ impl Cmd {
             1 => Ok(Cmd::Warmup(s)),
             2 => Ok(Cmd::Timed(s)),
             4 => Ok(Cmd::Probe),
+            5 => Ok(Cmd::Latency),
             3 => Err(CollectiveError::Ring(
                 "a rank of an older fabric-check probes every link at once (command 3): \
                  run the same fabric-check on every node of the job"
@@ -344,6 +380,7 @@ impl Report {
             small_time_us: self.sizes.first().map(|s| s.time_us_mean),
             wrong: self.wrong,
             outliers: self.outliers.clone(),
+            tails: self.tails.clone(),
             missing: self.missing.clone(),
         }
     }
@@ -379,6 +416,7 @@ pub(crate) fn empty_report(cfg: &CollectiveConfig, backend: &str) -> Report {
         ranks: Vec::new(),
         links: Vec::new(),
         outliers: Vec::new(),
+        tails: Vec::new(),
         missing: Vec::new(),
         wrong: 0,
         messages: Vec::new(),
@@ -538,6 +576,7 @@ fn sweep(
         iter_s: vec![Vec::new(); sizes.len()],
         wrong: vec![0; sizes.len()],
         probe_s: Vec::new(),
+        rtt_s: Vec::new(),
     };
     let mut data: Vec<f32> = Vec::new();
     let mut stage: Vec<f32> = Vec::new();
@@ -596,6 +635,20 @@ fn sweep(
                         .probe_link_part(PROBE_BYTES, &mut probe_scratch, hard_deadline, send, recv)
                         .map_err(fail)?;
                     raw.probe_s.extend(t);
+                }
+                continue;
+            }
+            Cmd::Latency => {
+                // Round trips of one byte per link, phased like the probes.
+                for (send, recv) in tcp::probe_phases(pos, m) {
+                    if !send && !recv || m < 2 {
+                        continue;
+                    }
+                    let until = Instant::now() + latency_phase(cfg.budget);
+                    let t = ring
+                        .ping_part(LATENCY_ROUNDS, until, hard_deadline, send, recv)
+                        .map_err(fail)?;
+                    raw.rtt_s.extend(t);
                 }
                 continue;
             }
@@ -677,6 +730,7 @@ pub(crate) struct Planner {
     last_s: f64,
     last_count: usize,
     probes_left: u32,
+    latency_left: bool,
 }
 
 impl Planner {
@@ -693,6 +747,7 @@ impl Planner {
             last_s: 0.0,
             last_count: 0,
             probes_left: probes,
+            latency_left: true,
         }
     }
 
@@ -707,6 +762,10 @@ impl Planner {
         if self.probes_left > 0 {
             self.probes_left -= 1;
             return Cmd::Probe;
+        }
+        if self.latency_left {
+            self.latency_left = false;
+            return Cmd::Latency;
         }
         let now = Instant::now();
         if let Some(si) = self.current {
@@ -785,6 +844,14 @@ fn fill_report(
         })
         .collect();
     let attr = attribute(&in_rate, cfg.slow_factor);
+    // Round trips: the link into present[p], timed by the rank at p-1.
+    let in_rtt: Vec<&[f64]> = (0..m)
+        .map(|p| present[(p + m - 1) % m])
+        .map(|r| by_rank(r).map_or(&[][..], |x| x.rtt_s.as_slice()))
+        .collect();
+    let pct = |v: &[f64], q: f64| fabric_base::stats::percentile(v, q);
+    let in_p99: Vec<Option<f64>> = in_rtt.iter().map(|v| tail_p99(v)).collect();
+    let tails = attribute_tails(&in_p99, TAIL_FACTOR, TAIL_FLOOR_S);
     for (p, r) in present.iter().enumerate() {
         let raw = by_rank(*r);
         let times: Vec<f64> = raw
@@ -805,6 +872,9 @@ fn fill_report(
             to: nodes[*r].clone(),
             rate_gb_s: in_rate[p],
             slow: attr.slow_links.contains(&p),
+            rtt_us_p50: pct(in_rtt[p], 50.0).map(|t| t * 1e6),
+            rtt_us_p99: in_p99[p].map(|t| t * 1e6),
+            rtt_samples: in_rtt[p].len() as u32,
         });
     }
     report.outliers = attr
@@ -812,8 +882,30 @@ fn fill_report(
         .iter()
         .map(|p| nodes[present[*p]].clone())
         .collect();
+    report.tails = tails.iter().map(|p| nodes[present[*p]].clone()).collect();
     report.missing = missing.to_vec();
     let mut verdict = Verdict::Pass;
+    if !tails.is_empty() {
+        verdict = Verdict::Warn;
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |t| format!("{:.2}", t * 1e3));
+        let typical = fabric_base::stats::median(&node_tail_scores(&in_p99));
+        let named: Vec<String> = tails
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} ({} ms in, {} ms out)",
+                    nodes[present[*p]],
+                    ms(in_p99[*p]),
+                    ms(in_p99[(*p + 1) % m])
+                )
+            })
+            .collect();
+        report.messages.push(format!(
+            "latency tail: {} (p99 round trip of both ring links against {} ms for the typical node)",
+            named.join(", "),
+            ms(typical)
+        ));
+    }
     if !missing.is_empty() {
         verdict = Verdict::Warn;
         report.messages.push(format!(
@@ -944,9 +1036,99 @@ pub fn attribute(in_rate: &[Option<f64>], slow_factor: f64) -> Attribution {
     }
 }
 
+/// A link's p99 round trip over the [`LATENCY_ROUNDS`] it was given: rounds it did not get to
+/// because its time ran out ([`latency_phase`]) count as slow as its slowest finished one. A
+/// lossy link waits 200 ms and more for each lost segment, so it may finish only a few rounds;
+/// the p99 of those alone would hide what cut it short. `None` for a link never timed.
+pub fn tail_p99(rtt_s: &[f64]) -> Option<f64> {
+    let slowest = rtt_s.iter().copied().reduce(f64::max)?;
+    let mut all = rtt_s.to_vec();
+    all.resize(rtt_s.len().max(LATENCY_ROUNDS as usize), slowest);
+    fabric_base::stats::percentile(&all, 99.0)
+}
+
+/// Each node's tail score: the smaller of its two links' p99 round trips (the link in from the
+/// left, `in_p99[p]`, and the one out to the right, `in_p99[p + 1]`), so only a node whose
+/// *both* links have a tail scores high. Empty when a link has no p99.
+fn node_tail_scores(in_p99: &[Option<f64>]) -> Vec<f64> {
+    let m = in_p99.len();
+    if in_p99.iter().any(Option::is_none) {
+        return Vec::new();
+    }
+    let v: Vec<f64> = in_p99.iter().map(|x| x.unwrap_or(0.0)).collect();
+    (0..m).map(|p| v[p].min(v[(p + 1) % m])).collect()
+}
+
+/// Names the ring positions with a latency tail from the p99 round trip of the link into each
+/// position (`in_p99[p]`: from p−1 into p; `None`: too few round trips).
+///
+/// A node's path (its NIC, cable or switch port; on the testbed its veth, where packets are
+/// dropped with `iptables`) delays its own packets: the pings it sends to the right and its
+/// echoes to the left. So both of its links have the tail, and each neighbour only one. A node
+/// is named when its score (the smaller of its two links' p99) is a robust outlier more than
+/// `factor` times the typical node's ([`stats::high_outliers`]) and at least `floor_s` above it.
+pub fn attribute_tails(in_p99: &[Option<f64>], factor: f64, floor_s: f64) -> Vec<usize> {
+    let score = node_tail_scores(in_p99);
+    if score.len() < 3 {
+        return Vec::new();
+    }
+    let typical = fabric_base::stats::median(&score).unwrap_or(0.0);
+    stats::high_outliers(&score, factor)
+        .into_iter()
+        .filter(|p| score[*p] - typical >= floor_s)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ms(v: &[f64]) -> Vec<Option<f64>> {
+        v.iter().map(|x| Some(x / 1e3)).collect()
+    }
+
+    #[test]
+    fn the_node_whose_two_links_have_a_tail_is_named_and_its_neighbours_are_not() {
+        // Ring of 5; position 3's path loses packets: links 2->3 (in[3]) and 3->4 (in[4]).
+        let in_p99 = ms(&[0.09, 0.11, 0.08, 210.0, 190.0]);
+        assert_eq!(attribute_tails(&in_p99, TAIL_FACTOR, TAIL_FLOOR_S), vec![3]);
+    }
+
+    #[test]
+    fn a_link_cut_short_by_its_time_counts_its_missing_round_trips_as_slow_as_its_slowest() {
+        let full: Vec<f64> = (0..LATENCY_ROUNDS).map(|_| 50e-6).collect();
+        assert!((tail_p99(&full).unwrap() - 50e-6).abs() < 1e-12);
+        // Two round trips, the second waited for a retransmission: the link is all tail.
+        assert!((tail_p99(&[50e-6, 0.6]).unwrap() - 0.6).abs() < 1e-12);
+        // Two slow ones among all 200 finished: under p99 (the third slowest).
+        let mut two = full.clone();
+        two[0] = 0.2;
+        two[1] = 0.2;
+        assert!(tail_p99(&two).unwrap() < 0.005);
+        assert_eq!(tail_p99(&[]), None);
+    }
+
+    #[test]
+    fn one_link_with_a_tail_names_no_node() {
+        let in_p99 = ms(&[0.09, 0.11, 210.0, 0.08, 0.1]);
+        assert!(attribute_tails(&in_p99, TAIL_FACTOR, TAIL_FLOOR_S).is_empty());
+    }
+
+    #[test]
+    fn a_tail_of_a_few_times_microseconds_is_below_the_floor() {
+        // Ten times the others, but 0.9 ms: a busy host's scheduling, not a fabric fault.
+        let in_p99 = ms(&[0.1, 0.1, 0.1, 1.0, 1.0]);
+        assert!(attribute_tails(&in_p99, TAIL_FACTOR, TAIL_FLOOR_S).is_empty());
+        assert_eq!(attribute_tails(&in_p99, TAIL_FACTOR, 0.0005), vec![3]);
+    }
+
+    #[test]
+    fn a_link_without_enough_round_trips_or_a_ring_of_two_names_no_tail() {
+        let mut in_p99 = ms(&[0.09, 0.11, 0.08, 210.0, 190.0]);
+        in_p99[0] = None;
+        assert!(attribute_tails(&in_p99, TAIL_FACTOR, TAIL_FLOOR_S).is_empty());
+        assert!(attribute_tails(&ms(&[0.1, 200.0]), TAIL_FACTOR, TAIL_FLOOR_S).is_empty());
+    }
 
     #[test]
     fn the_node_common_to_two_slow_links_is_the_outlier() {

@@ -43,6 +43,56 @@ pub fn probe_phases(pos: usize, m: usize) -> Vec<(bool, bool)> {
         .collect()
 }
 
+/// Writes one byte to a nonblocking stream, waiting until `deadline` for room.
+fn write_byte(
+    s: &mut TcpStream,
+    byte: u8,
+    deadline: Instant,
+    what: &str,
+) -> Result<(), CollectiveError> {
+    loop {
+        match s.write(&[byte]) {
+            Ok(1) => return Ok(()),
+            Ok(_) => return Err(CollectiveError::Ring(format!("{what}: connection closed"))),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                wait_ready(s, PollFlags::POLLOUT, deadline, what)?;
+            }
+            Err(e) => return Err(io_err(what, e)),
+        }
+    }
+}
+
+/// Reads one byte from a nonblocking stream, waiting until `deadline` for it.
+fn read_byte(s: &mut TcpStream, deadline: Instant, what: &str) -> Result<u8, CollectiveError> {
+    let mut b = [0u8; 1];
+    loop {
+        match s.read(&mut b) {
+            Ok(1) => return Ok(b[0]),
+            Ok(_) => return Err(CollectiveError::Ring(format!("{what}: connection closed"))),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                wait_ready(s, PollFlags::POLLIN, deadline, what)?;
+            }
+            Err(e) => return Err(io_err(what, e)),
+        }
+    }
+}
+
+/// Waits (at most a second at a time, never past `deadline`) until `s` is ready for `flags`.
+fn wait_ready(
+    s: &TcpStream,
+    flags: PollFlags,
+    deadline: Instant,
+    what: &str,
+) -> Result<(), CollectiveError> {
+    let left = remaining(deadline, what)?;
+    let ms = left.as_millis().min(1000) as u16;
+    let mut fds = [PollFd::new(s.as_fd(), flags)];
+    match poll(&mut fds, PollTimeout::from(ms.max(1))) {
+        Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
+        Err(e) => Err(io_err("poll", e)),
+    }
+}
+
 /// The pipelined all-reduce forwards a chunk's reduced bytes once this many are ready.
 pub const PIPELINE_SLICE_BYTES: usize = 128 * 1024;
 /// The largest control frame accepted.
@@ -352,6 +402,76 @@ impl Ring {
                 "link probe ended without timing".into(),
             )),
         }
+    }
+
+    /// One part of a latency probe: `times_right` times round trips of one byte on the link to
+    /// the right neighbour (its seconds are returned, one per round trip), `serves_left` echoes
+    /// the left neighbour's. A phased probe ([`probe_phases`]) gives a rank one role per phase.
+    ///
+    /// The timing side sends `1` for "more" and `0` for its last round trip, at most `rounds`
+    /// of them and none started after `until` (a link whose round trips are slow is cut short,
+    /// not the budget); the serving side echoes every byte and ends after the `0`. So both ends
+    /// agree on when the link is done without a count fixed in advance.
+    pub fn ping_part(
+        &mut self,
+        rounds: u32,
+        until: Instant,
+        deadline: Instant,
+        times_right: bool,
+        serves_left: bool,
+    ) -> Result<Vec<f64>, CollectiveError> {
+        if times_right && serves_left {
+            return Err(CollectiveError::Ring(
+                "a latency probe gives a rank one role per phase".into(),
+            ));
+        }
+        let mut rtt_s = Vec::new();
+        if times_right {
+            rtt_s.reserve(rounds as usize);
+            loop {
+                let last = rtt_s.len() + 1 >= rounds as usize || Instant::now() >= until;
+                let byte = u8::from(!last);
+                let t0 = Instant::now();
+                write_byte(
+                    &mut self.right,
+                    byte,
+                    deadline,
+                    "pinging the right neighbour",
+                )?;
+                let echo = read_byte(
+                    &mut self.right,
+                    deadline,
+                    "waiting for the right neighbour's echo",
+                )?;
+                rtt_s.push(t0.elapsed().as_secs_f64());
+                if echo != byte {
+                    return Err(CollectiveError::Ring(format!(
+                        "the right neighbour echoed {echo} for {byte}"
+                    )));
+                }
+                if last {
+                    break;
+                }
+            }
+        } else if serves_left {
+            loop {
+                let byte = read_byte(
+                    &mut self.left,
+                    deadline,
+                    "waiting for the left neighbour's ping",
+                )?;
+                write_byte(
+                    &mut self.left,
+                    byte,
+                    deadline,
+                    "echoing the left neighbour's ping",
+                )?;
+                if byte == 0 {
+                    break;
+                }
+            }
+        }
+        Ok(rtt_s)
     }
 
     /// Sends a length-prefixed frame to the right.
@@ -666,6 +786,53 @@ mod tests {
                 assert_eq!(data, vec![n as f32; 10]);
             }
         }
+    }
+
+    #[test]
+    fn a_phased_latency_probe_gives_every_rank_the_round_trips_of_its_own_link() {
+        for n in [2usize, 3, 4, 5] {
+            let got = on_a_ring(n, move |mut ring, r, deadline| {
+                let mut rtt = Vec::new();
+                for (send, recv) in probe_phases(r, n) {
+                    if !send && !recv {
+                        continue;
+                    }
+                    let until = Instant::now() + Duration::from_secs(5);
+                    rtt.extend(ring.ping_part(50, until, deadline, send, recv).unwrap());
+                }
+                // Every byte of the probe was read: the ring carries a frame around afterwards.
+                if r == 0 {
+                    ring.send_frame(b"after", deadline).unwrap();
+                    assert_eq!(ring.recv_frame(deadline).unwrap(), b"after");
+                } else {
+                    let f = ring.recv_frame(deadline).unwrap();
+                    ring.send_frame(&f, deadline).unwrap();
+                }
+                rtt
+            });
+            for (r, rtt) in got.iter().enumerate() {
+                assert_eq!(rtt.len(), 50, "ring of {n}, rank {r}");
+                assert!(rtt.iter().all(|t| *t > 0.0 && *t < 5.0), "{rtt:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_latency_probe_past_its_time_ends_after_one_round_trip_on_both_ends() {
+        let got = on_a_ring(3, |mut ring, r, deadline| {
+            let mut rtt = Vec::new();
+            for (send, recv) in probe_phases(r, 3) {
+                if send || recv {
+                    // `until` already passed: one round trip, the last, and both ends stop.
+                    rtt.extend(
+                        ring.ping_part(1000, Instant::now(), deadline, send, recv)
+                            .unwrap(),
+                    );
+                }
+            }
+            rtt.len()
+        });
+        assert_eq!(got, vec![1, 1, 1]);
     }
 
     #[test]

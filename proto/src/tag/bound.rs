@@ -81,6 +81,7 @@ impl JobTag {
         if let Some(c) = &mut tag.collective {
             c.missing = compress_list(&c.missing);
             c.outliers = compress_list(&c.outliers);
+            c.tails = compress_list(&c.tails);
         }
         if let Some(json) = fits(&tag) {
             return json;
@@ -211,7 +212,7 @@ impl CollectiveSummary {
     pub fn scrub(&mut self, max_names: usize) {
         self.busbw_gb_s = finite_measure(self.busbw_gb_s);
         self.small_time_us = finite_measure(self.small_time_us);
-        for list in [&mut self.outliers, &mut self.missing] {
+        for list in [&mut self.outliers, &mut self.tails, &mut self.missing] {
             list.truncate(max_names);
             for n in list.iter_mut() {
                 *n = scrub_text(n, MAX_NAME_CHARS);
@@ -253,6 +254,7 @@ impl JobReported {
         }
         if let Some(s) = &mut self.steps {
             s.outliers.truncate(4);
+            s.tails.truncate(4);
             s.missing.truncate(4);
         }
     }

@@ -209,6 +209,10 @@ pub struct CollectiveSummary {
     /// Nodes named as slow.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub outliers: Vec<String>,
+    /// Nodes named with a latency tail (both ring links' p99 round trip far above the typical
+    /// node's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tails: Vec<String>,
     /// Nodes that never joined.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<String>,

@@ -590,6 +590,7 @@ fn jobs_part(g: &mut Gen, t: &mut JobTag) {
         small_time_us: Some(g.number()),
         wrong: g.next(),
         outliers: names(g, 3000),
+        tails: names(g, 300),
         missing: names(g, 300),
     });
     t.job_reported.slow = (0..g.below(400))
