@@ -750,7 +750,8 @@ impl Planner {
             last_s: 0.0,
             last_count: 0,
             probes_left: probes,
-            latency_left: true,
+            // The latency probe goes with the link probes: both are the TCP ring's.
+            latency_left: probes > 0,
         }
     }
 
@@ -1205,8 +1206,35 @@ mod tests {
     }
 
     #[test]
+    fn the_planner_runs_the_link_probes_then_one_latency_probe_and_neither_without_probes() {
+        use crate::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver};
+        let map = MapResolver::<SystemResolver> {
+            map: [("n1".to_string(), std::net::IpAddr::from([127, 0, 0, 1]))].into(),
+            fallback: None,
+        };
+        let rz =
+            RendezvousConfig::new(vec!["n1".into()], &map, 77, Munge::default(), vec![0]).unwrap();
+        let cfg = CollectiveConfig::new(rz, 0, Instant::now());
+        let sizes = [1024usize];
+        let mut tcp = Planner::new(&cfg, 1, 2);
+        let first: Vec<Cmd> = (0..4).map(|_| tcp.next(&sizes)).collect();
+        assert_eq!(
+            first,
+            vec![Cmd::Probe, Cmd::Probe, Cmd::Latency, Cmd::Warmup(0)]
+        );
+        let mut nccl = Planner::new(&cfg, 1, 0);
+        assert_eq!(nccl.next(&sizes), Cmd::Warmup(0));
+    }
+
+    #[test]
     fn commands_round_trip_and_unknown_ones_are_errors() {
-        for c in [Cmd::Stop, Cmd::Probe, Cmd::Warmup(3), Cmd::Timed(4)] {
+        for c in [
+            Cmd::Stop,
+            Cmd::Probe,
+            Cmd::Latency,
+            Cmd::Warmup(3),
+            Cmd::Timed(4),
+        ] {
             assert_eq!(Cmd::decode(c.encode()).unwrap(), c);
         }
         assert!(Cmd::decode([9, 0, 0, 0, 0, 0, 0, 0]).is_err());

@@ -240,7 +240,8 @@ fn run_inner(cfg: &CollectiveConfig) -> Result<Report, Failure> {
         raw[4..6].copy_from_slice(&si.to_le_bytes());
         let (si, timed) = match Cmd::decode(raw).map_err(fail)? {
             Cmd::Stop => break,
-            Cmd::Probe => continue,
+            // The link and latency probes are the TCP ring's; the planner plans none here.
+            Cmd::Probe | Cmd::Latency => continue,
             Cmd::Warmup(s) => (s as usize, false),
             Cmd::Timed(s) => (s as usize, true),
         };
