@@ -154,7 +154,7 @@ fn check(
             let first = env.step_nodes.first() == Some(&env.node);
             if first || slow {
                 relay.line(&format!(
-                    "step {}.{} collective among {} nodes: {}{}{}{} ({} ms)",
+                    "step {}.{} collective among {} nodes: {}{}{} ({} ms)",
                     env.job_id,
                     env.step_id,
                     env.step_nodes.len(),
@@ -162,16 +162,7 @@ fn check(
                     summary
                         .busbw_gb_s
                         .map_or(String::new(), |b| format!(", busbw {b:.3} GB/s")),
-                    if report.outliers.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", slow: {}", report.outliers.join(","))
-                    },
-                    if report.tails.is_empty() {
-                        String::new()
-                    } else {
-                        format!(", latency tail: {}", report.tails.join(","))
-                    },
+                    report.named(),
                     report.duration_ms
                 ));
             }

@@ -185,19 +185,10 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
                 step.say_phase(
                     "collective",
                     &format!(
-                        "collective verdict {} among {} nodes{}{}",
+                        "collective verdict {} among {} nodes{}",
                         report.verdict.as_str(),
                         report.nodes.len(),
-                        if report.outliers.is_empty() {
-                            String::new()
-                        } else {
-                            format!(", slow: {}", report.outliers.join(","))
-                        },
-                        if report.tails.is_empty() {
-                            String::new()
-                        } else {
-                            format!(", latency tail: {}", report.tails.join(","))
-                        }
+                        report.named()
                     ),
                 );
                 // A latency tail is reported, never drained: round trips are what a busy host

@@ -375,6 +375,17 @@ pub(crate) fn expected_coefficient(ranks: &[usize], iter: u32) -> f32 {
 }
 
 impl Report {
+    /// The nodes it names, for a log line: `, slow: n3, latency tail: n5` (empty for none).
+    pub fn named(&self) -> String {
+        let mut out = String::new();
+        for (what, nodes) in [("slow", &self.outliers), ("latency tail", &self.tails)] {
+            if !nodes.is_empty() {
+                out.push_str(&format!(", {what}: {}", nodes.join(",")));
+            }
+        }
+        out
+    }
+
     /// The condensed form the job tag keeps.
     pub fn summary(&self) -> fabric_proto::tag::CollectiveSummary {
         fabric_proto::tag::CollectiveSummary {
@@ -644,7 +655,7 @@ fn sweep(
             Cmd::Latency => {
                 // Round trips of one byte per link, phased like the probes.
                 for (send, recv) in tcp::probe_phases(pos, m) {
-                    if !send && !recv || m < 2 {
+                    if !send && !recv {
                         continue;
                     }
                     let until = Instant::now() + latency_phase(cfg.budget);

@@ -54,8 +54,12 @@ fn write_byte(
         match s.write(&[byte]) {
             Ok(1) => return Ok(()),
             Ok(_) => return Err(CollectiveError::Ring(format!("{what}: connection closed"))),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                wait_ready(s, PollFlags::POLLOUT, deadline, what)?;
+            Err(e) if would_block(&e) => {
+                poll_until(
+                    &mut [PollFd::new(s.as_fd(), PollFlags::POLLOUT)],
+                    deadline,
+                    what,
+                )?;
             }
             Err(e) => return Err(io_err(what, e)),
         }
@@ -69,25 +73,29 @@ fn read_byte(s: &mut TcpStream, deadline: Instant, what: &str) -> Result<u8, Col
         match s.read(&mut b) {
             Ok(1) => return Ok(b[0]),
             Ok(_) => return Err(CollectiveError::Ring(format!("{what}: connection closed"))),
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                wait_ready(s, PollFlags::POLLIN, deadline, what)?;
+            Err(e) if would_block(&e) => {
+                poll_until(
+                    &mut [PollFd::new(s.as_fd(), PollFlags::POLLIN)],
+                    deadline,
+                    what,
+                )?;
             }
             Err(e) => return Err(io_err(what, e)),
         }
     }
 }
 
-/// Waits (at most a second at a time, never past `deadline`) until `s` is ready for `flags`.
-fn wait_ready(
-    s: &TcpStream,
-    flags: PollFlags,
-    deadline: Instant,
-    what: &str,
-) -> Result<(), CollectiveError> {
+/// Whether an I/O error of a nonblocking socket only means "not now".
+fn would_block(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted)
+}
+
+/// Waits on `fds` for at most a second, never past `deadline` (past it: the timeout error
+/// naming `what`). Every nonblocking loop of the ring waits here between its tries.
+fn poll_until(fds: &mut [PollFd], deadline: Instant, what: &str) -> Result<(), CollectiveError> {
     let left = remaining(deadline, what)?;
     let ms = left.as_millis().min(1000) as u16;
-    let mut fds = [PollFd::new(s.as_fd(), flags)];
-    match poll(&mut fds, PollTimeout::from(ms.max(1))) {
+    match poll(fds, PollTimeout::from(ms.max(1))) {
         Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
         Err(e) => Err(io_err("poll", e)),
     }
@@ -247,8 +255,6 @@ impl Ring {
             if progressed {
                 continue;
             }
-            let left = remaining(deadline, "exchanging data with the ring neighbours")?;
-            let ms = left.as_millis().min(1000) as u16;
             let mut fds = Vec::with_capacity(2);
             if sent < send.len() {
                 fds.push(PollFd::new(self.right.as_fd(), PollFlags::POLLOUT));
@@ -256,10 +262,11 @@ impl Ring {
             if got < recv.len() {
                 fds.push(PollFd::new(self.left.as_fd(), PollFlags::POLLIN));
             }
-            match poll(&mut fds, PollTimeout::from(ms.max(1))) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(io_err("poll", e)),
-            }
+            poll_until(
+                &mut fds,
+                deadline,
+                "exchanging data with the ring neighbours",
+            )?;
         }
         Ok((first, last, after_first))
     }
@@ -307,8 +314,6 @@ impl Ring {
             let now = Instant::now();
             (go_at, ack_at) = (Some(now), Some(now));
         }
-        let would_block =
-            |e: &std::io::Error| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted);
         while !(asked && acked && ack_at.is_some() && sent == bytes && got == bytes) {
             let mut progressed = false;
             if !asked || (got == bytes && !acked) {
@@ -367,8 +372,6 @@ impl Ring {
             if progressed {
                 continue;
             }
-            let left = remaining(deadline, "probing the ring links")?;
-            let ms = left.as_millis().min(1000) as u16;
             let mut right_flags = PollFlags::empty();
             if go_at.is_none() || (sent == bytes && ack_at.is_none()) {
                 right_flags |= PollFlags::POLLIN;
@@ -390,10 +393,7 @@ impl Ring {
             if !left_flags.is_empty() {
                 fds.push(PollFd::new(self.left.as_fd(), left_flags));
             }
-            match poll(&mut fds, PollTimeout::from(ms.max(1))) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(io_err("poll", e)),
-            }
+            poll_until(&mut fds, deadline, "probing the ring links")?;
         }
         match (go_at, ack_at) {
             (Some(g), Some(a)) if times_right => Ok(Some((a - g).as_secs_f64())),
@@ -531,8 +531,6 @@ impl Ring {
         let send_chunk = |s: usize| (pos + n - (s % n)) % n;
         let (mut ss, mut soff) = (0usize, 0usize);
         let (mut rs, mut roff, mut done) = (0usize, 0usize, 0usize);
-        let would_block =
-            |e: &std::io::Error| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted);
         loop {
             // Skip empty chunks (fewer elements than ranks).
             while ss < steps && bounds(send_chunk(ss)).0 == bounds(send_chunk(ss)).1 {
@@ -619,8 +617,6 @@ impl Ring {
             if progressed {
                 continue;
             }
-            let left = remaining(deadline, "exchanging data with the ring neighbours")?;
-            let ms = left.as_millis().min(1000) as u16;
             let mut fds = Vec::with_capacity(2);
             if ss < steps && soff < send_ready {
                 fds.push(PollFd::new(self.right.as_fd(), PollFlags::POLLOUT));
@@ -628,10 +624,11 @@ impl Ring {
             if rs < steps {
                 fds.push(PollFd::new(self.left.as_fd(), PollFlags::POLLIN));
             }
-            match poll(&mut fds, PollTimeout::from(ms.max(1))) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(io_err("poll", e)),
-            }
+            poll_until(
+                &mut fds,
+                deadline,
+                "exchanging data with the ring neighbours",
+            )?;
         }
     }
 }
@@ -661,7 +658,6 @@ mod tests {
     use super::*;
     use std::net::Ipv4Addr;
 
-    /// Builds a ring of `n` ranks on loopback, one thread each, and all-reduces `len` floats.
     /// Runs `f` on every rank of a ring of `n` over loopback, each in a thread of its own with
     /// its ring established (deadline 20 s); their results in rank order.
     fn on_a_ring<T: Send + 'static>(

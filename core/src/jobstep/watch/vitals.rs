@@ -310,19 +310,26 @@ mod sampler_tests {
     use crate::probe::gather::Roots;
     use fabric_proto::verdict::Severity;
 
+    /// A healthy 8-HCA tree in `dir` and the probe's input of n1 over it (no baseline).
+    fn healthy_input(dir: &std::path::Path) -> (std::path::PathBuf, ProbeInput) {
+        let root = dir.join("sysfs");
+        fabric_testkit::sysfs::write("ib8-healthy", &root).unwrap();
+        let input = ProbeInput {
+            node: "n1".into(),
+            roots: Roots::for_sysfs(root.clone(), dir.join("proc"), None),
+            expect: Config::default().for_node("n1"),
+            baseline: None,
+            bom_pin: None,
+        };
+        (root, input)
+    }
+
     #[test]
     fn the_watch_gathers_everything_only_when_a_file_that_can_fail_changed_or_every_full_every_samples()
      {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("sysfs");
-        fabric_testkit::sysfs::write("ib8-healthy", &root).unwrap();
-        let mut s = QuickSampler::new(ProbeInput {
-            node: "n1".into(),
-            roots: Roots::for_sysfs(root.clone(), dir.path().join("proc"), None),
-            expect: Config::default().for_node("n1"),
-            baseline: None,
-            bom_pin: None,
-        });
+        let (root, input) = healthy_input(dir.path());
+        let mut s = QuickSampler::new(input);
         let first = s.sample().expect("the first sample gathers everything");
         assert!(
             first
@@ -360,16 +367,8 @@ mod sampler_tests {
     #[test]
     fn a_counter_raised_just_after_a_full_gather_read_it_is_seen_at_the_next_sample() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("sysfs");
-        fabric_testkit::sysfs::write("ib8-healthy", &root).unwrap();
+        let (root, mut input) = healthy_input(dir.path());
         let counter = root.join("class/infiniband/mlx5_1/ports/1/counters/link_downed");
-        let mut input = ProbeInput {
-            node: "n1".into(),
-            roots: Roots::for_sysfs(root.clone(), dir.path().join("proc"), None),
-            expect: Config::default().for_node("n1"),
-            baseline: None,
-            bom_pin: None,
-        };
         // The prolog's snapshot.
         input.baseline = Some(crate::probe::Baseline {
             schema: crate::probe::SCHEMA.into(),
