@@ -16,10 +16,6 @@ use serde::{Deserialize, Serialize};
 
 use fabric_proto::tag::{CollectiveSummary, Verdict};
 
-/// The step gate's rendezvous ports start here (the prolog's collective uses 48000, the verdict
-/// rendezvous 47000).
-pub const STEP_PORT_BASE: u16 = fabric_proto::invocation::ports::STEP_GATE_BASE;
-
 /// What Slurm tells a task about its step (from its environment).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepEnv {

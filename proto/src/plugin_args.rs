@@ -103,6 +103,11 @@ pub struct PluginArgs {
     /// `spares_max=N`: the most spare nodes a job may ask for with `--fabric-check-spares`
     /// (default 0: spares are not allowed; at most [`crate::spares::MAX_SPARES`]).
     pub spares_max: u32,
+    /// `port_base=PORT`: the first port of the job step's three TCP windows (the rendezvous at
+    /// PORT, the prolog's collective at PORT+1000, the step gate at PORT+2000, each plus
+    /// `job_id % 1000` and the next three; default 47000). Every node of a cluster must use
+    /// the same; a base below 32768 keeps the windows out of Linux's ephemeral range.
+    pub ports: crate::invocation::ports::Bases,
 }
 
 /// `on_fault=`: whether jobs may ask to be requeued when the in-job watch drains one of their
@@ -140,6 +145,7 @@ impl Default for PluginArgs {
             watch_textfile: None,
             on_fault: OnFault::None,
             spares_max: 0,
+            ports: crate::invocation::ports::Bases::default(),
         }
     }
 }
@@ -166,6 +172,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "watch_textfile",
     "on_fault",
     "spares_max",
+    "port_base",
 ];
 
 /// The in-job watch's default sampling interval.
@@ -322,6 +329,15 @@ impl PluginArgs {
                     .filter(|n| *n <= crate::spares::MAX_SPARES && !value.starts_with('+'))
                     .map(|n| args.spares_max = n)
                     .ok_or(bad("a number of nodes from 0 to 64")),
+                "port_base" => value
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|_| value.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(crate::invocation::ports::Bases::from_base)
+                    .map(|b| args.ports = b)
+                    .ok_or(bad(
+                        "a port from 1024 to 62533 (three windows of 1003 ports follow it)",
+                    )),
                 "watch_textfile" => absolute_path(value)
                     .map(|p| args.watch_textfile = Some(p))
                     .ok_or(bad("an absolute path")),
@@ -473,6 +489,39 @@ mod tests {
             args.munge_socket,
             Some(PathBuf::from("/run/munge/alt.socket"))
         );
+    }
+
+    #[test]
+    fn port_base_moves_all_three_windows_and_a_base_that_would_overflow_is_refused() {
+        let (args, problems) = PluginArgs::parse(["port_base=7100"]);
+        assert_eq!(problems, vec![]);
+        assert_eq!(
+            (
+                args.ports.rendezvous,
+                args.ports.collective,
+                args.ports.step_gate
+            ),
+            (7100, 8100, 9100)
+        );
+        assert_eq!(
+            PluginArgs::default().ports.rendezvous,
+            crate::invocation::ports::RENDEZVOUS_BASE
+        );
+        for bad in [
+            "port_base=80",
+            "port_base=62534",
+            "port_base=+7100",
+            "port_base=http",
+        ] {
+            let (args, problems) = PluginArgs::parse([bad]);
+            assert_eq!(args.ports, PluginArgs::default().ports, "{bad}");
+            assert!(
+                problems.len() == 1 && problems[0].to_string().contains("1024 to 62533"),
+                "{bad}: {problems:?}"
+            );
+        }
+        let (args, _) = PluginArgs::parse(["port_base=62533"]);
+        assert_eq!(args.ports.step_gate, 64533);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use fabric_core::jobstep::Relay;
 use fabric_core::jobstep::gate::{self, GateOutcome, StepCollective};
-use fabric_core::stepgate::{self, STEP_PORT_BASE, StepEnv};
+use fabric_core::stepgate::{self, StepEnv};
 use fabric_net::collective::{self, Report};
 use fabric_proto::plugin_args::PluginArgs;
 
@@ -95,7 +95,7 @@ fn run_collective(
             addrs: map,
             munge_socket: plugin.munge_socket.as_deref(),
             allowed: vec![nix::unistd::getuid().as_raw()],
-            port_base: STEP_PORT_BASE,
+            port_base: plugin.ports.step_gate,
         },
         budget,
         started,

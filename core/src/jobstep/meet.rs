@@ -58,6 +58,8 @@ pub struct RendezvousMeet<'a> {
     pub hosts_file: Option<PathBuf>,
     /// MUNGE's socket, when not the default.
     pub munge_socket: Option<PathBuf>,
+    /// The rendezvous window's first port (`port_base=`).
+    pub base_port: u16,
     /// Where to say that the leader's address came from slurmctld.
     pub relay: &'a dyn crate::relay::Relay,
 }
@@ -214,6 +216,7 @@ impl Meet for RendezvousMeet<'_> {
         )?;
         cfg.timeout = by.saturating_duration_since(Instant::now());
         cfg.hard_deadline = Some(req.deadline);
+        cfg.base_port = self.base_port;
         fabric_net::rendezvous::gather(&cfg, req.rank, &payload)
     }
 }

@@ -12,7 +12,7 @@ use super::tag_write::{TagWrite, write_tag};
 use super::{JobStep, now_unix};
 use fabric_proto::check_id;
 use fabric_proto::fabric_option::FabricMode;
-use fabric_proto::invocation::{JobStepExit, ports};
+use fabric_proto::invocation::JobStepExit;
 use fabric_proto::plugin_args::expand_node;
 use fabric_proto::tag::{NodeResult, Verdict};
 
@@ -73,7 +73,7 @@ fn collective_request(step: &JobStep<'_>) -> Result<CollectiveRequest, String> {
         nodes: step.setup.inv.nodes.clone(),
         node: step.node().to_owned(),
         job_id: step.job_id(),
-        port_base: ports::COLLECTIVE_BASE,
+        port_base: plugin.ports.collective,
         budget_ms: step.setup.budget().collective().as_millis() as u64,
         munge_socket: plugin.munge_socket.clone(),
         netns: plugin
