@@ -645,6 +645,9 @@ impl TestbedInjector {
 }
 
 /// tbf's burst for `rate` as `scripts/netns` computes it: 5 ms worth, at least 16 KiB.
+/// The token bucket of a graded congestion cap (`scripts/bench-collective --curve` uses the same).
+const GRADED_BURST_BYTES: u64 = 64 * 1024;
+
 fn burst_for(rate: &str) -> String {
     let digits: String = rate.chars().take_while(|c| c.is_ascii_digit()).collect();
     let n: f64 = digits.parse().unwrap_or(100.0);
@@ -705,7 +708,14 @@ impl Injector for TestbedInjector {
                     }
                     None => self.congestion_rate.clone(),
                 };
-                let burst = burst_for(&rate);
+                // A graded cap gets a small bucket: 5 ms of tokens is megabytes at these rates,
+                // and the collective's 1 MiB link probes would pass whole at the veth's speed (a
+                // NIC that trained low has no burst). The cap's measured share is kept per round.
+                let burst = if graded.is_some() {
+                    GRADED_BURST_BYTES.to_string()
+                } else {
+                    burst_for(&rate)
+                };
                 let mut ids = Vec::new();
                 for (ns, dev) in [
                     (hub.as_str(), format!("h{i}")),

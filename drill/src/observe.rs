@@ -187,7 +187,10 @@ pub fn tag_signals(job: &JobView) -> Vec<Signal> {
         let Some(s) = strength(r.verdict) else {
             continue;
         };
-        let collective = r.checks.iter().any(|c| c == check_id::COLLECTIVE_SLOW_NODE);
+        let collective = r
+            .checks
+            .iter()
+            .any(|c| c == check_id::COLLECTIVE_SLOW_NODE || c == check_id::COLLECTIVE_SLOW_SUSPECT);
         out.push(Signal {
             node: node.clone(),
             at_ms: probed_ms,

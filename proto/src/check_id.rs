@@ -55,6 +55,9 @@ pub const PROBE_ERROR: &str = "probe.error";
 pub const PROBE_TIMEOUT: &str = "probe.timeout";
 /// The job's collective found this node slow on both ring links.
 pub const COLLECTIVE_SLOW_NODE: &str = "collective.slow_node";
+/// The job's collective found both of this node's ring links about half as fast as the links
+/// beside them, and not slow enough for [`COLLECTIVE_SLOW_NODE`] (a `warn`, never drained).
+pub const COLLECTIVE_SLOW_SUSPECT: &str = "collective.slow_suspect";
 /// The job's collective found a latency tail on both of this node's ring links (a `warn`).
 pub const COLLECTIVE_LATENCY_TAIL: &str = "collective.latency_tail";
 /// A node of the job never joined the rendezvous.
@@ -91,6 +94,7 @@ pub const JOB_STEP_CHECKS: &[&str] = &[
     PROBE_ERROR,
     PROBE_TIMEOUT,
     COLLECTIVE_SLOW_NODE,
+    COLLECTIVE_SLOW_SUSPECT,
     RENDEZVOUS_MISSING,
 ];
 

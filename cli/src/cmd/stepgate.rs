@@ -87,7 +87,7 @@ fn run_collective(
             map.insert(n, ip);
         }
     }
-    let cfg = super::collective::tcp_config(
+    let mut cfg = super::collective::tcp_config(
         super::collective::Ring {
             nodes: env.step_nodes.clone(),
             my_rank,
@@ -100,6 +100,9 @@ fn run_collective(
         budget,
         started,
     )?;
+    // Among the job's own tasks a rank that loses its CPU to the job measures as a slow node
+    // does: the local rule's warnings are the prolog's only (docs/collective.md).
+    cfg.local_rule = false;
     Ok(collective::run(&cfg))
 }
 

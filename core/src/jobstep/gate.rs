@@ -311,6 +311,7 @@ mod tests {
             links: vec![],
             outliers: vec![slow.to_owned()],
             tails: vec![],
+            suspects: vec![],
             missing: vec![],
             wrong: 0,
             messages: vec![format!("{slow} is slow")],

@@ -197,6 +197,12 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
                     result.verdict = result.verdict.max(Verdict::Warn);
                     result.checks.push(check_id::COLLECTIVE_LATENCY_TAIL.into());
                 }
+                // The local rule's names too: a node whose ranks lost their CPU to other work
+                // measures so as well (docs/collective.md, "Link probes and the slow node").
+                if report.suspects.iter().any(|o| o == node) {
+                    result.verdict = result.verdict.max(Verdict::Warn);
+                    result.checks.push(check_id::COLLECTIVE_SLOW_SUSPECT.into());
+                }
                 if report.outliers.iter().any(|o| o == node) {
                     result.verdict = result.verdict.max(Verdict::Fail);
                     result.checks.push(check_id::COLLECTIVE_SLOW_NODE.into());

@@ -1368,6 +1368,52 @@ mod collective_addresses {
     }
 
     #[test]
+    fn a_node_only_the_local_rule_names_warns_names_its_check_and_is_not_drained_under_enforce() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = setup(
+            dir.path(),
+            Script::Prolog,
+            "n[1-2]",
+            "n1",
+            &["policy=enforce"],
+        );
+        s.inv.option = FabricMode::Full;
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let tail: fabric_net::collective::Report = serde_json::from_value(json!({
+            "schema": fabric_net::collective::SCHEMA, "backend": "tcp", "job_id": 7,
+            "node": "n1", "nodes": ["n1", "n2"], "verdict": "warn", "duration_ms": 900,
+            "budget_ms": 3000, "sizes": [], "ranks": [], "links": [], "outliers": [],
+            "tails": [], "suspects": ["n1"], "missing": [], "wrong": 0,
+            "messages": ["slow node(s) reported, not drained: n1 (in 0.700 GB/s, out 0.750 GB/s, 2.13x slower than the links beside them) ..."],
+            "error": null, "skipped": null
+        }))
+        .unwrap();
+        let runner = answering(report("n1", Verdict::Pass)).collective(Ok(tail));
+        let meet = FakeMeet::default();
+        let lines = Lines::default();
+        let exit = prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        assert_eq!(exit, JobStepExit::Proceed, "{}", lines.text());
+        assert!(!slurm.node("n1").unwrap().is_drained());
+        assert!(
+            lines.text().contains("slow (reported): n1"),
+            "{}",
+            lines.text()
+        );
+        let sent = meet.sent.borrow();
+        let p: PrologPayload = serde_json::from_value(sent[0].1.clone()).unwrap();
+        assert_eq!(p.result.verdict, Verdict::Warn);
+        assert!(
+            p.result
+                .checks
+                .iter()
+                .any(|c| c == fabric_proto::check_id::COLLECTIVE_SLOW_SUSPECT),
+            "{:?}",
+            p.result.checks
+        );
+        assert!(p.collective.unwrap().outliers.is_empty());
+    }
+
+    #[test]
     fn without_collective_hosts_the_collective_uses_the_job_nodes_of_hosts_file() {
         let got = collective_addrs(&["hosts_file=DIR/hosts"]);
         assert_eq!(got, pairs(&[("n1", "10.0.0.1"), ("n2", "10.0.0.2")]));

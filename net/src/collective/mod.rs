@@ -44,10 +44,15 @@ pub const MIN_ITERS: u32 = 3;
 /// Bytes of one link probe ([`tcp::Ring::probe_link`]): large enough that scheduling noise of a
 /// few milliseconds on a healthy link stays small against a slow link's transfer time.
 pub const PROBE_BYTES: usize = 1 << 20;
-/// Link probes before the sweep, each phased ([`tcp::probe_phases`]); each link's rate is the
-/// median, so two probes disturbed by a rank losing its CPU for a moment do not make a healthy
-/// node look slow.
-pub const PROBES: u32 = 5;
+/// Link probes before the sweep, each phased ([`tcp::probe_phases`]), at most: after
+/// [`MIN_PROBES`] the planner stops once the probes have taken [`PROBE_SHARE`] of the budget.
+/// Each link's time is its fast tenth ([`link_probe_s`]): a probe is only ever slowed by a rank
+/// losing its CPU, never sped up, so the fast end of many is the link's own rate.
+pub const PROBES: u32 = 21;
+/// Link probes that always run, whatever they cost.
+pub const MIN_PROBES: u32 = 5;
+/// The share of the budget after which no further link probe starts (past [`MIN_PROBES`]).
+pub const PROBE_SHARE: f64 = 0.10;
 /// Round trips of one byte per link in the latency probe ([`tcp::Ring::ping_part`]): enough
 /// that p99 is not just the slowest one (linear interpolation puts it between the third and
 /// the second slowest of 200).
@@ -145,6 +150,10 @@ pub struct RankFigures {
     pub time_us_mean: f64,
     /// Robust z-score of the node's best link's time per byte against its peers.
     pub robust_z: Option<f64>,
+    /// The local score: how many times slower both of this node's links are than the links
+    /// beside them (named above [`LOCAL_SLOW_FACTOR`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_ratio: Option<f64>,
     /// Whether this node is named as an outlier.
     pub outlier: bool,
     /// Wrong elements seen by this rank.
@@ -158,7 +167,8 @@ pub struct LinkFigures {
     pub from: String,
     /// Receiving node.
     pub to: String,
-    /// Measured rate, GB/s (median of the link probes; `None`: not probed).
+    /// Measured rate, GB/s (the fast tenth of the link probes, [`link_probe_s`]; `None`: not
+    /// probed).
     pub rate_gb_s: Option<f64>,
     /// Less than half the typical node's best link.
     pub slow: bool,
@@ -204,6 +214,11 @@ pub struct Report {
     /// the typical node's (a `warn`, never a drain).
     #[serde(default)]
     pub tails: Vec<String>,
+    /// Nodes named by the local rule alone ([`LOCAL_SLOW_FACTOR`]: both ring links about half
+    /// as fast as the links beside them): a `warn`, never a drain, since a node whose ranks lost
+    /// their CPU to other work can measure so too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspects: Vec<String>,
     /// Participants that never joined.
     pub missing: Vec<String>,
     /// Wrong elements in total.
@@ -234,6 +249,10 @@ pub struct CollectiveConfig {
     /// A node is slow when its best link is this many times slower than the median node's
     /// (and a robust outlier); see [`DEFAULT_SLOW_FACTOR`].
     pub slow_factor: f64,
+    /// Whether the local rule reports suspects ([`LOCAL_SLOW_FACTOR`]). The step gate turns it
+    /// off: it runs among the job's own tasks, whose CPU the job's processes share, and a rank
+    /// that loses its CPU measures as a slow node does.
+    pub local_rule: bool,
 }
 
 /// The default [`CollectiveConfig::slow_factor`]: a node at a third of its peers' rate. On the
@@ -252,6 +271,7 @@ impl CollectiveConfig {
             started,
             sizes_bytes: DEFAULT_SIZES_BYTES.to_vec(),
             slow_factor: DEFAULT_SLOW_FACTOR,
+            local_rule: true,
         }
     }
 }
@@ -378,7 +398,11 @@ impl Report {
     /// The nodes it names, for a log line: `, slow: n3, latency tail: n5` (empty for none).
     pub fn named(&self) -> String {
         let mut out = String::new();
-        for (what, nodes) in [("slow", &self.outliers), ("latency tail", &self.tails)] {
+        for (what, nodes) in [
+            ("slow", &self.outliers),
+            ("slow (reported)", &self.suspects),
+            ("latency tail", &self.tails),
+        ] {
             if !nodes.is_empty() {
                 out.push_str(&format!(", {what}: {}", nodes.join(",")));
             }
@@ -431,6 +455,7 @@ pub(crate) fn empty_report(cfg: &CollectiveConfig, backend: &str) -> Report {
         links: Vec::new(),
         outliers: Vec::new(),
         tails: Vec::new(),
+        suspects: Vec::new(),
         missing: Vec::new(),
         wrong: 0,
         messages: Vec::new(),
@@ -744,6 +769,8 @@ pub(crate) struct Planner {
     last_s: f64,
     last_count: usize,
     probes_left: u32,
+    probes_done: u32,
+    probes_until: Instant,
     latency_left: bool,
 }
 
@@ -752,6 +779,8 @@ impl Planner {
         // Keep 15% of the budget for the result exchange and output.
         let soft_end = cfg.started + cfg.budget.mul_f64(0.85);
         Self {
+            probes_until: Instant::now() + cfg.budget.mul_f64(PROBE_SHARE),
+            probes_done: 0,
             soft_end,
             n_sizes,
             current: None,
@@ -774,8 +803,11 @@ impl Planner {
     }
 
     pub(crate) fn next(&mut self, sizes: &[usize]) -> Cmd {
-        if self.probes_left > 0 {
+        if self.probes_left > 0
+            && (self.probes_done < MIN_PROBES || Instant::now() < self.probes_until)
+        {
             self.probes_left -= 1;
+            self.probes_done += 1;
             return Cmd::Probe;
         }
         if self.latency_left {
@@ -853,12 +885,15 @@ fn fill_report(
         .map(|p| present[(p + m - 1) % m])
         .map(|r| {
             by_rank(r)
-                .and_then(|x| fabric_base::stats::median(&x.probe_s))
+                .and_then(|x| link_probe_s(&x.probe_s))
                 .filter(|t| *t > 0.0)
                 .map(|t| PROBE_BYTES as f64 / t / 1e9)
         })
         .collect();
-    let attr = attribute(&in_rate, cfg.slow_factor);
+    let mut attr = attribute(&in_rate, cfg.slow_factor);
+    if !cfg.local_rule {
+        attr.suspects.clear();
+    }
     // Round trips: the link into present[p], timed by the rank at p-1.
     let in_rtt: Vec<&[f64]> = (0..m)
         .map(|p| present[(p + m - 1) % m])
@@ -879,6 +914,7 @@ fn fill_report(
             out_link_gb_s: in_rate[(p + 1) % m],
             time_us_mean: stats::mean(&times).unwrap_or(0.0) * 1e6,
             robust_z: attr.z.get(p).copied().flatten(),
+            local_ratio: attr.local.get(p).copied().flatten(),
             outlier: attr.outliers.contains(&p),
             wrong: raw.map(|x| x.wrong.iter().sum()).unwrap_or(0),
         });
@@ -898,8 +934,35 @@ fn fill_report(
         .map(|p| nodes[present[*p]].clone())
         .collect();
     report.tails = tails.iter().map(|p| nodes[present[*p]].clone()).collect();
+    report.suspects = attr
+        .suspects
+        .iter()
+        .map(|p| nodes[present[*p]].clone())
+        .collect();
     report.missing = missing.to_vec();
     let mut verdict = Verdict::Pass;
+    if !attr.suspects.is_empty() {
+        verdict = Verdict::Warn;
+        let gb = |v: Option<f64>| v.map_or("-".to_string(), |r| format!("{r:.3}"));
+        let named: Vec<String> = attr
+            .suspects
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} (in {} GB/s, out {} GB/s, {:.2}x slower than the links beside them)",
+                    nodes[present[*p]],
+                    gb(in_rate[*p]),
+                    gb(in_rate[(*p + 1) % m]),
+                    attr.local[*p].unwrap_or(0.0)
+                )
+            })
+            .collect();
+        report.messages.push(format!(
+            "slow node(s) reported, not drained: {} (both ring links under 1/{LOCAL_SLOW_FACTOR} \
+             of the links beside them)",
+            named.join(", ")
+        ));
+    }
     if !tails.is_empty() {
         verdict = Verdict::Warn;
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |t| format!("{:.2}", t * 1e3));
@@ -991,6 +1054,41 @@ pub fn size_figures(count: u64, per_iter_s: &[f64], ranks: usize, wrong: u64) ->
     }
 }
 
+/// A link's probe time from its probes: the fast tenth (the second fastest of 11 to 20, the
+/// third of 21; the fastest of fewer than 10). Noise on a shared host only slows a probe, so the
+/// fast end measures the link; the second of eleven, not the first, so that one probe timed
+/// wrong does not carry a link (docs/collective.md, "The detection curve").
+pub fn link_probe_s(probe_s: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = probe_s.iter().copied().filter(|t| t.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 10).copied()
+}
+
+/// The local rule: a node is reported slow (a `warn`, [`Report::suspects`]) when both of its
+/// links are this many times slower than the two links beside them (the left neighbour's link
+/// in, the right neighbour's link out). A slow node's neighbours each compare one slow link
+/// with another slow link, so they are never named by it. On the quiet testbed (21 probes, the
+/// fast tenth) healthy nodes scored at most 1.39 in 200 clean runs, a healthy neighbour of a
+/// capped node at most 1.89 (explained by the capped node, which scored higher: see
+/// [`attribute`]), and a node at a measured third to half of its peers' rate 1.76 to 3.0; beside
+/// three CPU hogs healthy nodes reached 2.02, hence a warning and not a drain
+/// (docs/collective.md).
+pub const LOCAL_SLOW_FACTOR: f64 = 1.7;
+
+/// Each ring position's local score: the smaller of (the left neighbour's incoming link ÷ its
+/// own incoming link) and (the right neighbour's outgoing link ÷ its own outgoing link), rates
+/// in `rate[p]` for the link into position p.
+fn local_scores(rate: &[f64]) -> Vec<f64> {
+    let m = rate.len();
+    (0..m)
+        .map(|p| {
+            let (own_in, own_out) = (rate[p], rate[(p + 1) % m]);
+            let (beside_in, beside_out) = (rate[(p + m - 1) % m], rate[(p + 2) % m]);
+            (beside_in / own_in).min(beside_out / own_out)
+        })
+        .collect()
+}
+
 /// A link is marked slow when it is this many times slower than the typical node's best link.
 pub const SLOW_LINK_FACTOR: f64 = 2.0;
 /// A slow link that no slow node explains warns only when it is this many times slower than the
@@ -1009,6 +1107,10 @@ pub struct Attribution {
     pub very_slow_links: Vec<usize>,
     /// Robust z-score per position (of its best link's time per byte).
     pub z: Vec<Option<f64>>,
+    /// The local score per position ([`LOCAL_SLOW_FACTOR`]).
+    pub local: Vec<Option<f64>>,
+    /// Positions named by the local rule and not by the global one (a `warn`).
+    pub suspects: Vec<usize>,
 }
 
 /// Names slow nodes from incoming link rates per ring position (`in_rate[p]`: the link from
@@ -1018,13 +1120,17 @@ pub struct Attribution {
 /// one in from the left and the one out to the right. So each node is scored by its **best**
 /// link's time per byte: only a node whose two links are both slow scores high, and its
 /// neighbours (one slow link each) do not. Scores are compared with the robust z-score against
-/// the median of the peers ([`stats::high_outliers`]: z > 3.5 and `slow_factor` times the median). With fewer
-/// than three ranks nothing can be attributed: both nodes share both links.
+/// the median of the peers ([`stats::high_outliers`]: z > 3.5 and `slow_factor` times the median).
+/// A node that only the local rule names ([`LOCAL_SLOW_FACTOR`]: both of its links slower than
+/// the links beside them; it finds a node at half its peers' rate) is a suspect, reported with
+/// a `warn` and never drained. With fewer than three ranks nothing can be attributed: both
+/// nodes share both links.
 pub fn attribute(in_rate: &[Option<f64>], slow_factor: f64) -> Attribution {
     let m = in_rate.len();
     if m < 3 || in_rate.iter().any(Option::is_none) {
         return Attribution {
             z: vec![None; m],
+            local: vec![None; m],
             ..Attribution::default()
         };
     }
@@ -1035,7 +1141,21 @@ pub fn attribute(in_rate: &[Option<f64>], slow_factor: f64) -> Attribution {
     let best: Vec<f64> = (0..m).map(|p| rate[p].max(rate[(p + 1) % m])).collect();
     let score: Vec<f64> = best.iter().map(|b| 1.0 / b).collect();
     let z = stats::robust_z(&score);
+    let local = local_scores(&rate);
     let outliers = stats::high_outliers(&score, slow_factor);
+    // A neighbour of a slow node may score above the factor when the slow node's two links
+    // measure unlike (one slow link beside a slower one): the neighbour that scores lower than
+    // a named neighbour of its own is explained by it.
+    let over = |p: usize| local[p] > LOCAL_SLOW_FACTOR;
+    let suspects = (0..m)
+        .filter(|&p| {
+            over(p)
+                && !outliers.contains(&p)
+                && ![(p + m - 1) % m, (p + 1) % m]
+                    .iter()
+                    .any(|&q| over(q) && local[q] > local[p])
+        })
+        .collect();
     let typical = fabric_base::stats::median(&best).unwrap_or(0.0);
     let slow_links = (0..m)
         .filter(|p| rate[*p] * SLOW_LINK_FACTOR < typical)
@@ -1048,6 +1168,8 @@ pub fn attribute(in_rate: &[Option<f64>], slow_factor: f64) -> Attribution {
         slow_links,
         very_slow_links,
         z: z.into_iter().map(Some).collect(),
+        local: local.into_iter().map(Some).collect(),
+        suspects,
     }
 }
 
@@ -1164,6 +1286,67 @@ mod tests {
     }
 
     #[test]
+    fn a_node_at_half_its_peers_rate_is_named_by_the_local_rule_and_its_neighbours_are_not() {
+        // Ring of 6, healthy links spread 1.3 to 1.9 GB/s (as the testbed's); the node at
+        // position 3 runs at half: its links in (2 -> 3) and out (3 -> 4) measure 0.7 and 0.75.
+        let rates = [1.6, 1.3, 1.9, 0.7, 0.75, 1.5];
+        let a = attribute(&rates.map(Some), DEFAULT_SLOW_FACTOR);
+        assert_eq!(a.suspects, vec![3], "local scores {:?}", a.local);
+        assert!(a.outliers.is_empty());
+        // The global rule alone (3x the typical best link) would not have named it.
+        assert!(stats::high_outliers(&rates.map(|r| 1.0 / r), DEFAULT_SLOW_FACTOR).is_empty());
+        let score = a.local[3].unwrap();
+        assert!(score > LOCAL_SLOW_FACTOR && score < 2.6, "{score}");
+    }
+
+    #[test]
+    fn a_healthy_ring_whose_links_differ_one_and_a_half_times_names_no_node_by_the_local_rule() {
+        // Every node with one link at the low end and one at the high end of the testbed's
+        // healthy spread, in the worst arrangement: a fast pair beside a slow pair.
+        let a = attribute(
+            &[1.0, 1.0, 1.55, 1.55, 1.0, 1.0].map(Some),
+            DEFAULT_SLOW_FACTOR,
+        );
+        assert!(
+            a.outliers.is_empty() && a.suspects.is_empty(),
+            "{:?}",
+            a.local
+        );
+    }
+
+    #[test]
+    fn a_neighbour_beside_a_slow_node_whose_links_measure_unlike_is_not_named() {
+        // Measured on the testbed (n3 capped; its link out measured half its link in): n4's
+        // local score was 1.89, n3's 2.65. Only n3 is named.
+        let a = attribute(&[1.311, 3.002, 0.934, 0.495].map(Some), DEFAULT_SLOW_FACTOR);
+        assert!(a.local[3].unwrap() > LOCAL_SLOW_FACTOR, "{:?}", a.local);
+        assert_eq!(a.suspects, vec![2]);
+    }
+
+    #[test]
+    fn two_slow_neighbours_are_left_to_the_global_rule() {
+        // Positions 2 and 3 both slow: the link between them is slow on both sides, so the
+        // local rule cannot tell; far below the typical node, the global rule names both.
+        let a = attribute(
+            &[2.0, 2.0, 0.1, 0.1, 0.1, 2.0, 2.0].map(Some),
+            DEFAULT_SLOW_FACTOR,
+        );
+        assert_eq!(a.outliers, vec![2, 3]);
+        assert!(a.suspects.is_empty());
+    }
+
+    #[test]
+    fn a_links_time_is_the_fast_tenth_of_its_probes() {
+        assert_eq!(link_probe_s(&[]), None);
+        assert_eq!(link_probe_s(&[3.0, 1.0, 2.0, 5.0, 4.0]), Some(1.0));
+        let eleven: Vec<f64> = (1..=11).rev().map(f64::from).collect();
+        assert_eq!(link_probe_s(&eleven), Some(2.0));
+        let twenty_one: Vec<f64> = (1..=21).map(f64::from).collect();
+        assert_eq!(link_probe_s(&twenty_one), Some(3.0));
+        assert_eq!(link_probe_s(&[f64::NAN, 2.0]), Some(2.0));
+    }
+
+    #[test]
     fn one_slow_link_alone_is_not_blamed_on_a_node() {
         let a = attribute(&[Some(2.0), Some(0.1), Some(2.0), Some(2.0)], 2.0);
         assert!(a.outliers.is_empty());
@@ -1235,6 +1418,32 @@ mod tests {
         );
         let mut nccl = Planner::new(&cfg, 1, 0);
         assert_eq!(nccl.next(&sizes), Cmd::Warmup(0));
+    }
+
+    #[test]
+    fn the_planner_stops_probing_after_the_first_five_once_their_share_of_the_budget_is_spent() {
+        use crate::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver};
+        let map = MapResolver::<SystemResolver> {
+            map: [("n1".to_string(), std::net::IpAddr::from([127, 0, 0, 1]))].into(),
+            fallback: None,
+        };
+        let rz =
+            RendezvousConfig::new(vec!["n1".into()], &map, 77, Munge::default(), vec![0]).unwrap();
+        let mut cfg = CollectiveConfig::new(rz, 0, Instant::now());
+        cfg.budget = Duration::from_millis(20);
+        let sizes = [1024usize];
+        let mut planner = Planner::new(&cfg, 1, PROBES);
+        std::thread::sleep(Duration::from_millis(5));
+        let probes = |p: &mut Planner| {
+            std::iter::from_fn(|| Some(p.next(&sizes)))
+                .take_while(|c| *c == Cmd::Probe)
+                .count()
+        };
+        // The probes' share (2 ms of 20) was spent before the first probe: only the five run.
+        assert_eq!(probes(&mut planner) as u32, MIN_PROBES);
+        cfg.budget = Duration::from_secs(60);
+        let mut roomy = Planner::new(&cfg, 1, PROBES);
+        assert_eq!(probes(&mut roomy) as u32, PROBES);
     }
 
     #[test]
