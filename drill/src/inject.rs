@@ -644,10 +644,11 @@ impl TestbedInjector {
     }
 }
 
-/// tbf's burst for `rate` as `scripts/netns` computes it: 5 ms worth, at least 16 KiB.
-/// The token bucket of a graded congestion cap (`scripts/bench-collective --curve` uses the same).
+/// The token bucket of a graded congestion cap below 100 % (`scripts/bench-collective --curve`
+/// uses the same).
 const GRADED_BURST_BYTES: u64 = 64 * 1024;
 
+/// tbf's burst for `rate` as `scripts/netns` computes it: 5 ms worth, at least 16 KiB.
 fn burst_for(rate: &str) -> String {
     let digits: String = rate.chars().take_while(|c| c.is_ascii_digit()).collect();
     let n: f64 = digits.parse().unwrap_or(100.0);

@@ -88,21 +88,24 @@ pub mod ports {
     impl Bases {
         /// The windows from `base` (`None` outside [`MIN_BASE`]..=[`MAX_BASE`]).
         pub fn from_base(base: u16) -> Option<Self> {
-            (MIN_BASE..=MAX_BASE).contains(&base).then_some(Self {
+            (MIN_BASE..=MAX_BASE)
+                .contains(&base)
+                .then_some(Self::at(base))
+        }
+
+        /// The windows from a base already known to be in range.
+        const fn at(base: u16) -> Self {
+            Self {
                 rendezvous: base,
                 collective: base + COLLECTIVE_OFFSET,
                 step_gate: base + STEP_GATE_OFFSET,
-            })
+            }
         }
     }
 
     impl Default for Bases {
         fn default() -> Self {
-            Self {
-                rendezvous: RENDEZVOUS_BASE,
-                collective: COLLECTIVE_BASE,
-                step_gate: STEP_GATE_BASE,
-            }
+            Self::at(RENDEZVOUS_BASE)
         }
     }
 }

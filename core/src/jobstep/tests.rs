@@ -1321,8 +1321,13 @@ mod collective_addresses {
             .collect()
     }
 
-    #[test]
-    fn a_latency_tail_on_this_node_warns_names_its_check_and_drains_nothing_even_under_enforce() {
+    /// Runs n1's prolog of a two-node `full` job under `policy=enforce` whose collective
+    /// answers with a `warn` report naming n1 in `list` (`tails` or `suspects`); returns the exit,
+    /// whether n1 was drained, the log lines and the payload n1 sent to the leader.
+    fn prolog_beside_a_warning_collective(
+        list: &str,
+        message: &str,
+    ) -> (JobStepExit, bool, String, PrologPayload) {
         let dir = tempfile::tempdir().unwrap();
         let mut s = setup(
             dir.path(),
@@ -1333,28 +1338,34 @@ mod collective_addresses {
         );
         s.inv.option = FabricMode::Full;
         let slurm = FakeSlurm::with_nodes(FOUR);
-        let tail: fabric_net::collective::Report = serde_json::from_value(json!({
+        let mut answer = json!({
             "schema": fabric_net::collective::SCHEMA, "backend": "tcp", "job_id": 7,
             "node": "n1", "nodes": ["n1", "n2"], "verdict": "warn", "duration_ms": 900,
             "budget_ms": 3000, "sizes": [], "ranks": [], "links": [], "outliers": [],
-            "tails": ["n1"], "missing": [], "wrong": 0,
-            "messages": ["latency tail: n1 (212.00 ms in, 190.00 ms out) ..."],
+            "tails": [], "missing": [], "wrong": 0, "messages": [message],
             "error": null, "skipped": null
-        }))
-        .unwrap();
-        let runner = answering(report("n1", Verdict::Pass)).collective(Ok(tail));
+        });
+        answer[list] = json!(["n1"]);
+        let answer: fabric_net::collective::Report = serde_json::from_value(answer).unwrap();
+        let runner = answering(report("n1", Verdict::Pass)).collective(Ok(answer));
         let meet = FakeMeet::default();
         let lines = Lines::default();
         let exit = prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
-        assert_eq!(exit, JobStepExit::Proceed, "{}", lines.text());
-        assert!(!slurm.node("n1").unwrap().is_drained());
-        assert!(
-            lines.text().contains("latency tail: n1"),
-            "{}",
-            lines.text()
-        );
+        let drained = slurm.node("n1").unwrap().is_drained();
         let sent = meet.sent.borrow();
         let p: PrologPayload = serde_json::from_value(sent[0].1.clone()).unwrap();
+        (exit, drained, lines.text(), p)
+    }
+
+    #[test]
+    fn a_latency_tail_on_this_node_warns_names_its_check_and_drains_nothing_even_under_enforce() {
+        let (exit, drained, lines, p) = prolog_beside_a_warning_collective(
+            "tails",
+            "latency tail: n1 (212.00 ms in, 190.00 ms out) ...",
+        );
+        assert_eq!(exit, JobStepExit::Proceed, "{lines}");
+        assert!(!drained);
+        assert!(lines.contains("latency tail: n1"), "{lines}");
         assert_eq!(p.result.verdict, Verdict::Warn);
         assert!(
             p.result
@@ -1369,38 +1380,14 @@ mod collective_addresses {
 
     #[test]
     fn a_node_only_the_local_rule_names_warns_names_its_check_and_is_not_drained_under_enforce() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = setup(
-            dir.path(),
-            Script::Prolog,
-            "n[1-2]",
-            "n1",
-            &["policy=enforce"],
+        let (exit, drained, lines, p) = prolog_beside_a_warning_collective(
+            "suspects",
+            "slow node(s) reported, not drained: n1 (in 0.700 GB/s, out 0.750 GB/s, 2.13x slower \
+             than the links beside them) ...",
         );
-        s.inv.option = FabricMode::Full;
-        let slurm = FakeSlurm::with_nodes(FOUR);
-        let tail: fabric_net::collective::Report = serde_json::from_value(json!({
-            "schema": fabric_net::collective::SCHEMA, "backend": "tcp", "job_id": 7,
-            "node": "n1", "nodes": ["n1", "n2"], "verdict": "warn", "duration_ms": 900,
-            "budget_ms": 3000, "sizes": [], "ranks": [], "links": [], "outliers": [],
-            "tails": [], "suspects": ["n1"], "missing": [], "wrong": 0,
-            "messages": ["slow node(s) reported, not drained: n1 (in 0.700 GB/s, out 0.750 GB/s, 2.13x slower than the links beside them) ..."],
-            "error": null, "skipped": null
-        }))
-        .unwrap();
-        let runner = answering(report("n1", Verdict::Pass)).collective(Ok(tail));
-        let meet = FakeMeet::default();
-        let lines = Lines::default();
-        let exit = prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
-        assert_eq!(exit, JobStepExit::Proceed, "{}", lines.text());
-        assert!(!slurm.node("n1").unwrap().is_drained());
-        assert!(
-            lines.text().contains("slow (reported): n1"),
-            "{}",
-            lines.text()
-        );
-        let sent = meet.sent.borrow();
-        let p: PrologPayload = serde_json::from_value(sent[0].1.clone()).unwrap();
+        assert_eq!(exit, JobStepExit::Proceed, "{lines}");
+        assert!(!drained);
+        assert!(lines.contains("slow (reported): n1"), "{lines}");
         assert_eq!(p.result.verdict, Verdict::Warn);
         assert!(
             p.result

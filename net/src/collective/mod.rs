@@ -1054,8 +1054,8 @@ pub fn size_figures(count: u64, per_iter_s: &[f64], ranks: usize, wrong: u64) ->
     }
 }
 
-/// A link's probe time from its probes: the fast tenth (the second fastest of 11 to 20, the
-/// third of 21; the fastest of fewer than 10). Noise on a shared host only slows a probe, so the
+/// A link's probe time from its probes: the fast tenth (the fastest of up to 9, the second
+/// fastest of 10 to 19, the third of 20 or 21). Noise on a shared host only slows a probe, so the
 /// fast end measures the link; the second of eleven, not the first, so that one probe timed
 /// wrong does not carry a link (docs/collective.md, "The detection curve").
 pub fn link_probe_s(probe_s: &[f64]) -> Option<f64> {
@@ -1145,21 +1145,25 @@ pub fn attribute(in_rate: &[Option<f64>], slow_factor: f64) -> Attribution {
     let z = stats::robust_z(&score);
     let local = local_scores(&rate);
     let outliers = stats::high_outliers(&score, slow_factor);
-    // A neighbour of a slow node may score above the factor when the slow node's two links
-    // measure unlike (one slow link beside a slower one): the neighbour that scores lower than
-    // a named neighbour of its own is explained by it.
     // In a ring of three both links beside a node are the one link opposite it: one
     // measurement, too little (2 of 12 healthy three-node jobs warned on the Slurm testbed).
-    let over = |p: usize| m >= LOCAL_MIN_RANKS && local[p] > LOCAL_SLOW_FACTOR;
-    let suspects = (0..m)
-        .filter(|&p| {
-            over(p)
-                && !outliers.contains(&p)
-                && ![(p + m - 1) % m, (p + 1) % m]
-                    .iter()
-                    .any(|&q| over(q) && local[q] > local[p])
-        })
-        .collect();
+    let suspects = if m < LOCAL_MIN_RANKS {
+        Vec::new()
+    } else {
+        // A neighbour of a slow node may score above the factor when the slow node's two links
+        // measure unlike (one slow link beside a slower one): a node that scores lower than a
+        // neighbour over the factor is explained by it.
+        let over = |p: usize| local[p] > LOCAL_SLOW_FACTOR;
+        (0..m)
+            .filter(|&p| {
+                over(p)
+                    && !outliers.contains(&p)
+                    && ![(p + m - 1) % m, (p + 1) % m]
+                        .iter()
+                        .any(|&q| over(q) && local[q] > local[p])
+            })
+            .collect()
+    };
     let typical = fabric_base::stats::median(&best).unwrap_or(0.0);
     let slow_links = (0..m)
         .filter(|p| rate[*p] * SLOW_LINK_FACTOR < typical)
@@ -1411,8 +1415,8 @@ mod tests {
         assert_eq!(count_wrong(&sum, coef), 4);
     }
 
-    #[test]
-    fn the_planner_runs_the_link_probes_then_one_latency_probe_and_neither_without_probes() {
+    /// A collective of one node on loopback, started now (for the planner).
+    fn one_node_config() -> CollectiveConfig {
         use crate::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver};
         let map = MapResolver::<SystemResolver> {
             map: [("n1".to_string(), std::net::IpAddr::from([127, 0, 0, 1]))].into(),
@@ -1420,7 +1424,12 @@ mod tests {
         };
         let rz =
             RendezvousConfig::new(vec!["n1".into()], &map, 77, Munge::default(), vec![0]).unwrap();
-        let cfg = CollectiveConfig::new(rz, 0, Instant::now());
+        CollectiveConfig::new(rz, 0, Instant::now())
+    }
+
+    #[test]
+    fn the_planner_runs_the_link_probes_then_one_latency_probe_and_neither_without_probes() {
+        let cfg = one_node_config();
         let sizes = [1024usize];
         let mut tcp = Planner::new(&cfg, 1, 2);
         let first: Vec<Cmd> = (0..4).map(|_| tcp.next(&sizes)).collect();
@@ -1434,14 +1443,7 @@ mod tests {
 
     #[test]
     fn the_planner_stops_probing_after_the_first_five_once_their_share_of_the_budget_is_spent() {
-        use crate::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver};
-        let map = MapResolver::<SystemResolver> {
-            map: [("n1".to_string(), std::net::IpAddr::from([127, 0, 0, 1]))].into(),
-            fallback: None,
-        };
-        let rz =
-            RendezvousConfig::new(vec!["n1".into()], &map, 77, Munge::default(), vec![0]).unwrap();
-        let mut cfg = CollectiveConfig::new(rz, 0, Instant::now());
+        let mut cfg = one_node_config();
         cfg.budget = Duration::from_millis(20);
         let sizes = [1024usize];
         let mut planner = Planner::new(&cfg, 1, PROBES);

@@ -54,13 +54,7 @@ fn write_byte(
         match s.write(&[byte]) {
             Ok(1) => return Ok(()),
             Ok(_) => return Err(CollectiveError::Ring(format!("{what}: connection closed"))),
-            Err(e) if would_block(&e) => {
-                poll_until(
-                    &mut [PollFd::new(s.as_fd(), PollFlags::POLLOUT)],
-                    deadline,
-                    what,
-                )?;
-            }
+            Err(e) if would_block(&e) => wait_ready(s, PollFlags::POLLOUT, deadline, what)?,
             Err(e) => return Err(io_err(what, e)),
         }
     }
@@ -73,16 +67,20 @@ fn read_byte(s: &mut TcpStream, deadline: Instant, what: &str) -> Result<u8, Col
         match s.read(&mut b) {
             Ok(1) => return Ok(b[0]),
             Ok(_) => return Err(CollectiveError::Ring(format!("{what}: connection closed"))),
-            Err(e) if would_block(&e) => {
-                poll_until(
-                    &mut [PollFd::new(s.as_fd(), PollFlags::POLLIN)],
-                    deadline,
-                    what,
-                )?;
-            }
+            Err(e) if would_block(&e) => wait_ready(s, PollFlags::POLLIN, deadline, what)?,
             Err(e) => return Err(io_err(what, e)),
         }
     }
+}
+
+/// [`poll_until`] for one socket and one readiness.
+fn wait_ready(
+    s: &TcpStream,
+    flags: PollFlags,
+    deadline: Instant,
+    what: &str,
+) -> Result<(), CollectiveError> {
+    poll_until(&mut [PollFd::new(s.as_fd(), flags)], deadline, what)
 }
 
 /// Whether an I/O error of a nonblocking socket only means "not now".
