@@ -169,7 +169,8 @@ pub struct ClassSpec {
     pub ib_fixture: Option<&'static str>,
     /// The testbed fixture scenario holding the fault on a RoCE node, when it is one.
     pub roce_fixture: Option<&'static str>,
-    /// How many nodes the round's job needs (the collective needs three for a majority).
+    /// How many nodes the round's job needs (the collective needs three for a majority, four
+    /// for its local rule); on a smaller cluster the job takes every node there is.
     pub job_nodes: usize,
     /// How the class is graded (`--graded`, `--size`), when it has a size.
     pub grading: Option<Grading>,
@@ -385,7 +386,9 @@ impl FaultClass {
                 ib_fixture: None,
                 roce_fixture: None,
                 seen_only_by_slurm: false,
-                job_nodes: 3,
+                // Four: the collective's local rule, which names a node at half its peers'
+                // rate, judges only rings of four or more (docs/collective.md).
+                job_nodes: 4,
                 grading: Some(Grading {
                     kind: SizeKind::Bandwidth,
                     defaults: &[
@@ -562,7 +565,8 @@ impl FaultClass {
         }
     }
 
-    /// How many nodes the round's job needs (the collective needs three for a majority).
+    /// How many nodes the round's job needs (the collective needs three for a majority, four
+    /// for its local rule); on a smaller cluster the job takes every node there is.
     pub fn job_nodes(self) -> usize {
         self.spec().job_nodes
     }

@@ -694,7 +694,7 @@ impl Injector for TestbedInjector {
                             class: "congestion",
                             place: "the testbed",
                             why: format!(
-                                "size {s} needs a share of the peers' bandwidth (50%) and a job of three nodes"
+                                "size {s} is a share of the peers' bandwidth (50%): it needs a job with two more nodes to measure them"
                             ),
                         });
                     }

@@ -373,7 +373,7 @@ mod tests {
     }
 
     #[test]
-    fn the_collective_class_runs_a_full_job_of_three_nodes() {
+    fn the_collective_class_runs_a_full_job_of_four_nodes() {
         let p = Plan::draw(&spec(3)).unwrap();
         for r in p
             .rounds
@@ -381,7 +381,7 @@ mod tests {
             .filter(|r| r.class == FaultClass::Congestion)
         {
             let j = r.job.as_ref().unwrap();
-            assert!(j.full && j.nodes.len() == 3, "{r:?}");
+            assert!(j.full && j.nodes.len() == 4, "{r:?}");
         }
     }
 
