@@ -32,6 +32,8 @@ enum Command {
     Probe(cmd::probe::Args),
     /// Print or pin the node's bill of materials.
     Bom(cmd::bom::Args),
+    /// Show the node's known inventory, or accept what it has now (after a deliberate change).
+    Inventory(cmd::inventory::Args),
     /// Validate the plugin's plugstack.conf arguments and the TOML configuration.
     CheckConfig(cmd::check_config::Args),
     /// Cost per accepted run and fabrics side by side, from Slurm accounting.
@@ -93,6 +95,7 @@ fn main() {
     let result = match cli.command {
         Command::Probe(a) => cmd::probe::run(a),
         Command::Bom(a) => cmd::bom::run(a),
+        Command::Inventory(a) => cmd::inventory::run(a),
         Command::CheckConfig(a) => cmd::check_config::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Jobs(a) => cmd::jobs::run(a),

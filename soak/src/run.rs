@@ -738,6 +738,13 @@ impl<'a> Life<'a> {
                 expect: fabric_core::config::Config::default().for_node(&self.name),
                 baseline: None,
                 bom_pin: None,
+                // As `fabric-check watch` does: the prolog's known inventory, read only.
+                known: fabric_core::probe::known::load_for_probe(
+                    &fabric_core::probe::known::known_path(&setup.state_dir),
+                    &self.name,
+                )
+                .0,
+                second_look: None,
             },
             base,
             now_ms: self.now_ms,

@@ -26,7 +26,7 @@ use fabric_core::jobstep::{
     Budget, JobStep, Meet, ProbeRunError, ProbeRunner, Relay, Seams, Setup,
 };
 use fabric_core::probe::gather::Roots;
-use fabric_core::probe::{self, Baseline, ProbeInput, Report, output};
+use fabric_core::probe::{self, Baseline, ProbeInput, Report, known, output};
 use fabric_core::slurm::Slurm;
 use fabric_core::testing::{FaultPlan, SharedCluster};
 
@@ -74,6 +74,12 @@ impl SoakRunner<'_> {
             Against::Baseline(p) => (Some(Baseline::load(p).map_err(|e| e.to_string())?), None),
             Against::StateDir(d) => (Baseline::load(&d.join("last.json")).ok(), Some(d.clone())),
         };
+        // As `fabric-check probe` does: `--known`, else the state folder's own record.
+        let known = req
+            .known
+            .clone()
+            .or_else(|| state_dir.as_deref().map(known::known_path))
+            .and_then(|p| known::load_for_probe(&p, &req.node).0);
         let now = self.now_ms.get();
         Ok((
             ProbeInput {
@@ -82,6 +88,9 @@ impl SoakRunner<'_> {
                 expect,
                 baseline: baseline.map(|b| on_real_clock(b, now)),
                 bom_pin: None,
+                known,
+                // The soak's hardware does not change within one probe's look.
+                second_look: None,
             },
             state_dir,
         ))
@@ -102,6 +111,18 @@ impl ProbeRunner for SoakRunner<'_> {
         };
         let mut report = probe::run(&input);
         report.counters.taken_unix_ms = now;
+        if let Some(dir) = &state_dir {
+            let last = input.baseline.as_ref().and_then(|b| b.inventory.as_ref());
+            if let Some(f) = known::record_after_probe(
+                &known::known_path(dir),
+                input.known.as_ref(),
+                &report,
+                last,
+                now / 1000,
+            ) {
+                report.push(f);
+            }
+        }
         let doc = output::json(&report);
         let saves = req
             .save

@@ -139,12 +139,21 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
         Some(sysfs) => Roots::for_sysfs(sysfs, proc_root.clone(), None),
         None => Roots::system(),
     };
+    // The same known inventory the prolog judged with (read only: the watch never records
+    // one), so a port the prolog found unprovisioned is not news to the watch.
+    let (known, _) = fabric_core::probe::known::load_for_probe(
+        &fabric_core::probe::known::known_path(&setup.state_dir),
+        &node,
+    );
     let mut sampler = QuickSampler::new(ProbeInput {
         node: node.clone(),
         roots,
         expect,
         baseline: Some(baseline),
         bom_pin: None,
+        known,
+        // The watch looks again every second: its next sample is its second look.
+        second_look: None,
     });
     let mut notice = fabric_proto::notice::notice_path(&setup.plugin.spool_dir, &job.to_string(), &node)
         .and_then(|p| match w::NoticeFile::create(&p) {

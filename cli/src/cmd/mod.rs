@@ -8,6 +8,7 @@ pub mod collective;
 pub mod dist;
 pub mod drill;
 pub mod input;
+pub mod inventory;
 pub mod jobs;
 pub mod jobstep;
 pub mod nodes;

@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 use fabric_base::bom::Bom;
 use fabric_core::config::Config;
 use fabric_core::probe::gather::Roots;
-use fabric_core::probe::{self, Baseline, ProbeInput, Report, output};
+use fabric_core::probe::{self, Baseline, ProbeInput, Report, known, output};
 use fabric_proto::verdict::{Finding, Severity};
 use serde_json::Value;
 
@@ -50,6 +50,15 @@ pub struct Args {
     /// Use DIR/last.json as the baseline (unless --baseline) and save this run there.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// The node's known inventory to compare with (default: DIR/known.json of --state-dir,
+    /// which the first whole probe records; `fabric-check inventory accept` replaces it).
+    #[arg(long, value_name = "FILE")]
+    pub known: Option<PathBuf>,
+    /// When the first look sees a device or port gone or a device file unreadable (what a
+    /// driver reload, a firmware reset or a port in training also shows), look again after MS
+    /// milliseconds; 0: one look.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub second_look_ms: u64,
     /// Write this run's JSON document (with counters) to FILE atomically, for a later --baseline.
     #[arg(long, value_name = "FILE")]
     pub save: Option<PathBuf>,
@@ -216,6 +225,18 @@ fn prepare(args: &Args, node: &str) -> anyhow::Result<(ProbeInput, Vec<Finding>)
         }
         (None, None) => None,
     };
+    let known_path = args
+        .known
+        .clone()
+        .or_else(|| args.state_dir.as_deref().map(known::known_path));
+    let known_rec = match &known_path {
+        Some(p) => {
+            let (k, note) = known::load_for_probe(p, node);
+            notes.extend(note);
+            k
+        }
+        None => None,
+    };
     let pin_path = args.bom_pin.clone().or_else(|| expect.bom_pin.clone());
     let bom_pin = pin_path.as_deref().map(Bom::load).transpose()?;
     let roots = Roots::for_sysfs(
@@ -230,6 +251,9 @@ fn prepare(args: &Args, node: &str) -> anyhow::Result<(ProbeInput, Vec<Finding>)
             expect,
             baseline,
             bom_pin,
+            known: known_rec,
+            second_look: (args.second_look_ms > 0)
+                .then(|| std::time::Duration::from_millis(args.second_look_ms)),
         },
         notes,
     ))
@@ -318,6 +342,20 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
                     p.display()
                 ),
             ));
+        }
+    }
+    // The first whole look (or a device gone on a node without a record) records the node's
+    // known inventory; only `fabric-check inventory accept` replaces it.
+    if let Some(dir) = &args.state_dir {
+        let path = args.known.clone().unwrap_or_else(|| known::known_path(dir));
+        let last = input.baseline.as_ref().and_then(|b| b.inventory.as_ref());
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if let Some(f) =
+            known::record_after_probe(&path, input.known.as_ref(), &report, last, now_s)
+        {
+            report.push(f);
         }
     }
     report.duration_ms = (start.elapsed().as_secs_f64() * 1e6).round() / 1e3;

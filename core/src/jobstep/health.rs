@@ -204,6 +204,7 @@ pub fn run(
         config: expand_node(&plugin.config, node).filter(|c| c.is_file()),
         against: Against::StateDir(setup.state_dir.clone()),
         save: None,
+        known: None,
     };
     let report = match runner.probe(&req, setup.deadline.limit(plugin.timeout)) {
         Ok(r) => r,

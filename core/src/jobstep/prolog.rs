@@ -36,6 +36,8 @@ pub fn probe_request(
             None => Against::StateDir(step.setup.state_dir.clone()),
         },
         save: save.map(ToOwned::to_owned),
+        // With a baseline (the epilog) the state folder is not passed: name its known inventory.
+        known: baseline.map(|_| crate::probe::known::known_path(&step.setup.state_dir)),
     }
 }
 

@@ -93,6 +93,9 @@ pub struct ProbeRequest {
     pub against: Against,
     /// Where to save this run's counters (the prolog's snapshot).
     pub save: Option<PathBuf>,
+    /// The node's known inventory, when it is not the state folder's own
+    /// (`--known`: the epilog compares with the prolog's snapshot and the known inventory).
+    pub known: Option<PathBuf>,
 }
 
 /// One rank of the prolog's collective (`--fabric-check=full`).
@@ -206,6 +209,9 @@ impl ProbeRunner for SubprocessRunner {
         if let Some(s) = &req.save {
             cmd.arg("--save").arg(s);
         }
+        if let Some(k) = &req.known {
+            cmd.arg("--known").arg(k);
+        }
         classify("probe", limit, run_bounded(cmd, None, limit))
     }
 
@@ -268,6 +274,7 @@ mod tests {
             config: None,
             against: Against::StateDir("/nonexistent".into()),
             save: None,
+            known: None,
         }
     }
 
@@ -330,13 +337,14 @@ mod tests {
         let mut r = req();
         r.against = Against::Baseline("/s/job-7.json".into());
         r.sysfs_root = Some("/tb/n1/sysfs".into());
+        r.known = Some("/s/known.json".into());
         let err = runner.probe(&r, Duration::from_secs(5)).unwrap_err();
         let ProbeRunError::NoDocument { stderr, .. } = err else {
             panic!("{err}")
         };
         assert_eq!(
             stderr,
-            "probe --format json --node n1 --sysfs-root /tb/n1/sysfs --baseline /s/job-7.json"
+            "probe --format json --node n1 --sysfs-root /tb/n1/sysfs --baseline /s/job-7.json --known /s/known.json"
         );
     }
 }

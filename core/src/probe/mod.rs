@@ -13,9 +13,11 @@
 
 pub mod checks;
 pub mod gather;
+pub mod known;
 pub mod nccl_local;
 pub mod output;
 pub mod pause;
+pub mod second_look;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -153,6 +155,12 @@ pub struct InventoryPcie {
     pub max_speed_gts: Option<f64>,
     /// Widest supported link, lanes.
     pub max_width: Option<u32>,
+    /// The slot's highest speed (the upstream port's `max_link_speed`), GT/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_max_speed_gts: Option<f64>,
+    /// The slot's widest link (the upstream port's `max_link_width`), lanes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot_max_width: Option<u32>,
 }
 
 impl InventoryPcie {
@@ -163,6 +171,8 @@ impl InventoryPcie {
             width: l.cur_width,
             max_speed_gts: l.max_gts,
             max_width: l.max_width,
+            slot_max_speed_gts: l.slot_max_gts,
+            slot_max_width: l.slot_max_width,
         })
     }
 }
@@ -270,6 +280,11 @@ pub struct Report {
     /// Why the probe could not run (verdict `error` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why this look is not whole enough to be recorded as the node's known inventory (a
+    /// `fail`, a device file that could not be read, a port in training); `None`: it is.
+    /// Not part of the document.
+    #[serde(skip)]
+    pub not_whole: Option<String>,
 }
 
 impl Report {
@@ -284,6 +299,7 @@ impl Report {
             counters: CounterSnapshot::default(),
             findings: Vec::new(),
             error: Some(message),
+            not_whole: Some("the probe could not run".into()),
         }
     }
 
@@ -369,6 +385,13 @@ pub struct ProbeInput {
     pub baseline: Option<Baseline>,
     /// A pinned BOM, for `bom.drift`.
     pub bom_pin: Option<Bom>,
+    /// The node's known inventory ([`known`]), when it has one: `inventory.gone`,
+    /// `ib.port_state` and `ib.link_layer` judge against it.
+    pub known: Option<known::Known>,
+    /// How long to wait before a second look when the first saw something that a driver
+    /// reload, a firmware reset or a port in training also shows (a device or port gone, a
+    /// device file unreadable); `None`: one look.
+    pub second_look: Option<std::time::Duration>,
 }
 
 /// Failures first, then by device (naturally), port, check and message.
@@ -388,32 +411,82 @@ pub fn sort_findings(v: &mut [Finding]) {
     });
 }
 
-/// Runs the probe: gather, every check, verdict.
+/// Runs the probe: gather, every check, verdict; a second look after
+/// [`ProbeInput::second_look`] when the first saw what a transient also shows ([`second_look`]).
 pub fn run(input: &ProbeInput) -> Report {
-    let start = std::time::Instant::now();
     let expect = &input.expect;
-    let snap = gather::gather(&input.roots, |d| expect.ignores(d));
+    run_looks(
+        input,
+        &mut || gather::gather(&input.roots, |d| expect.ignores(d)),
+        &mut std::thread::sleep,
+    )
+}
+
+/// One look: the checks over one snapshot.
+struct Look {
+    snap: Snapshot,
+    counters: CounterSnapshot,
+    findings: Vec<Finding>,
+}
+
+fn look(input: &ProbeInput, snap: Snapshot) -> Look {
     let counters = CounterSnapshot::from_snapshot(&snap);
     let bom_now = snap.bom(&input.node);
     let ctx = checks::Ctx {
         node: &input.node,
         snap: &snap,
-        expect,
+        expect: &input.expect,
         now: &counters,
         baseline: input.baseline.as_ref(),
         bom_now: &bom_now,
         bom_pin: input.bom_pin.as_ref(),
+        known: input.known.as_ref(),
     };
     let mut findings = checks::run_all(&ctx);
     sort_findings(&mut findings);
+    Look {
+        snap,
+        counters,
+        findings,
+    }
+}
+
+/// [`run`] with its gather and its sleep as seams (tests change the node between looks).
+pub fn run_looks(
+    input: &ProbeInput,
+    gather: &mut dyn FnMut() -> Snapshot,
+    sleep: &mut dyn FnMut(std::time::Duration),
+) -> Report {
+    let start = std::time::Instant::now();
+    let mut now = look(input, gather());
+    if let Some(settle) = input.second_look
+        && second_look::wanted(&now.snap, &now.findings)
+    {
+        let first = now;
+        sleep(settle);
+        now = look(input, gather());
+        let gap_ms = now
+            .snap
+            .taken_unix_ms
+            .saturating_sub(first.snap.taken_unix_ms);
+        now.findings.extend(second_look::came_back(
+            &first.findings,
+            &now.findings,
+            gap_ms,
+        ));
+        sort_findings(&mut now.findings);
+    }
+    let verdict = Verdict::from_findings(&now.findings);
+    let not_whole = second_look::not_whole(&now.snap, verdict);
     Report {
         schema: SCHEMA.to_string(),
         node: input.node.clone(),
-        verdict: Verdict::from_findings(&findings),
+        verdict,
         duration_ms: (start.elapsed().as_secs_f64() * 1e6).round() / 1e3,
-        inventory: Inventory::from_snapshot(&snap),
-        counters,
-        findings,
+        inventory: Inventory::from_snapshot(&now.snap),
+        counters: now.counters,
+        findings: now.findings,
         error: None,
+        not_whole,
     }
 }

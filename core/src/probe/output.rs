@@ -286,6 +286,7 @@ mod tests {
             counters: CounterSnapshot::default(),
             findings: vec![f(Severity::Info, "mlx5_0"), f(Severity::Fail, "mlx5_3")],
             error: None,
+            not_whole: None,
         }
     }
 

@@ -423,6 +423,7 @@ pub fn heal_all(tb: &Testbed) {
         tb.script(&["node", n, "ib8-healthy"])
             .expect("heal fixture");
         let _ = std::fs::remove_file(tb.dir.join(format!("state/{n}/last.json")));
+        let _ = std::fs::remove_file(tb.dir.join(format!("state/{n}/known.json")));
     }
     tb.resume_all();
 }

@@ -320,6 +320,8 @@ mod sampler_tests {
             expect: Config::default().for_node("n1"),
             baseline: None,
             bom_pin: None,
+            known: None,
+            second_look: None,
         };
         (root, input)
     }

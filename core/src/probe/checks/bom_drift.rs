@@ -82,6 +82,7 @@ mod tests {
             baseline: None,
             bom_now: &now,
             bom_pin: Some(&pin),
+            known: None,
         });
         assert_eq!(brief(&f), [(Severity::Warn, Some("mlx5_1".into()), None)]);
         assert!(

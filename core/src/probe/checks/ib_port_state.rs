@@ -5,6 +5,12 @@
 //! a port named by a `[[node.ports]]` rule must be ACTIVE. A group with no ACTIVE port at all
 //! (unused second ports, say) is only said, as `info`, unless a rule names it.
 //!
+//! With a known inventory ([`crate::probe::known`]) the record decides first: a port that was
+//! ACTIVE when it was recorded must be ACTIVE (whatever its peers do), and one that was not is
+//! unprovisioned (`info`: an aux port, a second port without a cable), never a fault. Compute
+//! rails (HCAs under a GPU's PCIe switch) are peers whatever their link layer, so a rail
+//! flipped to Ethernet and down fails beside the rails it left.
+//!
 //! A port that is training after a boot is not a fault yet: within [`BOOT_GRACE_S`] of boot
 //! (`/proc/uptime`) a port in `INIT` or `ARMED` whose `phys_state` is `LinkUp` (the cable is
 //! up; the subnet manager has not made it ACTIVE yet) is a `warn`, not a `fail`. Slurm runs the
@@ -14,8 +20,11 @@
 
 use serde_json::json;
 
-use super::{Ctx, groups, where_};
-use crate::probe::{Finding, Severity};
+use std::collections::BTreeMap;
+
+use super::{Ctx, GroupKey, Role, groups, role, where_};
+use crate::probe::gather::{Device, Port, Snapshot};
+use crate::probe::{Finding, Severity, known};
 
 /// The check id.
 pub const ID: &str = fabric_proto::check_id::IB_PORT_STATE;
@@ -26,7 +35,7 @@ pub const BOOT_GRACE_S: f64 = 600.0;
 /// Runs the check.
 pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
-    for members in groups(ctx.snap).values() {
+    for members in state_groups(ctx.snap).values() {
         let active = members.iter().filter(|(_, p)| p.is_active()).count();
         for (d, p) in members {
             let Some(state) = &p.state else { continue };
@@ -35,11 +44,33 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
             }
             let phys = p.phys_state.as_deref().unwrap_or("unknown");
             let configured = ctx.expect.rules_for(&d.name).next().is_some();
+            let recorded = ctx
+                .known
+                .and_then(|k| k.port(&d.name, d.pci.as_deref(), p.num).map(|r| (k, r)));
             let (sev, why) = if configured {
                 (
                     Severity::Fail,
                     "the configuration expects it ACTIVE".to_string(),
                 )
+            } else if let Some((k, r)) = recorded {
+                if known::was_active(r) {
+                    (
+                        Severity::Fail,
+                        format!(
+                            "it was an ACTIVE {} port in this node's known inventory ({})",
+                            r.link_layer.as_deref().unwrap_or("RDMA"),
+                            k.provenance()
+                        ),
+                    )
+                } else {
+                    (
+                        Severity::Info,
+                        format!(
+                            "unprovisioned: it was not ACTIVE in this node's known inventory ({}) either; name it in a [[node.ports]] rule to require it",
+                            k.provenance()
+                        ),
+                    )
+                }
             } else if active > 0 {
                 (Severity::Fail, {
                     let peers = members.len() - 1;
@@ -76,7 +107,7 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
                 sev,
                 Some(&d.name),
                 Some(p.num),
-                json!({"state": state.name, "phys_state": phys}),
+                json!({"state": state.name, "phys_state": phys, "link_layer": p.link_layer}),
                 json!({"state": "ACTIVE"}),
                 format!(
                     "{} is {}{hint}, phys_state {phys}; {why}",
@@ -87,6 +118,23 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// The port groups of this check: as [`super::groups`], except that a node's compute rails
+/// (HCAs under a GPU's PCIe switch, [`Role::Compute`]) are peers whatever their link layer
+/// reads, so a rail flipped to Ethernet and down is judged beside the rails it left.
+fn state_groups(snap: &Snapshot) -> BTreeMap<GroupKey, Vec<(&Device, &Port)>> {
+    let mut g: BTreeMap<GroupKey, Vec<(&Device, &Port)>> = BTreeMap::new();
+    for ((hca, ll, num), members) in groups(snap) {
+        for (d, p) in members {
+            let layer = match role(snap, d) {
+                Role::Compute => "compute rail".to_string(),
+                Role::Other => ll.clone(),
+            };
+            g.entry((hca.clone(), layer, num)).or_default().push((d, p));
+        }
+    }
+    g
 }
 
 #[cfg(test)]
@@ -198,5 +246,65 @@ mod tests {
             brief(&f),
             [(Severity::Info, Some("mlx5_1".into()), Some(1))]
         );
+    }
+
+    #[test]
+    fn a_port_that_was_not_active_when_the_inventory_was_recorded_is_unprovisioned() {
+        let mut s = ib_node(8);
+        s.devices[5].ports[0] = down(s.devices[5].ports[0].clone());
+        let k = known_of(&s);
+        let f = run_known(&s, &k, check);
+        assert_eq!(
+            brief(&f),
+            [(Severity::Info, Some("mlx5_5".into()), Some(1))]
+        );
+        assert!(f[0].message.contains("unprovisioned"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn a_port_that_was_active_when_recorded_fails_even_when_every_peer_is_down_too() {
+        let healthy = ib_node(2);
+        let k = known_of(&healthy);
+        let mut s = healthy.clone();
+        for d in &mut s.devices {
+            d.ports[0] = down(d.ports[0].clone());
+        }
+        // Without the record: a group with no ACTIVE port is only said.
+        assert!(run(&s, check).iter().all(|f| f.severity == Severity::Info));
+        let f = run_known(&s, &k, check);
+        assert_eq!(
+            brief(&f),
+            [
+                (Severity::Fail, Some("mlx5_0".into()), Some(1)),
+                (Severity::Fail, Some("mlx5_1".into()), Some(1))
+            ]
+        );
+        assert!(f[0].message.contains("known inventory"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn a_compute_rail_flipped_to_ethernet_and_down_fails_beside_the_rails_it_left() {
+        let mut s = dgx_node();
+        s.devices[3].ports[0].link_layer = Some("Ethernet".into());
+        s.devices[3].ports[0] = down(s.devices[3].ports[0].clone());
+        let f = run(&s, check);
+        assert_eq!(
+            brief(&f),
+            [(Severity::Fail, Some("mlx5_3".into()), Some(1))]
+        );
+        assert!(
+            f[0].message.contains("7 of its 7 peers"),
+            "{}",
+            f[0].message
+        );
+    }
+
+    #[test]
+    fn storage_ports_down_beside_active_rails_of_the_same_part_are_only_said() {
+        let mut s = dgx_node();
+        for i in [8, 9] {
+            s.devices[i].ports[0] = down(s.devices[i].ports[0].clone());
+        }
+        assert!(run(&s, check).iter().all(|f| f.severity == Severity::Info));
     }
 }

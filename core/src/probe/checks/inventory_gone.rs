@@ -1,19 +1,21 @@
-//! `inventory.gone`: every HCA and GPU of the node's last saved probe is still there.
+//! `inventory.gone`: every HCA and GPU the node is known to have is still there.
 //!
-//! Compares the `inventory` of the baseline (the probe document saved in `--state-dir` as
-//! `last.json`, or `--baseline FILE`; in a job, the prolog's snapshot) with this run: an HCA or
-//! GPU that was there and is gone fell off the bus (a GPU's Xid 79, a NIC's PCIe link failure)
-//! or lost its driver — `fail`, with no configured count needed. Devices are matched by PCI
+//! Compares the node's known inventory ([`crate::probe::known`]: recorded by its first whole
+//! probe, replaced only by `fabric-check inventory accept`) with this run; without one, the
+//! inventory of the baseline (the probe document saved in `--state-dir` as `last.json`, or
+//! `--baseline FILE`; in a job, the prolog's snapshot). An HCA or GPU that was there and is gone
+//! fell off the bus (a GPU's Xid 79, a NIC's PCIe link failure) or lost its driver — `fail`, with
+//! no configured count needed, on every look until it is back. Devices are matched by PCI
 //! address (a device gone renames the `mlx5_<n>` after it on the next boot), by name where the
-//! address is unknown. New devices are not judged. A first probe (no baseline), a baseline of
-//! another node or one without an inventory says so as `info`; a device whose files could not
-//! be read this run, or GPUs when `bus/pci/devices` could not be listed, are `info` "not
-//! verified". Ignored devices (`ignore` in the configuration) are not compared.
+//! address is unknown. New devices are not judged. A first probe (no baseline, no record), a
+//! baseline of another node or one without an inventory says so as `info`; a device whose files
+//! could not be read this run, or GPUs when `bus/pci/devices` could not be listed, are `info`
+//! "not verified". Ignored devices (`ignore` in the configuration) are not compared.
 
 use serde_json::json;
 
 use super::Ctx;
-use crate::probe::{Finding, Severity};
+use crate::probe::{Finding, Inventory, Severity};
 
 /// The check id.
 pub const ID: &str = fabric_proto::check_id::INVENTORY_GONE;
@@ -30,23 +32,48 @@ fn info(message: String) -> Finding {
     )
 }
 
-/// Runs the check.
-pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
+/// The inventory to compare with and how to name it, or the `info` that says why nothing is
+/// compared.
+fn compared_with<'a>(ctx: &Ctx<'a>) -> Result<(&'a Inventory, String), Box<Finding>> {
+    if let Some(k) = ctx.known {
+        return Ok((
+            &k.inventory,
+            format!("this node's known inventory ({})", k.provenance()),
+        ));
+    }
     let Some(base) = ctx.baseline else {
-        return vec![info(
-            "first probe of this node (no saved probe to compare with; pass --state-dir DIR): the HCA and GPU inventory is saved for the next run to compare".into(),
-        )];
+        return Err(Box::new(info(
+            "first probe of this node (no known inventory or saved probe to compare with; pass --state-dir DIR): the HCA and GPU inventory is recorded for later runs to compare".into(),
+        )));
     };
     if base.node != ctx.node {
-        return vec![info(format!(
+        return Err(Box::new(info(format!(
             "not verified: the baseline is node {}'s, not {}'s; the inventory is not compared",
             base.node, ctx.node
-        ))];
+        ))));
     }
-    let Some(was) = &base.inventory else {
-        return vec![info(
+    match &base.inventory {
+        Some(was) => Ok((was, "this node's last saved probe".to_string())),
+        None => Err(Box::new(info(
             "not verified: the baseline has no inventory (an older document); the next saved probe will have one".into(),
-        )];
+        ))),
+    }
+}
+
+/// What to do when the change was made on purpose.
+fn accept_hint(ctx: &Ctx<'_>) -> &'static str {
+    if ctx.known.is_some() {
+        "; if it was removed on purpose, run `fabric-check inventory accept` on the node"
+    } else {
+        ""
+    }
+}
+
+/// Runs the check.
+pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
+    let (was, source) = match compared_with(ctx) {
+        Ok(x) => x,
+        Err(note) => return vec![*note],
     };
     let snap = ctx.snap;
     let mut out = Vec::new();
@@ -89,15 +116,16 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
             json!({"present": false}),
             json!({"name": d.name, "pci": d.pci, "hca_type": d.hca_type}),
             format!(
-                "HCA {}{at} was in this node's last saved probe and is gone: it fell off the PCIe bus or its driver did not bind; check `dmesg` for PCIe/AER or mlx5 errors, then reseat or replace the card",
-                d.name
+                "HCA {}{at} was in {source} and is gone: it fell off the PCIe bus or its driver did not bind; check `dmesg` for PCIe/AER or mlx5 errors, then reseat or replace the card{}",
+                d.name,
+                accept_hint(ctx)
             ),
         ));
     }
     if !was.gpus.is_empty() {
         if let Some(why) = &snap.gpus_unreadable {
             out.push(info(format!(
-                "not verified: {why}, so the {} GPU(s) of the last saved probe are not compared",
+                "not verified: {why}, so the {} GPU(s) of {source} are not compared",
                 was.gpus.len()
             )));
             return out;
@@ -115,8 +143,9 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
                 json!({"present": false}),
                 json!({"pci": g.pci, "model": model}),
                 format!(
-                    "GPU {} ({model}) was in this node's last saved probe and is gone from the PCIe bus: look for Xid 79 (\"fallen off the bus\") in `dmesg`, then reset or replace the GPU",
-                    g.pci
+                    "GPU {} ({model}) was in {source} and is gone from the PCIe bus: look for Xid 79 (\"fallen off the bus\") in `dmesg`, then reset or replace the GPU{}",
+                    g.pci,
+                    accept_hint(ctx)
                 ),
             ));
         }
@@ -234,5 +263,26 @@ mod tests {
         now.gpus_unreadable = Some("cannot list /sys/bus/pci/devices: denied".into());
         let f = run_against(&now, &saved(&before, "n1"));
         assert_eq!(brief(&f), [(Severity::Info, None, None)]);
+    }
+
+    #[test]
+    fn a_gpu_gone_from_the_known_inventory_fails_though_the_last_probe_lacked_it_too() {
+        let before = node();
+        let mut now = node();
+        now.gpus.remove(1);
+        let k = known_of(&before);
+        // The last saved probe already lacks it: alone, it would pass.
+        assert!(run_against(&now, &saved(&now, "n1")).is_empty());
+        let f = run_known(&now, &k, check);
+        assert_eq!(
+            brief(&f),
+            [(Severity::Fail, Some("0000:1a:00.0".into()), None)]
+        );
+        assert!(f[0].message.contains("known inventory"), "{}", f[0].message);
+        assert!(
+            f[0].message.contains("inventory accept"),
+            "{}",
+            f[0].message
+        );
     }
 }

@@ -51,6 +51,8 @@ pub struct Ctx<'a> {
     pub bom_now: &'a Bom,
     /// The pinned BOM.
     pub bom_pin: Option<&'a Bom>,
+    /// The node's known inventory ([`crate::probe::known`]), when it has one.
+    pub known: Option<&'a crate::probe::known::Known>,
 }
 
 /// A check: its id and its function.
@@ -128,6 +130,36 @@ pub fn where_(dev: &Device, port: &Port) -> String {
         Some(n) => format!("{} port {} ({n})", dev.name, port.num),
         None => format!("{} port {}", dev.name, port.num),
     }
+}
+
+/// What an HCA is for on its node, told from the topology with zero configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// It shares a PCIe switch with a GPU (the affinity `gpu.nic_affinity` reads): a compute
+    /// rail, which GPUDirect RDMA uses.
+    Compute,
+    /// Any other: storage, management, or a node without GPUs.
+    Other,
+}
+
+impl Role {
+    /// `compute rail` or `other port`.
+    pub fn words(self) -> &'static str {
+        match self {
+            Role::Compute => "compute rail",
+            Role::Other => "storage or management port",
+        }
+    }
+}
+
+/// The role of `dev` on the node of `snap`.
+pub fn role(snap: &Snapshot, dev: &Device) -> Role {
+    let compute = !dev.pci_path.is_empty()
+        && snap
+            .gpus
+            .iter()
+            .any(|g| gpu_nic_affinity::same_switch(&g.pci_path, &dev.pci_path));
+    if compute { Role::Compute } else { Role::Other }
 }
 
 /// Peer-group key: (HCA type, link layer, port number).
@@ -421,7 +453,7 @@ pub fn judge_counters(
 /// Test helpers: snapshots built in code.
 #[cfg(test)]
 pub mod testing {
-    use super::super::gather::{Device, NetDev, Port, PortState, Rate, Snapshot};
+    use super::super::gather::{Device, Gpu, NetDev, Port, PortState, Rate, Snapshot};
     use super::*;
 
     /// An ACTIVE port.
@@ -491,6 +523,81 @@ pub mod testing {
         s
     }
 
+    /// A DGX-like node: eight ConnectX-7 compute rails in InfiniBand mode, each under a GPU's
+    /// PCIe switch (`mlx5_0..7`), and two storage ports of the same part and board id in
+    /// Ethernet mode on root ports of their own (`mlx5_8`, `mlx5_9`).
+    pub fn dgx_node() -> Snapshot {
+        let mut s = Snapshot::default();
+        for i in 0..10u32 {
+            let rail = i < 8;
+            let mut d = dev(
+                &format!("mlx5_{i}"),
+                "MT4129",
+                port(1, if rail { "InfiniBand" } else { "Ethernet" }, 400.0),
+            );
+            d.board_id = Some("MT_0000000838".into());
+            let bus = 0x10 * (i + 1);
+            d.pci_path = if rail {
+                vec![
+                    format!("0000:00:{:02x}.0", i + 1),
+                    format!("0000:{bus:02x}:00.0"),
+                    format!("0000:{:02x}:00.0", bus + 1),
+                    format!("0000:{:02x}:00.0", bus + 2),
+                ]
+            } else {
+                vec![format!("0000:00:1{i}.0"), format!("0000:{bus:02x}:00.0")]
+            };
+            d.pci = d.pci_path.last().cloned();
+            if rail {
+                s.gpus.push(Gpu {
+                    pci: format!("0000:{:02x}:00.0", bus + 3),
+                    device_id: "0x2330".into(),
+                    pci_path: vec![
+                        d.pci_path[0].clone(),
+                        d.pci_path[1].clone(),
+                        format!("0000:{:02x}:01.0", bus + 1),
+                        format!("0000:{:02x}:00.0", bus + 3),
+                    ],
+                    ..Gpu::default()
+                });
+            }
+            s.devices.push(d);
+        }
+        s.modules = ["nvidia", "nvidia_peermem"].map(String::from).into();
+        s
+    }
+
+    /// The known inventory of `snap`, recorded as its first healthy probe.
+    pub fn known_of(snap: &Snapshot) -> crate::probe::known::Known {
+        crate::probe::known::Known::new(
+            "n1",
+            crate::probe::Inventory::from_snapshot(snap),
+            crate::probe::known::Recorded::FirstHealthyProbe,
+            "fabric-check",
+            1_796_000_000,
+        )
+    }
+
+    /// Runs one check against a known inventory.
+    pub fn run_known(
+        snap: &Snapshot,
+        known: &crate::probe::known::Known,
+        f: fn(&Ctx<'_>) -> Vec<Finding>,
+    ) -> Vec<Finding> {
+        let now = CounterSnapshot::from_snapshot(snap);
+        let bom = snap.bom("n1");
+        f(&Ctx {
+            node: "n1",
+            snap,
+            expect: &NodeExpectations::default(),
+            now: &now,
+            baseline: None,
+            bom_now: &bom,
+            bom_pin: None,
+            known: Some(known),
+        })
+    }
+
     /// Runs one check with default expectations and no baseline.
     pub fn run(snap: &Snapshot, f: fn(&Ctx<'_>) -> Vec<Finding>) -> Vec<Finding> {
         run_with(snap, &NodeExpectations::default(), None, f)
@@ -513,6 +620,7 @@ pub mod testing {
             baseline,
             bom_now: &bom,
             bom_pin: None,
+            known: None,
         })
     }
 

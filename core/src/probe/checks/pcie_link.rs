@@ -5,12 +5,18 @@
 //! trained at x8 of x16, or one generation low, has lost half its bandwidth while every port
 //! reads ACTIVE at full rate.
 //!
+//! Each link is judged against the lower of its own maximum and its slot's: the upstream port's
+//! `max_link_speed` and `max_link_width` (`bus/pci/devices/<bridge>/`), so a Gen5 card in a
+//! slot wired for Gen4 is at its maximum at 16 GT/s. HCAs are peers of the same type in the
+//! same role on the node ([`super::Role`]: compute rails under a GPU's switch, or the others).
+//!
 //! Verdicts, as an admin reads them:
 //! - below its own maximum **and** below its peers' majority (same HCA type, or same GPU
 //!   device id): `fail` — the same part in the same node trained better elsewhere, so this
 //!   slot, riser, card or cable is at fault;
 //! - below its peers but at its own maximum: `warn` — a lesser part (or one that reports a
 //!   lower capability) among its peers;
+//! - below its peers but at the most its slot allows: `info` — the platform's wiring;
 //! - below its own maximum but not below its peers (all peers alike, or no peer): `info` —
 //!   that is most often the platform (slot wiring, bifurcation, a BIOS PCIe generation
 //!   setting), which a per-node verdict cannot tell from a fault.
@@ -24,7 +30,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{Ctx, majority};
+use super::{Ctx, majority, role};
 use crate::probe::gather::PcieLink;
 use crate::probe::{Finding, Severity};
 
@@ -63,7 +69,7 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
             .or_else(|| d.driver.clone())
             .unwrap_or_default();
         groups
-            .entry(format!("hca {kind}"))
+            .entry(format!("hca {kind} {:?}", role(ctx.snap, d)))
             .or_default()
             .push(Member {
                 subject: &d.name,
@@ -128,33 +134,43 @@ fn judge_group(members: &[Member<'_>], out: &mut Vec<Finding>) {
         };
         let mut lost = Vec::new();
         let mut below_max = false;
-        let mut below_peers = false;
         let mut below_both = false;
-        let w_max = cw < xw;
+        // Below its peers but at the most its part *and* its slot allow: the part's own
+        // maximum is the lower (a lesser part, `warn`) or the slot's is (the platform, `info`).
+        let mut lesser_part = false;
+        let mut slot_bound = false;
+        let slot_w = l.slot_max_width.filter(|s| *s < xw);
+        let eff_xw = slot_w.unwrap_or(xw);
+        let w_max = cw < eff_xw;
         let w_peers = maj_width.is_some_and(|p| cw < p);
         if w_max || w_peers {
             lost.push(format!(
-                "width x{cw} of x{xw}{}",
+                "width x{cw} of x{xw}{}{}",
+                slot_w.map_or(String::new(), |s| format!(" (its slot x{s})")),
                 maj_width.map_or(String::new(), |p| format!(", peers x{p}"))
             ));
         }
         below_max |= w_max;
-        below_peers |= w_peers;
         below_both |= w_max && w_peers;
+        lesser_part |= w_peers && !w_max && slot_w.is_none();
+        slot_bound |= w_peers && !w_max && slot_w.is_some();
         if let Some((c, x)) = speed {
-            let s_max = c < x;
+            let slot_s = l.slot_max_gts.map(mts).filter(|s| *s < x);
+            let s_max = c < slot_s.unwrap_or(x);
             let s_peers = maj_mts.is_some_and(|p| c < p);
             if s_max || s_peers {
                 lost.push(format!(
-                    "speed {} of {}{}",
+                    "speed {} of {}{}{}",
                     gts_text(c),
                     gts_text(x),
+                    slot_s.map_or(String::new(), |s| format!(" (its slot {})", gts_text(s))),
                     maj_mts.map_or(String::new(), |p| format!(", peers {}", gts_text(p)))
                 ));
             }
             below_max |= s_max;
-            below_peers |= s_peers;
             below_both |= s_max && s_peers;
+            lesser_part |= s_peers && !s_max && slot_s.is_none();
+            slot_bound |= s_peers && !s_max && slot_s.is_some();
         }
         if lost.is_empty() {
             continue;
@@ -162,6 +178,7 @@ fn judge_group(members: &[Member<'_>], out: &mut Vec<Finding>) {
         let observed = json!({
             "speed_gts": l.cur_gts, "width": cw,
             "max_speed_gts": l.max_gts, "max_width": xw,
+            "slot_max_speed_gts": l.slot_max_gts, "slot_max_width": l.slot_max_width,
         });
         let expected = json!({
             "speed_gts": if m.speed_judged { maj_mts.map(|v| v as f64 / 1000.0) } else { None },
@@ -176,7 +193,7 @@ fn judge_group(members: &[Member<'_>], out: &mut Vec<Finding>) {
                     m.label
                 ),
             )
-        } else if below_peers {
+        } else if lesser_part {
             (
                 Severity::Warn,
                 format!(
@@ -184,8 +201,16 @@ fn judge_group(members: &[Member<'_>], out: &mut Vec<Finding>) {
                     m.label
                 ),
             )
+        } else if slot_bound && !below_max {
+            (
+                Severity::Info,
+                format!(
+                    "{} PCIe link is below its {peers} peers' ({what}) but at the most its slot allows (the upstream port's max_link_speed/max_link_width): the platform's wiring, not a fault",
+                    m.label
+                ),
+            )
         } else {
-            debug_assert!(below_max);
+            debug_assert!(below_max || slot_bound);
             (
                 Severity::Info,
                 format!(
@@ -236,6 +261,7 @@ mod tests {
             cur_width: Some(16),
             max_gts: Some(32.0),
             max_width: Some(16),
+            ..PcieLink::default()
         }
     }
 
@@ -352,5 +378,34 @@ mod tests {
             brief(&run(&s, check)),
             [(Severity::Info, Some("mlx5_0".into()), None)]
         );
+    }
+
+    #[test]
+    fn a_gen5_card_in_a_slot_wired_for_gen4_is_the_platform_not_a_fault() {
+        let mut s = node();
+        s.devices[4].pcie.cur_gts = Some(16.0);
+        s.devices[4].pcie.slot_max_gts = Some(16.0);
+        let f = run(&s, check);
+        assert_eq!(brief(&f), [(Severity::Info, Some("mlx5_4".into()), None)]);
+        assert!(f[0].message.contains("its slot allows"), "{}", f[0].message);
+    }
+
+    #[test]
+    fn a_card_trained_below_its_gen5_slot_still_fails() {
+        let mut s = node();
+        s.devices[4].pcie.cur_gts = Some(16.0);
+        s.devices[4].pcie.slot_max_gts = Some(32.0);
+        let f = run(&s, check);
+        assert_eq!(brief(&f), [(Severity::Fail, Some("mlx5_4".into()), None)]);
+    }
+
+    #[test]
+    fn a_card_in_an_x8_slot_is_judged_against_the_slot_width() {
+        let mut s = node();
+        s.devices[1].pcie.cur_width = Some(8);
+        s.devices[1].pcie.slot_max_width = Some(8);
+        assert_eq!(brief(&run(&s, check))[0].0, Severity::Info);
+        s.devices[1].pcie.cur_width = Some(4);
+        assert_eq!(brief(&run(&s, check))[0].0, Severity::Fail);
     }
 }

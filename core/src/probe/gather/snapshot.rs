@@ -149,12 +149,20 @@ pub struct PcieLink {
     pub max_gts: Option<f64>,
     /// The widest link the function supports, in lanes.
     pub max_width: Option<u32>,
+    /// The highest speed its slot supports: the upstream port's `max_link_speed`, in GT/s.
+    pub slot_max_gts: Option<f64>,
+    /// The widest link its slot supports: the upstream port's `max_link_width`, in lanes.
+    pub slot_max_width: Option<u32>,
 }
 
 impl PcieLink {
-    /// Whether no file could be read at all (no PCI function, as for `rxe`/`siw`).
+    /// Whether none of the function's own files could be read (no PCI function, as for
+    /// `rxe`/`siw`).
     pub fn is_absent(&self) -> bool {
-        *self == Self::default()
+        self.cur_gts.is_none()
+            && self.cur_width.is_none()
+            && self.max_gts.is_none()
+            && self.max_width.is_none()
     }
 }
 

@@ -332,7 +332,26 @@ pub(super) fn read_pcie(
             parse_pcie_width,
             "a PCIe link width",
         ),
+        slot_max_gts: None,
+        slot_max_width: None,
     }
+}
+
+/// The slot's maxima of a function at `pci_path` (root port first): the upstream port's
+/// `max_link_speed` and `max_link_width` under `bus/pci/devices/`. Read quietly: a bridge that
+/// does not say (or a function straight on a root complex) leaves them unknown, and the link
+/// is judged against the function's own maxima as before.
+pub(super) fn read_slot_max(sysfs: &Path, pci_path: &[String], link: &mut PcieLink) {
+    let Some(up) = pci_path.len().checked_sub(2).map(|i| &pci_path[i]) else {
+        return;
+    };
+    let dir = sysfs.join("bus/pci/devices").join(up);
+    let text = |f: &str| match read_capped(&dir.join(f), MAX_ATTR_BYTES) {
+        Read1::Text(t) => Some(t),
+        _ => None,
+    };
+    link.slot_max_gts = text("max_link_speed").as_deref().and_then(parse_pcie_speed);
+    link.slot_max_width = text("max_link_width").as_deref().and_then(parse_pcie_width);
 }
 
 /// Parses a counter file's text: `Ok(Some(n))`, `Ok(None)` for `N/A (no PMA)`, `Err` otherwise.
@@ -547,6 +566,9 @@ pub(super) fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) ->
         _ => None,
     };
     dev.pcie = read_pcie(r, "pcie.link", name, &pci);
+    if let Some(sysfs) = class_dir.parent().and_then(Path::parent) {
+        read_slot_max(sysfs, &dev.pci_path, &mut dev.pcie);
+    }
     dev.driver = std::fs::read_link(pci.join("driver"))
         .ok()
         .and_then(|l| l.file_name().and_then(|s| s.to_str()).map(str::to_string));
@@ -688,7 +710,8 @@ pub(super) fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, 
         let pci_path = resolve_link(&dir)
             .map(|p| pci_chain(&p))
             .unwrap_or_default();
-        let pcie = read_pcie(r, "pcie.link", &n, &dir);
+        let mut pcie = read_pcie(r, "pcie.link", &n, &dir);
+        read_slot_max(sysfs, &pci_path, &mut pcie);
         gpus.push(Gpu {
             pci: n.clone(),
             vendor,
@@ -762,7 +785,8 @@ mod tests {
                 cur_gts: None,
                 cur_width: Some(8),
                 max_gts: None,
-                max_width: None
+                max_width: None,
+                ..PcieLink::default()
             }
         );
         assert_eq!(problems.len(), 1, "{problems:?}");
