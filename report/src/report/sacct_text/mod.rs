@@ -39,15 +39,15 @@ use std::io::BufRead;
 use super::pool::{
     BATCH_BYTES, Batch, InputNotes, OnBad, Parsed, Recycler, Streamed, read_full, run,
 };
-use super::{JobDetail, JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
+use super::{JobDetail, JobRecord, JobState, ReportError, gpus_from_tres, tag_state, unset};
 
 mod columns;
 mod values;
 
 pub use columns::{ColumnForm, column_form, header_names};
 use columns::{Columns, surplus};
-use values::parse_elapsed;
 pub use values::{gpus_from_gres, parse_time, parse_when, utc_date, utc_text};
+use values::{is_unset_word, parse_elapsed};
 
 /// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
 pub const FIELDS: &str = "JobID,Partition,Account,User,Cluster,QOS,State,Submit,Eligible,Start,End,ElapsedRaw,NNodes,AllocTRES,AdminComment";
@@ -202,10 +202,12 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
         |c: Option<usize>, name: &str| parse_time(get(c)).map_err(|e| format!("{name}: {e}"));
     let (start_s, end_s) = (time(cols.start, "Start")?, time(cols.end, "End")?);
     let elapsed_s = match (cols.elapsed_raw, cols.elapsed) {
-        (Some(i), _) if !f[i].is_empty() => f[i]
+        (Some(i), _) if !is_unset_word(f[i]) => f[i]
             .parse::<u64>()
+            .map(unset::value)
+            .map(|v| v as u64)
             .map_err(|_| format!("ElapsedRaw `{}` is not a number of seconds", f[i]))?,
-        (_, Some(i)) if !f[i].is_empty() => {
+        (_, Some(i)) if !is_unset_word(f[i]) => {
             parse_elapsed(f[i]).ok_or_else(|| format!("Elapsed `{}` is not [D-]HH:MM:SS", f[i]))?
         }
         // Without an elapsed column, an ended job lasted from its Start to its End.
@@ -213,9 +215,11 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
         _ => 0,
     };
     let nnodes = match cols.nnodes {
-        Some(i) if !f[i].is_empty() => f[i]
-            .parse::<u32>()
-            .map_err(|_| format!("NNodes `{}` is not a count", f[i]))?,
+        Some(i) if !is_unset_word(f[i]) => f[i]
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| u32::try_from(unset::value(n)).ok())
+            .ok_or_else(|| format!("NNodes `{}` is not a count", f[i]))?,
         _ => 0,
     };
     let comment = get(cols.admin_comment);
