@@ -22,17 +22,19 @@
 //! sacct prints every value as it is, delimiter and line breaks included, so what a value can
 //! hold decides whether the lines of an export can be trusted ([`column_form`]):
 //!
-//! * a header naming a column a job's user writes as free text (`JobName`, `Comment`,
-//!   `WorkDir`, `SubmitLine`, `StdOut`, ...), or a column this reader does not know, is refused:
-//!   such a value can hold the delimiter and line breaks, and so frame a whole line that reads as
-//!   a row of root's (a FAILED job with a `fail` verdict passing for COMPLETED and `pass`), with
-//!   every line still as wide as the header. `sacct --json` quotes every string and is read
-//!   instead.
-//! * `AdminComment` may itself contain `|` (other tools write free text there), so when it is the
-//!   last column and every column before it has a fixed form ([`ColumnForm::Fixed`]), every
-//!   extra field is joined back into it. When a column before it can hold the delimiter as well
-//!   (`Constraints` `a|b`, `Licenses`), which field holds the extra ones cannot be told, and a
-//!   line with extra fields refuses the whole input.
+//! * a line as wide as the header has no delimiter inside any value, and reads where the
+//!   header says. A line with more fields reads when one column alone can hold the delimiter
+//!   (`AdminComment`, `Constraints`, a free-text column, ...): the extra fields are joined back
+//!   into it. When two can, which one holds them cannot be told and the line is skipped with
+//!   its line and job id; the input is refused only when no line reads.
+//! * a column a job's user writes as free text (`JobName`, `Comment`, `WorkDir`, `SubmitLine`,
+//!   `StdOut`, ...), or a column this reader does not know, can hold line breaks as well, and so
+//!   frame a whole line that reads as a row, with every line still as wide as the header. Beside
+//!   `AdminComment` that line could carry a verdict of the user's (a FAILED job with a `fail`
+//!   verdict passing for COMPLETED and `pass`), so such a header is refused; without it the
+//!   export is read with a warning naming those columns, and a line shorter than the header is
+//!   skipped (it may be a piece of a broken value). `sacct --json` quotes every string and is
+//!   read instead.
 
 use std::io::BufRead;
 
