@@ -440,15 +440,24 @@ fn utc(s: &str) -> i64 {
 }
 
 #[test]
-fn the_habrok_capture_is_refused_for_its_free_text_columns_and_reads_without_them() {
+fn the_habrok_capture_with_its_free_text_columns_reads_as_it_does_without_them() {
     skip_without_corpus!();
-    // JobName and Comment are the jobs' users' text: they could frame lines of their own.
-    let err = text_jobs("sacct/hb-jobinfo/sacct.txt", &hb()).unwrap_err();
+    // JobName early and Comment last, no AdminComment: every line is as wide as the header,
+    // so no value held the delimiter and every job reads where its columns say.
+    let (jobs, notes) = noted_jobs("sacct/hb-jobinfo/sacct.txt", &hb());
+    let (text, layout) = hb_without_free_text();
+    let without = sacct_text::read_all_with(text.as_bytes(), "hb", &layout).unwrap();
+    assert_eq!(jobs, without);
+    assert_eq!(jobs.len(), 100);
+    assert_eq!((notes.skipped, notes.padded), (0, 0));
+    // Read with a warning that names the columns and the export to trust instead.
     assert!(
-        err.contains("--input-columns names `JobName` and `Comment`, columns a job's user writes as free text"),
-        "{err}"
+        notes.missing_columns.iter().any(|m| m.starts_with(
+            "`JobName` and `Comment` hold a job's user's free text: the lines as wide as the header were read"
+        ) && m.contains("export with `sacct --json`")),
+        "{:?}",
+        notes.missing_columns
     );
-    assert!(err.contains("export with `sacct --json` instead"), "{err}");
 }
 
 #[test]
@@ -502,17 +511,22 @@ fn noheader_output_without_its_columns_is_refused_with_what_to_pass() {
 #[test]
 fn the_habrok_output_reports_through_the_command() {
     skip_without_corpus!();
-    let (rc, _, err) = run(&[
+    let (rc, with_free_text, err) = run(&[
         "report",
         "-i",
         file("sacct/hb-jobinfo/sacct.txt").to_str().unwrap(),
+        "-f",
+        "json",
         "--input-delimiter",
         "☃",
         "--input-columns",
         HB_COLUMNS,
     ]);
-    assert_eq!(rc, 3, "{err}");
-    assert!(err.contains("names `JobName` and `Comment`"), "{err}");
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        err.contains("`JobName` and `Comment` hold a job's user's free text"),
+        "{err}"
+    );
     let (text, layout) = hb_without_free_text();
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("hb.txt");
@@ -537,6 +551,9 @@ fn the_habrok_output_reports_through_the_command() {
         .map(|g| g["records"].as_u64().unwrap())
         .sum();
     assert_eq!(records, 100);
+    // The same groups and figures as the capture without those columns.
+    let with: serde_json::Value = serde_json::from_str(&with_free_text).unwrap();
+    assert_eq!(with["groups"], doc["groups"]);
 }
 
 const HPC_COLUMNS: &str = "State,JobID,ReqCPUS,ReqMem,ReqNodes,Constraints,Submit,Eligible,Start,Elapsed,Suspended,End,ExitCode,DerivedExitCode,AllocNodes,NCPUS,MaxDiskRead,MaxDiskWrite,MaxPages,MaxRSS,MaxVMSize,CPUTime,UserCPU,SystemCPU,TotalCPU";

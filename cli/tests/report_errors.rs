@@ -161,14 +161,15 @@ fn a_cut_line_in_the_middle_of_a_text_history_is_skipped_and_counted_not_fatal()
 }
 
 #[test]
-fn a_saved_history_with_a_free_text_column_is_refused_with_the_export_to_use_instead() {
-    // A comment holding the delimiter and a line break frames rows as wide as the header: the
-    // reader cannot tell them from root's, so it reads none.
+fn a_saved_history_with_a_free_text_column_beside_admin_comment_is_refused_with_the_export_to_use_instead()
+ {
+    // A comment holding the delimiter and a line break frames rows as wide as the header, with
+    // a fabric verdict of the user's: the reader cannot tell them from root's, so it reads none.
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("history.txt");
     std::fs::write(
         &p,
-        "JobID|Partition|State|ElapsedRaw|NNodes|Comment\n5|ib|FAILED|60|2|x\n6|ib|COMPLETED|60|2|y\n",
+        "JobID|Partition|State|ElapsedRaw|NNodes|Comment|AdminComment\n5|ib|FAILED|60|2|x|\n6|ib|COMPLETED|60|2|y|\n",
     )
     .unwrap();
     let (code, err) = report(&["-i", p.to_str().unwrap()]);

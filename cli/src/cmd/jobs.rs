@@ -57,8 +57,8 @@ pub struct Args {
     format: Format,
     /// Read this saved `sacct -X -P -o <FIELDS>` output, or the `sacct --json` history that
     /// `report` reads (`-` for stdin), instead of running sacct. `-P` text with a column of the
-    /// users' free text (JobName, Comment, WorkDir, SubmitLine, ...) is refused: it could pass
-    /// a failed job off as a passing one.
+    /// users' free text (JobName, Comment, WorkDir, SubmitLine, ...) beside AdminComment is
+    /// refused: a line break in it could pass a failed job off as a passing one.
     #[arg(long, value_name = "FILE")]
     sacct_file: Option<PathBuf>,
     /// The sacct binary to run (absolute path).

@@ -17,7 +17,8 @@ use fabric_report::report::{GroupBy, ReportError, Streamed, sacct_json, sacct_te
 pub struct Args {
     /// sacct output to read (`-` for stdin); without it, sacct is run with the filters below.
     /// `sacct -P` text with a column of the users' free text (JobName, Comment, WorkDir,
-    /// SubmitLine, ...) is refused: save `sacct --json` instead, or leave those columns out.
+    /// SubmitLine, ...) is read with a warning, and refused beside AdminComment: save
+    /// `sacct --json` instead, or leave those columns out.
     #[arg(long, short)]
     input: Option<PathBuf>,
     /// Form of --input: `json` (sacct --json), `text` (sacct -P) or `auto` (by the first byte).

@@ -17,6 +17,7 @@ pub use pool::{InputNotes, NAMED, Streamed};
 pub mod render;
 pub mod sacct_json;
 pub mod sacct_text;
+pub mod unset;
 
 use serde::Serialize;
 

@@ -26,9 +26,6 @@ pub(crate) enum Parsed {
     Job(JobRecord),
     /// A job read from a line shorter than the header, its trailing columns taken as empty.
     Padded(JobRecord),
-    /// A record that shows the whole input cannot be trusted (a free-text value that may have
-    /// moved the fields after it): the run stops with this message whatever [`OnBad`] says.
-    Refuse(String),
 }
 
 /// What to do with a record the parser refuses.
@@ -351,7 +348,6 @@ where
                                 each(&mut acc, job);
                             }
                             Ok(Parsed::Nothing) => {}
-                            Ok(Parsed::Refuse(message)) => return Err((at, message)),
                             Err(message) if on_bad == OnBad::Skip => notes.skip(at, message),
                             Err(message) => return Err((at, message)),
                         }

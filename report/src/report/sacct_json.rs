@@ -40,13 +40,22 @@ use std::io::Read;
 
 use serde::Deserialize;
 
-use super::{JobDetail, JobRecord, JobState, ReportError, tag_state};
+use super::{JobDetail, JobRecord, JobState, ReportError, tag_state, unset};
 
 mod fast;
 
-/// A number that is either a plain integer or the newer schema's `{set, infinite, number}`.
+/// A number that is either a plain integer or the newer schema's `{set, infinite, number}`;
+/// 0 where Slurm says "not set" or "unlimited" (a sentinel such as `NO_VAL`, `set: false`,
+/// `infinite: true`: see [`super::unset`]).
 #[derive(Debug, Default, Clone, Copy)]
 struct Num(i64);
+
+impl Num {
+    /// A plain integer, 0 where it is a sentinel.
+    fn of(v: i64) -> Self {
+        Self(u64::try_from(v).map_or(v, unset::value))
+    }
+}
 
 impl<'de> Deserialize<'de> for Num {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -57,13 +66,17 @@ impl<'de> Deserialize<'de> for Num {
                 f.write_str("an integer or {set, infinite, number}")
             }
             fn visit_i64<E>(self, v: i64) -> Result<Num, E> {
-                Ok(Num(v))
+                Ok(Num::of(v))
             }
             fn visit_u64<E>(self, v: u64) -> Result<Num, E> {
-                Ok(Num(i64::try_from(v).unwrap_or(i64::MAX)))
+                Ok(Num(match i64::try_from(v) {
+                    Ok(i) => Num::of(i).0,
+                    Err(_) if unset::is_sentinel(v) => 0,
+                    Err(_) => i64::MAX,
+                }))
             }
             fn visit_f64<E>(self, v: f64) -> Result<Num, E> {
-                Ok(Num(v as i64))
+                Ok(Num::of(v as i64))
             }
             fn visit_unit<E>(self) -> Result<Num, E> {
                 Ok(Num(0))
@@ -273,7 +286,7 @@ impl RawJob<'_> {
             elapsed_s: self.time.elapsed.0.max(0) as u64,
             nnodes: self.allocation_nodes.0.max(0) as u32,
             gpus: gpus.or(typed),
-            restarts: self.restart_cnt.0.max(0) as u32,
+            restarts: unset::value16(self.restart_cnt.0).max(0) as u32,
             tag: self
                 .comment
                 .administrator

@@ -508,7 +508,7 @@ impl<'a> Cur<'a> {
                 // serde reads -0 as the float -0.0, which the visitor turns into 0 all the same.
                 Some(Num(-v))
             }
-            b'0'..=b'9' => Some(Num(self.digits()?)),
+            b'0'..=b'9' => Some(Num::of(self.digits()?)),
             _ => None,
         }
     }

@@ -2,8 +2,7 @@
 //! what each column's values can hold ([`column_form`]), and what a line with more fields than
 //! the header means.
 
-use super::super::pool::Parsed;
-use super::{FIELDS, TextLayout, field_count_error};
+use super::{FIELDS, TextLayout};
 
 #[derive(Debug, Clone, Default)]
 pub(super) struct Columns {
@@ -36,20 +35,28 @@ pub(super) struct Columns {
     pub(super) detail: bool,
     /// What a line with more fields than the header means.
     pub(super) surplus: Surplus,
+    /// The columns of a job's user's free text (or unknown), as the header names them: read
+    /// only without `AdminComment`, and then a line shorter than the header is not read.
+    pub(super) free_text: Vec<String>,
+    /// Whether every line ends with the delimiter (`--parsable`, seen on the header line);
+    /// `None` when the columns were given, not read from a header.
+    pub(super) trailing: Option<bool>,
 }
 
 /// What a line with more fields than the header is.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) enum Surplus {
-    /// Not readable: the line is skipped (no `AdminComment` last to hold them).
+    /// Not readable: no column can hold the delimiter, so the line is cut or mixed with other
+    /// text and is skipped.
     #[default]
     Skip,
-    /// The extra fields belong to the last column, `AdminComment`: every column before it has
-    /// a fixed form.
-    JoinIntoAdminComment,
-    /// A column before the last `AdminComment` can hold the delimiter too (named here): which
-    /// field holds the extra ones cannot be told, so the whole input is refused.
-    Refuse(Vec<String>),
+    /// The extra fields belong to the one column that can hold the delimiter (at this index):
+    /// every other column has a fixed form, so the fields before it and after it are where the
+    /// header says.
+    JoinInto(usize),
+    /// Several columns can hold the delimiter (named here): which of them holds the extra
+    /// fields cannot be told, so such a line is skipped (the lines as wide as the header read).
+    Ambiguous(Vec<String>),
 }
 
 /// What a value of a `sacct -P` column can hold, as far as the framing of a line goes.
@@ -221,15 +228,48 @@ pub(super) fn and_list(names: &[String]) -> String {
     }
 }
 
-/// Why a layout naming columns of free text (or columns this reader does not know) is not read,
-/// and what to export instead.
-pub(super) fn free_text_refusal(origin: &str, names: &[String]) -> String {
-    let (known, unknown): (Vec<String>, Vec<String>) = names
+/// `` `a` `` and the words for one or several: (`it`, `is`) or (`them`, `are`).
+fn them(v: &[String]) -> (&'static str, &'static str) {
+    if v.len() == 1 {
+        ("it", "is")
+    } else {
+        ("them", "are")
+    }
+}
+
+/// Splits column names into the known free-text ones and those this reader does not know.
+fn known_and_unknown(names: &[String]) -> (Vec<String>, Vec<String>) {
+    names
         .iter()
         .cloned()
-        .partition(|n| FREE_TEXT.contains(&n.to_ascii_lowercase().as_str()));
-    let why = "such a value can hold the delimiter and line breaks, so a line of this export cannot be told from one the user wrote (a FAILED job could read as COMPLETED with a passing fabric verdict) and none is read; export with `sacct --json` instead (it quotes every string)";
-    let them = |v: &[String]| if v.len() == 1 { "it" } else { "them" };
+        .partition(|n| FREE_TEXT.contains(&n.to_ascii_lowercase().as_str()))
+}
+
+/// ` (`X` is not a sacct column this reader knows (misspelt?), so it is taken for free text
+/// too)`, or nothing.
+fn unknown_note(unknown: &[String], too: bool) -> String {
+    if unknown.is_empty() {
+        return String::new();
+    }
+    format!(
+        " ({} {} not a sacct column this reader knows (misspelt?), so {} taken for free text{})",
+        and_list(unknown),
+        them(unknown).1,
+        if unknown.len() == 1 {
+            "it is"
+        } else {
+            "they are"
+        },
+        if too { " too" } else { "" },
+    )
+}
+
+/// Why a layout naming columns of free text (or columns this reader does not know) beside
+/// `AdminComment` is not read, and what to export instead: a line break in such a value can
+/// frame a whole row with a verdict of the user's, and no count of fields shows it.
+pub(super) fn free_text_refusal(origin: &str, names: &[String]) -> String {
+    let (known, unknown) = known_and_unknown(names);
+    let why = "such a value can hold line breaks as well as the delimiter, so beside AdminComment a line of this export cannot be told from one the user wrote (a FAILED job could read as COMPLETED with a passing fabric verdict) and none is read; export with `sacct --json` instead (it quotes every string)";
     if known.is_empty() {
         return format!(
             "{origin} names {}, {} a sacct column this reader knows (misspelt?): {} could hold a job's user's free text, and {why}, or correct or drop {}",
@@ -239,48 +279,57 @@ pub(super) fn free_text_refusal(origin: &str, names: &[String]) -> String {
             } else {
                 "none of them"
             },
-            them(&unknown),
-            them(&unknown),
+            them(&unknown).0,
+            them(&unknown).0,
         );
     }
-    let mut m = format!(
-        "{origin} names {}, {} a job's user writes as free text: {why}, or again with a --format that leaves {} out",
+    format!(
+        "{origin} names {}, {} a job's user writes as free text: {why}, or again with a --format that leaves {} out{}",
         and_list(&known),
         if known.len() == 1 {
             "a column"
         } else {
             "columns"
         },
-        them(&known),
-    );
-    if !unknown.is_empty() {
-        m.push_str(&format!(
-            " ({} {} not a sacct column this reader knows, so it is taken for free text too)",
-            and_list(&unknown),
-            if unknown.len() == 1 { "is" } else { "are" }
-        ));
-    }
-    m
-}
-
-/// Why a line with more fields than the header stops the reading when a column before the last
-/// `AdminComment` can hold the delimiter too.
-pub(super) fn surplus_refusal(got: usize, want: usize, loose: &[String]) -> String {
-    format!(
-        "{got} fields where the header has {want}, and {} before the last column, AdminComment, can hold the delimiter too: which field holds the extra ones cannot be told, so this export is not read; export with `sacct --json` instead, or again with a --format that leaves {} out or ends before AdminComment",
-        and_list(loose),
-        if loose.len() == 1 { "it" } else { "them" },
+        them(&known).0,
+        unknown_note(&unknown, true),
     )
 }
 
-/// What to do with a line of `count` fields, more than the header's: `Ok(None)` to join the
-/// extra ones into the last column, `Ok(Some(refusal))` to stop reading, `Err` to skip the line.
-pub(super) fn surplus(cols: &Columns, count: usize) -> Result<Option<Parsed>, String> {
-    match &cols.surplus {
-        Surplus::JoinIntoAdminComment => Ok(None),
-        Surplus::Refuse(loose) => Ok(Some(Parsed::Refuse(surplus_refusal(count, cols.n, loose)))),
-        Surplus::Skip => Err(field_count_error(count, cols.n)),
-    }
+/// The warning an export with free-text columns (and no `AdminComment`) is read with: its
+/// lines are read, but a line break in such a value could still frame a row of its own.
+pub(super) fn free_text_caution(names: &[String]) -> String {
+    let (known, unknown) = known_and_unknown(names);
+    let all: Vec<String> = known.iter().chain(&unknown).cloned().collect();
+    format!(
+        "{} {} a job's user's free text{}: the lines as wide as the header were read, but a line break in such a value could frame a line that reads as a row of its own, which no count of fields shows; for figures you rely on, export with `sacct --json` (it quotes every string) or with a --format that leaves {} out",
+        and_list(&all),
+        if all.len() == 1 { "holds" } else { "hold" },
+        unknown_note(&unknown, false),
+        them(&all).0,
+    )
+}
+
+/// Why a line with more fields than the header is skipped when several columns can hold the
+/// delimiter: `job 12: 7 fields where the header has 6, and ...`.
+pub(super) fn ambiguous_line(
+    job: Option<&str>,
+    got: usize,
+    want: usize,
+    loose: &[String],
+) -> String {
+    format!(
+        "{}{got} fields where the header has {want}, and {}: which field holds the extra ones cannot be told, so the line is not read; export with `sacct --json`, or with `--parsable2 --delimiter=` a character no value holds, or with a --format that keeps one of them only",
+        job.map_or(String::new(), |j| format!("job {j}: ")),
+        if loose.len() == 1 {
+            format!(
+                "{} can hold the delimiter while the line may end with --parsable's",
+                and_list(loose)
+            )
+        } else {
+            format!("{} can each hold the delimiter", and_list(loose))
+        },
+    )
 }
 
 /// The delimiter of a header line: the first character that cannot be part of a field name.
@@ -364,24 +413,22 @@ impl Columns {
     ) -> Result<Self, String> {
         let mut shown: Vec<String> = line.split(delim).map(|s| s.trim().to_string()).collect();
         // `--parsable` ends the header with the delimiter too.
+        let mut trailing = Some(false);
         if shown.len() > 1 && shown.last().is_some_and(String::is_empty) {
             shown.pop();
+            trailing = Some(true);
+        }
+        if origin == "--input-columns" {
+            trailing = None;
         }
         let names: Vec<String> = shown.iter().map(|s| s.to_ascii_lowercase()).collect();
-        let surplus = match names.split_last() {
-            Some((last, before)) if last == "admincomment" => {
-                let loose: Vec<String> = shown[..before.len()]
-                    .iter()
-                    .filter(|n| column_form(n) != ColumnForm::Fixed)
-                    .cloned()
-                    .collect();
-                if loose.is_empty() {
-                    Surplus::JoinIntoAdminComment
-                } else {
-                    Surplus::Refuse(loose)
-                }
-            }
-            _ => Surplus::Skip,
+        let loose: Vec<usize> = (0..shown.len())
+            .filter(|&i| column_form(&shown[i]) != ColumnForm::Fixed)
+            .collect();
+        let surplus = match loose.as_slice() {
+            [] => Surplus::Skip,
+            [one] => Surplus::JoinInto(*one),
+            many => Surplus::Ambiguous(many.iter().map(|&i| shown[i].clone()).collect()),
         };
         let fix = fix.replace("FIELDS", FIELDS);
         let find = |n: &str| names.iter().position(|x| x == n);
@@ -397,7 +444,7 @@ impl Columns {
             .filter(|n| column_form(n) == ColumnForm::FreeText)
             .cloned()
             .collect();
-        if !free.is_empty() {
+        if !free.is_empty() && names.iter().any(|n| n == "admincomment") {
             return Err(free_text_refusal(origin, &free));
         }
         Ok(Self {
@@ -425,6 +472,8 @@ impl Columns {
             nodelist: find("nodelist"),
             detail: false,
             surplus,
+            free_text: free,
+            trailing,
         })
     }
 
@@ -444,6 +493,9 @@ impl Columns {
             out.push(
                 "no AllocTRES (or AllocGRES) column: the jobs' GPUs are unknown, so GPU-hours show 0; add AllocTRES to sacct's --format".to_string(),
             );
+        }
+        if !self.free_text.is_empty() {
+            out.push(free_text_caution(&self.free_text));
         }
         if self.nnodes.is_none() {
             out.push(

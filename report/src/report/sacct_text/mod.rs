@@ -22,32 +22,34 @@
 //! sacct prints every value as it is, delimiter and line breaks included, so what a value can
 //! hold decides whether the lines of an export can be trusted ([`column_form`]):
 //!
-//! * a header naming a column a job's user writes as free text (`JobName`, `Comment`,
-//!   `WorkDir`, `SubmitLine`, `StdOut`, ...), or a column this reader does not know, is refused:
-//!   such a value can hold the delimiter and line breaks, and so frame a whole line that reads as
-//!   a row of root's (a FAILED job with a `fail` verdict passing for COMPLETED and `pass`), with
-//!   every line still as wide as the header. `sacct --json` quotes every string and is read
-//!   instead.
-//! * `AdminComment` may itself contain `|` (other tools write free text there), so when it is the
-//!   last column and every column before it has a fixed form ([`ColumnForm::Fixed`]), every
-//!   extra field is joined back into it. When a column before it can hold the delimiter as well
-//!   (`Constraints` `a|b`, `Licenses`), which field holds the extra ones cannot be told, and a
-//!   line with extra fields refuses the whole input.
+//! * a line as wide as the header has no delimiter inside any value, and reads where the
+//!   header says. A line with more fields reads when one column alone can hold the delimiter
+//!   (`AdminComment`, `Constraints`, a free-text column, ...): the extra fields are joined back
+//!   into it. When two can, which one holds them cannot be told and the line is skipped with
+//!   its line and job id; the input is refused only when no line reads.
+//! * a column a job's user writes as free text (`JobName`, `Comment`, `WorkDir`, `SubmitLine`,
+//!   `StdOut`, ...), or a column this reader does not know, can hold line breaks as well, and so
+//!   frame a whole line that reads as a row, with every line still as wide as the header. Beside
+//!   `AdminComment` that line could carry a verdict of the user's (a FAILED job with a `fail`
+//!   verdict passing for COMPLETED and `pass`), so such a header is refused; without it the
+//!   export is read with a warning naming those columns, and a line shorter than the header is
+//!   skipped (it may be a piece of a broken value). `sacct --json` quotes every string and is
+//!   read instead.
 
 use std::io::BufRead;
 
 use super::pool::{
     BATCH_BYTES, Batch, InputNotes, OnBad, Parsed, Recycler, Streamed, read_full, run,
 };
-use super::{JobDetail, JobRecord, JobState, ReportError, gpus_from_tres, tag_state};
+use super::{JobDetail, JobRecord, JobState, ReportError, gpus_from_tres, tag_state, unset};
 
 mod columns;
 mod values;
 
 pub use columns::{ColumnForm, column_form, header_names};
-use columns::{Columns, surplus};
-use values::parse_elapsed;
+use columns::{Columns, Surplus, ambiguous_line};
 pub use values::{gpus_from_gres, parse_time, parse_when, utc_date, utc_text};
+use values::{is_unset_word, parse_elapsed};
 
 /// The `--format` list used when fabric-check runs sacct (AdminComment last, see above).
 pub const FIELDS: &str = "JobID,Partition,Account,User,Cluster,QOS,State,Submit,Eligible,Start,End,ElapsedRaw,NNodes,AllocTRES,AdminComment";
@@ -83,48 +85,95 @@ fn parse_line(cols: &Columns, line: &str) -> Result<Parsed, String> {
         _ => line,
     };
     if delim != "|" || cols.n > MAX_FIELDS {
-        let mut f: Vec<&str> = line.split(delim).collect();
+        let f: Vec<&str> = line.split(delim).collect();
         if f.len() > cols.n {
-            if let Some(stop) = surplus(cols, f.len())? {
-                return Ok(stop);
-            }
-            // The extra fields go back into the last column, AdminComment.
-            let joined_start = line
-                .match_indices(delim)
-                .nth(cols.n - 2)
-                .map_or(0, |(i, _)| i + delim.len());
-            f.truncate(cols.n - 1);
-            f.push(&line[joined_start..]);
+            return surplus_line(cols, line);
         }
         return finish_line(cols, &f);
     }
     let mut f: [&str; MAX_FIELDS] = [""; MAX_FIELDS];
     let mut count = 0;
     let mut at = 0;
-    // Where the last column starts if extra bars are joined back into it.
-    let mut last_start = 0;
     for i in memchr::memchr_iter(b'|', line.as_bytes()) {
         if count < MAX_FIELDS {
             f[count] = &line[at..i];
         }
         count += 1;
         at = i + 1;
-        if count == cols.n - 1 {
-            last_start = at;
-        }
     }
     if count < MAX_FIELDS {
         f[count] = &line[at..];
     }
     count += 1;
     if count > cols.n {
-        if let Some(stop) = surplus(cols, count)? {
-            return Ok(stop);
-        }
-        f[cols.n - 1] = &line[last_start..];
-        count = cols.n;
+        return surplus_line(cols, line);
     }
     finish_line(cols, &f[..count])
+}
+
+/// A line with more fields than the header (rare: the slow path). A line as wide as the
+/// header has no delimiter inside any value, so only such a line can have a value that holds
+/// one; it is read when one column alone can hold the delimiter ([`Surplus::JoinInto`]) and
+/// skipped with the reason otherwise.
+fn surplus_line(cols: &Columns, line: &str) -> Result<Parsed, String> {
+    let delim = cols.delim.as_str();
+    let line = match (cols.trailing, line.strip_suffix(delim)) {
+        // `--parsable`, as the header showed: the last delimiter ends the line.
+        (Some(true), Some(l)) => l,
+        // Unknown (no header): the last delimiter may end the line or a value, which moves
+        // every field after the one column that holds the extra ones.
+        (None, Some(_)) if cols.surplus != Surplus::JoinInto(cols.n - 1) => {
+            return Err(ambiguous_line(
+                None,
+                line.matches(delim).count() + 1,
+                cols.n,
+                &[cols.names[match cols.surplus {
+                    Surplus::JoinInto(i) => i,
+                    _ => cols.n - 1,
+                }]
+                .clone()],
+            ));
+        }
+        _ => line,
+    };
+    let f: Vec<&str> = line.split(delim).collect();
+    if f.len() <= cols.n {
+        return finish_line(cols, &f);
+    }
+    let extra = f.len() - cols.n;
+    match &cols.surplus {
+        Surplus::Skip => Err(field_count_error(f.len(), cols.n)),
+        Surplus::Ambiguous(loose) => {
+            // The JobID is where the header says when no column before it can hold the
+            // delimiter, or counted from the end when none after it can.
+            let first = cols.names.iter().position(|n| loose.contains(n));
+            let last = cols.names.iter().rposition(|n| loose.contains(n));
+            let job = if first.is_none_or(|i| cols.job_id < i) {
+                f.get(cols.job_id)
+            } else if last.is_none_or(|i| cols.job_id > i) {
+                f.get(cols.job_id + extra)
+            } else {
+                None
+            };
+            Err(ambiguous_line(
+                job.copied().filter(|j| !j.is_empty()),
+                f.len(),
+                cols.n,
+                loose,
+            ))
+        }
+        &Surplus::JoinInto(i) => {
+            // The value of column `i` runs from its first field to the one `extra` further.
+            let bars: Vec<usize> = line.match_indices(delim).map(|(p, _)| p).collect();
+            let from = if i == 0 { 0 } else { bars[i - 1] + delim.len() };
+            let to = bars.get(i + extra).copied().unwrap_or(line.len());
+            let mut g: Vec<&str> = Vec::with_capacity(cols.n);
+            g.extend_from_slice(&f[..i]);
+            g.push(&line[from..to]);
+            g.extend_from_slice(&f[i + extra + 1..]);
+            finish_line(cols, &g)
+        }
+    }
 }
 
 /// Reads the fields of a line; a line with fewer fields than the header is read with its
@@ -147,12 +196,23 @@ fn finish_line(cols: &Columns, f: &[&str]) -> Result<Parsed, String> {
 
 /// Whether a line of `count < cols.n` fields is unambiguous: its JobID and State are there
 /// and are not its last field, and neither is any other column the report reads (the last field
-/// of a cut line may itself be cut short). Then the columns after it were left off whole (an
-/// output made with a shorter `--format`, or a line cut just after a delimiter's field) and are
-/// read as empty. Otherwise the error says why the line cannot be read.
+/// of a cut line may itself be cut short), and no column holds a job's user's free text (a
+/// line break in such a value leaves pieces of a line). Then the columns after it were left off
+/// whole (an output made with a shorter `--format`, or a line cut just after a delimiter's
+/// field) and are read as empty. Otherwise the error says why the line cannot be read.
 fn short_line(cols: &Columns, count: usize) -> Result<(), String> {
     let last = count.saturating_sub(1);
     let name = |i: usize| cols.names.get(i).map_or("?", String::as_str);
+    if !cols.free_text.is_empty() {
+        return Err(short_error(
+            count,
+            cols.n,
+            &format!(
+                "{} can hold a line break, so it may be a piece of a line",
+                columns::and_list(&cols.free_text)
+            ),
+        ));
+    }
     if cols.job_id >= last || cols.state >= last {
         return Err(short_error(
             count,
@@ -202,10 +262,12 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
         |c: Option<usize>, name: &str| parse_time(get(c)).map_err(|e| format!("{name}: {e}"));
     let (start_s, end_s) = (time(cols.start, "Start")?, time(cols.end, "End")?);
     let elapsed_s = match (cols.elapsed_raw, cols.elapsed) {
-        (Some(i), _) if !f[i].is_empty() => f[i]
+        (Some(i), _) if !is_unset_word(f[i]) => f[i]
             .parse::<u64>()
+            .map(unset::value)
+            .map(|v| v as u64)
             .map_err(|_| format!("ElapsedRaw `{}` is not a number of seconds", f[i]))?,
-        (_, Some(i)) if !f[i].is_empty() => {
+        (_, Some(i)) if !is_unset_word(f[i]) => {
             parse_elapsed(f[i]).ok_or_else(|| format!("Elapsed `{}` is not [D-]HH:MM:SS", f[i]))?
         }
         // Without an elapsed column, an ended job lasted from its Start to its End.
@@ -213,9 +275,11 @@ fn parse_fields(cols: &Columns, f: &[&str]) -> Result<Option<JobRecord>, String>
         _ => 0,
     };
     let nnodes = match cols.nnodes {
-        Some(i) if !f[i].is_empty() => f[i]
-            .parse::<u32>()
-            .map_err(|_| format!("NNodes `{}` is not a count", f[i]))?,
+        Some(i) if !is_unset_word(f[i]) => f[i]
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| u32::try_from(unset::value(n)).ok())
+            .ok_or_else(|| format!("NNodes `{}` is not a count", f[i]))?,
         _ => 0,
     };
     let comment = get(cols.admin_comment);

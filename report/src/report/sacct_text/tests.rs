@@ -77,7 +77,7 @@ fn a_job_name_holding_the_delimiter_cannot_pass_a_failed_job_off_as_completed_wi
     }
     let err = read.unwrap_err().to_string();
     assert!(
-        err.starts_with("saved.txt:1: the header names `JobName`, a column a job's user writes as free text: such a value can hold the delimiter and line breaks"),
+        err.starts_with("saved.txt:1: the header names `JobName`, a column a job's user writes as free text: such a value can hold line breaks as well as the delimiter, so beside AdminComment"),
         "{err}"
     );
     assert!(err.contains("export with `sacct --json` instead"), "{err}");
@@ -111,11 +111,11 @@ fn a_work_dir_holding_a_line_break_cannot_forge_a_whole_row_as_wide_as_the_heade
     );
     // The same when the columns are given for output made without a header.
     let layout = TextLayout {
-        columns: Some("JobID,Comment,SubmitLine,State".into()),
+        columns: Some("JobID,Comment,SubmitLine,State,AdminComment".into()),
         ..TextLayout::default()
     };
     let err = read_all_with(
-        &b"12|a|b|FAILED
+        &b"12|a|b|FAILED|
 "[..],
         "saved.txt",
         &layout,
@@ -130,7 +130,7 @@ fn a_work_dir_holding_a_line_break_cannot_forge_a_whole_row_as_wide_as_the_heade
 }
 
 #[test]
-fn extra_fields_join_a_last_admin_comment_only_when_every_column_before_it_has_a_fixed_form() {
+fn extra_fields_join_the_one_column_that_can_hold_the_delimiter_and_are_skipped_when_two_can() {
     // Fixed columns only: another tool's `|` in AdminComment is joined back.
     let fixed = format!(
         "JobID|State|ElapsedRaw|AdminComment
@@ -146,8 +146,9 @@ fn extra_fields_join_a_last_admin_comment_only_when_every_column_before_it_has_a
             Some(fabric_proto::tag::Verdict::Fail)
         )]
     );
-    // `Constraints` can hold `|` (`a|b`) as well: the extra fields could be either's, so
-    // the input is refused, for `|` and for any other delimiter alike.
+    // `Constraints` can hold `|` (`a|b`) as well: the extra fields could be either's, so that
+    // line is skipped with the reason, for `|` and for any other delimiter alike, and the line
+    // as wide as the header is read.
     for (d, text) in [
         (
             "|",
@@ -168,29 +169,38 @@ fn extra_fields_join_a_last_admin_comment_only_when_every_column_before_it_has_a
             ),
         ),
     ] {
-        let err = read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default())
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.starts_with("t.txt:3: 5 fields where the header has 4, and `Constraints` before the last column, AdminComment, can hold the delimiter too"),
-            "{d}: {err}"
+        let (jobs, notes) =
+            read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+        assert_eq!(
+            verdicts(&jobs),
+            [("11".to_string(), JobState::Completed, None)],
+            "{d}"
         );
-        assert!(err.contains("export with `sacct --json` instead"), "{err}");
+        let (line, why) = &notes.skipped_first[0];
+        assert_eq!(*line, 3, "{d}");
+        assert!(
+            why.starts_with("job 12: 5 fields where the header has 4, and `Constraints` and `AdminComment` can each hold the delimiter: which field holds the extra ones cannot be told, so the line is not read"),
+            "{d}: {why}"
+        );
+        assert!(why.contains("export with `sacct --json`"), "{why}");
     }
-    // Without AdminComment last, a line with extra fields is skipped and counted as before.
+    // One such column anywhere takes the extra fields: the ones after it stay in place.
     let text = "JobID|Constraints|State|ElapsedRaw
 11|a|COMPLETED|60
 12|a|b|FAILED|60
 ";
     let (jobs, notes) = read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
-    assert_eq!((jobs.len(), notes.skipped), (1, 1));
+    assert_eq!(notes.skipped, 0);
+    assert_eq!(jobs[1].state, JobState::Failed);
+    assert_eq!(jobs[1].elapsed_s, 60);
 }
 
 #[test]
 fn a_column_this_reader_does_not_know_is_taken_for_free_text() {
+    // Beside AdminComment it refuses the export.
     let err = read_all(
-        &b"JobID|State|Notes
-1|COMPLETED|x
+        &b"JobID|State|Notes|AdminComment
+1|COMPLETED|x|
 "[..],
         "t.txt",
     )
@@ -201,6 +211,21 @@ fn a_column_this_reader_does_not_know_is_taken_for_free_text() {
         "{err}"
     );
     assert!(err.contains("export with `sacct --json` instead"), "{err}");
+    // Without it, the export reads with a warning that names it.
+    let (jobs, notes) = read_all_noting(
+        &b"JobID|State|Notes\n1|COMPLETED|x\n"[..],
+        "t.txt",
+        &TextLayout::default(),
+    )
+    .unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert!(
+        notes.missing_columns.iter().any(|m| m.starts_with(
+            "`Notes` holds a job's user's free text (`Notes` is not a sacct column this reader knows (misspelt?), so it is taken for free text)"
+        )),
+        "{:?}",
+        notes.missing_columns
+    );
     // A misspelt column the report needs is named as missing first.
     let err = read_all(&b"JobID|Stat\n1|COMPLETED\n"[..], "t.txt")
         .unwrap_err()
@@ -208,14 +233,14 @@ fn a_column_this_reader_does_not_know_is_taken_for_free_text() {
     assert!(err.contains("the header has no `State` column"), "{err}");
     // Beside a known free-text column it is named too.
     let err = read_all(
-        &b"JobID|State|JobName|Notes\n1|COMPLETED|a|b\n"[..],
+        &b"JobID|State|JobName|Notes|AdminComment\n1|COMPLETED|a|b|\n"[..],
         "t.txt",
     )
     .unwrap_err()
     .to_string();
     assert!(
         err.contains("names `JobName`, a column a job's user writes as free text")
-            && err.ends_with("(`Notes` is not a sacct column this reader knows, so it is taken for free text too)"),
+            && err.ends_with("(`Notes` is not a sacct column this reader knows (misspelt?), so it is taken for free text too)"),
         "{err}"
     );
     assert_eq!(column_form("ALLOCTRES"), ColumnForm::Fixed);
@@ -411,4 +436,120 @@ fn times_read_as_epoch_or_iso() {
     assert_eq!(utc_text(1_709_164_800), "2024-02-29T00:00:00");
     assert_eq!(utc_text(-1), "1969-12-31T23:59:59");
     assert_eq!(parse_elapsed("1-02:00:05"), Some(93_605));
+}
+
+/// The warning a free-text export is read with.
+fn caution(notes: &InputNotes) -> &str {
+    notes
+        .missing_columns
+        .iter()
+        .find(|m| m.contains("free text"))
+        .map_or("", String::as_str)
+}
+
+#[test]
+fn an_export_with_the_job_name_last_and_no_admin_comment_reads_every_job() {
+    // The shape XDMoD's shredder asks for: fixed columns, then JobName last, `--parsable2`.
+    // A name holding the delimiter can only have moved its own fields: they are joined back.
+    let text =
+        "JobID|User|Partition|State|Submit|Eligible|Start|End|ElapsedRaw|NNodes|AllocTRES|JobName
+11|ann|ib|COMPLETED|100|100|160|3760|3600|2|gres/gpu=8,node=2|train
+12|bob|ib|FAILED|100|100|130|1930|1800|1|gres/gpu=4,node=1|sweep|lr=0.1
+13|ann|ib|PENDING|100|100|Unknown|Unknown|0|0||
+";
+    let (jobs, notes) =
+        read_all_noting(text.as_bytes(), "xdmod.txt", &TextLayout::default()).unwrap();
+    assert_eq!(
+        verdicts(&jobs),
+        [
+            ("11".to_string(), JobState::Completed, None),
+            ("12".to_string(), JobState::Failed, None),
+            ("13".to_string(), JobState::Pending, None),
+        ]
+    );
+    assert_eq!((jobs[1].elapsed_s, jobs[1].gpus), (1800, Some(4)));
+    assert_eq!((notes.skipped, notes.padded), (0, 0));
+    assert!(
+        caution(&notes).starts_with("`JobName` holds a job's user's free text: the lines as wide as the header were read, but a line break in such a value could frame a line"),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn an_export_with_the_job_name_early_and_every_row_as_wide_as_the_header_reads_every_job() {
+    let text = "JobID|JobName|User|Partition|State|Start|End|ElapsedRaw|NNodes|AllocTRES
+21|prep|ann|ib|COMPLETED|160|3760|3600|2|gres/gpu=8,node=2
+22|train run|bob|roce|TIMEOUT|130|1930|1800|1|gres/gpu=4,node=1
+";
+    let (jobs, notes) = read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(
+        (jobs[1].partition.as_str(), jobs[1].state, jobs[1].elapsed_s),
+        ("roce", JobState::Timeout, 1800)
+    );
+    assert_eq!(notes.skipped, 0);
+    // A name holding the delimiter, with no other column that can: its fields are joined back.
+    let text = format!("{text}23|a|b|ann|ib|FAILED|100|160|60|1|gres/gpu=1\n");
+    let (jobs, notes) = read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+    assert_eq!((jobs.len(), notes.skipped), (3, 0));
+    assert_eq!((jobs[2].state, jobs[2].elapsed_s), (JobState::Failed, 60));
+}
+
+#[test]
+fn a_row_whose_extra_fields_two_free_text_columns_could_hold_is_skipped_with_a_warning_naming_it() {
+    // JobName early and Comment last (the Habrok layout): a `|` in either shifts the same way.
+    let text = "JobID|JobName|State|ElapsedRaw|NNodes|Comment
+31|a|COMPLETED|60|1|x
+32|a|b|FAILED|60|1|y
+33|c|FAILED|60|1|z
+";
+    let (jobs, notes) = read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+    assert_eq!(
+        verdicts(&jobs),
+        [
+            ("31".to_string(), JobState::Completed, None),
+            ("33".to_string(), JobState::Failed, None),
+        ]
+    );
+    assert_eq!(notes.skipped, 1);
+    let warning = notes.warnings().join("\n");
+    assert!(
+        warning.contains("1 line skipped: line 3: job 32: 7 fields where the header has 6, and `JobName` and `Comment` can each hold the delimiter: which field holds the extra ones cannot be told, so the line is not read; export with `sacct --json`, or with `--parsable2 --delimiter=` a character no value holds"),
+        "{warning}"
+    );
+}
+
+#[test]
+fn an_export_of_which_no_row_can_be_read_safely_is_refused_with_what_to_export_instead() {
+    let text = "JobName|JobID|State|Comment
+a|b|41|FAILED|x
+c|42|FAILED|y|z
+";
+    let err = read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default())
+        .unwrap_err()
+        .to_string();
+    // The JobID sits between the two columns: it cannot be told either.
+    assert!(
+        err.starts_with("t.txt:2: 5 fields where the header has 4, and `JobName` and `Comment` can each hold the delimiter: which field holds the extra ones cannot be told, so the line is not read; export with `sacct --json`, or with `--parsable2 --delimiter=`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_line_shorter_than_the_header_is_not_read_when_a_free_text_value_may_have_broken_it() {
+    // Job 52's name held a line break: neither piece is a row of its own.
+    let text = "JobID|State|ElapsedRaw|NNodes|JobName
+51|COMPLETED|60|1|a
+52|FAILED|60|1|first
+second
+";
+    let (jobs, notes) = read_all_noting(text.as_bytes(), "t.txt", &TextLayout::default()).unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!((notes.skipped, notes.padded), (1, 0));
+    assert!(
+        notes.skipped_first[0]
+            .1
+            .contains("`JobName` can hold a line break, so it may be a piece of a line"),
+        "{notes:?}"
+    );
 }

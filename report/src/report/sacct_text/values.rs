@@ -44,14 +44,25 @@ pub(super) fn utc_datetime(secs: i64) -> jiff::civil::DateTime {
     jiff::tz::Offset::UTC.to_datetime(t)
 }
 
-/// Unix seconds from `1700000000` or `2024-05-01T10:00:00` (taken as UTC); 0 for `Unknown`,
-/// `None`, empty.
+/// Whether sacct printed a value as "not set": empty, `Unknown`, `None`, `INVALID` (a time or
+/// duration of `NO_VAL`), `UNLIMITED` (`INFINITE`), in any case.
+pub(super) fn is_unset_word(s: &str) -> bool {
+    let s = s.trim();
+    s.is_empty()
+        || ["unknown", "none", "invalid", "unlimited"]
+            .iter()
+            .any(|w| s.eq_ignore_ascii_case(w))
+}
+
+/// Unix seconds from `1700000000` or `2024-05-01T10:00:00` (taken as UTC); 0 ("not set") for
+/// `Unknown`, `None`, `INVALID`, empty, and for Slurm's sentinels printed as numbers
+/// (`4294967294`, see [`crate::report::unset`]).
 pub fn parse_time(s: &str) -> Result<i64, String> {
     let s = s.trim();
-    if s.is_empty() || s == "Unknown" || s == "None" {
+    if is_unset_word(s) {
         return Ok(0);
     }
-    if let Ok(n) = s.parse::<i64>() {
+    if let Some(n) = crate::report::unset::text_number(s) {
         return Ok(n);
     }
     s.parse::<jiff::civil::DateTime>()
