@@ -191,6 +191,55 @@ fn a_recovered_node_returns_only_through_our_resume_after_clean_probes() {
 }
 
 #[test]
+fn a_node_whose_gpu_fell_off_the_bus_stays_drained_through_health_until_the_gpu_is_back() {
+    let tb = Testbed::get();
+    heal_all(&tb);
+    // The node's first whole probe records its known inventory (eight GPUs).
+    let out = health(&tb, "n3");
+    assert_ne!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(tb.dir.join("state/n3/known.json").is_file());
+    tb.script(&["node", "n3", "ib8-gpu-gone"]).unwrap();
+    tb.healing(|| {
+        assert_eq!(health(&tb, "n3").status.code(), Some(2));
+        let (st, reason) = tb.node_state("n3");
+        assert!(
+            st.starts_with("drain") && reason.starts_with("fabric-check: inventory.gone"),
+            "{st} {reason}"
+        );
+        // Before the known inventory, these three compared with a last.json that no longer had
+        // the GPU, counted as clean, and the third put the node back.
+        for i in 1..=3 {
+            let out = health(&tb, "n3");
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "look {i}: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+            assert!(
+                tb.node_state("n3").0.starts_with("drain"),
+                "resumed after look {i}"
+            );
+        }
+        tb.script(&["node", "n3", "ib8-healthy"]).unwrap();
+        for _ in 1..=2 {
+            assert_ne!(health(&tb, "n3").status.code(), Some(2));
+        }
+        let out = health(&tb, "n3");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("resumed n3 after 3 clean probes"),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    });
+}
+
+#[test]
 fn a_hanging_probe_is_killed_and_the_job_proceeds_tagged_probe_timed_out() {
     let tb = Testbed::get();
     heal_all(&tb);
