@@ -390,9 +390,28 @@ pub fn sort_findings(v: &mut [Finding]) {
 
 /// Runs the probe: gather, every check, verdict.
 pub fn run(input: &ProbeInput) -> Report {
+    run_with(input, RunWith::default())
+}
+
+/// What a caller other than the probe's own command changes about one run ([`run_with`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunWith<'a> {
+    /// The time the run's counters are dated with (ms since the Unix epoch); `None`: the
+    /// gather's own clock. The watch's tests run it on an emulated clock.
+    pub taken_unix_ms: Option<u64>,
+    /// Where the per-hour bounds' window starts ([`checks::Ctx::rate_window`]); `None`: at the
+    /// baseline.
+    pub rate_window: Option<&'a CounterSnapshot>,
+}
+
+/// [`run`], with the counters dated and the per-hour bounds judged as `with` says.
+pub fn run_with(input: &ProbeInput, with: RunWith<'_>) -> Report {
     let start = std::time::Instant::now();
     let expect = &input.expect;
-    let snap = gather::gather(&input.roots, |d| expect.ignores(d));
+    let mut snap = gather::gather(&input.roots, |d| expect.ignores(d));
+    if let Some(ms) = with.taken_unix_ms {
+        snap.taken_unix_ms = ms;
+    }
     let counters = CounterSnapshot::from_snapshot(&snap);
     let bom_now = snap.bom(&input.node);
     let ctx = checks::Ctx {
@@ -401,6 +420,7 @@ pub fn run(input: &ProbeInput) -> Report {
         expect,
         now: &counters,
         baseline: input.baseline.as_ref(),
+        rate_window: with.rate_window,
         bom_now: &bom_now,
         bom_pin: input.bom_pin.as_ref(),
     };

@@ -37,7 +37,8 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::config::NodeExpectations;
+use crate::config::{NodeExpectations, Threshold};
+use crate::probe::CounterSnapshot;
 use crate::probe::gather::ToolSource;
 
 /// Every this many samples the watch runs the whole gather, changed or not.
@@ -52,6 +53,46 @@ const READ_BYTES: usize = 64 * 1024;
 struct Vital {
     file: File,
     last: Vec<u8>,
+    /// A counter with only a warn bound: a change only once its value is above this (the value
+    /// past which a bound can be crossed); `None`: any change.
+    above: Option<u64>,
+}
+
+/// Where a counter's bounds start, for the counters with only a warn bound: the prolog's
+/// snapshot (the `*_delta` bounds) and the start of the sliding hour (the `*_per_hour` bounds,
+/// [`super::window::CounterRing::window_start`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Bases<'a> {
+    /// The prolog's snapshot (rebased on resets).
+    pub job: &'a CounterSnapshot,
+    /// The start of the per-hour bounds' window.
+    pub window: &'a CounterSnapshot,
+}
+
+impl Bases<'_> {
+    /// The value of counter `name` (of `counters/` or, `hw`, `hw_counters/` of the port `key`)
+    /// past which one of the warn bounds of `t` can be crossed: the lowest of
+    /// `job + warn_delta` and `window + warn_per_hour` (one hour's allowance, the least any
+    /// window of the watch gives: the window's start only moves on, so a later window's
+    /// bound is never lower). `None` when neither base has the counter (then it is not judged).
+    fn warn_level(&self, key: &str, hw: bool, name: &str, t: &Threshold) -> Option<u64> {
+        let value = |snap: &CounterSnapshot| {
+            let pc = snap.ports.get(key)?;
+            let set = if hw { &pc.hw_counters } else { &pc.counters };
+            set.get(name).copied()
+        };
+        let job = value(self.job);
+        let by_delta = job.zip(t.warn_delta).map(|(b, d)| b.saturating_add(d));
+        let by_rate = value(self.window)
+            .map(|w| w.max(job.unwrap_or(0)))
+            .zip(t.warn_per_hour)
+            // A rise of more than `r` crosses the bound: a value above `w + floor(r)`.
+            .map(|(w, r)| w.saturating_add(r as u64));
+        match (by_delta, by_rate) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// The files a sample reads in place, opened once.
@@ -68,8 +109,21 @@ fn failing_counters(expect: &NodeExpectations) -> Vec<String> {
     expect
         .thresholds
         .iter()
-        .filter(|(_, t)| t.fail_delta.is_some() || t.fail_per_hour.is_some())
+        .filter(|(_, t)| can_fail(t))
         .map(|(name, _)| name.clone())
+        .collect()
+}
+
+fn can_fail(t: &Threshold) -> bool {
+    t.fail_delta.is_some() || t.fail_per_hour.is_some()
+}
+
+/// Counters with only a warn bound, and their thresholds.
+fn warning_counters(expect: &NodeExpectations) -> Vec<(&String, &Threshold)> {
+    expect
+        .thresholds
+        .iter()
+        .filter(|(_, t)| !can_fail(t) && (t.warn_delta.is_some() || t.warn_per_hour.is_some()))
         .collect()
 }
 
@@ -87,12 +141,24 @@ fn dir_names(dir: &Path) -> Vec<String> {
 
 impl Vitals {
     /// Opens the files of `sysfs` (and of `tools`, when those are saved files) that can make a
-    /// `fail` under `expect`. `None` when the root cannot be read (the caller then takes full
-    /// samples only).
-    pub fn open(sysfs: &Path, tools: &ToolSource, expect: &NodeExpectations) -> Option<Self> {
+    /// `fail` under `expect`, and, given the counters' `bases`, those of the counters with only
+    /// a warn bound that are still under it. `None` when the root cannot be read (the caller
+    /// then takes full samples only).
+    pub fn open(
+        sysfs: &Path,
+        tools: &ToolSource,
+        expect: &NodeExpectations,
+        bases: Option<Bases<'_>>,
+    ) -> Option<Self> {
         let meta = std::fs::metadata(sysfs).ok()?;
         let counters = failing_counters(expect);
-        let mut paths: Vec<PathBuf> = Vec::new();
+        let warning = if bases.is_some() {
+            warning_counters(expect)
+        } else {
+            Vec::new()
+        };
+        // Each path with the value above which it is a change (`None`: any change).
+        let mut paths: Vec<(PathBuf, Option<u64>)> = Vec::new();
         let ib = sysfs.join("class/infiniband");
         for dev in dir_names(&ib) {
             if expect.ignores(&dev) {
@@ -103,31 +169,41 @@ impl Vitals {
             for port in dir_names(&ports) {
                 let p = ports.join(&port);
                 for f in ["state", "phys_state", "rate", "link_layer"] {
-                    paths.push(p.join(f));
+                    paths.push((p.join(f), None));
                 }
                 for c in &counters {
-                    paths.push(p.join("counters").join(c));
-                    paths.push(p.join("hw_counters").join(c));
+                    paths.push((p.join("counters").join(c), None));
+                    paths.push((p.join("hw_counters").join(c), None));
+                }
+                if let (Some(b), Ok(num)) = (bases, port.parse::<u32>()) {
+                    let key = crate::probe::port_key(&dev, num);
+                    for (c, t) in &warning {
+                        for (set, hw) in [("counters", false), ("hw_counters", true)] {
+                            if let Some(level) = b.warn_level(&key, hw, c, t) {
+                                paths.push((p.join(set).join(c), Some(level)));
+                            }
+                        }
+                    }
                 }
                 let types = p.join("gid_attrs/types");
                 for i in dir_names(&types) {
-                    paths.push(types.join(i));
+                    paths.push((types.join(i), None));
                 }
             }
             let net = d.join("device/net");
             for nd in dir_names(&net) {
                 let n = net.join(&nd);
                 for f in ["mtu", "operstate"] {
-                    paths.push(n.join(f));
+                    paths.push((n.join(f), None));
                 }
                 for side in ["ecn/roce_np/enable", "ecn/roce_rp/enable"] {
                     for prio in dir_names(&n.join(side)) {
-                        paths.push(n.join(side).join(prio));
+                        paths.push((n.join(side).join(prio), None));
                     }
                 }
                 if let ToolSource::Files(dir) = tools {
                     for t in ["dcb-pfc", "mlnx_qos", "ethtool-S"] {
-                        paths.push(dir.join(t).join(&nd));
+                        paths.push((dir.join(t).join(&nd), None));
                     }
                 }
             }
@@ -138,7 +214,7 @@ impl Vitals {
             files: Vec::with_capacity(paths.len()),
             buf: vec![0; READ_BYTES],
         };
-        for path in paths {
+        for (path, above) in paths {
             // A counter the driver does not have (hw_counters on IB, counters on irdma), or a
             // GID slot that is empty (it fails to read) is not there: nothing to watch.
             let Ok(file) = File::open(&path) else {
@@ -147,9 +223,17 @@ impl Vitals {
             let Ok(n) = file.read_at(&mut v.buf, 0) else {
                 continue;
             };
+            // A warn-bound counter already past its level (its warning stands, or the full
+            // sample every minute judges it) or that does not read as a number: not watched.
+            if let Some(level) = above
+                && counter_value(&v.buf[..n]).is_none_or(|now| now > level)
+            {
+                continue;
+            }
             v.files.push(Vital {
                 file,
                 last: v.buf[..n].to_vec(),
+                above,
             });
         }
         Some(v)
@@ -178,6 +262,11 @@ impl Vitals {
         for v in &mut self.files {
             match v.file.read_at(&mut self.buf, 0) {
                 Ok(n) if self.buf[..n] == v.last[..] => {}
+                // A warn-bound counter that rose but stays under its level: no bound crossed.
+                Ok(n)
+                    if v.above.is_some_and(|level| {
+                        counter_value(&self.buf[..n]).is_some_and(|now| now <= level)
+                    }) => {}
                 Ok(n) => {
                     v.last.clear();
                     v.last.extend_from_slice(&self.buf[..n]);
@@ -188,6 +277,11 @@ impl Vitals {
         }
         false
     }
+}
+
+/// A counter file's value (`123\n`).
+fn counter_value(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
 }
 
 #[cfg(test)]
@@ -214,7 +308,7 @@ mod tests {
     fn a_quiet_node_reads_as_unchanged_and_a_port_going_down_reads_as_changed() {
         let (_d, root) = tree("ib8-healthy");
         let expect = Config::default().for_node("n1");
-        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        let mut v = Vitals::open(&root, &tools(&root), &expect, None).unwrap();
         assert!(!v.is_empty());
         assert!(!v.changed(), "nothing was written");
         std::fs::write(port_file(&root, "mlx5_3/ports/1/state"), "1: DOWN\n").unwrap();
@@ -226,7 +320,7 @@ mod tests {
     fn a_rise_of_a_counter_that_can_fail_is_a_change_and_a_traffic_counter_is_not() {
         let (_d, root) = tree("ib8-healthy");
         let expect = Config::default().for_node("n1");
-        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        let mut v = Vitals::open(&root, &tools(&root), &expect, None).unwrap();
         std::fs::write(
             port_file(&root, "mlx5_0/ports/1/counters/port_xmit_data"),
             "123456789\n",
@@ -248,7 +342,7 @@ mod tests {
     fn an_ecn_switch_a_gid_type_and_a_saved_pfc_output_are_read_in_place() {
         let (_d, root) = tree("ib8-healthy");
         let expect = Config::default().for_node("n1");
-        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        let mut v = Vitals::open(&root, &tools(&root), &expect, None).unwrap();
         let net = root.join("class/net/ens9f0np0");
         std::fs::write(net.join("ecn/roce_np/enable/3"), "0\n").unwrap();
         assert!(v.changed(), "ECN switched off");
@@ -277,7 +371,7 @@ mod tests {
     fn a_sysfs_root_swapped_for_another_directory_reads_as_changed() {
         let (d, root) = tree("ib8-healthy");
         let expect = Config::default().for_node("n1");
-        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        let mut v = Vitals::open(&root, &tools(&root), &expect, None).unwrap();
         std::fs::rename(&root, d.path().join("saved")).unwrap();
         fabric_testkit::sysfs::write("ib8-healthy", &root).unwrap();
         assert!(
@@ -290,14 +384,21 @@ mod tests {
     fn devices_the_node_config_ignores_are_not_read() {
         let (_d, root) = tree("ib8-healthy");
         let all = Config::default().for_node("n1");
-        let n_all = Vitals::open(&root, &tools(&root), &all).unwrap().len();
+        let n_all = Vitals::open(&root, &tools(&root), &all, None)
+            .unwrap()
+            .len();
         let cfg = Config::parse(
             "[[node]]\nmatch = \"n1\"\nignore_devices = \"mlx5_0\"\n",
             Path::new("fabric-check.toml"),
         )
         .unwrap();
         let some = cfg.for_node("n1");
-        assert!(Vitals::open(&root, &tools(&root), &some).unwrap().len() < n_all);
+        assert!(
+            Vitals::open(&root, &tools(&root), &some, None)
+                .unwrap()
+                .len()
+                < n_all
+        );
     }
 }
 
