@@ -1138,3 +1138,5 @@ pub fn load_start(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod window_tests;
