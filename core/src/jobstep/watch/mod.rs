@@ -4,12 +4,14 @@
 //! The prolog of a checked job starts `fabric-check watch` on its node ([`start`]): root, in a
 //! process group of its own, stdin/stdout/stderr on `/dev/null`, so it neither holds up the
 //! prolog nor dies with the prolog child's group. Every `watch_interval=` (default 1 s) it
-//! reads the few files that can make a `fail` in place ([`vitals`]), and when one changed (or
-//! every [`vitals::FULL_EVERY`] samples) runs the probe's own gather and checks, in this process
-//! (no child, no Slurm call), against the prolog's snapshot: port state and rate, link layer, MTU, GID, PFC/ECN,
-//! and the health counters over the job window with the probe's thresholds (a per-hour bound
-//! never scaled below one hour, so a single error never drains). A `fail` finding that the
-//! prolog did not already see is a fault; [`policy`] says what to do with it
+//! reads the few files that can make a `fail` (or a counter's `warn`) in place ([`vitals`]), and
+//! when one changed (or every [`vitals::FULL_EVERY`] samples) runs the probe's own gather and
+//! checks, in this process (no child, no Slurm call), against the prolog's snapshot: port state
+//! and rate, link layer, MTU, GID, PFC/ECN, and the health counters with the probe's thresholds,
+//! a `*_delta` bound over the job window and a per-hour bound over the last hour ([`window`]: a
+//! ring of counter snapshots; one hour's allowance, never scaled by the job's age and never less,
+//! so a single error never drains and a storm late in a long job is seen as fast as an early
+//! one). A `fail` or `warn` finding that the prolog did not already see is a fault; [`policy`] says what to do with it
 //! ([`Phase::Watch`]): under `enforce` drain through the one drain path (etiquette, guard,
 //! settle), write a live `during` entry into the job's tag, and tell the job through its notice
 //! file ([`fabric_proto::notice`]); under `warn` the same without the drain. A fault that clears

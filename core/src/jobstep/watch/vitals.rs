@@ -1,19 +1,33 @@
-//! The watch's cheap look: the few sysfs files whose change can make a `fail`, read in place
-//! every interval, and the probe's whole gather only when one of them changed (or every
-//! [`FULL_EVERY`] samples, for what is not among them).
+//! The watch's cheap look: the few sysfs files whose change can make a `fail` or a counter's
+//! `warn`, read in place every interval, and the probe's whole gather only when one of them
+//! changed (or every [`FULL_EVERY`] samples, for what is not among them).
 //!
 //! Why not the whole gather every second: on the 8×IB + 2×RoCE tree the probe's gather and
 //! checks read about 970 files and cost 6.4 ms a sample, 0.64 % of a core at the default
 //! interval (`scripts/bench-watch`, before this file), thirteen times the bound of
 //! 0.05 %. Most of those files cannot change under a running job in a way the watch acts on
 //! (PCI topology, GPU list, module versions, traffic counters) or change all the time without
-//! meaning a fault (data and congestion counters). The watch acts only on `fail` findings, so
-//! what it must see at once is what can make one:
+//! meaning a fault (data and congestion counters). The watch drains only on `fail` findings and
+//! tags `warn` ones, so what it must see at once is what can make either:
 //!
 //! - per port: `state`, `phys_state`, `rate`, `link_layer`;
 //! - per port: `counters/<c>` and `hw_counters/<c>` for every counter `c` whose threshold can
 //!   fail (`fail_delta` or `fail_per_hour`: by default `link_downed`, `symbol_error`,
-//!   `tx_pause_storm_error_events` where it is a hw counter);
+//!   `tx_pause_storm_error_events` where it is a hw counter): any change;
+//! - per port: the same for every counter with only a warn bound (`warn_delta`,
+//!   `warn_per_hour`: by default `link_error_recovery`, `port_rcv_errors` and the other IBA error
+//!   counters, mlx5's retransmission and CNP counters, `tx_pause_storm_warning_events`), but as
+//!   a number: a change only once it is above the value where a bound can be crossed
+//!   ([`Bases`]: the prolog's value plus `warn_delta`, the sliding hour's start plus one hour of
+//!   `warn_per_hour`). A counter that moves all the time under a busy job (CNPs, adaptive
+//!   routing's out-of-sequence packets) so costs no whole look until it nears its bound, and one
+//!   already past it (its `warn` stands) is not read until the next full sample. They are read
+//!   in turns, a fifth of them each sample ([`WARN_EVERY`]), so each is seen within five
+//!   samples. Cost: more files kept open and read in place. On the `ib8-healthy` fixture (8 IB
+//!   + 2 RoCE ports) 124 files were read every sample; now 314 are open (about 19 more a port:
+//!   the IBA error counters and mlx5's `hw_counters`) and 162 are read a sample (124 + a turn of
+//!   38, a number parsed for each of those). The figures below and in `scripts/bench-watch`
+//!   were measured before this change and have not been rerun since;
 //! - per netdev of an RDMA device: `mtu`, `operstate`, and mlx5's ECN switches
 //!   `ecn/roce_np/enable/<prio>` and `ecn/roce_rp/enable/<prio>`;
 //! - per Ethernet (RoCE) port: the GID types that read at the start, `gid_attrs/types/<i>` (a
@@ -43,6 +57,10 @@ use crate::probe::gather::ToolSource;
 
 /// Every this many samples the watch runs the whole gather, changed or not.
 pub const FULL_EVERY: u32 = 60;
+
+/// Each counter with only a warn bound is read every this many samples (a share of them each
+/// sample): its `warn` is seen within seconds, at a fifth of the reads.
+pub const WARN_EVERY: u32 = 5;
 
 /// How many bytes of each file are compared: a sysfs attribute is at most a page; a saved tool
 /// output (`ethtool -S` of a NIC with many queues) a few KiB.
@@ -101,6 +119,10 @@ pub struct Vitals {
     root: PathBuf,
     root_id: (u64, u64),
     files: Vec<Vital>,
+    /// The counters with only a warn bound, read in turns ([`WARN_EVERY`]).
+    warn_files: Vec<Vital>,
+    /// Where the next sample's turn of `warn_files` starts.
+    warn_next: usize,
     buf: Vec<u8>,
 }
 
@@ -212,6 +234,8 @@ impl Vitals {
             root: sysfs.to_path_buf(),
             root_id: (meta.dev(), meta.ino()),
             files: Vec::with_capacity(paths.len()),
+            warn_files: Vec::new(),
+            warn_next: 0,
             buf: vec![0; READ_BYTES],
         };
         for (path, above) in paths {
@@ -230,23 +254,37 @@ impl Vitals {
             {
                 continue;
             }
-            v.files.push(Vital {
+            let vital = Vital {
                 file,
                 last: v.buf[..n].to_vec(),
                 above,
-            });
+            };
+            match above {
+                None => v.files.push(vital),
+                Some(_) => v.warn_files.push(vital),
+            }
         }
         Some(v)
     }
 
     /// How many files a sample reads.
     pub fn len(&self) -> usize {
-        self.files.len()
+        self.files.len() + self.warn_files.len()
+    }
+
+    /// How many files one sample reads: every file that can make a `fail`, and a turn of the
+    /// warn-bound counters.
+    pub fn read_per_sample(&self) -> usize {
+        self.files.len() + self.warn_turn()
+    }
+
+    fn warn_turn(&self) -> usize {
+        self.warn_files.len().div_ceil(WARN_EVERY as usize)
     }
 
     /// Whether no file is read (no RDMA device under the root).
     pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
+        self.files.is_empty() && self.warn_files.is_empty()
     }
 
     /// Reads the files again; whether anything changed since the last read (a read error and
@@ -259,23 +297,44 @@ impl Vitals {
         if !same_root {
             return true;
         }
-        for v in &mut self.files {
-            match v.file.read_at(&mut self.buf, 0) {
-                Ok(n) if self.buf[..n] == v.last[..] => {}
-                // A warn-bound counter that rose but stays under its level: no bound crossed.
-                Ok(n)
-                    if v.above.is_some_and(|level| {
-                        counter_value(&self.buf[..n]).is_some_and(|now| now <= level)
-                    }) => {}
-                Ok(n) => {
-                    v.last.clear();
-                    v.last.extend_from_slice(&self.buf[..n]);
-                    return true;
-                }
-                Err(_) => return true,
+        let turn = self.warn_turn();
+        let buf = &mut self.buf;
+        if self.files.iter_mut().any(|v| v.changed(buf)) {
+            return true;
+        }
+        let n = self.warn_files.len();
+        for _ in 0..turn {
+            let i = self.warn_next % n;
+            self.warn_next = (i + 1) % n;
+            if self.warn_files[i].changed(buf) {
+                return true;
             }
         }
         false
+    }
+}
+
+impl Vital {
+    /// Reads the file again into `buf`; whether it changed (a read error counts as a change; a
+    /// warn-bound counter that stays at or under its level does not). A change is kept as the
+    /// last read.
+    fn changed(&mut self, buf: &mut [u8]) -> bool {
+        match self.file.read_at(buf, 0) {
+            Ok(n) if buf[..n] == self.last[..] => false,
+            Ok(n)
+                if self.above.is_some_and(|level| {
+                    counter_value(&buf[..n]).is_some_and(|now| now <= level)
+                }) =>
+            {
+                false
+            }
+            Ok(n) => {
+                self.last.clear();
+                self.last.extend_from_slice(&buf[..n]);
+                true
+            }
+            Err(_) => true,
+        }
     }
 }
 
@@ -377,6 +436,46 @@ mod tests {
         assert!(
             v.changed(),
             "the same files, but not the tree that was opened"
+        );
+    }
+
+    #[test]
+    fn a_warn_bound_counter_is_a_change_only_past_the_value_where_its_bound_can_be_crossed() {
+        let (d, root) = tree("ib8-healthy");
+        let expect = Config::default().for_node("n1");
+        let input = crate::probe::ProbeInput {
+            node: "n1".into(),
+            roots: crate::probe::gather::Roots::for_sysfs(root.clone(), d.path().join("p"), None),
+            expect: expect.clone(),
+            baseline: None,
+            bom_pin: None,
+        };
+        let at_start = crate::probe::run(&input).counters;
+        let bases = Bases {
+            job: &at_start,
+            window: &at_start,
+        };
+        let without = Vitals::open(&root, &tools(&root), &expect, None).unwrap();
+        let mut v = Vitals::open(&root, &tools(&root), &expect, Some(bases)).unwrap();
+        println!(
+            "files read in place: {} → {} open, {} a sample",
+            without.len(),
+            v.len(),
+            v.read_per_sample()
+        );
+        assert!(v.len() > without.len());
+        // link_error_recovery: warn above 10/h.
+        let counter = port_file(&root, "mlx5_4/ports/1/counters/link_error_recovery");
+        let was = counter_value(std::fs::read(&counter).unwrap().as_slice()).unwrap();
+        std::fs::write(&counter, format!("{}\n", was + 10)).unwrap();
+        assert!(
+            !(0..WARN_EVERY).any(|_| v.changed()),
+            "within an hour's allowance"
+        );
+        std::fs::write(&counter, format!("{}\n", was + 11)).unwrap();
+        assert!(
+            (0..WARN_EVERY).any(|_| v.changed()),
+            "past it, within a turn"
         );
     }
 

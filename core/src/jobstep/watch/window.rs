@@ -115,7 +115,7 @@ impl CounterRing {
         let past = || self.entries.iter().filter(|e| e.taken_unix_ms <= now_ms);
         past()
             .find(|e| e.taken_unix_ms >= since)
-            .or_else(|| past().last())
+            .or_else(|| past().next_back())
     }
 
     /// Keeps `snap` (its counters with a per-hour bound under `expect`) when the newest entry is
