@@ -24,10 +24,10 @@
 //!   already past it (its `warn` stands) is not read until the next full sample. They are read
 //!   in turns, a fifth of them each sample ([`WARN_EVERY`]), so each is seen within five
 //!   samples. Cost: more files kept open and read in place. On the `ib8-healthy` fixture (8 IB
-//!   + 2 RoCE ports) 124 files were read every sample; now 314 are open (about 19 more a port:
-//!   the IBA error counters and mlx5's `hw_counters`) and 162 are read a sample (124 + a turn of
-//!   38, a number parsed for each of those). The figures below and in `scripts/bench-watch`
-//!   were measured before this change and have not been rerun since;
+//!   and 2 RoCE ports) 124 files were read every sample; now 314 are open (about 19 more a
+//!   port: the IBA error counters and mlx5's `hw_counters`) and 162 are read a sample (124 and
+//!   a turn of 38, a number parsed for each of those). The figures below and in
+//!   `scripts/bench-watch` were measured before this change and have not been rerun since;
 //! - per netdev of an RDMA device: `mtu`, `operstate`, and mlx5's ECN switches
 //!   `ecn/roce_np/enable/<prio>` and `ecn/roce_rp/enable/<prio>`;
 //! - per Ethernet (RoCE) port: the GID types that read at the start, `gid_attrs/types/<i>` (a
