@@ -76,14 +76,31 @@ pub struct Threshold {
 }
 
 impl Threshold {
-    /// The severity an increase of `delta` over `elapsed_s` seconds earns, if any.
+    /// The severity an increase of `delta` over `elapsed_s` seconds earns, if any: the worse of
+    /// [`Self::judge_delta`] and [`Self::judge_rate`] over the same window.
     pub fn judge(&self, delta: u64, elapsed_s: f64) -> Option<Severity> {
+        self.judge_delta(delta)
+            .max(self.judge_rate(delta, elapsed_s))
+    }
+
+    /// The severity the `*_delta` bounds give an increase of `delta`, if any.
+    pub fn judge_delta(&self, delta: u64) -> Option<Severity> {
+        let over = |d: Option<u64>| d.is_some_and(|d| delta > d);
+        Self::graded(over(self.fail_delta), over(self.warn_delta))
+    }
+
+    /// The severity the `*_per_hour` bounds give an increase of `delta` over `elapsed_s`
+    /// seconds, if any (the allowance is never below one hour's).
+    pub fn judge_rate(&self, delta: u64, elapsed_s: f64) -> Option<Severity> {
         let hours = (elapsed_s / 3600.0).max(1.0);
-        let over_rate = |r: Option<f64>| r.is_some_and(|r| delta as f64 > r * hours);
-        let over_delta = |d: Option<u64>| d.is_some_and(|d| delta > d);
-        if over_delta(self.fail_delta) || over_rate(self.fail_per_hour) {
+        let over = |r: Option<f64>| r.is_some_and(|r| delta as f64 > r * hours);
+        Self::graded(over(self.fail_per_hour), over(self.warn_per_hour))
+    }
+
+    fn graded(fail: bool, warn: bool) -> Option<Severity> {
+        if fail {
             Some(Severity::Fail)
-        } else if over_delta(self.warn_delta) || over_rate(self.warn_per_hour) {
+        } else if warn {
             Some(Severity::Warn)
         } else {
             None
@@ -102,6 +119,16 @@ impl Threshold {
             (None, Some(r)) => format!("at most {r}/h allowed"),
             (None, None) => "no bound".to_string(),
         }
+    }
+
+    /// The per-hour bound of `severity` as people read it: `at most 120/h allowed`.
+    pub fn describe_rate(&self, severity: Severity) -> String {
+        Threshold {
+            warn_delta: None,
+            fail_delta: None,
+            ..*self
+        }
+        .describe(severity)
     }
 }
 

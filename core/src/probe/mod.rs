@@ -414,10 +414,33 @@ pub fn sort_findings(v: &mut [Finding]) {
 /// Runs the probe: gather, every check, verdict; a second look after
 /// [`ProbeInput::second_look`] when the first saw what a transient also shows ([`second_look`]).
 pub fn run(input: &ProbeInput) -> Report {
+    run_with(input, RunWith::default())
+}
+
+/// What a caller other than the probe's own command changes about one run ([`run_with`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunWith<'a> {
+    /// The time the run's counters are dated with (ms since the Unix epoch); `None`: the
+    /// gather's own clock. The watch's tests run it on an emulated clock.
+    pub taken_unix_ms: Option<u64>,
+    /// Where the per-hour bounds' window starts ([`checks::Ctx::rate_window`]); `None`: at the
+    /// baseline.
+    pub rate_window: Option<&'a CounterSnapshot>,
+}
+
+/// [`run`], with the counters dated and the per-hour bounds judged as `with` says.
+pub fn run_with(input: &ProbeInput, with: RunWith<'_>) -> Report {
     let expect = &input.expect;
     run_looks(
         input,
-        &mut || gather::gather(&input.roots, |d| expect.ignores(d)),
+        with,
+        &mut || {
+            let mut snap = gather::gather(&input.roots, |d| expect.ignores(d));
+            if let Some(ms) = with.taken_unix_ms {
+                snap.taken_unix_ms = ms;
+            }
+            snap
+        },
         &mut std::thread::sleep,
     )
 }
@@ -429,7 +452,7 @@ struct Look {
     findings: Vec<Finding>,
 }
 
-fn look(input: &ProbeInput, snap: Snapshot) -> Look {
+fn look(input: &ProbeInput, with: RunWith<'_>, snap: Snapshot) -> Look {
     let counters = CounterSnapshot::from_snapshot(&snap);
     let bom_now = snap.bom(&input.node);
     let ctx = checks::Ctx {
@@ -438,6 +461,7 @@ fn look(input: &ProbeInput, snap: Snapshot) -> Look {
         expect: &input.expect,
         now: &counters,
         baseline: input.baseline.as_ref(),
+        rate_window: with.rate_window,
         bom_now: &bom_now,
         bom_pin: input.bom_pin.as_ref(),
         known: input.known.as_ref(),
@@ -454,17 +478,18 @@ fn look(input: &ProbeInput, snap: Snapshot) -> Look {
 /// [`run`] with its gather and its sleep as seams (tests change the node between looks).
 pub fn run_looks(
     input: &ProbeInput,
+    with: RunWith<'_>,
     gather: &mut dyn FnMut() -> Snapshot,
     sleep: &mut dyn FnMut(std::time::Duration),
 ) -> Report {
     let start = std::time::Instant::now();
-    let mut now = look(input, gather());
+    let mut now = look(input, with, gather());
     if let Some(settle) = input.second_look
         && second_look::wanted(&now.snap, &now.findings)
     {
         let first = now;
         sleep(settle);
-        now = look(input, gather());
+        now = look(input, with, gather());
         let gap_ms = now
             .snap
             .taken_unix_ms

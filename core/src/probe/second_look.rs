@@ -140,6 +140,7 @@ mod tests {
         let n = Cell::new(0usize);
         let report = run_looks(
             input,
+            crate::probe::RunWith::default(),
             &mut || {
                 let i = n.get();
                 n.set(i + 1);

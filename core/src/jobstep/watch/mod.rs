@@ -4,12 +4,14 @@
 //! The prolog of a checked job starts `fabric-check watch` on its node ([`start`]): root, in a
 //! process group of its own, stdin/stdout/stderr on `/dev/null`, so it neither holds up the
 //! prolog nor dies with the prolog child's group. Every `watch_interval=` (default 1 s) it
-//! reads the few files that can make a `fail` in place ([`vitals`]), and when one changed (or
-//! every [`vitals::FULL_EVERY`] samples) runs the probe's own gather and checks, in this process
-//! (no child, no Slurm call), against the prolog's snapshot: port state and rate, link layer, MTU, GID, PFC/ECN,
-//! and the health counters over the job window with the probe's thresholds (a per-hour bound
-//! never scaled below one hour, so a single error never drains). A `fail` finding that the
-//! prolog did not already see is a fault; [`policy`] says what to do with it
+//! reads the few files that can make a `fail` (or a counter's `warn`) in place ([`vitals`]), and
+//! when one changed (or every [`vitals::FULL_EVERY`] samples) runs the probe's own gather and
+//! checks, in this process (no child, no Slurm call), against the prolog's snapshot: port state
+//! and rate, link layer, MTU, GID, PFC/ECN, and the health counters with the probe's thresholds,
+//! a `*_delta` bound over the job window and a per-hour bound over the last hour ([`window`]: a
+//! ring of counter snapshots; one hour's allowance, never scaled by the job's age and never less,
+//! so a single error never drains and a storm late in a long job is seen as fast as an early
+//! one). A `fail` or `warn` finding that the prolog did not already see is a fault; [`policy`] says what to do with it
 //! ([`Phase::Watch`]): under `enforce` drain through the one drain path (etiquette, guard,
 //! settle), write a live `during` entry into the job's tag, and tell the job through its notice
 //! file ([`fabric_proto::notice`]); under `warn` the same without the drain. A fault that clears
@@ -39,6 +41,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 pub mod vitals;
+pub mod window;
 
 use super::policy::{self, Found, Phase};
 use super::tag_write::{TagWrite, Target, write_tag_to};
@@ -219,14 +222,17 @@ pub trait Sampler {
 }
 
 /// The real sampler: the probe's gather and checks in this process, against the prolog's
-/// snapshot (rebased when a counter resets); the external tools every [`TOOLS_EVERY`] samples
-/// on a real node (a fixture tree's saved tool outputs are read every sample).
+/// snapshot (rebased when a counter resets), the per-hour bounds over the sliding hour of its
+/// [`window::CounterRing`]; the external tools every [`TOOLS_EVERY`] samples on a real node (a
+/// fixture tree's saved tool outputs are read every sample).
 #[derive(Debug)]
 pub struct ProbeSampler {
     input: ProbeInput,
     tools: crate::probe::gather::ToolSource,
     tools_every: u32,
     n: u32,
+    ring: window::CounterRing,
+    clock: window::Clock,
 }
 
 impl ProbeSampler {
@@ -237,12 +243,28 @@ impl ProbeSampler {
             crate::probe::gather::ToolSource::Run => TOOLS_EVERY,
             _ => 1,
         };
+        let ring = input.baseline.as_ref().map_or_else(Default::default, |b| {
+            window::CounterRing::starting_at(&b.counters, &input.expect)
+        });
         Self {
             input,
             tools,
             tools_every,
             n: 0,
+            ring,
+            clock: window::Clock::System,
         }
+    }
+
+    /// The same sampler, its counters dated by `clock`.
+    pub fn on_clock(mut self, clock: window::Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How many counter snapshots its sliding window holds.
+    pub fn window_entries(&self) -> usize {
+        self.ring.len()
     }
 }
 
@@ -257,9 +279,16 @@ impl Sampler for ProbeSampler {
                 "not run this sample (the watch runs tools every few samples)".into(),
             )
         };
-        let report = crate::probe::run(&self.input);
+        let now_ms = self.clock.now_unix_ms();
+        let with = crate::probe::RunWith {
+            taken_unix_ms: Some(now_ms),
+            rate_window: self.ring.window_start(now_ms),
+        };
+        let report = crate::probe::run_with(&self.input, with);
         if let Some(b) = &mut self.input.baseline {
             rebase(&mut b.counters, &report.counters);
+            self.ring.rebase(&report.counters);
+            self.ring.record(&report.counters, &self.input.expect);
         }
         Some(Sample { report, tools_ran })
     }
@@ -308,9 +337,20 @@ impl QuickSampler {
         }
     }
 
+    /// The same sampler, its counters dated by `clock`.
+    pub fn on_clock(mut self, clock: window::Clock) -> Self {
+        self.full = self.full.on_clock(clock);
+        self
+    }
+
     /// How many files a quick sample reads (0 before the first sample).
     pub fn files_read_in_place(&self) -> usize {
         self.vitals.as_ref().map_or(0, vitals::Vitals::len)
+    }
+
+    /// How many counter snapshots its sliding window holds.
+    pub fn window_entries(&self) -> usize {
+        self.full.window_entries()
     }
 }
 
@@ -332,12 +372,20 @@ impl Sampler for QuickSampler {
         // a change at the next sample. Opened after it, such a change became the files' first
         // read and went unseen until the next full sample, a minute later (CI saw it: a
         // counter raised just as a job's watch took its first sample).
+        let now_ms = self.full.clock.now_unix_ms();
+        let bases = self.full.input.baseline.as_ref().and_then(|b| {
+            Some(vitals::Bases {
+                job: &b.counters,
+                window: self.full.ring.window_start(now_ms)?,
+            })
+        });
         let vitals = vitals::Vitals::open(
             &self.full.input.roots.sysfs,
             // The full sampler's own tool source: it sets the input's to "not run" between
             // its tool runs.
             &self.full.tools,
             &self.full.input.expect,
+            bases,
         );
         let sample = self.full.sample();
         #[cfg(test)]
@@ -1092,3 +1140,5 @@ pub fn load_start(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod window_tests;

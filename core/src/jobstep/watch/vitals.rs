@@ -1,19 +1,33 @@
-//! The watch's cheap look: the few sysfs files whose change can make a `fail`, read in place
-//! every interval, and the probe's whole gather only when one of them changed (or every
-//! [`FULL_EVERY`] samples, for what is not among them).
+//! The watch's cheap look: the few sysfs files whose change can make a `fail` or a counter's
+//! `warn`, read in place every interval, and the probe's whole gather only when one of them
+//! changed (or every [`FULL_EVERY`] samples, for what is not among them).
 //!
 //! Why not the whole gather every second: on the 8×IB + 2×RoCE tree the probe's gather and
 //! checks read about 970 files and cost 6.4 ms a sample, 0.64 % of a core at the default
 //! interval (`scripts/bench-watch`, before this file), thirteen times the bound of
 //! 0.05 %. Most of those files cannot change under a running job in a way the watch acts on
 //! (PCI topology, GPU list, module versions, traffic counters) or change all the time without
-//! meaning a fault (data and congestion counters). The watch acts only on `fail` findings, so
-//! what it must see at once is what can make one:
+//! meaning a fault (data and congestion counters). The watch drains only on `fail` findings and
+//! tags `warn` ones, so what it must see at once is what can make either:
 //!
 //! - per port: `state`, `phys_state`, `rate`, `link_layer`;
 //! - per port: `counters/<c>` and `hw_counters/<c>` for every counter `c` whose threshold can
 //!   fail (`fail_delta` or `fail_per_hour`: by default `link_downed`, `symbol_error`,
-//!   `tx_pause_storm_error_events` where it is a hw counter);
+//!   `tx_pause_storm_error_events` where it is a hw counter): any change;
+//! - per port: the same for every counter with only a warn bound (`warn_delta`,
+//!   `warn_per_hour`: by default `link_error_recovery`, `port_rcv_errors` and the other IBA error
+//!   counters, mlx5's retransmission and CNP counters, `tx_pause_storm_warning_events`), but as
+//!   a number: a change only once it is above the value where a bound can be crossed
+//!   ([`Bases`]: the prolog's value plus `warn_delta`, the sliding hour's start plus one hour of
+//!   `warn_per_hour`). A counter that moves all the time under a busy job (CNPs, adaptive
+//!   routing's out-of-sequence packets) so costs no whole look until it nears its bound, and one
+//!   already past it (its `warn` stands) is not read until the next full sample. They are read
+//!   in turns, a fifth of them each sample ([`WARN_EVERY`]), so each is seen within five
+//!   samples. Cost: more files kept open and read in place. On the `ib8-healthy` fixture (8 IB
+//!   and 2 RoCE ports) 124 files were read every sample; now 314 are open (about 19 more a
+//!   port: the IBA error counters and mlx5's `hw_counters`) and 162 are read a sample (124 and
+//!   a turn of 38, a number parsed for each of those). The figures below and in
+//!   `scripts/bench-watch` were measured before this change and have not been rerun since;
 //! - per netdev of an RDMA device: `mtu`, `operstate`, and mlx5's ECN switches
 //!   `ecn/roce_np/enable/<prio>` and `ecn/roce_rp/enable/<prio>`;
 //! - per Ethernet (RoCE) port: the GID types that read at the start, `gid_attrs/types/<i>` (a
@@ -37,11 +51,16 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use crate::config::NodeExpectations;
+use crate::config::{NodeExpectations, Threshold};
+use crate::probe::CounterSnapshot;
 use crate::probe::gather::ToolSource;
 
 /// Every this many samples the watch runs the whole gather, changed or not.
 pub const FULL_EVERY: u32 = 60;
+
+/// Each counter with only a warn bound is read every this many samples (a share of them each
+/// sample): its `warn` is seen within seconds, at a fifth of the reads.
+pub const WARN_EVERY: u32 = 5;
 
 /// How many bytes of each file are compared: a sysfs attribute is at most a page; a saved tool
 /// output (`ethtool -S` of a NIC with many queues) a few KiB.
@@ -52,6 +71,46 @@ const READ_BYTES: usize = 64 * 1024;
 struct Vital {
     file: File,
     last: Vec<u8>,
+    /// A counter with only a warn bound: a change only once its value is above this (the value
+    /// past which a bound can be crossed); `None`: any change.
+    above: Option<u64>,
+}
+
+/// Where a counter's bounds start, for the counters with only a warn bound: the prolog's
+/// snapshot (the `*_delta` bounds) and the start of the sliding hour (the `*_per_hour` bounds,
+/// [`super::window::CounterRing::window_start`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Bases<'a> {
+    /// The prolog's snapshot (rebased on resets).
+    pub job: &'a CounterSnapshot,
+    /// The start of the per-hour bounds' window.
+    pub window: &'a CounterSnapshot,
+}
+
+impl Bases<'_> {
+    /// The value of counter `name` (of `counters/` or, `hw`, `hw_counters/` of the port `key`)
+    /// past which one of the warn bounds of `t` can be crossed: the lowest of
+    /// `job + warn_delta` and `window + warn_per_hour` (one hour's allowance, the least any
+    /// window of the watch gives: the window's start only moves on, so a later window's
+    /// bound is never lower). `None` when neither base has the counter (then it is not judged).
+    fn warn_level(&self, key: &str, hw: bool, name: &str, t: &Threshold) -> Option<u64> {
+        let value = |snap: &CounterSnapshot| {
+            let pc = snap.ports.get(key)?;
+            let set = if hw { &pc.hw_counters } else { &pc.counters };
+            set.get(name).copied()
+        };
+        let job = value(self.job);
+        let by_delta = job.zip(t.warn_delta).map(|(b, d)| b.saturating_add(d));
+        let by_rate = value(self.window)
+            .map(|w| w.max(job.unwrap_or(0)))
+            .zip(t.warn_per_hour)
+            // A rise of more than `r` crosses the bound: a value above `w + floor(r)`.
+            .map(|(w, r)| w.saturating_add(r as u64));
+        match (by_delta, by_rate) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// The files a sample reads in place, opened once.
@@ -60,6 +119,10 @@ pub struct Vitals {
     root: PathBuf,
     root_id: (u64, u64),
     files: Vec<Vital>,
+    /// The counters with only a warn bound, read in turns ([`WARN_EVERY`]).
+    warn_files: Vec<Vital>,
+    /// Where the next sample's turn of `warn_files` starts.
+    warn_next: usize,
     buf: Vec<u8>,
 }
 
@@ -68,8 +131,21 @@ fn failing_counters(expect: &NodeExpectations) -> Vec<String> {
     expect
         .thresholds
         .iter()
-        .filter(|(_, t)| t.fail_delta.is_some() || t.fail_per_hour.is_some())
+        .filter(|(_, t)| can_fail(t))
         .map(|(name, _)| name.clone())
+        .collect()
+}
+
+fn can_fail(t: &Threshold) -> bool {
+    t.fail_delta.is_some() || t.fail_per_hour.is_some()
+}
+
+/// Counters with only a warn bound, and their thresholds.
+fn warning_counters(expect: &NodeExpectations) -> Vec<(&String, &Threshold)> {
+    expect
+        .thresholds
+        .iter()
+        .filter(|(_, t)| !can_fail(t) && (t.warn_delta.is_some() || t.warn_per_hour.is_some()))
         .collect()
 }
 
@@ -87,12 +163,24 @@ fn dir_names(dir: &Path) -> Vec<String> {
 
 impl Vitals {
     /// Opens the files of `sysfs` (and of `tools`, when those are saved files) that can make a
-    /// `fail` under `expect`. `None` when the root cannot be read (the caller then takes full
-    /// samples only).
-    pub fn open(sysfs: &Path, tools: &ToolSource, expect: &NodeExpectations) -> Option<Self> {
+    /// `fail` under `expect`, and, given the counters' `bases`, those of the counters with only
+    /// a warn bound that are still under it. `None` when the root cannot be read (the caller
+    /// then takes full samples only).
+    pub fn open(
+        sysfs: &Path,
+        tools: &ToolSource,
+        expect: &NodeExpectations,
+        bases: Option<Bases<'_>>,
+    ) -> Option<Self> {
         let meta = std::fs::metadata(sysfs).ok()?;
         let counters = failing_counters(expect);
-        let mut paths: Vec<PathBuf> = Vec::new();
+        let warning = if bases.is_some() {
+            warning_counters(expect)
+        } else {
+            Vec::new()
+        };
+        // Each path with the value above which it is a change (`None`: any change).
+        let mut paths: Vec<(PathBuf, Option<u64>)> = Vec::new();
         let ib = sysfs.join("class/infiniband");
         for dev in dir_names(&ib) {
             if expect.ignores(&dev) {
@@ -103,31 +191,41 @@ impl Vitals {
             for port in dir_names(&ports) {
                 let p = ports.join(&port);
                 for f in ["state", "phys_state", "rate", "link_layer"] {
-                    paths.push(p.join(f));
+                    paths.push((p.join(f), None));
                 }
                 for c in &counters {
-                    paths.push(p.join("counters").join(c));
-                    paths.push(p.join("hw_counters").join(c));
+                    paths.push((p.join("counters").join(c), None));
+                    paths.push((p.join("hw_counters").join(c), None));
+                }
+                if let (Some(b), Ok(num)) = (bases, port.parse::<u32>()) {
+                    let key = crate::probe::port_key(&dev, num);
+                    for (c, t) in &warning {
+                        for (set, hw) in [("counters", false), ("hw_counters", true)] {
+                            if let Some(level) = b.warn_level(&key, hw, c, t) {
+                                paths.push((p.join(set).join(c), Some(level)));
+                            }
+                        }
+                    }
                 }
                 let types = p.join("gid_attrs/types");
                 for i in dir_names(&types) {
-                    paths.push(types.join(i));
+                    paths.push((types.join(i), None));
                 }
             }
             let net = d.join("device/net");
             for nd in dir_names(&net) {
                 let n = net.join(&nd);
                 for f in ["mtu", "operstate"] {
-                    paths.push(n.join(f));
+                    paths.push((n.join(f), None));
                 }
                 for side in ["ecn/roce_np/enable", "ecn/roce_rp/enable"] {
                     for prio in dir_names(&n.join(side)) {
-                        paths.push(n.join(side).join(prio));
+                        paths.push((n.join(side).join(prio), None));
                     }
                 }
                 if let ToolSource::Files(dir) = tools {
                     for t in ["dcb-pfc", "mlnx_qos", "ethtool-S"] {
-                        paths.push(dir.join(t).join(&nd));
+                        paths.push((dir.join(t).join(&nd), None));
                     }
                 }
             }
@@ -136,9 +234,11 @@ impl Vitals {
             root: sysfs.to_path_buf(),
             root_id: (meta.dev(), meta.ino()),
             files: Vec::with_capacity(paths.len()),
+            warn_files: Vec::new(),
+            warn_next: 0,
             buf: vec![0; READ_BYTES],
         };
-        for path in paths {
+        for (path, above) in paths {
             // A counter the driver does not have (hw_counters on IB, counters on irdma), or a
             // GID slot that is empty (it fails to read) is not there: nothing to watch.
             let Ok(file) = File::open(&path) else {
@@ -147,22 +247,44 @@ impl Vitals {
             let Ok(n) = file.read_at(&mut v.buf, 0) else {
                 continue;
             };
-            v.files.push(Vital {
+            // A warn-bound counter already past its level (its warning stands, or the full
+            // sample every minute judges it) or that does not read as a number: not watched.
+            if let Some(level) = above
+                && counter_value(&v.buf[..n]).is_none_or(|now| now > level)
+            {
+                continue;
+            }
+            let vital = Vital {
                 file,
                 last: v.buf[..n].to_vec(),
-            });
+                above,
+            };
+            match above {
+                None => v.files.push(vital),
+                Some(_) => v.warn_files.push(vital),
+            }
         }
         Some(v)
     }
 
     /// How many files a sample reads.
     pub fn len(&self) -> usize {
-        self.files.len()
+        self.files.len() + self.warn_files.len()
+    }
+
+    /// How many files one sample reads: every file that can make a `fail`, and a turn of the
+    /// warn-bound counters.
+    pub fn read_per_sample(&self) -> usize {
+        self.files.len() + self.warn_turn()
+    }
+
+    fn warn_turn(&self) -> usize {
+        self.warn_files.len().div_ceil(WARN_EVERY as usize)
     }
 
     /// Whether no file is read (no RDMA device under the root).
     pub fn is_empty(&self) -> bool {
-        self.files.is_empty()
+        self.files.is_empty() && self.warn_files.is_empty()
     }
 
     /// Reads the files again; whether anything changed since the last read (a read error and
@@ -175,19 +297,50 @@ impl Vitals {
         if !same_root {
             return true;
         }
-        for v in &mut self.files {
-            match v.file.read_at(&mut self.buf, 0) {
-                Ok(n) if self.buf[..n] == v.last[..] => {}
-                Ok(n) => {
-                    v.last.clear();
-                    v.last.extend_from_slice(&self.buf[..n]);
-                    return true;
-                }
-                Err(_) => return true,
+        let turn = self.warn_turn();
+        let buf = &mut self.buf;
+        if self.files.iter_mut().any(|v| v.changed(buf)) {
+            return true;
+        }
+        let n = self.warn_files.len();
+        for _ in 0..turn {
+            let i = self.warn_next % n;
+            self.warn_next = (i + 1) % n;
+            if self.warn_files[i].changed(buf) {
+                return true;
             }
         }
         false
     }
+}
+
+impl Vital {
+    /// Reads the file again into `buf`; whether it changed (a read error counts as a change; a
+    /// warn-bound counter that stays at or under its level does not). A change is kept as the
+    /// last read.
+    fn changed(&mut self, buf: &mut [u8]) -> bool {
+        match self.file.read_at(buf, 0) {
+            Ok(n) if buf[..n] == self.last[..] => false,
+            Ok(n)
+                if self.above.is_some_and(|level| {
+                    counter_value(&buf[..n]).is_some_and(|now| now <= level)
+                }) =>
+            {
+                false
+            }
+            Ok(n) => {
+                self.last.clear();
+                self.last.extend_from_slice(&buf[..n]);
+                true
+            }
+            Err(_) => true,
+        }
+    }
+}
+
+/// A counter file's value (`123\n`).
+fn counter_value(bytes: &[u8]) -> Option<u64> {
+    std::str::from_utf8(bytes).ok()?.trim().parse().ok()
 }
 
 #[cfg(test)]
@@ -214,7 +367,7 @@ mod tests {
     fn a_quiet_node_reads_as_unchanged_and_a_port_going_down_reads_as_changed() {
         let (_d, root) = tree("ib8-healthy");
         let expect = Config::default().for_node("n1");
-        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        let mut v = Vitals::open(&root, &tools(&root), &expect, None).unwrap();
         assert!(!v.is_empty());
         assert!(!v.changed(), "nothing was written");
         std::fs::write(port_file(&root, "mlx5_3/ports/1/state"), "1: DOWN\n").unwrap();
@@ -226,7 +379,7 @@ mod tests {
     fn a_rise_of_a_counter_that_can_fail_is_a_change_and_a_traffic_counter_is_not() {
         let (_d, root) = tree("ib8-healthy");
         let expect = Config::default().for_node("n1");
-        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        let mut v = Vitals::open(&root, &tools(&root), &expect, None).unwrap();
         std::fs::write(
             port_file(&root, "mlx5_0/ports/1/counters/port_xmit_data"),
             "123456789\n",
@@ -248,7 +401,7 @@ mod tests {
     fn an_ecn_switch_a_gid_type_and_a_saved_pfc_output_are_read_in_place() {
         let (_d, root) = tree("ib8-healthy");
         let expect = Config::default().for_node("n1");
-        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        let mut v = Vitals::open(&root, &tools(&root), &expect, None).unwrap();
         let net = root.join("class/net/ens9f0np0");
         std::fs::write(net.join("ecn/roce_np/enable/3"), "0\n").unwrap();
         assert!(v.changed(), "ECN switched off");
@@ -277,7 +430,7 @@ mod tests {
     fn a_sysfs_root_swapped_for_another_directory_reads_as_changed() {
         let (d, root) = tree("ib8-healthy");
         let expect = Config::default().for_node("n1");
-        let mut v = Vitals::open(&root, &tools(&root), &expect).unwrap();
+        let mut v = Vitals::open(&root, &tools(&root), &expect, None).unwrap();
         std::fs::rename(&root, d.path().join("saved")).unwrap();
         fabric_testkit::sysfs::write("ib8-healthy", &root).unwrap();
         assert!(
@@ -287,17 +440,66 @@ mod tests {
     }
 
     #[test]
+    fn a_warn_bound_counter_is_a_change_only_past_the_value_where_its_bound_can_be_crossed() {
+        let (d, root) = tree("ib8-healthy");
+        let expect = Config::default().for_node("n1");
+        let input = crate::probe::ProbeInput {
+            node: "n1".into(),
+            roots: crate::probe::gather::Roots::for_sysfs(root.clone(), d.path().join("p"), None),
+            expect: expect.clone(),
+            baseline: None,
+            bom_pin: None,
+            known: None,
+            second_look: None,
+        };
+        let at_start = crate::probe::run(&input).counters;
+        let bases = Bases {
+            job: &at_start,
+            window: &at_start,
+        };
+        let without = Vitals::open(&root, &tools(&root), &expect, None).unwrap();
+        let mut v = Vitals::open(&root, &tools(&root), &expect, Some(bases)).unwrap();
+        println!(
+            "files read in place: {} → {} open, {} a sample",
+            without.len(),
+            v.len(),
+            v.read_per_sample()
+        );
+        assert!(v.len() > without.len());
+        // link_error_recovery: warn above 10/h.
+        let counter = port_file(&root, "mlx5_4/ports/1/counters/link_error_recovery");
+        let was = counter_value(std::fs::read(&counter).unwrap().as_slice()).unwrap();
+        std::fs::write(&counter, format!("{}\n", was + 10)).unwrap();
+        assert!(
+            !(0..WARN_EVERY).any(|_| v.changed()),
+            "within an hour's allowance"
+        );
+        std::fs::write(&counter, format!("{}\n", was + 11)).unwrap();
+        assert!(
+            (0..WARN_EVERY).any(|_| v.changed()),
+            "past it, within a turn"
+        );
+    }
+
+    #[test]
     fn devices_the_node_config_ignores_are_not_read() {
         let (_d, root) = tree("ib8-healthy");
         let all = Config::default().for_node("n1");
-        let n_all = Vitals::open(&root, &tools(&root), &all).unwrap().len();
+        let n_all = Vitals::open(&root, &tools(&root), &all, None)
+            .unwrap()
+            .len();
         let cfg = Config::parse(
             "[[node]]\nmatch = \"n1\"\nignore_devices = \"mlx5_0\"\n",
             Path::new("fabric-check.toml"),
         )
         .unwrap();
         let some = cfg.for_node("n1");
-        assert!(Vitals::open(&root, &tools(&root), &some).unwrap().len() < n_all);
+        assert!(
+            Vitals::open(&root, &tools(&root), &some, None)
+                .unwrap()
+                .len()
+                < n_all
+        );
     }
 }
 

@@ -80,6 +80,7 @@ mod tests {
             expect: &e,
             now: &cnow,
             baseline: None,
+            rate_window: None,
             bom_now: &now,
             bom_pin: Some(&pin),
             known: None,

@@ -47,6 +47,9 @@ pub struct Ctx<'a> {
     pub now: &'a CounterSnapshot,
     /// An earlier document.
     pub baseline: Option<&'a Baseline>,
+    /// Where the per-hour bounds' window starts, when not at the baseline: the in-job watch's
+    /// sliding hour (`None`: every bound is judged over the whole interval since the baseline).
+    pub rate_window: Option<&'a CounterSnapshot>,
     /// This node's BOM.
     pub bom_now: &'a Bom,
     /// The pinned BOM.
@@ -359,9 +362,38 @@ fn fmt_elapsed(s: f64) -> String {
     }
 }
 
+/// The counters of one port or netdev from `source` in `snap`.
+fn counters_of<'a>(
+    snap: &'a CounterSnapshot,
+    dev: &Device,
+    port: &Port,
+    source: CounterSource,
+) -> Option<&'a Counters> {
+    match source {
+        CounterSource::Counters | CounterSource::HwCounters => {
+            let pc = snap.ports.get(&port_key(&dev.name, port.num))?;
+            Some(match source {
+                CounterSource::Counters => &pc.counters,
+                _ => &pc.hw_counters,
+            })
+        }
+        CounterSource::Ethtool => Some(&snap.netdevs.get(port.netdev.as_ref()?)?.ethtool),
+    }
+}
+
+/// The per-hour bounds' window, when the caller gave one ([`Ctx::rate_window`]) that is not
+/// newer than this run: its counters and its age in seconds.
+fn rate_window<'a>(ctx: &Ctx<'a>) -> Option<(&'a CounterSnapshot, f64)> {
+    let w = ctx.rate_window?;
+    let elapsed_ms = ctx.now.taken_unix_ms.checked_sub(w.taken_unix_ms)?;
+    Some((w, elapsed_ms as f64 / 1000.0))
+}
+
 /// Judges the counters of one port or netdev from `source` that `select` keeps, against the
 /// baseline: one finding per counter over its threshold, an `info` per counter that went back
-/// (reset) or sits saturated.
+/// (reset) or sits saturated. The `*_delta` bounds are judged over the whole interval since the
+/// baseline; the `*_per_hour` bounds over [`Ctx::rate_window`] where one is given (the watch's
+/// sliding hour), else over that same interval.
 #[allow(clippy::too_many_arguments)]
 pub fn judge_counters(
     ctx: &Ctx<'_>,
@@ -374,32 +406,14 @@ pub fn judge_counters(
     let Ok((base, elapsed_s)) = usable_baseline(ctx) else {
         return Vec::new();
     };
-    let (now, before): (Option<&Counters>, Option<&Counters>) = match source {
-        CounterSource::Counters | CounterSource::HwCounters => {
-            let key = port_key(&dev.name, port.num);
-            let n = ctx.now.ports.get(&key).map(|pc| match source {
-                CounterSource::Counters => &pc.counters,
-                _ => &pc.hw_counters,
-            });
-            let b = base.ports.get(&key).map(|pc| match source {
-                CounterSource::Counters => &pc.counters,
-                _ => &pc.hw_counters,
-            });
-            (n, b)
-        }
-        CounterSource::Ethtool => {
-            let Some(nd) = &port.netdev else {
-                return Vec::new();
-            };
-            (
-                ctx.now.netdevs.get(nd).map(|n| &n.ethtool),
-                base.netdevs.get(nd).map(|n| &n.ethtool),
-            )
-        }
-    };
-    let (Some(now), Some(before)) = (now, before) else {
+    let (Some(now), Some(before)) = (
+        counters_of(ctx.now, dev, port, source),
+        counters_of(base, dev, port, source),
+    ) else {
         return Vec::new();
     };
+    let window =
+        rate_window(ctx).and_then(|(w, el)| counters_of(w, dev, port, source).map(|c| (c, el)));
     let label = where_(dev, port);
     let mut out = Vec::new();
     for (name, &v) in now.iter().filter(|(n, _)| select(n)) {
@@ -408,15 +422,18 @@ pub fn judge_counters(
         let Some(t) = ctx.expect.thresholds.get(&key) else {
             continue;
         };
-        if v < b {
+        // The rate window's value (never below the baseline's: a counter only rises).
+        let win = window.and_then(|(w, el)| w.get(name).map(|&w| (w.max(b), el)));
+        let went_back_from = win.map_or(b, |(w, _)| w);
+        if v < went_back_from {
             out.push(Finding::new(
                 id,
                 Severity::Info,
                 Some(&dev.name),
                 Some(port.num),
-                json!({"counter": name, "before": b, "now": v}),
+                json!({"counter": name, "before": went_back_from, "now": v}),
                 Value::Null,
-                format!("{label}: {name} went from {b} to {v} (counters reset or driver reloaded); its delta is skipped"),
+                format!("{label}: {name} went from {went_back_from} to {v} (counters reset or driver reloaded); its delta is skipped"),
             ));
             continue;
         }
@@ -426,26 +443,43 @@ pub fn judge_counters(
             // Said once per port by `ib.counters` (warn, with the width and how to reset).
             continue;
         }
-        if let Some(sev) = t.judge(delta, elapsed_s) {
-            let sat = if saturated {
-                " (now saturated: at least this many)"
-            } else {
-                ""
-            };
-            out.push(Finding::new(
-                id,
-                sev,
-                Some(&dev.name),
-                Some(port.num),
-                json!({"counter": name, "delta": delta, "elapsed_s": (elapsed_s * 1000.0).round() / 1000.0}),
-                json!({"counter": key, "threshold": t}),
-                format!(
-                    "{label}: {name} rose by {delta}{sat} in {} ({})",
-                    fmt_elapsed(elapsed_s),
-                    t.describe(sev)
-                ),
-            ));
-        }
+        let (rate_delta, rate_elapsed_s) = win.map_or((delta, elapsed_s), |(w, el)| (v - w, el));
+        let by_delta = t.judge_delta(delta);
+        let by_rate = t.judge_rate(rate_delta, rate_elapsed_s);
+        let (sev, delta, elapsed_s, bound) = match (by_delta, by_rate) {
+            (d, Some(r)) if Some(r) > d => {
+                let sliding = if win.is_some() {
+                    "over the sliding hour; "
+                } else {
+                    ""
+                };
+                (
+                    r,
+                    rate_delta,
+                    rate_elapsed_s,
+                    format!("{sliding}{}", t.describe_rate(r)),
+                )
+            }
+            (Some(d), _) => (d, delta, elapsed_s, t.describe(d)),
+            (None, _) => continue,
+        };
+        let sat = if saturated {
+            " (now saturated: at least this many)"
+        } else {
+            ""
+        };
+        out.push(Finding::new(
+            id,
+            sev,
+            Some(&dev.name),
+            Some(port.num),
+            json!({"counter": name, "delta": delta, "elapsed_s": (elapsed_s * 1000.0).round() / 1000.0}),
+            json!({"counter": key, "threshold": t}),
+            format!(
+                "{label}: {name} rose by {delta}{sat} in {} ({bound})",
+                fmt_elapsed(elapsed_s),
+            ),
+        ));
     }
     out
 }
@@ -592,6 +626,7 @@ pub mod testing {
             expect: &NodeExpectations::default(),
             now: &now,
             baseline: None,
+            rate_window: None,
             bom_now: &bom,
             bom_pin: None,
             known: Some(known),
@@ -618,6 +653,7 @@ pub mod testing {
             expect,
             now: &now,
             baseline,
+            rate_window: None,
             bom_now: &bom,
             bom_pin: None,
             known: None,
