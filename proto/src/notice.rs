@@ -50,6 +50,10 @@ pub struct FabricNotice {
     /// Whether root requeued the job for it (the job asked, `on_fault=requeue` allowed it).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requeued: bool,
+    /// A warning (a counter over its warn bound, a pause storm), not a fault: never drained,
+    /// and `fabric-run --on-fabric-fault` sends no signal for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warn: bool,
 }
 
 impl FabricNotice {
@@ -66,6 +70,7 @@ impl FabricNotice {
             into_job_s: 0,
             drained: false,
             requeued: false,
+            warn: false,
         }
     }
 
@@ -89,7 +94,8 @@ impl FabricNotice {
     /// The one line `fabric-run` prints to stderr.
     pub fn summary(&self) -> String {
         format!(
-            "fabric-check: fabric fault on {} {}s into job {}: {}: {}{}",
+            "fabric-check: fabric {} on {} {}s into job {}: {}: {}{}",
+            if self.warn { "warning" } else { "fault" },
             self.node,
             self.into_job_s,
             self.job,

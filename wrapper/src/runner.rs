@@ -285,6 +285,11 @@ impl ProcessRunner {
         let action = self.faults.as_ref().map_or(FaultAction::None, |f| f.action);
         for n in notices {
             tracing::warn!("{}", n.summary());
+            if n.warn {
+                // A warning is said and recorded; the command is not disturbed for it.
+                self.lock().fabric_fault(&n, None);
+                continue;
+            }
             let sent = match action {
                 FaultAction::Signal(sig) if self.running => {
                     tracing::warn!("fabric-run: sending {sig} to the command (--on-fabric-fault)");

@@ -115,6 +115,33 @@ fn with_on_fabric_fault_signal_usr1_a_command_that_traps_usr1_receives_it() {
 }
 
 #[test]
+fn a_warning_notice_is_said_and_recorded_but_never_signalled_to_the_command() {
+    let job = Job::new();
+    let got = job.spool.path().join("got");
+    let (mut n, _) = notice("roce.congestion");
+    n.warn = true;
+    n.drained = false;
+    let line = n.to_line().trim_end().to_owned();
+    job.fabric_run()
+        .env("NOTICE_LINE", &line)
+        .env("GOT", &got)
+        .args(["--on-fabric-fault=signal:USR1", "--", "sh", "-c"])
+        .arg(
+            r#"trap 'echo got > "$GOT"' USR1
+               printf '%s\n' "$NOTICE_LINE" >> "$NOTICE_FILE"
+               sleep 2.5"#,
+        )
+        .assert()
+        .code(0)
+        .stderr(contains("fabric warning on n1"))
+        .stderr(contains("sending SIGUSR1").not());
+    assert!(!got.exists(), "a warning was signalled");
+    let faults = of(&records(&job.records()), "fabric_fault");
+    assert_eq!(faults.len(), 1);
+    assert_eq!(faults[0].sent_signal, None);
+}
+
+#[test]
 fn a_notice_line_that_is_garbage_or_too_long_is_skipped() {
     let job = Job::new();
     std::fs::write(job.notices(), "").unwrap();

@@ -205,9 +205,10 @@ pub fn decide_with(
         (Watch, Fail, Enforce) => tell(Action::DRAIN_TAG),
         (Watch, Fail, Policy::Warn) => tell(Action::TAG),
         (Watch, Fail, Observe) => Action::LOG,
-        // A `warn` that appears (a pause storm) goes into the live tag at once, as the
-        // epilog would record it at the job's end; never a drain, and the job is not told.
-        (Watch, Found::Warn, Enforce | Policy::Warn) => Action::TAG,
+        // A `warn` that appears (a pause storm, a counter over its warn bound) goes into the
+        // live tag and the job's notice at once, marked a warning; never a drain (and
+        // `fabric-run` sends no signal for it).
+        (Watch, Found::Warn, Enforce | Policy::Warn) => tell(Action::TAG),
         (Watch, Found::Warn, Observe) | (Watch, CouldNotLook, _) => Action::LOG,
     })
 }

@@ -683,6 +683,7 @@ pub fn run(
                         msg.into_job_s = into;
                         msg.drained = drained;
                         msg.requeued = requeued;
+                        msg.warn = fault.warn;
                         if let Err(e) = n.append(&msg) {
                             tracing::warn!("cannot write the notice {}: {e}", n.path().display());
                         }

@@ -450,7 +450,7 @@ fn the_notice_file_is_never_created_through_a_planted_link() {
 }
 
 #[test]
-fn a_warning_that_appears_mid_job_is_tagged_at_once_but_never_drains_or_tells_the_job() {
+fn a_warning_that_appears_mid_job_is_tagged_and_told_to_the_job_at_once_but_never_drains() {
     let mut storm = fail(
         "roce.congestion",
         "mlx5_0",
@@ -480,7 +480,10 @@ fn a_warning_that_appears_mid_job_is_tagged_at_once_but_never_drains_or_tells_th
     assert_eq!(row.verdict, Verdict::Warn);
     assert_eq!(row.watch.len(), 1, "recorded once");
     assert!(row.watch[0].warn && !row.watch[0].drained);
-    assert_eq!(notices, "", "the job is not told");
+    assert_eq!(notices.lines().count(), 1, "told once: {notices}");
+    let n = fabric_proto::notice::FabricNotice::parse_line(notices.lines().next().unwrap())
+        .expect("a notice");
+    assert!(n.warn && !n.drained, "{notices}");
 }
 
 #[test]
