@@ -998,6 +998,7 @@ pub fn job_files_through_the_tag(
             result: crate::jobstep::node_result(&report("n2", verdict)),
             notes: vec![],
             collective: None,
+            fingerprint: None,
         })
         .map_err(|e| e.to_string())
     };

@@ -62,6 +62,9 @@ pub const COLLECTIVE_SLOW_SUSPECT: &str = "collective.slow_suspect";
 pub const COLLECTIVE_LATENCY_TAIL: &str = "collective.latency_tail";
 /// A node of the job never joined the rendezvous.
 pub const RENDEZVOUS_MISSING: &str = "rendezvous.missing";
+/// A node uniform inside but unlike the job's other nodes (port rates, MTU, link layer,
+/// firmware), named by the first node at the rendezvous (a `warn`, never drained).
+pub const JOB_PEER_PARITY: &str = "job.peer_parity";
 
 /// The ids of the probe's checks, in the order `docs/checks.md` lists them.
 pub const PROBE_CHECKS: &[&str] = &[
@@ -96,6 +99,7 @@ pub const JOB_STEP_CHECKS: &[&str] = &[
     COLLECTIVE_SLOW_NODE,
     COLLECTIVE_SLOW_SUSPECT,
     RENDEZVOUS_MISSING,
+    JOB_PEER_PARITY,
 ];
 
 /// Whether `id` is one this version knows.

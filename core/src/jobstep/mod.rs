@@ -33,6 +33,7 @@
 pub mod epilog;
 pub mod gate;
 pub mod health;
+pub mod job_peers;
 pub mod meet;
 pub mod payload;
 pub mod pending;

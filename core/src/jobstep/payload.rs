@@ -28,6 +28,14 @@ pub struct PrologPayload {
     /// The collective's summary (every rank holds the same).
     #[serde(default)]
     pub collective: Option<CollectiveSummary>,
+    /// The node's fabric in brief, for the first node to compare the job's nodes
+    /// ([`super::job_peers`]); absent from older builds and when the probe could not run.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient"
+    )]
+    pub fingerprint: Option<super::job_peers::Fingerprint>,
 }
 
 /// The epilog's payload: counter rises, the `fabric-run` summary and the step gate's results.

@@ -129,11 +129,13 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             probe_limit(step),
         )
     };
+    let mut fingerprint = None;
     let (mut result, failing) = match ran {
         Ok(report) => {
             for why in super::results::save_failures(&report) {
                 step.say(&format!("{node}: {why}"));
             }
+            fingerprint = Some(super::job_peers::Fingerprint::of(&report.inventory));
             (super::node_result(&report), super::worst_finding(&report))
         }
         Err(why) => {
@@ -238,6 +240,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             result: result.clone(),
             notes,
             collective,
+            fingerprint,
         };
         match deliver(step, payload) {
             Delivery::Leader(met) => lead_tag(step, met, spares),
@@ -284,7 +287,13 @@ fn lead_tag(
     met: fabric_net::rendezvous::typed::Met<PrologPayload>,
     spares: u32,
 ) {
+    let prints: std::collections::BTreeMap<String, super::job_peers::Fingerprint> = met
+        .payloads
+        .iter()
+        .filter_map(|(n, p)| p.fingerprint.clone().map(|f| (n.clone(), f)))
+        .collect();
     let mut result = prolog_result(step.setup.inv.option.as_str(), now_unix(), met);
+    name_unlike_nodes(step, &mut result, &prints);
     if spares > 0 {
         use super::spares;
         let plan = spares::plan(&step.setup.nodes, spares, &result.nodes, &step.setup.plugin);
@@ -304,6 +313,35 @@ fn lead_tag(
         result.spares = Some(done);
     }
     write_or_keep(step, &result);
+}
+
+/// Names every node unlike a strict majority of the job's nodes ([`super::job_peers`]): a
+/// `warn` in its result (never a drain) and a note saying what differs.
+fn name_unlike_nodes(
+    step: &JobStep<'_>,
+    result: &mut super::pending::PendingPrologTag,
+    prints: &std::collections::BTreeMap<String, super::job_peers::Fingerprint>,
+) {
+    for (node, unlike) in super::job_peers::judge(prints) {
+        let Some(r) = result.nodes.get_mut(&node) else {
+            continue;
+        };
+        if !r.checks.iter().any(|c| c == check_id::JOB_PEER_PARITY) {
+            r.checks.push(check_id::JOB_PEER_PARITY.into());
+        }
+        if r.verdict == Verdict::Pass {
+            r.verdict = Verdict::Warn;
+        }
+        let what = format!(
+            "{node} is unlike the job's other nodes ({}): {}",
+            check_id::JOB_PEER_PARITY,
+            unlike.join("; ")
+        );
+        step.say(&what);
+        result
+            .notes
+            .push(fabric_proto::tag::scrub_text(&what, 200).to_string());
+    }
 }
 
 /// Writes the prolog's result into the tag, or keeps it for the epilog when Slurm cannot take

@@ -493,6 +493,7 @@ mod roots_evidence {
             result: crate::jobstep::node_result(&report("n2", Verdict::Pass)),
             notes: vec![],
             collective: None,
+            fingerprint: None,
         };
         let at_prolog = FakeMeet {
             peers: peers

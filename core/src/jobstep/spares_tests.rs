@@ -29,6 +29,7 @@ fn payload(verdict: Verdict, checks: &[&str], drained: bool) -> serde_json::Valu
         },
         notes: vec![],
         collective: None,
+        fingerprint: None,
     })
     .unwrap()
 }

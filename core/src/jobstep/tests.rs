@@ -392,6 +392,7 @@ mod prolog_tag {
             },
             notes: vec![],
             collective: None,
+            fingerprint: None,
         })
         .unwrap()
     }
@@ -424,6 +425,71 @@ mod prolog_tag {
         assert!(t.earlier.is_empty());
         assert!(t.missing.is_empty());
         assert!(slurm.current_comment().starts_with("fabric-check/v1 {"));
+    }
+
+    /// Eight MT4129 InfiniBand rails at `rate_gbps`, as a probe's inventory.
+    fn rails(rate_gbps: f64) -> crate::probe::Inventory {
+        use crate::probe::{Inventory, InventoryDevice, InventoryPort};
+        Inventory {
+            devices: (0..8)
+                .map(|i| InventoryDevice {
+                    name: format!("mlx5_{i}"),
+                    hca_type: Some("MT4129".into()),
+                    fw_ver: Some("28.39.1002".into()),
+                    ports: vec![InventoryPort {
+                        port: 1,
+                        state: Some("ACTIVE".into()),
+                        rate_gbps: Some(rate_gbps),
+                        link_layer: Some("InfiniBand".into()),
+                        ..InventoryPort::default()
+                    }],
+                    ..InventoryDevice::default()
+                })
+                .collect(),
+            ..Inventory::default()
+        }
+    }
+
+    fn payload_of(rate_gbps: f64) -> serde_json::Value {
+        let mut p: PrologPayload = serde_json::from_value(payload(Verdict::Pass)).unwrap();
+        p.fingerprint = Some(crate::jobstep::job_peers::Fingerprint::of(&rails(
+            rate_gbps,
+        )));
+        serde_json::to_value(p).unwrap()
+    }
+
+    #[test]
+    fn a_node_whose_rails_all_trained_at_half_rate_is_named_unlike_the_jobs_others_and_not_drained()
+    {
+        let slurm = FakeSlurm::with_nodes(FOUR);
+        let meet = FakeMeet {
+            peers: [
+                ("n2".to_owned(), payload_of(400.0)),
+                ("n3".to_owned(), payload_of(400.0)),
+                ("n4".to_owned(), payload_of(200.0)),
+            ]
+            .into(),
+            ..FakeMeet::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let s = setup(dir.path(), Script::Prolog, "n[1-4]", "n1", &[]);
+        let mut own = report("n1", Verdict::Pass);
+        own.inventory = rails(400.0);
+        let runner = answering(own);
+        let lines = Lines::default();
+        prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+        let t = tag_of(&slurm);
+        assert_eq!(t.nodes["n4"].verdict, Verdict::Warn, "{t:?}");
+        assert_eq!(t.nodes["n4"].checks, ["job.peer_parity"]);
+        assert_eq!(t.nodes["n1"].verdict, Verdict::Pass);
+        assert!(
+            t.notes
+                .iter()
+                .any(|n| n.contains("n4 is unlike") && n.contains("rate 200 Gb/s")),
+            "{:?}",
+            t.notes
+        );
+        assert_eq!(drains(&slurm), 0);
     }
 
     #[test]
