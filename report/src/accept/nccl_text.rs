@@ -105,7 +105,8 @@ fn shape_len(line: &str, shape: &str) -> Option<usize> {
 }
 
 /// The launcher prefix of a log, learned from the lines themselves: what precedes nccl-tests'
-/// own markers ([`marker_at`]) on every line that has one, digits standing for any digits
+/// own markers (`# nThread`, `#  Rank N`, the column header, `# Using devices`, the version,
+/// collective and footer lines) on every line that has one, digits standing for any digits
 /// (`(head, rank=0, pid=N) [1,0]<stdout>:`, `node07: `, `out/1/rank.0/stdout:`). Where the
 /// marker lines disagree, their common start up to its last blank (an outer prefix whose
 /// inner ones differ); empty when nothing precedes the markers or nothing is common.

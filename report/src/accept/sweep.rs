@@ -127,7 +127,7 @@ impl Sweep {
         Some((t[at].to_string(), sweep))
     }
 
-    /// The sizes asked for, smallest first; `None` when there are more than [`MAX_SIZES`] or
+    /// The sizes asked for, smallest first; `None` when there are more than 4096 or
     /// the step cannot move (0 bytes).
     pub fn sizes(&self) -> Option<Vec<u64>> {
         let mut v = Vec::new();
