@@ -432,6 +432,35 @@ fn a_command_line_with_b_e_f_says_what_a_headerless_excerpt_left_out_and_names_t
 }
 
 #[test]
+fn each_command_line_in_a_log_names_the_run_it_starts_not_the_one_before() {
+    // An old-layout sweep script echoes each command before its output: no `# Collective test
+    // starting` line, so the command line is the only place the binary is named.
+    let run = |binary: &str, redop: &str, busbw: f64| {
+        format!(
+            "+ mpirun -np 2 ./build/{binary} -b 1M -e 1M -g 1\n\
+             # nThread 1 nGpus 1 minBytes 1048576 maxBytes 1048576 step: 1048576(bytes) warmup iters: 5 iters: 20 validation: 1\n\
+             #   Rank  0 Pid  1234 on host-a device  0 [0x3d] Tesla V100-SXM2-16GB\n\
+             #   Rank  1 Pid  1235 on host-b device  0 [0x3d] Tesla V100-SXM2-16GB\n\
+             #       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n\
+             \x20    1048576        262144     float  {redop:>6}    100.0   10.49  {busbw:.2}  1e-06    100.0   10.49  {busbw:.2}  1e-06\n\
+             # Out of bounds values : 0 OK\n# Avg bus bandwidth    : {busbw:.2}\n"
+        )
+    };
+    let text = [
+        run("all_reduce_perf", "sum", 10.49),
+        run("reduce_scatter_perf", "sum", 5.25),
+    ]
+    .concat();
+    let (runs, problems) = read_runs("old.log", &text);
+    assert!(problems.is_empty(), "{problems:?}");
+    let tests: Vec<Option<&str>> = runs.iter().map(|r| r.test.as_deref()).collect();
+    assert_eq!(
+        tests,
+        [Some("all_reduce_perf"), Some("reduce_scatter_perf")]
+    );
+}
+
+#[test]
 fn a_whole_sweep_with_sizes_rounded_per_rank_or_a_max_lowered_for_memory_is_not_an_excerpt() {
     // all_gather on 16 ranks from 8 bytes: the first sizes are less than a float per rank and
     // print as 0; the header's maxBytes was lowered before the table.
