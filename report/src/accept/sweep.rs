@@ -162,21 +162,23 @@ impl Sweep {
                 .push(r.size_b);
         }
         let mut missing: Vec<u64> = Vec::new();
-        for ((dtype, _, _), shown) in &sweeps {
-            // A row rounds its size down by less than one element per rank.
+        for ((dtype, _, _), shown) in &mut sweeps {
+            // A row rounds its size down by less than one element per rank, and never below
+            // the size asked for before it unless by that rounding.
             let slack = word_size(dtype) * ranks.max(1) as u64;
-            let mut used = vec![false; shown.len()];
-            let last = shown.iter().copied().max().unwrap_or(0);
-            let mut below = 0;
+            shown.sort_unstable();
+            let last = shown.last().copied().unwrap_or(0);
+            let (mut next, mut below) = (0, 0);
             for &s in &asked {
-                let hit = (0..shown.len()).find(|&k| {
-                    let r = shown[k];
-                    !used[k] && r <= s && (s - r < slack || r > below)
-                });
-                match hit {
-                    Some(k) => used[k] = true,
-                    None if cut && s > last => {}
-                    None => missing.push(s),
+                // Rows at or below `lo` can cover no size from here on.
+                let lo = s.checked_sub(slack).map(|d| d.min(below));
+                while lo.is_some_and(|lo| next < shown.len() && shown[next] <= lo) {
+                    next += 1;
+                }
+                if next < shown.len() && shown[next] <= s {
+                    next += 1;
+                } else if !(cut && s > last) {
+                    missing.push(s);
                 }
                 below = s;
             }
