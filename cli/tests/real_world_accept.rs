@@ -140,8 +140,10 @@ const USABLE: &[Want] = &[
         ranks: 4,
         hosts: 1,
         sizes: 2,
-        footer: Some(381.478),
-        warn_at: Some(14),
+        // The header asks for 512K to 16G, the excerpt shows 8G and 16G: the footer
+        // averages sizes not shown, so it is not the run's.
+        footer: None,
+        warn_at: Some(2),
     },
     Want {
         file: "nccl/unattributed/oci-gb300-32host-128rank-alltoall-doc-excerpt.txt",
@@ -149,8 +151,10 @@ const USABLE: &[Want] = &[
         ranks: 128,
         hosts: 2,
         sizes: 2,
-        footer: Some(28.0844),
-        warn_at: Some(7),
+        // The header asks for 512K to 16G, the excerpt shows 8G and 16G: the footer
+        // averages sizes not shown, so it is not the run's.
+        footer: None,
+        warn_at: Some(2),
     },
 ];
 
@@ -199,6 +203,38 @@ fn read_one(file: &str, text: &str) -> (Option<NcclRun>, Vec<Problem>) {
     let (mut runs, problems) = read_runs(file, text);
     assert!(runs.len() <= 1, "{file} holds one run: {runs:?}");
     (runs.pop(), problems)
+}
+
+#[test]
+fn the_gb300_excerpts_name_the_sizes_their_header_asks_for_and_the_rows_leave_out() {
+    skip_without_corpus!();
+    for (rel, footer) in [
+        (
+            "nccl/unattributed/oci-gb300-1node-4gpu-alltoall-doc-excerpt.txt",
+            381.478,
+        ),
+        (
+            "nccl/unattributed/oci-gb300-32host-128rank-alltoall-doc-excerpt.txt",
+            28.0844,
+        ),
+    ] {
+        let (run, problems) = read(rel);
+        let run = run.unwrap();
+        let p = &problems[0];
+        assert_eq!((p.line, p.severity), (2, "warn"), "{rel}: {problems:?}");
+        assert!(
+            p.message.starts_with("the header's minBytes/maxBytes ask for 16 size(s) (512K to 16G, factor 2) but the rows leave out 14: 512K–4G (an excerpt?)"),
+            "{rel}: {p}"
+        );
+        assert!(
+            p.message.contains(&format!(
+                "the footer's average ({footer}) covers sizes not shown"
+            )),
+            "{rel}: {p}"
+        );
+        assert!(!run.avg_busbw_from_footer, "{rel}");
+        assert_eq!(run.avg_busbw_gbps, run.avg_busbw_from_rows(), "{rel}");
+    }
 }
 
 #[test]
@@ -690,7 +726,7 @@ fn rccl_all_reduce(busbw: f64) -> String {
     format!(
         "# rccl-tests version 2.17.9-develop:2596ca5f71 rccl-headers=22803 rccl-library=22707\n\
          # Collective test starting: all_reduce_perf\n\
-         # nThread 1 nGpus 8 minBytes 8589934592 maxBytes 17179869184 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n\
+         # nThread 1 nGpus 8 minBytes 8589934592 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n\
          #\n\
          # Using devices\n\
          {devices}\

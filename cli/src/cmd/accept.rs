@@ -17,7 +17,8 @@ use fabric_report::report::render::Format;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// nccl-tests outputs: stdout text or `-J` JSON (repeat runs for variation; a log holding
-    /// several invocations gives one run per invocation).
+    /// several invocations or collectives gives one run per invocation; a launcher prefix on
+    /// every line is removed; an excerpt whose rows leave out sizes its header asks for warns).
     #[arg(required = true)]
     results: Vec<PathBuf>,
     /// Pinned BOM of a node (JSON); repeat for every node.

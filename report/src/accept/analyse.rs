@@ -2,6 +2,8 @@
 //!
 //! Definitions (also in `docs/cost-model.md`, section "Acceptance"):
 //!
+//! * Figures are kept per collective: one summary per (collective, size, type, op, root), so a
+//!   log with several tests in turn never mixes all_reduce with sendrecv at a size.
 //! * A size's figures use the out-of-place result when it exists, else the in-place one.
 //! * Mean, min and max are taken over runs; time min/avg/max are the minimum, mean and maximum
 //!   of the runs' average times; p95/p99 are the worst over runs (from `-I 1` output).
@@ -65,9 +67,11 @@ pub struct RunInfo {
     pub avg_busbw_from: &'static str,
 }
 
-/// Figures for one (size, type, op, root) across runs.
+/// Figures for one (collective, size, type, op, root) across runs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SizeSummary {
+    /// The runs' collective (see [`NcclRun::collective`]); None when unknown.
+    pub collective: Option<String>,
     /// Bytes.
     pub size_b: u64,
     /// Data type.
@@ -184,7 +188,14 @@ pub fn cv_pct(v: &[f64]) -> Option<f64> {
     Some(var.sqrt() / m * 100.0)
 }
 
-type Key = (u64, String, String, Option<i64>);
+type Key = (Option<String>, u64, String, String, Option<i64>);
+
+impl SizeSummary {
+    /// The collective as the report prints it.
+    pub fn collective_name(&self) -> &str {
+        self.collective.as_deref().unwrap_or("collective unknown")
+    }
+}
 
 /// Builds the report.
 pub fn analyse(inp: &Inputs) -> AcceptReport {
@@ -397,12 +408,24 @@ fn busbw_checks(t: &Thresholds, sizes: &[SizeSummary], checks: &mut Checks) {
         } else {
             let lowest = at
                 .iter()
-                .map(|s| s.busbw_mean_gbps)
-                .fold(f64::INFINITY, f64::min);
+                .copied()
+                .reduce(|a, b| {
+                    if b.busbw_mean_gbps < a.busbw_mean_gbps {
+                        b
+                    } else {
+                        a
+                    }
+                })
+                .unwrap_or(at[0]);
+            let gbps = lowest.busbw_mean_gbps;
             checks.add(
                 id,
-                if lowest >= mb.gbps { "pass" } else { "fail" },
-                format!("{lowest:.2} GB/s mean over {} run(s)", at[0].runs),
+                if gbps >= mb.gbps { "pass" } else { "fail" },
+                format!(
+                    "{gbps:.2} GB/s mean over {} run(s) of {}",
+                    lowest.runs,
+                    lowest.collective_name()
+                ),
                 format!("≥ {} GB/s", mb.gbps),
             );
         }
@@ -413,10 +436,10 @@ fn busbw_checks(t: &Thresholds, sizes: &[SizeSummary], checks: &mut Checks) {
 fn variation_checks(t: &Thresholds, sizes: &[SizeSummary], checks: &mut Checks) {
     if let Some(max) = t.max_cv_pct {
         let min_b = t.cv_min_bytes();
-        let cvs: Vec<(u64, f64)> = sizes
+        let cvs: Vec<(&SizeSummary, f64)> = sizes
             .iter()
             .filter(|s| s.size_b >= min_b)
-            .filter_map(|s| s.cv_pct.map(|c| (s.size_b, c)))
+            .filter_map(|s| s.cv_pct.map(|c| (s, c)))
             .collect();
         match cvs
             .iter()
@@ -432,7 +455,11 @@ fn variation_checks(t: &Thresholds, sizes: &[SizeSummary], checks: &mut Checks) 
             Some((size, worst)) => checks.add(
                 "variation.cv".into(),
                 if worst <= max { "pass" } else { "fail" },
-                format!("worst {worst:.2}% at {}", fmt_size(size)),
+                format!(
+                    "worst {worst:.2}% at {} {}",
+                    size.collective_name(),
+                    fmt_size(size.size_b)
+                ),
                 format!("≤ {max}% at sizes ≥ {}", fmt_size(min_b)),
             ),
         }
@@ -551,21 +578,28 @@ fn bom_checks(inp: &Inputs, bom_report: Option<&BomReport>, checks: &mut Checks)
     }
 }
 
-/// One summary per (size, dtype, redop, root) over every run that measured it, with the runs
-/// whose bus bandwidth fell below the median by more than `outlier_drop_pct`.
+/// One summary per (collective, size, dtype, redop, root) over every run that measured it,
+/// with the runs whose bus bandwidth fell below the median by more than `outlier_drop_pct`.
 fn size_summaries(inp: &Inputs) -> Vec<SizeSummary> {
     let t = &inp.thresholds;
     let mut by_key: BTreeMap<Key, Vec<(&str, &SizeRow)>> = BTreeMap::new();
     for run in &inp.runs {
+        let collective = run.collective();
         for r in &run.rows {
             by_key
-                .entry((r.size_b, r.dtype.clone(), r.redop.clone(), r.root))
+                .entry((
+                    collective.clone(),
+                    r.size_b,
+                    r.dtype.clone(),
+                    r.redop.clone(),
+                    r.root,
+                ))
                 .or_default()
                 .push((run.file.as_str(), r));
         }
     }
     let mut sizes = Vec::new();
-    for ((size_b, dtype, redop, root), rows) in &by_key {
+    for ((collective, size_b, dtype, redop, root), rows) in &by_key {
         let m: Vec<(&str, &Measure)> = rows
             .iter()
             .filter_map(|(f, r)| primary(r).map(|m| (*f, m)))
@@ -600,6 +634,7 @@ fn size_summaries(inp: &Inputs) -> Vec<SizeSummary> {
             Vec::new()
         };
         sizes.push(SizeSummary {
+            collective: collective.clone(),
             size_b: *size_b,
             dtype: dtype.clone(),
             redop: redop.clone(),

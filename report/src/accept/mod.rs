@@ -16,6 +16,7 @@ pub mod nccl_json;
 pub mod nccl_text;
 pub mod questions;
 pub mod render;
+pub mod sweep;
 pub mod thresholds;
 
 use serde::Serialize;

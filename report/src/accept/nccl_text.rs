@@ -29,12 +29,113 @@
 //!   `host: Test NCCL failure common.cu:1204 '...'` and no footer; a truncated or elided
 //!   output simply stops or has `...` rows. What is there is used: the run is kept and the
 //!   problem is a warning naming the line where it stops.
-//! * MPI launchers prefix lines: Open MPI `--tag-output` writes `[1,0]<stdout>:`, `srun -l`
-//!   writes `0: `, `mpirun -prepend-rank` writes `[0] `, and per-write tagging inserts `[0]`
-//!   in the middle of a line before each column group. Prefixes and rank tags are removed;
-//!   NCCL `INFO`/`WARN` lines, Open MPI banners and doc comments anywhere are skipped.
+//! * launchers prefix lines: Open MPI `--tag-output` writes `[1,0]<stdout>:`, `srun -l`
+//!   writes `0: `, pdsh `host: `, `mpirun -prepend-rank` writes `[0] `, Ray (SkyPilot)
+//!   `(head, rank=0, pid=N) ` before any of these, and per-write tagging inserts `[0]` in the
+//!   middle of a line before each column group. The prefix is learned from the lines that
+//!   carry nccl-tests' own markers ([`learn_prefix`]) and removed from every line that has it,
+//!   then the known forms ([`strip_prefix`]) and rank tags are removed; NCCL `INFO`/`WARN`
+//!   lines, Open MPI banners and doc comments anywhere are skipped.
+//! * the sizes asked for (the `# nThread ... minBytes ... maxBytes ... step:` line, or a
+//!   command line's `-b/-e/-f`) are compared with the rows ([`Sweep`]): an excerpt whose rows
+//!   leave some out is a warning naming them, and its footer's average is not the run's.
 
+use super::sweep::Sweep;
 use super::{Device, IterStats, Measure, NcclRun, Problem, SizeRow};
+
+/// Stands for a run of digits in a learned prefix: ranks, pids and host numbers vary from line
+/// to line while the prefix's shape repeats.
+const DIGITS: char = '\u{1}';
+
+/// Where nccl-tests' own text starts in a line: the `#` of `# nThread`, `#  Rank 0`, the
+/// column header (`#  size  count ...`), `# Using devices`, its version and collective lines
+/// or its footer.
+fn marker_at(line: &str) -> Option<usize> {
+    line.match_indices('#').map(|(i, _)| i).find(|&i| {
+        let c = line[i + 1..].trim_start();
+        let mut words = c.split_whitespace();
+        [
+            "nThread ",
+            "Using devices",
+            "Avg bus bandwidth",
+            "Out of bounds values",
+            "nccl-tests version",
+            "rccl-tests version",
+            "Collective test ",
+        ]
+        .iter()
+        .any(|m| c.starts_with(m))
+            || c.strip_prefix("Rank")
+                .is_some_and(|r| r.trim_start().starts_with(|d: char| d.is_ascii_digit()))
+            || (words.next() == Some("size") && words.next() == Some("count"))
+    })
+}
+
+/// A prefix's shape: each run of digits becomes [`DIGITS`].
+fn shape(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len());
+    for ch in prefix.chars() {
+        if !ch.is_ascii_digit() {
+            out.push(ch);
+        } else if !out.ends_with(DIGITS) {
+            out.push(DIGITS);
+        }
+    }
+    out
+}
+
+/// The bytes of `line` that a learned prefix `shape` covers, when the line starts with it.
+fn shape_len(line: &str, shape: &str) -> Option<usize> {
+    let b = line.as_bytes();
+    let mut at = 0;
+    for ch in shape.chars() {
+        if ch == DIGITS {
+            let n = b[at..].iter().take_while(|c| c.is_ascii_digit()).count();
+            if n == 0 {
+                return None;
+            }
+            at += n;
+        } else if line[at..].starts_with(ch) {
+            at += ch.len_utf8();
+        } else {
+            return None;
+        }
+    }
+    Some(at)
+}
+
+/// The launcher prefix of a log, learned from the lines themselves: what precedes nccl-tests'
+/// own markers (`# nThread`, `#  Rank N`, the column header, `# Using devices`, the version,
+/// collective and footer lines) on every line that has one, digits standing for any digits
+/// (`(head, rank=0, pid=N) [1,0]<stdout>:`, `node07: `, `out/1/rank.0/stdout:`). Where the
+/// marker lines disagree, their common start up to its last blank (an outer prefix whose
+/// inner ones differ); empty when nothing precedes the markers or nothing is common.
+pub fn learn_prefix(lines: &[&str]) -> String {
+    let mut shapes = lines
+        .iter()
+        .filter_map(|l| marker_at(l).map(|i| shape(&l[..i])));
+    let Some(mut common) = shapes.next() else {
+        return String::new();
+    };
+    let mut agree = true;
+    for s in shapes {
+        if s != common {
+            agree = false;
+            let n: usize = common
+                .chars()
+                .zip(s.chars())
+                .take_while(|(a, b)| a == b)
+                .map(|(a, _)| a.len_utf8())
+                .sum();
+            common.truncate(n);
+        }
+    }
+    if !agree {
+        let keep = common.rfind(char::is_whitespace).map_or(0, |i| i + 1);
+        common.truncate(keep);
+    }
+    common
+}
 
 /// Removes a launcher prefix.
 pub fn strip_prefix(line: &str) -> &str {
@@ -303,6 +404,10 @@ struct Segment {
     failure: Option<(u64, String)>,
     /// Results rccl-tests marked with `*` (an error over its threshold).
     flagged: u64,
+    /// The sizes asked for.
+    sweep: Option<Sweep>,
+    /// A command line read after this run ended: it starts the next one.
+    next_command: Option<(String, Sweep)>,
 }
 
 impl Segment {
@@ -322,6 +427,20 @@ impl Segment {
             elided: None,
             failure: None,
             flagged: 0,
+            sweep: None,
+            next_command: None,
+        }
+    }
+
+    /// A command line that starts this run: its binary names the test when nothing else does,
+    /// its sizes count until the header's line says them.
+    fn command(&mut self, binary: String, sweep: Sweep) {
+        if self.run.test.is_none() {
+            let base = binary.rsplit('/').next().unwrap_or(&binary);
+            self.run.test = Some(base.to_string());
+        }
+        if self.sweep.is_none() {
+            self.sweep = Some(sweep);
         }
     }
 
@@ -358,9 +477,12 @@ fn starts_a_run(comment: &str) -> bool {
 pub fn parse(file: &str, text: &str) -> (Vec<NcclRun>, Vec<Problem>) {
     let mut done: Vec<Segment> = Vec::new();
     let mut seg = Segment::new(file, 1);
-    for (i, raw) in text.lines().enumerate() {
+    let lines: Vec<&str> = text.lines().map(|l| l.trim_end_matches('\r')).collect();
+    let prefix = learn_prefix(&lines);
+    for (i, raw) in lines.iter().enumerate() {
         let no = i as u64 + 1;
-        let unprefixed = strip_prefix(raw.trim_end_matches('\r'));
+        let learned = shape_len(raw, &prefix).map_or(*raw, |n| &raw[n..]);
+        let unprefixed = strip_prefix(learned);
         let line = strip_rank_tags(unprefixed);
         let trimmed = line.trim();
         if trimmed.is_empty() {
@@ -370,7 +492,11 @@ pub fn parse(file: &str, text: &str) -> (Vec<NcclRun>, Vec<Problem>) {
             && starts_a_run(c)
             && seg.has_ended_or_has_rows()
         {
+            let next = seg.next_command.take();
             done.push(std::mem::replace(&mut seg, Segment::new(file, no)));
+            if let Some((binary, sweep)) = next {
+                seg.command(binary, sweep);
+            }
         }
         read_line(&mut seg, no, trimmed);
     }
@@ -430,6 +556,15 @@ fn read_line(seg: &mut Segment, no: u64, trimmed: &str) {
             run.version = Some(format!("rccl-tests {}", v.trim()));
         } else if let Some(v) = c.strip_prefix("Collective test starting:") {
             run.test = Some(v.trim().to_string());
+        } else if c.starts_with("nThread") {
+            if let Some(s) = Sweep::from_header(c, no) {
+                seg.sweep = Some(s);
+            }
+        } else if let Some(v) = c.strip_prefix("Reducing maxBytes to") {
+            let to = v.split_whitespace().next().and_then(|x| x.parse().ok());
+            if let (Some(s), Some(to)) = (seg.sweep.as_mut(), to) {
+                s.max_b = to;
+            }
         } else if c.starts_with("Rank") {
             match parse_device(c) {
                 Some(d) => run.devices.push(d),
@@ -467,6 +602,14 @@ fn read_line(seg: &mut Segment, no: u64, trimmed: &str) {
         return;
     }
     if version_line(trimmed, &mut seg.run) {
+        return;
+    }
+    if let Some((binary, sweep)) = Sweep::from_command(trimmed, no) {
+        if seg.has_ended_or_has_rows() {
+            seg.next_command = Some((binary, sweep));
+        } else {
+            seg.command(binary, sweep);
+        }
         return;
     }
     // A result line starts with the size in bytes and has the data type third; a leading
@@ -594,6 +737,7 @@ fn finish(mut seg: Segment) -> (Option<NcclRun>, Vec<Problem>) {
             "the output ends without the `Avg bus bandwidth` footer after this line (truncated or the test crashed); the rows up to here are used".into(),
         );
     }
+    let rows_missing = rows_missing(&mut seg);
     // By line, whole-file remarks (line 0) last: the first is where the input first departs.
     seg.problems
         .sort_by_key(|p| if p.line == 0 { u64::MAX } else { p.line });
@@ -602,11 +746,47 @@ fn finish(mut seg: Segment) -> (Option<NcclRun>, Vec<Problem>) {
         // The footer counts them too; without it (a cut output) the marks are the count.
         run.out_of_bounds = Some(run.out_of_bounds.unwrap_or(0).max(seg.flagged));
     }
-    run.avg_busbw_from_footer = seg.saw_footer && run.avg_busbw_gbps.is_some();
+    run.avg_busbw_from_footer = seg.saw_footer && run.avg_busbw_gbps.is_some() && !rows_missing;
     if !run.avg_busbw_from_footer {
         run.avg_busbw_gbps = run.avg_busbw_from_rows();
     }
     (Some(run), seg.problems)
+}
+
+/// Whether the rows leave out sizes the run asked for (an excerpt), said as a warning at the
+/// line that asks for them. In an output that stops early (no footer) the sizes after the last
+/// row are the cut's, already named.
+fn rows_missing(seg: &mut Segment) -> bool {
+    let Some(sweep) = seg.sweep.clone() else {
+        return false;
+    };
+    let ranks = seg.run.rank_count();
+    let cut = !seg.saw_footer;
+    let Some(missing) = sweep.missing(&seg.run.rows, ranks, cut) else {
+        return false;
+    };
+    if missing.is_empty() {
+        return false;
+    }
+    let asked = sweep.sizes().map_or(0, |v| v.len());
+    let footer = match (seg.saw_footer, seg.run.avg_busbw_gbps) {
+        (true, Some(f)) => format!(
+            "; the footer's average ({f}) covers sizes not shown, so the run's average is the mean over the rows shown"
+        ),
+        _ => String::new(),
+    };
+    seg.problem(
+        sweep.line,
+        "warn",
+        format!(
+            "{} ask for {asked} size(s) ({}) but the rows leave out {}: {} (an excerpt?); keep the whole table{footer}",
+            sweep.source,
+            sweep.describe(),
+            missing.len(),
+            sweep.ranges(&missing),
+        ),
+    );
+    true
 }
 
 /// Whether a `#` line inside the table is a note someone added rather than nccl-tests' own

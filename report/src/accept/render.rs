@@ -43,7 +43,7 @@ fn checks_table(r: &AcceptReport) -> Table {
     }
 }
 
-/// One row per size (dtype, redop, root) over every run, the runs as a note.
+/// One row per collective and size (dtype, redop, root) over every run, the runs as a note.
 fn sizes_table(r: &AcceptReport) -> Table {
     Table {
         title: "Per size, across runs".into(),
@@ -71,7 +71,8 @@ fn sizes_table(r: &AcceptReport) -> Table {
             .map(|s| {
                 Row::text(
                     &format!(
-                        "{} {} {}{}",
+                        "{} {} {} {}{}",
+                        s.collective_name(),
                         fmt_size(s.size_b),
                         s.dtype,
                         s.redop,
@@ -192,26 +193,28 @@ fn questions_table(r: &AcceptReport) -> Table {
     }
 }
 
+/// The mean busbw by size, one line per collective (a log of several tests in turn has one
+/// curve each, never a line jumping between them).
 fn busbw_chart(r: &AcceptReport, svg: &mut String) -> Result<(), Box<dyn std::error::Error>> {
     let root = SVGBackend::with_string(svg, (760, 340)).into_drawing_area();
     root.fill(&WHITE)?;
-    let pts: Vec<(f64, f64)> = r
-        .sizes
-        .iter()
-        .filter(|s| s.size_b > 0)
-        .map(|s| ((s.size_b as f64).log2(), s.busbw_mean_gbps))
-        .collect();
-    let (x0, x1) = pts
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
-            (a.min(p.0), b.max(p.0))
-        });
+    let mut curves: std::collections::BTreeMap<&str, Vec<(f64, f64)>> = Default::default();
+    for s in r.sizes.iter().filter(|s| s.size_b > 0) {
+        curves
+            .entry(s.collective_name())
+            .or_default()
+            .push(((s.size_b as f64).log2(), s.busbw_mean_gbps));
+    }
+    let pts = || curves.values().flatten();
+    let (x0, x1) = pts().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+        (a.min(p.0), b.max(p.0))
+    });
     let (x0, x1) = if x0.is_finite() && x1 > x0 {
         (x0, x1)
     } else {
         (0.0, 1.0)
     };
-    let ymax = pts.iter().map(|p| p.1).fold(1.0, f64::max);
+    let ymax = pts().map(|p| p.1).fold(1.0, f64::max);
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "Bus bandwidth by message size (mean over runs)",
@@ -227,8 +230,26 @@ fn busbw_chart(r: &AcceptReport, svg: &mut String) -> Result<(), Box<dyn std::er
         .x_desc("message size")
         .y_desc("busbw (GB/s)")
         .draw()?;
-    chart.draw_series(LineSeries::new(pts.clone(), BLUE.stroke_width(2)))?;
-    chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, BLUE.filled())))?;
+    for (i, (name, mut line)) in curves.clone().into_iter().enumerate() {
+        line.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let color = if i == 0 {
+            BLUE.to_rgba()
+        } else {
+            Palette99::pick(i).to_rgba()
+        };
+        chart
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        chart.draw_series(line.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
+    }
+    if curves.len() > 1 {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
     root.present()?;
     Ok(())
 }
