@@ -33,7 +33,7 @@ fn main() {
         .header_contents("fabric_spank_wrapper.h", "#include <slurm/spank.h>\n")
         .clang_arg(format!("-I{}", include.display()))
         .allowlist_function(
-            "spank_option_register|spank_option_getopt|spank_get_item|spank_setenv|spank_getenv",
+            "spank_option_register|spank_option_getopt|spank_get_item|spank_setenv|spank_unsetenv|spank_getenv",
         )
         .allowlist_function("spank_context|slurm_info|slurm_error|slurm_verbose|slurm_debug")
         .allowlist_type("spank_option|spank_item|spank_context|spank_err_t|spank_t")

@@ -222,42 +222,97 @@ impl BatchEnv {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// The variables of the batch step to set, from the values Slurm gave (`get`): the node
-    /// lists and counts of the kept nodes, and the per-node lists (`SLURM_TASKS_PER_NODE`,
-    /// `SLURM_JOB_CPUS_PER_NODE`) without the entries of the nodes given up. A per-node list
-    /// that does not parse, or does not have one entry per allocated node, is left alone.
-    pub fn variables(&self, get: impl Fn(&str) -> Option<String>) -> Vec<(&'static str, String)> {
+    /// The variables of the batch step to change, from the values Slurm gave (`get`): `Some`
+    /// to set, `None` to unset. The node lists and counts of the kept nodes; the per-node lists
+    /// (`SLURM_TASKS_PER_NODE`, `SLURM_JOB_CPUS_PER_NODE`) without the entries of the nodes
+    /// given up; the job's task count (`SLURM_NTASKS`, `SLURM_NPROCS`: what a bare `srun`, MPI
+    /// and torchrun take as the job's size) and GPU count (`SLURM_GPUS`) for the kept nodes.
+    /// Where a value cannot be recomputed from what Slurm gave, it is unset, as Slurm's own
+    /// resize script does ("We don't have sufficient information to recreate these"), so no
+    /// launcher asks for tasks or GPUs on nodes the job no longer has.
+    pub fn variables(
+        &self,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Vec<(&'static str, Option<String>)> {
         let Some(list) = hostlist::compress(&self.kept) else {
             return Vec::new();
         };
-        let n = self.kept.len().to_string();
+        let k = self.kept.len();
+        let n = k.to_string();
         let mut out = vec![
-            ("SLURM_JOB_NODELIST", list.clone()),
-            ("SLURM_NODELIST", list),
-            ("SLURM_JOB_NUM_NODES", n.clone()),
-            ("SLURM_NNODES", n),
+            ("SLURM_JOB_NODELIST", Some(list.clone())),
+            ("SLURM_NODELIST", Some(list)),
+            ("SLURM_JOB_NUM_NODES", Some(n.clone())),
+            ("SLURM_NNODES", Some(n)),
         ];
         let keep: Vec<bool> = self
             .allocated
             .iter()
             .map(|a| self.kept.contains(a))
             .collect();
-        for var in ["SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE"] {
-            if let Some(v) = get(var)
-                .and_then(|v| expand_counts(&v))
-                .filter(|c| c.len() == keep.len())
-            {
-                let kept: Vec<u32> = v
-                    .iter()
+        let kept_counts = |var: &str| -> Option<Vec<u32>> {
+            let v = get(var).and_then(|v| expand_counts(&v))?;
+            (v.len() == keep.len()).then(|| {
+                v.iter()
                     .zip(&keep)
                     .filter(|(_, k)| **k)
                     .map(|(c, _)| *c)
-                    .collect();
-                out.push((var, compress_counts(&kept)));
+                    .collect()
+            })
+        };
+        let tasks_per_node = kept_counts("SLURM_TASKS_PER_NODE");
+        for var in ["SLURM_TASKS_PER_NODE", "SLURM_JOB_CPUS_PER_NODE"] {
+            match kept_counts(var) {
+                Some(kept) => out.push((var, Some(compress_counts(&kept)))),
+                None if var == "SLURM_TASKS_PER_NODE" && get(var).is_some() => {
+                    out.push((var, None))
+                }
+                None => {}
             }
+        }
+        let per_node = get("SLURM_NTASKS_PER_NODE").and_then(|v| v.trim().parse::<u64>().ok());
+        let ntasks = match (per_node, &tasks_per_node) {
+            (Some(p), _) if p > 0 => Some(p * k as u64),
+            (_, Some(kept)) => Some(kept.iter().map(|c| u64::from(*c)).sum()),
+            _ => None,
+        };
+        for var in ["SLURM_NTASKS", "SLURM_NPROCS"] {
+            if get(var).is_some() {
+                out.push((var, ntasks.map(|t| t.to_string())));
+            }
+        }
+        if get("SLURM_GPUS").is_some() {
+            out.push(("SLURM_GPUS", gpus_for(&get, self.allocated.len(), k)));
         }
         out
     }
+}
+
+/// `SLURM_GPUS` (`--gpus=[type:]N`, the job's total) for `kept` of `allocated` nodes: from
+/// `SLURM_GPUS_PER_NODE` when it is one `[type:]count`, else the total scaled when it divides
+/// evenly among the allocated nodes; `None` (unset) otherwise.
+fn gpus_for(
+    get: &impl Fn(&str) -> Option<String>,
+    allocated: usize,
+    kept: usize,
+) -> Option<String> {
+    let split = |v: &str| -> Option<(String, u64)> {
+        let (ty, count) = match v.rsplit_once(':') {
+            Some((t, c)) => (format!("{t}:"), c),
+            None => (String::new(), v),
+        };
+        Some((ty, count.trim().parse().ok()?))
+    };
+    if let Some((ty, per)) = get("SLURM_GPUS_PER_NODE")
+        .filter(|v| !v.contains(','))
+        .and_then(|v| split(&v))
+    {
+        return Some(format!("{ty}{}", per * kept as u64));
+    }
+    let (ty, total) = split(&get("SLURM_GPUS")?)?;
+    let allocated = allocated as u64;
+    (allocated > 0 && total % allocated == 0)
+        .then(|| format!("{ty}{}", total / allocated * kept as u64))
 }
 
 /// Slurm's per-node count list (`2(x3),1`) expanded; `None` when it does not parse, is empty,
@@ -368,7 +423,11 @@ mod tests {
             "SLURM_JOB_CPUS_PER_NODE" => Some("2,4,8(x2)".into()),
             _ => None,
         });
-        let get = |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        let get = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .and_then(|(_, v)| v.as_deref())
+        };
         assert_eq!(get("SLURM_JOB_NODELIST"), Some("n[1-2,4]"));
         assert_eq!(get("SLURM_NODELIST"), Some("n[1-2,4]"));
         assert_eq!(get("SLURM_JOB_NUM_NODES"), Some("3"));
@@ -377,8 +436,71 @@ mod tests {
         assert_eq!(get("SLURM_JOB_CPUS_PER_NODE"), Some("2,4,8"));
     }
 
+    /// The changes `variables` makes for 4 allocated nodes of which n3 is given up, with the
+    /// batch environment `env`.
+    fn changes_of(env: &[(&str, &str)]) -> Vec<(&'static str, Option<String>)> {
+        let b = BatchEnv {
+            job_id: 7,
+            allocated: vec!["n1".into(), "n2".into(), "n3".into(), "n4".into()],
+            kept: vec!["n1".into(), "n2".into(), "n4".into()],
+        };
+        b.variables(|v| {
+            env.iter()
+                .find(|(k, _)| *k == v)
+                .map(|(_, x)| (*x).to_string())
+        })
+    }
+
+    fn change(vars: &[(&'static str, Option<String>)], k: &str) -> Option<Option<String>> {
+        vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+    }
+
     #[test]
-    fn a_per_node_list_that_does_not_match_the_allocation_is_left_alone() {
+    fn an_ntasks_per_node_job_of_four_nodes_shrunk_to_three_asks_for_six_tasks() {
+        let vars = changes_of(&[
+            ("SLURM_NTASKS", "8"),
+            ("SLURM_NPROCS", "8"),
+            ("SLURM_NTASKS_PER_NODE", "2"),
+            ("SLURM_TASKS_PER_NODE", "2(x4)"),
+        ]);
+        assert_eq!(change(&vars, "SLURM_NTASKS"), Some(Some("6".into())));
+        assert_eq!(change(&vars, "SLURM_NPROCS"), Some(Some("6".into())));
+        assert_eq!(
+            change(&vars, "SLURM_TASKS_PER_NODE"),
+            Some(Some("2(x3)".into()))
+        );
+    }
+
+    #[test]
+    fn a_task_count_without_a_per_node_layout_is_taken_from_the_kept_nodes_tasks() {
+        let vars = changes_of(&[
+            ("SLURM_NTASKS", "10"),
+            ("SLURM_TASKS_PER_NODE", "3(x2),2(x2)"),
+        ]);
+        assert_eq!(change(&vars, "SLURM_NTASKS"), Some(Some("8".into())));
+    }
+
+    #[test]
+    fn a_task_count_that_cannot_be_recomputed_is_unset_as_slurms_resize_script_does() {
+        let vars = changes_of(&[("SLURM_NTASKS", "8"), ("SLURM_NPROCS", "8")]);
+        assert_eq!(change(&vars, "SLURM_NTASKS"), Some(None));
+        assert_eq!(change(&vars, "SLURM_NPROCS"), Some(None));
+        // Nothing to change where Slurm set nothing.
+        assert_eq!(change(&changes_of(&[]), "SLURM_NTASKS"), None);
+    }
+
+    #[test]
+    fn the_jobs_gpu_count_follows_the_kept_nodes_or_is_unset() {
+        let vars = changes_of(&[("SLURM_GPUS", "h100:32"), ("SLURM_GPUS_PER_NODE", "h100:8")]);
+        assert_eq!(change(&vars, "SLURM_GPUS"), Some(Some("h100:24".into())));
+        let vars = changes_of(&[("SLURM_GPUS", "32")]);
+        assert_eq!(change(&vars, "SLURM_GPUS"), Some(Some("24".into())));
+        let vars = changes_of(&[("SLURM_GPUS", "30")]);
+        assert_eq!(change(&vars, "SLURM_GPUS"), Some(None));
+    }
+
+    #[test]
+    fn a_per_node_list_that_does_not_match_the_allocation_is_unset_and_a_cpu_list_left_alone() {
         let env = BatchEnv {
             job_id: 7,
             allocated: vec!["n1".into(), "n2".into()],
@@ -389,7 +511,9 @@ mod tests {
             "SLURM_JOB_CPUS_PER_NODE" => Some("junk".into()),
             _ => None,
         });
-        assert_eq!(vars.len(), 4, "{vars:?}");
+        assert_eq!(vars.len(), 5, "{vars:?}");
+        assert_eq!(change(&vars, "SLURM_TASKS_PER_NODE"), Some(None));
+        assert_eq!(change(&vars, "SLURM_JOB_CPUS_PER_NODE"), None);
     }
 
     #[test]

@@ -312,6 +312,23 @@ impl Host for SlurmHost {
         }
     }
 
+    fn unsetenv(&self, name: &str) -> Result<(), HostError> {
+        let Ok(n) = CString::new(name) else {
+            return Err(HostError::NulByte("the variable's name"));
+        };
+        // SAFETY: a NUL-terminated string that outlives the call; spank_unsetenv only reads it
+        // (spank.h: `spank_unsetenv(spank_t, const char *var)`).
+        let rc = unsafe { sys::spank_unsetenv(self.sp, n.as_ptr()) };
+        if rc == sys::ESPANK_SUCCESS {
+            Ok(())
+        } else {
+            Err(HostError::Spank {
+                call: "spank_unsetenv",
+                rc: rc.into(),
+            })
+        }
+    }
+
     fn info(&self, msg: &str) {
         log_info(msg);
     }

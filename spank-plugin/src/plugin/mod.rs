@@ -110,6 +110,10 @@ pub trait Host {
     fn setenv(&self, _name: &str, _value: &str) -> Result<(), HostError> {
         Err(HostError::Unavailable("spank_setenv"))
     }
+    /// Removes a variable from the job's environment (`spank_unsetenv`; remote context only).
+    fn unsetenv(&self, _name: &str) -> Result<(), HostError> {
+        Ok(())
+    }
     /// Prepends `argv` to the task's command line (valid in `slurm_spank_task_init`).
     fn prepend_task_argv(&self, _argv: &[String]) -> Result<(), HostError> {
         Err(HostError::Unavailable("spank_prepend_task_argv"))

@@ -119,7 +119,11 @@ pub(super) fn read_batch_env(
 /// in `slurm_spank_task_init`: after slurmstepd's own `setup_env`, just before the script runs.
 pub(super) fn apply_batch_env(host: &dyn Host, env: &BatchEnv) {
     for (name, value) in env.variables(|v| host.job_env(v)) {
-        if let Err(e) = host.setenv(name, &value) {
+        let done = match &value {
+            Some(v) => host.setenv(name, v),
+            None => host.unsetenv(name),
+        };
+        if let Err(e) = done {
             host.error(&format!("fabric-check: cannot set {name} ({e})"));
         }
     }

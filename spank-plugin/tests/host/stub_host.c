@@ -87,6 +87,11 @@ int spank_setenv(spank_t sp, const char *var, const char *val, int overwrite) {
     printf("setenv %s=%s overwrite=%d\n", var, val, overwrite);
     return 0;
 }
+int spank_unsetenv(spank_t sp, const char *var) {
+    (void)sp;
+    printf("unsetenv %s\n", var);
+    return 0;
+}
 #ifdef WITH_PREPEND
 int spank_prepend_task_argv(spank_t sp, int argc, const char *argv[]) {
     (void)sp;

@@ -119,6 +119,40 @@ fn a_job_with_one_spare_and_a_port_down_on_a_non_batch_host_runs_on_three_good_n
 }
 
 #[test]
+fn an_ntasks_per_node_job_shrunk_by_a_spare_runs_its_tasks_on_the_kept_nodes_only() {
+    let tb = Testbed::get();
+    tb.healing(|| {
+        tb.with_plugstack(None, None, "spares_max=1", || {
+            tb.script(&["node", "n3", "ib8-port-down"]).unwrap();
+            let out = tb.work_dir("spares-tasks").join("out");
+            let job = tb.sbatch(&[
+                "-N4",
+                "--ntasks-per-node=2",
+                "--fabric-check-spares=1",
+                &format!("--output={}", out.display()),
+                "--wrap",
+                // A bare srun (the job's task count as its -n) and what each task sees as the
+                // job's size, as an MPI or torchrun launch reads it.
+                "echo NTASKS=$SLURM_NTASKS; \
+                 srun bash -c 'echo task $SLURMD_NODENAME of $SLURM_NTASKS' 2>&1 | sort | uniq -c",
+            ]);
+            let rows = ended(&tb, job);
+            let text = std::fs::read_to_string(&out).unwrap_or_default();
+            assert_eq!(
+                rows.last().map(|r| r[0].as_str()),
+                Some("COMPLETED"),
+                "{rows:?} {text}"
+            );
+            assert!(text.contains("NTASKS=6"), "{text}");
+            for n in ["n1", "n2", "n4"] {
+                assert!(text.contains(&format!("2 task {n} of 6")), "{n}: {text}");
+            }
+            assert!(!text.contains("task n3"), "{text}");
+        });
+    });
+}
+
+#[test]
 fn a_job_whose_batch_host_fails_falls_back_to_the_requeue_and_its_tag_says_why() {
     let tb = Testbed::get();
     tb.healing(|| {
