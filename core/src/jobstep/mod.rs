@@ -287,6 +287,8 @@ mod spool_tests;
 mod step_end_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod untagged_tests;
 
 #[cfg(test)]
 mod safety_tests;
