@@ -549,7 +549,7 @@ impl Meet for FakeMeet {
         if req.rank != 0 {
             return Ok(Gathered {
                 my_rank: req.rank,
-                port: 47_000,
+                port: fabric_net::rendezvous::DEFAULT_BASE_PORT,
                 payloads,
                 missing: vec![],
                 rejected: vec![],
@@ -564,7 +564,7 @@ impl Meet for FakeMeet {
         }
         Ok(Gathered {
             my_rank: 0,
-            port: 47_000,
+            port: fabric_net::rendezvous::DEFAULT_BASE_PORT,
             payloads,
             missing,
             rejected: vec![],

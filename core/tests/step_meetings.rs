@@ -32,7 +32,7 @@ fn two_steps_of_one_job_ending_together_meet_apart_and_apart_from_the_jobs_prolo
     ];
     assert_eq!(meetings[2], u64::from(job), "the prolog's id is the job's");
     // Free now, none in the ephemeral range, and this run's alone (see common::ports).
-    let first_port = common::ports::free_window(fabric_net::rendezvous::DEFAULT_PORT_SPAN);
+    let first_port = common::ports::free_window(common::loopback::PORTS);
     let handles: Vec<_> = meetings
         .iter()
         .flat_map(|&id| {

@@ -13,7 +13,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fabric_net::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver, gather};
+use fabric_net::rendezvous::{
+    MapResolver, Munge, RendezvousConfig, SystemResolver, Window, gather,
+};
 use serde_json::json;
 
 struct Args {
@@ -77,7 +79,7 @@ fn config(a: &Args, timeout: Duration) -> RendezvousConfig {
     let mut cfg =
         RendezvousConfig::new(names, &map, a.job, Munge::with_socket(&a.socket), vec![me])
             .expect("a valid simulated job");
-    cfg.base_port = a.base_port;
+    cfg.window = Window::standard(a.base_port).expect("--base-port: a window that fits");
     cfg.timeout = timeout;
     cfg.workers = a.workers;
     cfg

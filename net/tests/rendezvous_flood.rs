@@ -60,7 +60,7 @@ fn a_flood_of_connections_and_oversized_lines_leaves_the_leader_bounded_and_the_
     let mut cfg =
         RendezvousConfig::new(names, &map, 1301, Munge::with_socket(&m.socket), vec![me]).unwrap();
     // A window of free ports (see common::ports), the job's first port its first.
-    cfg.base_port = common::ports::free_window(cfg.port_span) - (cfg.job_id % 1000) as u16;
+    cfg.window = common::loopback::window(common::ports::free_window(common::loopback::PORTS));
     cfg.timeout = Duration::from_secs(3);
     let port = cfg.ports()[0];
 

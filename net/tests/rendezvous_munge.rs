@@ -28,7 +28,7 @@ fn config(munged: &Munged, nodes: usize, job_id: u64, base: u16) -> RendezvousCo
 /// Each test gets its own window of free ports (all the ports a follower tries), so that tests
 /// in parallel, another run of this suite and the kernel's ephemeral ports do not meet.
 fn base() -> u16 {
-    common::ports::free_window(rendezvous::DEFAULT_PORT_SPAN)
+    common::ports::free_window(common::loopback::PORTS)
 }
 
 fn spawn_rank(
@@ -299,8 +299,9 @@ fn a_leader_whose_uid_is_outside_the_allowed_set_is_not_joined() {
 fn a_follower_skips_another_jobs_leader_on_its_port() {
     let Some(m) = Munged::start() else { return };
     let b = base();
-    // Job 2042 and job 42 share the first port (base + job_id % 1000). Job 2042's leader takes it;
-    // job 42's leader moves to the next port, and job 42's follower must find it there.
+    // Job 2042 and job 42 share the first port (the test's window gives every id the same
+    // candidates; ids of one stride class share them in a real window). Job 2042's leader takes
+    // it; job 42's leader moves to the next port, and job 42's follower must find it there.
     let other = config(&m, 2, 2042, b);
     let mine = config(&m, 2, 42, b);
     assert_eq!(other.ports()[0], mine.ports()[0]);
@@ -450,7 +451,7 @@ fn a_listener_that_drips_its_hello_holds_a_follower_only_for_its_connection_budg
 fn a_follower_without_a_real_leader_gives_up_at_its_deadline_even_when_a_listener_drips() {
     let Some(m) = Munged::start() else { return };
     let mut cfg = config(&m, 2, 1203, base());
-    cfg.port_span = 1;
+    cfg.window = rendezvous::Window::new(cfg.ports()[0], 1, 1).unwrap();
     let dripper = squat(cfg.ports()[0], |mut s| {
         for _ in 0..80 {
             if s.write_all(b" ").is_err() {

@@ -54,61 +54,8 @@ pub const BATCH_STEP_ID: u32 = 0xffff_fffb;
 /// script's runs at one).
 pub const FIRST_SPECIAL_STEP_ID: u32 = 0xffff_fff0;
 
-/// TCP port bases of the job step's cross-node phases; each adds `job_id % span` so that
-/// concurrent jobs sharing a node do not collide (see `docs/architecture.md`). One plugin
-/// argument, `port_base=`, moves all three windows ([`ports::Bases`]).
-pub mod ports {
-    /// The prolog's verdict rendezvous (the default `port_base=`).
-    pub const RENDEZVOUS_BASE: u16 = 47_000;
-    /// The collective's window, this far above the rendezvous's.
-    pub const COLLECTIVE_OFFSET: u16 = 1_000;
-    /// The step gate's window, this far above the rendezvous's.
-    pub const STEP_GATE_OFFSET: u16 = 2_000;
-    /// The prolog's collective (`--fabric-check=full`, Slurm before 23.11).
-    pub const COLLECTIVE_BASE: u16 = RENDEZVOUS_BASE + COLLECTIVE_OFFSET;
-    /// The step gate's rendezvous and collective (Slurm 23.11+).
-    pub const STEP_GATE_BASE: u16 = RENDEZVOUS_BASE + STEP_GATE_OFFSET;
-    /// The lowest `port_base=`: no privileged port.
-    pub const MIN_BASE: u16 = 1_024;
-    /// The highest `port_base=`: the step gate's last port (`base + 2000 + 999` and the next
-    /// three) is still a port.
-    pub const MAX_BASE: u16 = u16::MAX - STEP_GATE_OFFSET - 999 - 3;
-
-    /// The three windows' first ports, from one `port_base=`.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub struct Bases {
-        /// The verdict rendezvous of the prolog, the epilog and each step's end.
-        pub rendezvous: u16,
-        /// The prolog's collective.
-        pub collective: u16,
-        /// The step gate's rendezvous and collective.
-        pub step_gate: u16,
-    }
-
-    impl Bases {
-        /// The windows from `base` (`None` outside [`MIN_BASE`]..=[`MAX_BASE`]).
-        pub fn from_base(base: u16) -> Option<Self> {
-            (MIN_BASE..=MAX_BASE)
-                .contains(&base)
-                .then_some(Self::at(base))
-        }
-
-        /// The windows from a base already known to be in range.
-        const fn at(base: u16) -> Self {
-            Self {
-                rendezvous: base,
-                collective: base + COLLECTIVE_OFFSET,
-                step_gate: base + STEP_GATE_OFFSET,
-            }
-        }
-    }
-
-    impl Default for Bases {
-        fn default() -> Self {
-            Self::at(RENDEZVOUS_BASE)
-        }
-    }
-}
+/// The job step's TCP windows, kept where they always were: see [`crate::ports`].
+pub use crate::ports;
 
 /// Which job script the child runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

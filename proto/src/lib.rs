@@ -30,6 +30,7 @@ pub mod invocation;
 pub mod job_state;
 pub mod notice;
 pub mod plugin_args;
+pub mod ports;
 pub mod record;
 pub mod spares;
 pub mod suggest;

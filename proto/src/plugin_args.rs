@@ -103,10 +103,12 @@ pub struct PluginArgs {
     /// `spares_max=N`: the most spare nodes a job may ask for with `--fabric-check-spares`
     /// (default 0: spares are not allowed; at most [`crate::spares::MAX_SPARES`]).
     pub spares_max: u32,
-    /// `port_base=PORT`: the first port of the job step's three TCP windows (the rendezvous at
-    /// PORT, the prolog's collective at PORT+1000, the step gate at PORT+2000, each plus
-    /// `job_id % 1000` and the next three; default 47000). Every node of a cluster must use
-    /// the same; a base below 32768 keeps the windows out of Linux's ephemeral range.
+    /// `port_base=PORT`: the first port of the job step's three TCP windows of
+    /// [`crate::ports::WINDOW_PORTS`] ports each (the rendezvous, the prolog's collective, the
+    /// step gate; default [`crate::ports::RENDEZVOUS_BASE`]); each meeting tries
+    /// [`crate::ports::CANDIDATES`] ports of its window ([`crate::ports::Window::candidates`]).
+    /// Every node of a cluster must use the same. A base whose windows reach into Linux's
+    /// ephemeral range is used, with a warning ([`ArgProblem::PortsInEphemeralRange`]).
     pub ports: crate::invocation::ports::Bases,
 }
 
@@ -211,12 +213,86 @@ pub enum ArgProblem {
         /// What the key takes.
         expected: &'static str,
     },
+    /// `port_base=` with a number the windows cannot start at.
+    #[error(
+        "plugin argument port_base={value} is invalid: {reason}; using the default ({})",
+        crate::ports::RENDEZVOUS_BASE
+    )]
+    BadPorts {
+        /// The value as written.
+        value: u16,
+        /// Why.
+        reason: crate::ports::WindowError,
+    },
+    /// A warning, the setting is used: `port_base=` puts some of the job step's ports inside
+    /// Linux's default ephemeral range, where outgoing connections can hold every port a job
+    /// tries unless the site reserves them.
+    #[error(
+        "plugin argument port_base={base} puts ports {first}-{last} of the job step's windows \
+         inside Linux's default ephemeral range ({}-{}), where outgoing connections can hold \
+         every port a job tries: reserve them on every node (sysctl -w \
+         net.ipv4.ip_local_reserved_ports={first}-{last}, see docs/operations.md \"Ports\") or \
+         leave port_base= out (default {}); using it",
+        crate::ports::LINUX_EPHEMERAL.start(),
+        crate::ports::LINUX_EPHEMERAL.end(),
+        crate::ports::RENDEZVOUS_BASE
+    )]
+    PortsInEphemeralRange {
+        /// `port_base=` as given.
+        base: u16,
+        /// The first of its ports in the range.
+        first: u16,
+        /// The last of its ports in the range.
+        last: u16,
+    },
     /// The same key twice.
     #[error("plugin argument {key:?} is given more than once: the last one wins")]
     Repeated {
         /// The key.
         key: String,
     },
+}
+
+impl ArgProblem {
+    /// Whether the setting was used as written and the problem is only worth a look (the
+    /// plugin still logs it; `fabric-check check-config` prints it and does not fail).
+    pub fn is_warning(&self) -> bool {
+        matches!(self, Self::PortsInEphemeralRange { .. })
+    }
+}
+
+/// What `port_base=` takes, for a value that is not a port number.
+const PORT_BASE_EXPECTED: &str =
+    "a port number from 1024 to 59536 (three windows of 2000 ports follow it)";
+
+/// `port_base=`: the windows, or why not; a base inside the ephemeral range is used and said.
+fn parse_port_base(
+    value: &str,
+    args: &mut PluginArgs,
+    problems: &mut Vec<ArgProblem>,
+) -> Result<(), ArgProblem> {
+    let base = value
+        .parse::<u16>()
+        .ok()
+        .filter(|_| value.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| ArgProblem::BadValue {
+            key: "port_base".into(),
+            value: bounded(value),
+            expected: PORT_BASE_EXPECTED,
+        })?;
+    let bases = crate::ports::Bases::from_base(base).map_err(|reason| ArgProblem::BadPorts {
+        value: base,
+        reason,
+    })?;
+    if let Some(inside) = bases.in_range(&crate::ports::LINUX_EPHEMERAL) {
+        problems.push(ArgProblem::PortsInEphemeralRange {
+            base,
+            first: *inside.start(),
+            last: *inside.end(),
+        });
+    }
+    args.ports = bases;
+    Ok(())
 }
 
 fn bounded(s: &str) -> String {
@@ -329,15 +405,7 @@ impl PluginArgs {
                     .filter(|n| *n <= crate::spares::MAX_SPARES && !value.starts_with('+'))
                     .map(|n| args.spares_max = n)
                     .ok_or(bad("a number of nodes from 0 to 64")),
-                "port_base" => value
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|_| value.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(crate::invocation::ports::Bases::from_base)
-                    .map(|b| args.ports = b)
-                    .ok_or(bad(
-                        "a port from 1024 to 62533 (three windows of 1003 ports follow it)",
-                    )),
+                "port_base" => parse_port_base(value, &mut args, &mut problems),
                 "watch_textfile" => absolute_path(value)
                     .map(|p| args.watch_textfile = Some(p))
                     .ok_or(bad("an absolute path")),
@@ -497,31 +565,65 @@ mod tests {
         assert_eq!(problems, vec![]);
         assert_eq!(
             (
-                args.ports.rendezvous,
-                args.ports.collective,
-                args.ports.step_gate
+                args.ports.rendezvous.first(),
+                args.ports.collective.first(),
+                args.ports.step_gate.first()
             ),
-            (7100, 8100, 9100)
+            (7100, 9100, 11100)
         );
         assert_eq!(
-            PluginArgs::default().ports.rendezvous,
-            crate::invocation::ports::RENDEZVOUS_BASE
+            PluginArgs::default().ports.rendezvous.first(),
+            crate::ports::RENDEZVOUS_BASE
         );
-        for bad in [
-            "port_base=80",
-            "port_base=62534",
-            "port_base=+7100",
-            "port_base=http",
+        for (bad, says) in [
+            ("port_base=80", "1024 or above"),
+            ("port_base=59537", "59536 or below"),
+            ("port_base=+7100", "1024 to 59536"),
+            ("port_base=http", "1024 to 59536"),
         ] {
             let (args, problems) = PluginArgs::parse([bad]);
             assert_eq!(args.ports, PluginArgs::default().ports, "{bad}");
             assert!(
-                problems.len() == 1 && problems[0].to_string().contains("1024 to 62533"),
+                problems.len() == 1
+                    && !problems[0].is_warning()
+                    && problems[0].to_string().contains(says),
                 "{bad}: {problems:?}"
             );
         }
-        let (args, _) = PluginArgs::parse(["port_base=62533"]);
-        assert_eq!(args.ports.step_gate, 64533);
+        let (args, _) = PluginArgs::parse(["port_base=59536"]);
+        assert_eq!(args.ports.step_gate.last(), u16::MAX);
+    }
+
+    #[test]
+    fn what_port_base_takes_is_said_with_the_layouts_own_numbers() {
+        let expected = format!(
+            "a port number from {} to {} (three windows of {} ports follow it)",
+            crate::ports::MIN_BASE,
+            crate::ports::MAX_BASE,
+            crate::ports::WINDOW_PORTS
+        );
+        assert_eq!(PORT_BASE_EXPECTED, expected);
+    }
+
+    #[test]
+    fn an_admins_base_inside_the_ephemeral_range_is_used_with_a_warning_naming_the_reservation() {
+        let (args, problems) = PluginArgs::parse(["port_base=47000"]);
+        assert_eq!(args.ports.base(), 47_000);
+        assert_eq!(
+            problems,
+            vec![ArgProblem::PortsInEphemeralRange {
+                base: 47_000,
+                first: 47_000,
+                last: 52_999
+            }]
+        );
+        assert!(problems[0].is_warning());
+        let text = problems[0].to_string();
+        assert!(
+            text.contains("net.ipv4.ip_local_reserved_ports=47000-52999")
+                && text.contains("using it"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use fabric_net::collective::{self, CollectiveConfig, Report};
-use fabric_net::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver};
+use fabric_net::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver, Window};
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -61,8 +61,9 @@ pub struct Args {
     /// Rendezvous share of the budget, in milliseconds (default: half the budget).
     #[arg(long)]
     pub rendezvous_ms: Option<u64>,
-    /// First rendezvous port; the leader listens on PORT_BASE + job_id % 1000 (or the next 3).
-    #[arg(long, default_value_t = fabric_net::rendezvous::DEFAULT_BASE_PORT)]
+    /// First port of the rendezvous window (2000 ports); the leader listens on the first free
+    /// one of the job's 8 candidates in it, spread 250 ports apart from PORT_BASE + job_id % 250.
+    #[arg(long, default_value_t = fabric_net::rendezvous::DEFAULT_BASE_PORT, value_parser = window_base)]
     pub port_base: u16,
     /// Sweep sizes in bytes per rank, small to large (suffixes K, M): `4K,64K,1M`.
     #[arg(long, value_delimiter = ',')]
@@ -173,7 +174,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             addrs: map,
             munge_socket: args.munge_socket.as_deref(),
             allowed,
-            port_base: args.port_base,
+            window: Window::standard(args.port_base)?,
         },
         Duration::from_millis(args.budget_ms),
         started,
@@ -222,8 +223,17 @@ pub(crate) struct Ring<'a> {
     pub munge_socket: Option<&'a std::path::Path>,
     /// UIDs whose credentials are accepted.
     pub allowed: Vec<u32>,
-    /// The first rendezvous port.
-    pub port_base: u16,
+    /// The rendezvous window.
+    pub window: Window,
+}
+
+/// `--port-base`: the first port of a window that fits.
+fn window_base(s: &str) -> Result<u16, String> {
+    let first: u16 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a port number"))?;
+    Window::standard(first).map_err(|e| e.to_string())?;
+    Ok(first)
 }
 
 /// The collective's configuration, as `collective` and `step-gate` build it: the budget all in,
@@ -242,7 +252,7 @@ pub(crate) fn tcp_config(
         None => Munge::default(),
     };
     let mut rz = RendezvousConfig::new(ring.nodes, &resolver, ring.job_id, munge, ring.allowed)?;
-    rz.base_port = ring.port_base;
+    rz.window = ring.window;
     let mut cfg = CollectiveConfig::new(rz, ring.my_rank, started);
     cfg.budget = budget;
     cfg.rendezvous.timeout = budget / 2;

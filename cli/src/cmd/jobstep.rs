@@ -39,7 +39,7 @@ fn with_real_seams<T>(setup: &Setup, f: impl FnOnce(&JobStep<'_>) -> T) -> T {
         resolver: &SystemResolver,
         hosts_file: setup.plugin.hosts_file.clone(),
         munge_socket: setup.plugin.munge_socket.clone(),
-        base_port: setup.plugin.ports.rendezvous,
+        window: setup.plugin.ports.rendezvous,
         relay: &relay,
     };
     f(&JobStep {

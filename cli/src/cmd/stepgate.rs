@@ -95,7 +95,7 @@ fn run_collective(
             addrs: map,
             munge_socket: plugin.munge_socket.as_deref(),
             allowed: vec![nix::unistd::getuid().as_raw()],
-            port_base: plugin.ports.step_gate,
+            window: plugin.ports.step_gate,
         },
         budget,
         started,

@@ -10,17 +10,17 @@
 use super::JobStep;
 use super::meet::{Delivery, deliver};
 use super::payload::{EpilogPayload, MAX_STEP_RESULTS};
-use super::pending::PendingPrologTag;
+use super::pending::{PendingPrologTag, RendezvousFailed};
 use super::policy::{self, Phase};
 use super::prolog::{probe_limit, probe_request};
-use super::tag_update::EpilogMerge;
+use super::tag_update::{EpilogMerge, Untagged};
 use super::tag_write::{TagWrite, write_tag};
 use crate::probe::Baseline;
 use crate::record::{self, JobDir, ReadLimits, RecordError};
 use crate::stepgate;
 use fabric_proto::invocation::JobStepExit;
 use fabric_proto::tag::{
-    CollectiveSummary, DuringJob, MAX_REPORTED_NAMES, RunSummary, SlowClaim, Verdict,
+    CollectiveSummary, DuringJob, MAX_REPORTED_NAMES, NodeResult, RunSummary, SlowClaim, Verdict,
 };
 
 /// The most slow-node claims of one node the tag keeps.
@@ -153,10 +153,17 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             dropped.join(", ")
         ));
     }
+    let first = setup.nodes.first().is_some_and(|n| n == node);
+    let own = first.then(|| payload.clone());
     let delivered = match deliver(step, payload) {
-        Delivery::Leader(met) => lead(step, met),
+        Delivery::Leader(met) => lead(step, met, None),
         Delivery::Acknowledged => true,
-        Delivery::Failed => false,
+        // The first node met nobody: it still writes what it knows, its own part, so that a
+        // checked job never ends without a tag.
+        Delivery::Failed(why) => match own {
+            Some(own) => lead(step, alone(step, own), Some(why)),
+            None => false,
+        },
     };
     if let Some(dir) = &spool {
         if delivered {
@@ -191,10 +198,101 @@ fn with_watch_events(
     Some(row)
 }
 
+/// The first node's own payload as a meeting of one, the job's other nodes missing (its epilog's
+/// rendezvous failed).
+fn alone(
+    step: &JobStep<'_>,
+    own: EpilogPayload,
+) -> fabric_net::rendezvous::typed::Met<EpilogPayload> {
+    fabric_net::rendezvous::typed::Met {
+        leader: true,
+        payloads: [(step.node().to_owned(), own)].into(),
+        missing: step.setup.nodes.iter().skip(1).cloned().collect(),
+        undecodable: vec![],
+        rejected: vec![],
+    }
+}
+
+/// The prolog's part of the tag from what the epilog knows, for a checked job that has none:
+/// each node's epilog verdict (a node without an epilog probe: `probe.error`), the first node's
+/// worse of its prolog's and its epilog's, the nodes that never met missing, and notes that
+/// say why (the prolog's failed rendezvous as it kept it; the epilog's, when that failed too).
+fn untagged(
+    step: &JobStep<'_>,
+    met: &fabric_net::rendezvous::typed::Met<EpilogPayload>,
+    prolog: Option<&RendezvousFailed>,
+    epilog_failed: Option<&str>,
+) -> Untagged {
+    let mut nodes: std::collections::BTreeMap<String, NodeResult> = met
+        .payloads
+        .iter()
+        .map(|(n, p)| {
+            let r = match &p.during {
+                Some(d) => NodeResult {
+                    verdict: d.verdict,
+                    checks: vec![],
+                    probe_ms: None,
+                    drained: false,
+                },
+                None => NodeResult {
+                    verdict: Verdict::Error,
+                    checks: vec![fabric_proto::check_id::PROBE_ERROR.into()],
+                    probe_ms: None,
+                    drained: false,
+                },
+            };
+            (n.clone(), r)
+        })
+        .collect();
+    let mut notes = Vec::new();
+    match prolog {
+        Some(p) => {
+            notes.push(Untagged::note(&p.reason));
+            if let Some(r) = nodes.get_mut(step.node()) {
+                // The prolog's own result counts: its checks, its drain.
+                let epilog_verdict = r.verdict;
+                *r = p.result.clone();
+                r.verdict = r.verdict.max(epilog_verdict);
+            }
+        }
+        None => notes.push(
+            "no verdict from the prolog reached Slurm (it did not finish on the first node)"
+                .to_owned(),
+        ),
+    }
+    notes.push("the verdicts are the epilog's".to_owned());
+    if let Some(why) = epilog_failed {
+        notes.push(format!("the epilog's {}", Untagged::note(why)));
+    }
+    let mut missing = met.missing.clone();
+    missing.extend(met.undecodable.iter().map(|u| u.node.clone()));
+    Untagged {
+        mode: prolog.map_or_else(
+            || step.setup.inv.option.as_str().to_owned(),
+            |p| p.mode.clone(),
+        ),
+        probed_at_s: prolog.map_or_else(super::now_unix, |p| p.probed_at_s),
+        nodes,
+        missing,
+        notes,
+    }
+}
+
 /// The leader's merge of every node's payload into the tag; whether the tag has it (or nothing
-/// needed writing).
-fn lead(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<EpilogPayload>) -> bool {
+/// needed writing). When the prolog kept a failed rendezvous, or the epilog's own failed
+/// (`epilog_failed`), the tag is read even with nothing to merge, and one without a verdict
+/// gets the epilog's ([`untagged`]): a checked job never ends without a tag.
+fn lead(
+    step: &JobStep<'_>,
+    met: fabric_net::rendezvous::typed::Met<EpilogPayload>,
+    epilog_failed: Option<String>,
+) -> bool {
     let job = step.job_id();
+    let prolog_failed = RendezvousFailed::load(step);
+    // Only where a rendezvous is known to have failed: a tag without a verdict otherwise (a
+    // test's, a step end's run summary before the prolog's write lands) is not ours to fill.
+    let untagged = (prolog_failed.is_some() || epilog_failed.is_some())
+        .then(|| untagged(step, &met, prolog_failed.as_ref(), epilog_failed.as_deref()));
     let runs: Vec<RunSummary> = met
         .payloads
         .values()
@@ -231,8 +329,9 @@ fn lead(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<EpilogPayloa
         run,
         steps,
         slow,
+        untagged,
     };
-    if merge.is_empty() {
+    if merge.is_empty() && prolog_failed.is_none() && epilog_failed.is_none() {
         step.say(&format!(
             "job {job}: no counter rose and no fabric-run records; tag unchanged"
         ));
@@ -240,8 +339,13 @@ fn lead(step: &JobStep<'_>, met: fabric_net::rendezvous::typed::Met<EpilogPayloa
     } else {
         let had_pending = merge.pending.is_some();
         let written = write_tag(step, |prev| merge.apply(prev));
-        if had_pending && written != TagWrite::NotWritten {
-            PendingPrologTag::remove(step);
+        if written != TagWrite::NotWritten {
+            if had_pending {
+                PendingPrologTag::remove(step);
+            }
+            if prolog_failed.is_some() {
+                RendezvousFailed::remove(step);
+            }
         }
         written != TagWrite::NotWritten
     }

@@ -58,8 +58,8 @@ pub struct RendezvousMeet<'a> {
     pub hosts_file: Option<PathBuf>,
     /// MUNGE's socket, when not the default.
     pub munge_socket: Option<PathBuf>,
-    /// The rendezvous window's first port (`port_base=`).
-    pub base_port: u16,
+    /// The rendezvous window (`port_base=`).
+    pub window: fabric_net::rendezvous::Window,
     /// Where to say that the leader's address came from slurmctld.
     pub relay: &'a dyn crate::relay::Relay,
 }
@@ -216,7 +216,7 @@ impl Meet for RendezvousMeet<'_> {
         )?;
         cfg.timeout = by.saturating_duration_since(Instant::now());
         cfg.hard_deadline = Some(req.deadline);
-        cfg.base_port = self.base_port;
+        cfg.window = self.window;
         fabric_net::rendezvous::gather(&cfg, req.rank, &payload)
     }
 }
@@ -229,7 +229,7 @@ impl Meet for RendezvousMeet<'_> {
 pub fn meet<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) -> Option<Met<T>> {
     match deliver(step, payload) {
         Delivery::Leader(met) => Some(met),
-        Delivery::Acknowledged | Delivery::Failed => None,
+        Delivery::Acknowledged | Delivery::Failed(_) => None,
     }
 }
 
@@ -240,8 +240,8 @@ pub enum Delivery<T> {
     Leader(Met<T>),
     /// A follower whose payload the leader acknowledged.
     Acknowledged,
-    /// The rendezvous failed (logged): the leader may not have it.
-    Failed,
+    /// The rendezvous failed (logged), and why: the leader may not have it.
+    Failed(String),
 }
 
 /// [`meet`], saying whether a follower's payload reached the leader (the epilog keeps a node's
@@ -250,11 +250,12 @@ pub enum Delivery<T> {
 pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) -> Delivery<T> {
     let setup = step.setup;
     let Some(meeting) = Meeting::of(&setup.inv) else {
-        step.say("rendezvous not possible: a step end without --step-id");
-        return Delivery::Failed;
+        let why = "a step end without --step-id";
+        step.say(&format!("rendezvous not possible: {why}"));
+        return Delivery::Failed(why.into());
     };
     let Some(rank) = setup.nodes.iter().position(|n| n == step.node()) else {
-        return Delivery::Failed;
+        return Delivery::Failed(format!("{} is not one of the job's nodes", step.node()));
     };
     if setup.nodes.len() == 1 {
         return Delivery::Leader(Met {
@@ -273,7 +274,7 @@ pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) 
         Ok(v) => v,
         Err(e) => {
             step.say(&format!("rendezvous not possible: payload: {e}"));
-            return Delivery::Failed;
+            return Delivery::Failed(format!("payload: {e}"));
         }
     };
     let req = MeetRequest {
@@ -311,7 +312,7 @@ pub fn deliver<T: Serialize + DeserializeOwned>(step: &JobStep<'_>, payload: T) 
         Ok(_) => Delivery::Acknowledged,
         Err(e) => {
             step.say(&format!("rendezvous failed: {e}"));
-            Delivery::Failed
+            Delivery::Failed(e.to_string())
         }
     }
 }

@@ -288,6 +288,8 @@ mod spool_tests;
 mod step_end_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod untagged_tests;
 
 #[cfg(test)]
 mod safety_tests;

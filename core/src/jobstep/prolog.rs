@@ -75,7 +75,7 @@ fn collective_request(step: &JobStep<'_>) -> Result<CollectiveRequest, String> {
         nodes: step.setup.inv.nodes.clone(),
         node: step.node().to_owned(),
         job_id: step.job_id(),
-        port_base: plugin.ports.collective,
+        window: plugin.ports.collective,
         budget_ms: step.setup.budget().collective().as_millis() as u64,
         munge_socket: plugin.munge_socket.clone(),
         netns: plugin
@@ -256,7 +256,19 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
                     ));
                 }
             }
-            Delivery::Failed => {}
+            // The first node writes the tag, and had no meeting to write: it keeps why and its
+            // own verdict, and its epilog writes a tag that says so.
+            Delivery::Failed(why) => {
+                if setup.nodes.first().map(String::as_str) == Some(node) {
+                    super::pending::RendezvousFailed::new(
+                        &why,
+                        setup.inv.option.as_str(),
+                        now_unix(),
+                        result.clone(),
+                    )
+                    .keep(step);
+                }
+            }
         }
     }
     step.say(&format!(

@@ -107,8 +107,9 @@ pub struct CollectiveRequest {
     pub node: String,
     /// The job id.
     pub job_id: u32,
-    /// The port base.
-    pub port_base: u16,
+    /// The collective's window (`--port-base` is its first port; the collective lays out the
+    /// standard window from it, [`fabric_proto::ports::Window::standard`]).
+    pub window: fabric_proto::ports::Window,
     /// The collective's own budget, all in.
     pub budget_ms: u64,
     /// MUNGE's socket, when not the default.
@@ -237,7 +238,7 @@ impl ProbeRunner for SubprocessRunner {
             "--allow-uid",
             "0",
             "--port-base",
-            &req.port_base.to_string(),
+            &req.window.first().to_string(),
             "--budget-ms",
             &req.budget_ms.to_string(),
         ]);

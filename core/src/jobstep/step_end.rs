@@ -145,7 +145,7 @@ pub fn end_of_step(step: &JobStep<'_>) -> StepEnd {
             write(step, step_id, runs)
         }
         Delivery::Acknowledged => StepEnd::Delivered,
-        Delivery::Failed => {
+        Delivery::Failed(_) => {
             step.say(&format!(
                 "step {job}.{step_id}: this node's run summary did not reach the step's first node; the epilog gathers it"
             ));

@@ -8,7 +8,9 @@
 //!   builds on [`prolog_tag`]); the epilog writes the same result later when the prolog could
 //!   not;
 //! - the epilog leader: every node's rises, run summary and step results ([`EpilogMerge`]),
-//!   joined to the watch's live rows ([`merge_during`]);
+//!   joined to the watch's live rows ([`merge_during`]); and for a checked job whose tag has no
+//!   verdict then (the prolog's rendezvous failed), the epilog's own verdicts with a note that
+//!   says why ([`Untagged`]);
 //! - the in-job watch: a live fault added to its node's row ([`add_watch_event`]), and marked
 //!   cleared ([`clear_watch_event`]).
 
@@ -165,6 +167,55 @@ pub struct EpilogMerge {
     pub steps: Vec<CollectiveSummary>,
     /// The step gates' slow-node claims (the job's).
     pub slow: Vec<SlowClaim>,
+    /// The verdicts to write when the tag has none (no prolog verdict reached Slurm).
+    pub untagged: Option<Untagged>,
+}
+
+/// The prolog's part of the tag of a checked job that has none at its epilog (the prolog's
+/// rendezvous failed on the first node, or the prolog did not finish there): the epilog's own
+/// verdict of each node that reached it, the others missing, and notes that say why.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Untagged {
+    /// `quick` or `full`.
+    pub mode: String,
+    /// When the prolog gave up (or the epilog probed), Unix seconds.
+    pub probed_at_s: u64,
+    /// Each node's verdict as the epilog knows it.
+    pub nodes: BTreeMap<String, NodeResult>,
+    /// Nodes whose epilog payload never reached the first node either.
+    pub missing: Vec<String>,
+    /// Why there was no tag (`the rendezvous failed: ...`).
+    pub notes: Vec<String>,
+}
+
+impl Untagged {
+    /// The note of a rendezvous that failed with `reason`.
+    pub fn note(reason: &str) -> String {
+        format!("the rendezvous failed: {reason}")
+    }
+
+    /// Puts the prolog's part into `t` when it has no verdict (else leaves it); whether it did.
+    fn fill(self, t: &mut JobTag) -> bool {
+        if t.verdict.is_some() || !t.nodes.is_empty() || !t.missing.is_empty() {
+            return false;
+        }
+        let built = prolog_tag(
+            None,
+            &self.mode,
+            self.probed_at_s,
+            self.nodes,
+            self.missing,
+            self.notes,
+        );
+        t.mode = built.mode;
+        t.probed_at = built.probed_at;
+        t.nnodes = built.nnodes;
+        t.nodes = built.nodes;
+        t.missing = built.missing;
+        t.notes.extend(built.notes);
+        t.recount();
+        true
+    }
 }
 
 impl EpilogMerge {
@@ -191,6 +242,9 @@ impl EpilogMerge {
         let reported = &mut t.job_reported;
         reported.steps = stepgate::worst(reported.steps.take(), &self.steps);
         reported.slow.extend(self.slow);
+        if let Some(u) = self.untagged {
+            u.fill(&mut t);
+        }
         t
     }
 }

@@ -258,6 +258,7 @@ fn bind(cfg: &RendezvousConfig, admit_cap: usize) -> Result<(TcpListener, u16), 
         }
     }
     let (listener, port) = bound.ok_or_else(|| RendezvousError::Bind {
+        job_id: cfg.job_id,
         ports: ports.clone(),
         reason: last_err,
     })?;

@@ -7,8 +7,11 @@
 //!
 //! # Protocol (newline-delimited JSON over one TCP connection per follower)
 //!
-//! 1. The leader listens on `base_port + job_id % 1000`, or the next of `port_span` ports when one
-//!    is taken (`EADDRINUSE`). Followers try the same ports in order.
+//! 1. The leader listens on the first of its candidate ports that binds
+//!    ([`RendezvousConfig::ports`]: [`Window::candidates`] of the job's id, spread through the
+//!    window so that neighbouring job ids never share one); one that is taken (`EADDRINUSE`) is
+//!    skipped, and when none binds the error names every port and what to do
+//!    ([`RendezvousError::Bind`]). Followers try the same ports in order.
 //! 2. Follower → leader: `{"type":"want","v":3,"job_id":J}`, the job it looks for, nothing
 //!    secret. A leader of another job (neighbouring job ids share ports; a follower tries them
 //!    while its own leader is not listening yet) answers `reject` at once: no `munge` call, no
@@ -99,10 +102,10 @@ use rejections::Rejections;
 
 pub use munge::{Munge, MungeError};
 
-/// The default first port: `base_port + job_id % 1000`.
-pub const DEFAULT_BASE_PORT: u16 = fabric_proto::invocation::ports::RENDEZVOUS_BASE;
-/// How many successive ports leader and followers try.
-pub const DEFAULT_PORT_SPAN: u16 = 4;
+pub use fabric_proto::ports::Window;
+
+/// The default rendezvous window's first port (`port_base=`'s default).
+pub const DEFAULT_BASE_PORT: u16 = fabric_proto::ports::RENDEZVOUS_BASE;
 /// The most bytes of a follower's join line (its credential, its payload inside).
 pub const MAX_JOIN_BYTES: usize = 16 * 1024;
 /// The most bytes of a leader's hello line.
@@ -158,11 +161,23 @@ pub enum RendezvousError {
         reason: String,
     },
     /// The leader could bind none of its ports.
-    #[error("leader cannot listen on any of ports {ports:?}: {reason}")]
+    #[error(
+        "the first node cannot listen for {} on any of the {} ports it tries ({}): {reason}; \
+         something else holds every one of them (`ss -ltnp` on this node names it). Ask this \
+         node's administrator to free them or to reserve the job step's windows \
+         (net.ipv4.ip_local_reserved_ports), or the cluster's Slurm administrator to move them \
+         with port_base= in plugstack.conf (the same on every node); see docs/operations.md, \
+         \"Ports\"",
+        meeting::MeetingName(*.job_id),
+        ports.len(),
+        ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
+    )]
     Bind {
-        /// The ports tried.
+        /// The rendezvous id (the job's, or one of its meetings').
+        job_id: u64,
+        /// The ports tried, in order.
         ports: Vec<u16>,
-        /// The last error.
+        /// What the last one answered.
         reason: String,
     },
     /// A follower found no leader for this job before the deadline.
@@ -375,10 +390,8 @@ pub struct RendezvousConfig {
     pub addrs: Vec<IpAddr>,
     /// The Slurm job id (binds credentials and chooses the port).
     pub job_id: u64,
-    /// The first port is `base_port + job_id % 1000`.
-    pub base_port: u16,
-    /// How many successive ports to try.
-    pub port_span: u16,
+    /// The ports leader and followers try: [`Window::candidates`] of `job_id`.
+    pub window: Window,
     /// The bound of every wait (see the module docs).
     pub timeout: Duration,
     /// How to reach MUNGE.
@@ -455,8 +468,7 @@ impl RendezvousConfig {
             nodes,
             addrs,
             job_id,
-            base_port: DEFAULT_BASE_PORT,
-            port_span: DEFAULT_PORT_SPAN,
+            window: fabric_proto::ports::Bases::default().rendezvous,
             timeout: Duration::from_secs(10),
             munge,
             allowed_uids,
@@ -469,12 +481,7 @@ impl RendezvousConfig {
 
     /// The ports leader and followers try, in order.
     pub fn ports(&self) -> Vec<u16> {
-        let first = u32::from(self.base_port) + (self.job_id % 1000) as u32;
-        (0..u32::from(self.port_span.max(1)))
-            .map(|i| first + i)
-            .filter(|p| *p <= u32::from(u16::MAX))
-            .map(|p| p as u16)
-            .collect()
+        self.window.candidates(self.job_id)
     }
 
     fn grace(&self) -> Duration {
@@ -905,8 +912,50 @@ mod tests {
     }
 
     #[test]
-    fn ports_start_at_base_plus_job_id_modulo_1000() {
-        assert_eq!(cfg(12_345).ports(), vec![47_345, 47_346, 47_347, 47_348]);
+    fn the_ports_tried_are_the_windows_candidates_of_the_meeting() {
+        let c = cfg(12_345);
+        assert_eq!(c.ports(), c.window.candidates(12_345));
+        assert_eq!(c.ports()[0], DEFAULT_BASE_PORT + 12_345 % 250);
+    }
+
+    #[test]
+    fn a_leader_whose_every_candidate_port_is_held_says_which_it_tried_and_whom_to_ask() {
+        // Another process's listeners on 127.0.0.1 hold every candidate: the leader, which
+        // listens on the unspecified address, can bind none. The window is one the kernel
+        // gave free a moment ago, spread as the real one is.
+        let mut c = cfg(4_242);
+        c.nodes.push("b".into());
+        c.addrs.push(IpAddr::from([127, 0, 0, 1]));
+        let held: Vec<TcpListener> = (0..50)
+            .find_map(|_| {
+                let free = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).ok()?;
+                let first = free.local_addr().ok()?.port().checked_sub(2)?;
+                drop(free);
+                c.window = Window::new(first, 16, 8).ok()?;
+                c.ports()
+                    .iter()
+                    .map(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, *p)).ok())
+                    .collect()
+            })
+            .expect("no window of free loopback ports");
+        let tried = c.ports();
+        assert_eq!(held.len(), tried.len());
+        let err = gather(&c, 0, &serde_json::json!({})).unwrap_err();
+        let text = err.to_string();
+        let RendezvousError::Bind { ports, .. } = &err else {
+            panic!("not a bind error: {text}");
+        };
+        assert_eq!(ports, &tried);
+        for p in &tried {
+            assert!(text.contains(&p.to_string()), "port {p} not named: {text}");
+        }
+        assert!(
+            text.contains("job 4242")
+                && text.contains("ip_local_reserved_ports")
+                && text.contains("port_base=")
+                && text.contains("administrator"),
+            "{text}"
+        );
     }
 
     #[test]

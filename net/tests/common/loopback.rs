@@ -5,9 +5,19 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
-use fabric_net::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver};
+use fabric_net::rendezvous::{MapResolver, Munge, RendezvousConfig, SystemResolver, Window};
 
 use super::munged::Munged;
+
+/// How many ports a test's window has: every meeting of a test tries all of them, in order
+/// (a window of neighbouring ports, whatever the id: `Window::new(first, PORTS, PORTS)`).
+pub const PORTS: u16 = 4;
+
+/// The window of [`PORTS`] neighbouring ports from `first_port` that every meeting of a test
+/// tries in the same order.
+pub fn window(first_port: u16) -> Window {
+    Window::new(first_port, PORTS, PORTS).expect("a test window fits")
+}
 
 /// The configuration of `nodes` loopback nodes meeting for `id` (a job or a step's meeting),
 /// whose first port is `first_port` itself (each test keeps to its own window of ports), with
@@ -36,7 +46,7 @@ pub fn config(
         vec![me],
     )
     .unwrap();
-    cfg.base_port = first_port - (id % 1000) as u16;
+    cfg.window = window(first_port);
     cfg.timeout = timeout;
     cfg
 }
