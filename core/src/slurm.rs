@@ -72,6 +72,16 @@ pub trait Slurm {
             stderr: "this Slurm adapter does not resize jobs".into(),
         })
     }
+    /// The nodes the job `job_id` holds now, as a Slurm hostlist (`squeue -o %N`); `None` when
+    /// slurmctld no longer knows it. A spare-giving follower asks this to see its node given
+    /// back before its prolog lets the job go on.
+    fn job_nodes(&self, job_id: u32) -> Result<Option<String>, SlurmError> {
+        Err(SlurmError::Failed {
+            command: format!("squeue --jobs={job_id} -o %N"),
+            code: -1,
+            stderr: "this Slurm adapter does not list a job's nodes".into(),
+        })
+    }
     /// Requeues the running job `job`, named as for [`Slurm::shrink`].
     fn requeue_named(&self, job: &str) -> Result<(), SlurmError> {
         match job.parse::<u32>() {
@@ -567,6 +577,18 @@ impl SlurmCli {
         .map(drop)
     }
 
+    /// `squeue -h --local --jobs=JOB -o %N`: the job's nodes now (`None`: unknown to slurmctld,
+    /// or no nodes listed).
+    pub fn job_nodes(&self, job_id: u32) -> Result<Option<String>, SlurmError> {
+        let jobs = format!("--jobs={job_id}");
+        match self.run("squeue", &["-h", "--local", &jobs, "-o", "%N"]) {
+            Ok(text) => Ok(Some(text.trim().to_owned()).filter(|t| !t.is_empty())),
+            // `Invalid job id specified`: slurmctld no longer knows it.
+            Err(SlurmError::Failed { stderr, .. }) if stderr.contains("Invalid job id") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `scontrol requeue JOB` (`JOB` as [`JobComment::job`]).
     pub fn requeue_named(&self, job: &str) -> Result<(), SlurmError> {
         self.run("scontrol", &["requeue", job]).map(drop)
@@ -745,6 +767,9 @@ impl Slurm for SlurmCli {
     }
     fn shrink(&self, job: &str, nodes: &str) -> Result<(), SlurmError> {
         SlurmCli::shrink(self, job, nodes)
+    }
+    fn job_nodes(&self, job_id: u32) -> Result<Option<String>, SlurmError> {
+        SlurmCli::job_nodes(self, job_id)
     }
     fn requeue_named(&self, job: &str) -> Result<(), SlurmError> {
         SlurmCli::requeue_named(self, job)

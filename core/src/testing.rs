@@ -51,6 +51,8 @@ pub enum Call {
     },
     /// `job_running(job)`.
     JobRunning(u32),
+    /// `job_nodes(job)`.
+    JobNodes(u32),
     /// Reading `AdminComment`.
     AdminComment,
     /// Writing it to the live job.
@@ -90,6 +92,8 @@ struct SlurmState {
     clock: u32,
     job_records: Vec<JobRecord>,
     asked_job_records: Vec<Vec<String>>,
+    /// The job's nodes as slurmctld lists them (`job_nodes`); a shrink that lands sets them.
+    job_nodes: Option<String>,
 }
 
 /// A Slurm in memory.
@@ -124,6 +128,12 @@ impl FakeSlurm {
         let s = Self::default();
         s.state.borrow_mut().nodes = names.iter().map(|n| idle(n)).collect();
         s
+    }
+
+    /// slurmctld lists the job on these nodes (a hostlist) until a shrink lands.
+    pub fn with_job_nodes(self, nodes: &str) -> Self {
+        self.state.borrow_mut().job_nodes = Some(nodes.to_owned());
+        self
     }
 
     /// Accounting holds these job records (what `job_records` answers from).
@@ -349,7 +359,14 @@ impl Slurm for FakeSlurm {
                 job: job.to_owned(),
                 nodes: nodes.to_owned(),
             },
-        )
+        )?;
+        self.state.borrow_mut().job_nodes = Some(nodes.to_owned());
+        Ok(())
+    }
+
+    fn job_nodes(&self, job_id: u32) -> Result<Option<String>, SlurmError> {
+        self.call("job_nodes", Call::JobNodes(job_id))?;
+        Ok(self.state.borrow().job_nodes.clone())
     }
 
     fn job_running(&self, job_id: u32) -> Result<bool, SlurmError> {
@@ -955,6 +972,9 @@ impl<S: CapCalls> Slurm for Capped<'_, S> {
     }
     fn shrink(&self, job: &str, nodes: &str) -> Result<(), SlurmError> {
         self.with(|s| s.shrink(job, nodes))
+    }
+    fn job_nodes(&self, job_id: u32) -> Result<Option<String>, SlurmError> {
+        self.with(|s| s.job_nodes(job_id))
     }
     fn requeue_named(&self, job: &str) -> Result<(), SlurmError> {
         self.with(|s| s.requeue_named(job))

@@ -254,6 +254,12 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
                         "spares: {node} failed; the first node gives it up (job {})",
                         step.job_id()
                     ));
+                    // Fail closed: the job goes on past this failed node only once slurmctld
+                    // no longer lists it among the job's nodes.
+                    if !super::spares::wait_given_back(step) {
+                        given_up = false;
+                        result.drained = true;
+                    }
                 }
             }
             // The first node writes the tag, and had no meeting to write: it keeps why and its

@@ -238,6 +238,44 @@ pub fn mark_given_up(step: &JobStep<'_>) {
     }
 }
 
+/// How often a spare-giving follower asks slurmctld whether the job gave its node back.
+pub const GIVEN_BACK_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A failed follower of a job with spares: waits, within its deadline, until slurmctld no
+/// longer lists this node among the job's nodes (the first node's shrink landed), or the job is
+/// gone. `false` when that was not seen in time: the prolog then fails, so the job never runs
+/// on a node that failed (with the shrink and the fallback requeue both refused, the job
+/// used to run here). One `squeue` a [`GIVEN_BACK_POLL`], on a failing node only.
+pub fn wait_given_back(step: &JobStep<'_>) -> bool {
+    let node = step.node();
+    let job = step.job_id();
+    loop {
+        match step.seams.slurm.job_nodes(job) {
+            Ok(None) => return true,
+            Ok(Some(list)) => {
+                let held = hostlist::Hostlist::parse(&list)
+                    .and_then(|h| h.expand())
+                    .map_or(true, |nodes| nodes.iter().any(|n| n == node));
+                if !held {
+                    step.say(&format!(
+                        "spares: job {job} gave {node} back (it holds {list})"
+                    ));
+                    return true;
+                }
+            }
+            Err(e) => step.say(&format!("spares: cannot list job {job}'s nodes: {e}")),
+        }
+        let left = step.deadline().remaining();
+        if left <= GIVEN_BACK_POLL {
+            step.say(&format!(
+                "spares: the first node did not give {node} back before the prolog's deadline; {node} fails its prolog so that job {job} never runs on it"
+            ));
+            return false;
+        }
+        std::thread::sleep(GIVEN_BACK_POLL);
+    }
+}
+
 /// Whether the prolog marked this node given up (the mark is removed).
 pub fn was_given_up(step: &JobStep<'_>) -> bool {
     std::fs::remove_file(given_up_path(step)).is_ok()

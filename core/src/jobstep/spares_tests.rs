@@ -210,12 +210,50 @@ fn a_node_whose_verdict_never_arrived_is_given_up_like_a_failed_one() {
 
 #[test]
 fn a_failed_follower_in_a_job_with_spares_drains_itself_but_does_not_fail_the_job() {
-    let slurm = FakeSlurm::with_nodes(FOUR);
+    // The first node's shrink landed: slurmctld lists the job on the three others.
+    let slurm = FakeSlurm::with_nodes(FOUR).with_job_nodes("n[1-2,4]");
     let (exit, lines, _) = prolog_of("n3", Verdict::Fail, 1, &slurm, BTreeMap::new());
     assert_eq!(exit, JobStepExit::Proceed, "{}", lines.text());
     assert!(slurm.node("n3").unwrap().is_drained(), "drained as today");
     assert!(lines.has("the first node gives it up"), "{}", lines.text());
+    assert!(lines.has("gave n3 back"), "{}", lines.text());
     assert!(shrinks(&slurm).is_empty(), "only the leader shrinks");
+}
+
+#[test]
+fn a_failed_follower_whose_node_the_job_never_gave_back_fails_its_prolog() {
+    // The shrink and the fallback requeue both failed: slurmctld still lists n3.
+    let slurm = FakeSlurm::with_nodes(FOUR).with_job_nodes("n[1-4]");
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = setup(
+        dir.path(),
+        Script::Prolog,
+        "n[1-4]",
+        "n3",
+        &[
+            "policy=enforce",
+            "spares_max=2",
+            "watch_interval=0",
+            "timeout=3",
+        ],
+    );
+    s.inv.spares = 1;
+    let runner = FakeRunner::answering(vec![Ok(report("n3", Verdict::Fail))]);
+    let meet = FakeMeet::default();
+    let lines = Lines::default();
+    let exit = prolog::run(&step(&s, seams(&slurm, &runner, &meet, &lines)));
+    assert_eq!(exit, JobStepExit::Drained, "{}", lines.text());
+    assert!(
+        lines.has("did not give n3 back before the prolog's deadline"),
+        "{}",
+        lines.text()
+    );
+    let asked = slurm
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::JobNodes(7)))
+        .count();
+    assert!((2..=8).contains(&asked), "{asked} squeue calls in 3 s");
 }
 
 #[test]
