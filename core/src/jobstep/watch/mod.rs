@@ -118,26 +118,62 @@ pub enum Change {
     Cleared(Fault),
 }
 
+/// How long a fault must stay clear before the watch takes it as cleared: a fault that returns
+/// within it is a flap of the same fault (counted, never acted on again), so a port that flaps
+/// 40 times in 24 s costs one drain, one tag entry, one notice and one signal, not 40.
+pub const HOLD_DOWN: Duration = Duration::from_secs(120);
+
+/// One fault the watch follows, and its flaps.
+#[derive(Debug, Clone)]
+struct Followed {
+    fault: Fault,
+    /// Since when it has been clear (seconds since the epoch), while it is.
+    clear_since_s: Option<u64>,
+    /// How often it came back within the hold-down.
+    flaps: u32,
+}
+
 /// The watch's memory: which faults the job started with (the prolog's `fail` findings, never
-/// reported again) and which it has seen appear and not clear.
+/// reported again) and which it has seen appear and not clear for [`HOLD_DOWN`].
 #[derive(Debug, Clone, Default)]
 pub struct Tracker {
     at_start: BTreeSet<String>,
-    active: BTreeMap<String, Fault>,
+    active: BTreeMap<String, Followed>,
+    hold_down_s: u64,
 }
 
 impl Tracker {
-    /// A tracker that takes `at_start` (the prolog's findings) as the job's starting point.
+    /// A tracker that takes `at_start` (the prolog's findings) as the job's starting point; a
+    /// fault is cleared as soon as a sample no longer sees it (see [`Tracker::hold_down`]).
     pub fn new(at_start: &[Finding]) -> Self {
         Self {
             at_start: at_start.iter().filter(|f| followed(f)).map(key).collect(),
             active: BTreeMap::new(),
+            hold_down_s: 0,
         }
     }
 
-    /// The changes one sample's findings make. `tools_ran`: whether the sample ran the tools
-    /// (else their checks are neither found nor cleared).
+    /// This tracker with a hold-down: a fault is cleared only once it has stayed clear for
+    /// `d`, and one that returns before is a flap of the same fault.
+    pub fn hold_down(mut self, d: Duration) -> Self {
+        self.hold_down_s = d.as_secs();
+        self
+    }
+
+    /// How often the fault `key` flapped (came back within the hold-down).
+    pub fn flaps(&self, key: &str) -> u32 {
+        self.active.get(key).map_or(0, |f| f.flaps)
+    }
+
+    /// The changes one sample's findings make, with no clock (no hold-down: a test's or a
+    /// caller's that never flaps).
     pub fn observe(&mut self, findings: &[Finding], tools_ran: bool) -> Vec<Change> {
+        self.observe_at(findings, tools_ran, 0)
+    }
+
+    /// The changes one sample's findings make at `now_s`. `tools_ran`: whether the sample ran
+    /// the tools (else their checks are neither found nor cleared).
+    pub fn observe_at(&mut self, findings: &[Finding], tools_ran: bool, now_s: u64) -> Vec<Change> {
         let judged = |check: &str| tools_ran || !TOOL_CHECKS.contains(&check);
         let now: BTreeMap<String, Fault> = findings
             .iter()
@@ -145,15 +181,30 @@ impl Tracker {
             .map(|f| (key(f), Fault::of(f)))
             .collect();
         let mut out = Vec::new();
-        let gone: Vec<String> = self
-            .active
-            .iter()
-            .filter(|(k, f)| judged(&f.check) && !now.contains_key(*k))
-            .map(|(k, _)| k.clone())
-            .collect();
+        let mut gone = Vec::new();
+        for (k, f) in &mut self.active {
+            if !judged(&f.fault.check) {
+                continue;
+            }
+            if now.contains_key(k) {
+                if f.clear_since_s.take().is_some() {
+                    f.flaps += 1;
+                    tracing::info!(
+                        "watch: {} came back within the hold-down ({} flaps); not acted on again",
+                        f.fault.check,
+                        f.flaps
+                    );
+                }
+                continue;
+            }
+            let since = *f.clear_since_s.get_or_insert(now_s);
+            if now_s.saturating_sub(since) >= self.hold_down_s {
+                gone.push(k.clone());
+            }
+        }
         for k in gone {
             if let Some(f) = self.active.remove(&k) {
-                out.push(Change::Cleared(f));
+                out.push(Change::Cleared(f.fault));
             }
         }
         // A fault the job started with that cleared is forgotten: its return is news.
@@ -163,11 +214,39 @@ impl Tracker {
             if self.at_start.contains(&k) || self.active.contains_key(&k) {
                 continue;
             }
-            self.active.insert(k, f.clone());
+            self.active.insert(
+                k,
+                Followed {
+                    fault: f.clone(),
+                    clear_since_s: None,
+                    flaps: 0,
+                },
+            );
             out.push(Change::Appeared(f));
         }
         out
     }
+
+    /// Faults cleared but still in their hold-down.
+    pub fn holding(&self) -> usize {
+        self.active
+            .values()
+            .filter(|f| f.clear_since_s.is_some())
+            .count()
+    }
+}
+
+/// How long the watch of the node at `index` of a job of `nodes` nodes waits before it acts on
+/// a fault: a fabric-wide event fires every node's watch in the same second, and each acting
+/// watch makes a few Slurm calls (the guard's read, the drain, its re-check, the tag's read and
+/// write). Spread evenly by the node's place in the job over `nodes` × 10 ms, at most 10 s, a
+/// 1,000-node job's herd becomes about 100 acting watches a second instead of 1,000 in one.
+pub fn act_delay(index: usize, nodes: usize) -> Duration {
+    let spread_ms = (nodes as u64 * 10).min(10_000);
+    if nodes <= 1 {
+        return Duration::ZERO;
+    }
+    Duration::from_millis(spread_ms * index as u64 / nodes as u64)
 }
 
 /// Moves `baseline`'s value of every counter that went down in `now` (counters cleared, driver
@@ -408,6 +487,10 @@ pub trait Act {
 pub trait Pace {
     /// Waits `d`.
     fn sleep(&mut self, d: Duration);
+    /// Now, in seconds since the epoch (the hold-down's clock).
+    fn now_s(&self) -> u64 {
+        now_unix()
+    }
     /// Whether the watch should end (its pid file gone, its job gone).
     fn should_stop(&mut self) -> bool;
     /// Whether a `slurmstepd` of the job runs on this host, asked right before the watch acts
@@ -575,7 +658,7 @@ pub fn run(
     let node = setup.inv.node.clone();
     let job = setup.inv.job_id;
     let _span = tracing::info_span!("watch", job, node = %node).entered();
-    let mut tracker = Tracker::new(at_start);
+    let mut tracker = Tracker::new(at_start).hold_down(HOLD_DOWN);
     let mut summary = WatchSummary::default();
     let mut events = EventLog::start(events_path(&setup.state_dir, job));
     loop {
@@ -595,7 +678,7 @@ pub fn run(
             continue;
         };
         summary.full_samples += 1;
-        let changes = tracker.observe(&sample.report.findings, sample.tools_ran);
+        let changes = tracker.observe_at(&sample.report.findings, sample.tools_ran, pace.now_s());
         if !changes.is_empty() && !job_still_runs(setup, act, pace) {
             tracing::warn!(
                 "watch: job {job} no longer runs on {node}; ending without acting on what changed"
@@ -603,8 +686,14 @@ pub fn run(
             summary.job_gone = true;
             break;
         }
+        let seen_s = now_unix();
+        let my_place = setup.nodes.iter().position(|n| *n == node).unwrap_or(0);
+        let delay = act_delay(my_place, setup.nodes.len());
+        if !delay.is_zero() && changes.iter().any(|c| matches!(c, Change::Appeared(_))) {
+            pace.sleep(delay);
+        }
         for change in changes {
-            let now = now_unix();
+            let now = seen_s;
             match change {
                 Change::Appeared(fault) => {
                     let into = now.saturating_sub(started_at_s);

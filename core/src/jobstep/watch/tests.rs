@@ -103,9 +103,13 @@ impl Sampler for Script3 {
         })
     }
 }
+/// A pace of `n` samples whose clock moves 150 s a sample: past the hold-down at each.
 struct Samples(usize);
 impl Pace for Samples {
     fn sleep(&mut self, _d: Duration) {}
+    fn now_s(&self) -> u64 {
+        10_000_000 - self.0 as u64 * 150
+    }
     fn should_stop(&mut self) -> bool {
         if self.0 == 0 {
             return true;
@@ -200,7 +204,9 @@ fn watch_these(
         &[],
         &mut sampler,
         &act,
-        &mut Samples(n),
+        // One more sample, all clear, 150 s on: past the hold-down of a fault that cleared at
+        // the last one.
+        &mut Samples(n + 1),
         Some(&mut notice),
         Some(&textfile),
     );
@@ -211,7 +217,7 @@ fn watch_these(
 #[test]
 fn under_enforce_a_port_that_goes_down_mid_job_drains_tags_live_and_tells_the_job() {
     let (slurm, lines, summary, notices, _dir) = watch_a_port_going_down("enforce");
-    assert_eq!(summary.samples, 5);
+    assert_eq!(summary.samples, 6);
     assert_eq!(summary.appeared, vec!["ib.port_state"]);
     assert_eq!(
         summary.cleared,
@@ -667,4 +673,118 @@ fn when_one_of_two_ports_down_on_one_check_comes_back_the_tag_marks_that_one_cle
     let kept = read_events(&events_path(&dir.path().join("state/n1"), 7));
     assert_eq!(state(&kept, &a.message), Some(true), "{kept:?}");
     assert_eq!(state(&kept, &b.message), Some(false), "{kept:?}");
+}
+
+/// A pace of `n` samples one second apart.
+struct Seconds(usize, u64);
+impl Pace for Seconds {
+    fn sleep(&mut self, _d: Duration) {}
+    fn now_s(&self) -> u64 {
+        self.1
+    }
+    fn should_stop(&mut self) -> bool {
+        if self.0 == 0 {
+            return true;
+        }
+        self.0 -= 1;
+        self.1 += 1;
+        false
+    }
+}
+
+#[test]
+fn a_fault_that_returns_within_the_hold_down_is_one_fault_with_its_flaps_counted() {
+    let down = fail("ib.port_state", "mlx5_2", "mlx5_2 port 1 is DOWN");
+    let mut t = Tracker::new(&[]).hold_down(Duration::from_secs(120));
+    let mut appeared = 0;
+    let mut cleared = 0;
+    // 40 flaps in 24 s: down 0.3 s, up 0.3 s, one sample each.
+    for i in 0..80u64 {
+        let seen: &[Finding] = if i % 2 == 0 {
+            std::slice::from_ref(&down)
+        } else {
+            &[]
+        };
+        for c in t.observe_at(seen, true, 1_000 + i * 3 / 10) {
+            match c {
+                Change::Appeared(_) => appeared += 1,
+                Change::Cleared(_) => cleared += 1,
+            }
+        }
+    }
+    assert_eq!((appeared, cleared), (1, 0));
+    assert_eq!(t.flaps("ib.port_state|mlx5_2|1|fail"), 39);
+    assert_eq!(t.holding(), 1);
+    // Clear for the whole hold-down: cleared once.
+    assert!(t.observe_at(&[], true, 1_100).is_empty());
+    assert_eq!(t.observe_at(&[], true, 1_024 + 120).len(), 1);
+}
+
+#[test]
+fn a_port_flapping_forty_times_costs_one_drain_one_tag_entry_and_one_notice() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(
+        dir.path(),
+        Script::Watch,
+        "n[1-4]",
+        "n1",
+        &["policy=enforce"],
+    );
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
+    let lines = Lines::default();
+    let act = FakeAct::on(&slurm, &lines);
+    let down = fail("ib.port_state", "mlx5_2", "mlx5_2 port 1 is DOWN");
+    let samples: Vec<Vec<Finding>> = (0..80)
+        .map(|i| {
+            if i % 2 == 0 {
+                vec![down.clone()]
+            } else {
+                vec![]
+            }
+        })
+        .collect();
+    let mut sampler = Script3(samples.into());
+    let spool = dir.path().join("spool/7");
+    std::fs::create_dir_all(&spool).unwrap();
+    let notice_at = spool.join("fabric-notice-n1.jsonl");
+    let mut notice = NoticeFile::create(&notice_at).unwrap();
+    let summary = run(
+        &s,
+        Duration::from_millis(1),
+        now_unix() - 600,
+        &[],
+        &mut sampler,
+        &act,
+        &mut Seconds(80, 5_000),
+        Some(&mut notice),
+        None,
+    );
+    assert_eq!(summary.appeared, ["ib.port_state"], "{}", lines.text());
+    assert!(summary.cleared.is_empty(), "still in its hold-down");
+    let drains = slurm
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Drain { .. }))
+        .count();
+    assert_eq!(drains, 1);
+    let notices = std::fs::read_to_string(&notice_at).unwrap();
+    assert_eq!(notices.lines().count(), 1, "{notices}");
+    let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+    let row = t.during.iter().find(|d| d.node == "n1").unwrap();
+    assert_eq!(row.watch.len(), 1);
+}
+
+#[test]
+fn a_big_jobs_watches_spread_their_acting_over_at_most_ten_seconds() {
+    assert_eq!(act_delay(0, 1), Duration::ZERO);
+    assert_eq!(act_delay(3, 4), Duration::from_millis(30));
+    assert_eq!(act_delay(0, 1000), Duration::ZERO);
+    assert_eq!(act_delay(500, 1000), Duration::from_secs(5));
+    assert!(act_delay(9999, 10_000) < Duration::from_secs(10));
+    // Evenly: a thousand watches, at most about a hundred a second.
+    let mut per_s = [0u32; 10];
+    for i in 0..1000 {
+        per_s[act_delay(i, 1000).as_secs() as usize] += 1;
+    }
+    assert!(per_s.iter().all(|n| *n == 100), "{per_s:?}");
 }
