@@ -192,11 +192,240 @@ impl Hardware {
         Ok(())
     }
 
+    /// Writes `text` to the file `rel` below the root (a control's or a class's change).
+    pub fn write_rel(&self, rel: &str, text: &str) -> Result<(), HardwareError> {
+        write_text(&self.root.join(rel), text)
+    }
+
+    /// Reads the file `rel` below the root.
+    pub fn read_rel(&self, rel: &str) -> Result<String, HardwareError> {
+        let p = self.root.join(rel);
+        std::fs::read_to_string(&p).map_err(io(&p))
+    }
+
+    /// The PCI address of port `port`'s device (`0000:12:00.0`).
+    pub fn pci_of(&self, port: usize) -> Option<String> {
+        let dev = self
+            .root
+            .join("class/infiniband")
+            .join(&self.ports[port].dev);
+        let real = std::fs::canonicalize(dev.join("device")).ok()?;
+        Some(real.file_name()?.to_string_lossy().into_owned())
+    }
+
+    /// The PCI addresses of the node's GPUs (the functions `nvidia` is bound to).
+    pub fn gpus(&self) -> Vec<String> {
+        let dir = self.root.join("bus/pci/drivers/nvidia");
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with("0000:"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+
+    /// GPU `bdf` falls off the bus (`true`: its `bus/pci/devices` entry, driver link and
+    /// function folder go away, kept aside) or is back (`false`).
+    pub fn gpu_gone(&self, bdf: &str, gone: bool) -> Result<(), HardwareError> {
+        let entry = self.root.join("bus/pci/devices").join(bdf);
+        let driver = self.root.join("bus/pci/drivers/nvidia").join(bdf);
+        let aside = self.root.join(format!(".gone-{bdf}"));
+        let target_file = self.root.join(format!(".gone-{bdf}.link"));
+        if gone {
+            let target = std::fs::read_link(&entry).map_err(io(&entry))?;
+            let by = std::fs::read_link(&driver).map_err(io(&driver))?;
+            let real = std::fs::canonicalize(&entry).map_err(io(&entry))?;
+            write_text(
+                &target_file,
+                &format!("{}\n{}\n{}", target.display(), by.display(), real.display()),
+            )?;
+            std::fs::rename(&real, &aside).map_err(io(&real))?;
+            std::fs::remove_file(&entry).map_err(io(&entry))?;
+            std::fs::remove_file(&driver).map_err(io(&driver))?;
+        } else {
+            let saved = std::fs::read_to_string(&target_file).map_err(io(&target_file))?;
+            let mut lines = saved.lines();
+            let (target, by, real) = (
+                lines.next().unwrap_or_default(),
+                lines.next().unwrap_or_default(),
+                lines.next().unwrap_or_default(),
+            );
+            std::fs::rename(&aside, real).map_err(io(&aside))?;
+            std::os::unix::fs::symlink(target, &entry).map_err(io(&entry))?;
+            std::os::unix::fs::symlink(by, &driver).map_err(io(&driver))?;
+            std::fs::remove_file(&target_file).map_err(io(&target_file))?;
+        }
+        Ok(())
+    }
+
+    /// Port `port` has no cable: DOWN and `Disabled` (its netdev down), as it was at the first
+    /// probe and stays.
+    pub fn unprovisioned(&self, port: usize) -> Result<(), HardwareError> {
+        self.set_state(port, "1: DOWN", "3: Disabled")?;
+        let net = self
+            .root
+            .join("class/infiniband")
+            .join(&self.ports[port].dev)
+            .join("device/net");
+        if let Ok(rd) = std::fs::read_dir(&net) {
+            for e in rd.flatten() {
+                write_text(&e.path().join("operstate"), "down\n")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The card of ports `ports` (its functions) is a Gen5-capable ConnectX-7 (`MT4129`,
+    /// 32 GT/s) in a slot wired for Gen4: trained at 16 GT/s, its upstream bridge's
+    /// `max_link_speed` 16 GT/s.
+    pub fn gen5_card_in_gen4_slot(&self, ports: &[usize]) -> Result<(), HardwareError> {
+        for &p in ports {
+            let dev = self.root.join("class/infiniband").join(&self.ports[p].dev);
+            write_text(&dev.join("hca_type"), "MT4129\n")?;
+            write_text(&dev.join("fw_ver"), "28.39.1002\n")?;
+            write_text(&dev.join("board_id"), "MT_0000000891\n")?;
+            write_text(&dev.join("device/device"), "0x1021\n")?;
+            write_text(&dev.join("device/max_link_speed"), "32.0 GT/s PCIe\n")?;
+            write_text(&dev.join("device/current_link_speed"), "16.0 GT/s PCIe\n")?;
+            if let Some(bdf) = self.pci_of(p) {
+                fabric_testkit::sysfs::set_slot_max(&self.root, &bdf, "16.0 GT/s PCIe", 16)
+                    .map_err(io(&dev))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Port `port`'s state and physical state files (`4: ACTIVE`, `5: LinkUp`).
     pub fn set_state(&self, port: usize, state: &str, phys: &str) -> Result<(), HardwareError> {
         let dir = &self.ports[port].dir;
         write_text(&dir.join("state"), &format!("{state}\n"))?;
         write_text(&dir.join("phys_state"), &format!("{phys}\n"))
+    }
+}
+
+/// A change of a node's tree at an emulated moment, applied by [`Timeline::until`] before the
+/// probe or watch sample that moment belongs to (a driver reload's devices come back while a
+/// probe waits for its second look).
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// A driver reload (`openibd restart`): `class/infiniband` empty (`true`) or back.
+    ClassEmpty(bool),
+    /// A firmware reset or a flaky read: these files fail to read (a symbolic link to itself,
+    /// `ELOOP`, standing in for `EIO`/`ENODEV`) until they are restored.
+    Break(Vec<PathBuf>),
+    /// The broken files back with these contents.
+    Restore(Vec<(PathBuf, String)>),
+    /// Port `port`'s state and physical state.
+    PortState(usize, &'static str, &'static str),
+}
+
+/// The tree changes due at later emulated moments.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    /// The sysfs root.
+    pub root: PathBuf,
+    /// Its ports (as [`Hardware::ports`]).
+    pub ports: Vec<Port>,
+    due: std::cell::RefCell<Vec<(u64, Change)>>,
+}
+
+impl Timeline {
+    /// The timeline of `hw`'s tree.
+    pub fn of(hw: &Hardware) -> Self {
+        Self {
+            root: hw.root.clone(),
+            ports: hw.ports.clone(),
+            due: Default::default(),
+        }
+    }
+
+    /// Schedules `change` at `at_ms` (emulated).
+    pub fn at(&self, at_ms: u64, change: Change) {
+        let mut due = self.due.borrow_mut();
+        let i = due.partition_point(|(t, _)| *t <= at_ms);
+        due.insert(i, (at_ms, change));
+    }
+
+    /// Whether nothing is scheduled.
+    pub fn is_idle(&self) -> bool {
+        self.due.borrow().is_empty()
+    }
+
+    /// Applies every change due at or before `now_ms`, in order.
+    pub fn until(&self, now_ms: u64) -> Result<(), HardwareError> {
+        loop {
+            let next = {
+                let mut due = self.due.borrow_mut();
+                if due.first().is_none_or(|(t, _)| *t > now_ms) {
+                    return Ok(());
+                }
+                due.remove(0).1
+            };
+            self.apply(&next)?;
+        }
+    }
+
+    /// Applies every change still scheduled (the end of the soak, a test).
+    pub fn flush_all(&self) -> Result<(), HardwareError> {
+        self.until(u64::MAX)
+    }
+
+    fn apply(&self, c: &Change) -> Result<(), HardwareError> {
+        match c {
+            Change::ClassEmpty(empty) => {
+                let class = self.root.join("class/infiniband");
+                let away = self.root.join("class/.infiniband-reloading");
+                if *empty {
+                    std::fs::rename(&class, &away).map_err(io(&class))?;
+                    std::fs::create_dir(&class).map_err(io(&class))?;
+                } else {
+                    std::fs::remove_dir(&class).map_err(io(&class))?;
+                    std::fs::rename(&away, &class).map_err(io(&away))?;
+                }
+            }
+            Change::Break(files) => {
+                for f in files {
+                    // The old file emptied first: a reader holding it open (the watch's
+                    // in-place reads) sees a change, as a failing read is one.
+                    write_text(f, "")?;
+                    std::fs::remove_file(f).map_err(io(f))?;
+                    let name = f.file_name().unwrap_or_default();
+                    std::os::unix::fs::symlink(name, f).map_err(io(f))?;
+                }
+            }
+            Change::Restore(files) => {
+                for (f, text) in files {
+                    let _ = std::fs::remove_file(f);
+                    write_text(f, text)?;
+                }
+            }
+            Change::PortState(port, state, phys) => {
+                let dir = &self.ports[*port].dir;
+                write_text(&dir.join("state"), &format!("{state}\n"))?;
+                write_text(&dir.join("phys_state"), &format!("{phys}\n"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Breaks `files` now (at `at_ms`) and restores their contents at `back_ms`.
+    pub fn break_for(
+        &self,
+        files: Vec<PathBuf>,
+        at_ms: u64,
+        back_ms: u64,
+    ) -> Result<(), HardwareError> {
+        let mut saved = Vec::new();
+        for f in &files {
+            saved.push((f.clone(), std::fs::read_to_string(f).map_err(io(f))?));
+        }
+        self.at(at_ms, Change::Break(files));
+        self.at(back_ms, Change::Restore(saved));
+        Ok(())
     }
 }
 
@@ -241,5 +470,90 @@ mod tests {
         assert_eq!(read_u64(&sym).unwrap(), 0);
         let eth = std::fs::read_to_string(&hw.ethtool[0]).unwrap();
         assert!(eth.contains("     rx_prio3_pause: 0\n"), "{eth}");
+    }
+
+    fn node() -> (tempfile::TempDir, Hardware) {
+        let dir = tempfile::tempdir().unwrap();
+        let hw = Hardware::write("ib8-healthy", &dir.path().join("sysfs")).unwrap();
+        (dir, hw)
+    }
+
+    #[test]
+    fn a_driver_reload_empties_class_infiniband_for_its_window_then_brings_every_device_back() {
+        let (_d, hw) = node();
+        let t = Timeline::of(&hw);
+        t.at(1_000, Change::ClassEmpty(true));
+        t.at(6_000, Change::ClassEmpty(false));
+        let class = hw.root.join("class/infiniband");
+        t.until(999).unwrap();
+        assert_eq!(std::fs::read_dir(&class).unwrap().count(), 10);
+        t.until(1_000).unwrap();
+        assert_eq!(std::fs::read_dir(&class).unwrap().count(), 0);
+        t.until(6_000).unwrap();
+        assert_eq!(std::fs::read_dir(&class).unwrap().count(), 10);
+        assert!(t.is_idle());
+    }
+
+    #[test]
+    fn a_file_broken_by_a_read_error_or_firmware_reset_fails_to_read_until_its_window_ends() {
+        let (_d, hw) = node();
+        let t = Timeline::of(&hw);
+        let state = hw.ports[3].dir.join("state");
+        t.break_for(vec![state.clone()], 10, 20).unwrap();
+        t.until(10).unwrap();
+        assert!(std::fs::read_to_string(&state).is_err());
+        t.until(20).unwrap();
+        assert_eq!(std::fs::read_to_string(&state).unwrap(), "4: ACTIVE\n");
+    }
+
+    #[test]
+    fn a_gpu_that_falls_off_the_bus_leaves_bus_pci_devices_and_comes_back_when_repaired() {
+        let (_d, hw) = node();
+        let gpus = hw.gpus();
+        assert_eq!(gpus.len(), 8);
+        hw.gpu_gone(&gpus[2], true).unwrap();
+        assert_eq!(hw.gpus().len(), 7);
+        assert!(!hw.root.join("bus/pci/devices").join(&gpus[2]).exists());
+        hw.gpu_gone(&gpus[2], false).unwrap();
+        assert_eq!(hw.gpus(), gpus);
+        assert!(
+            hw.root
+                .join("bus/pci/devices")
+                .join(&gpus[2])
+                .join("vendor")
+                .exists()
+        );
+    }
+
+    #[test]
+    fn a_gen5_storage_card_in_a_gen4_slot_trains_at_16_gts_under_a_16_gts_bridge() {
+        let (_d, hw) = node();
+        hw.gen5_card_in_gen4_slot(&[8, 9]).unwrap();
+        let dev = hw.root.join("class/infiniband/mlx5_8/device");
+        assert_eq!(
+            std::fs::read_to_string(dev.join("max_link_speed")).unwrap(),
+            "32.0 GT/s PCIe\n"
+        );
+        let up = std::fs::canonicalize(&dev)
+            .unwrap()
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        assert_eq!(
+            std::fs::read_to_string(up.join("max_link_speed")).unwrap(),
+            "16.0 GT/s PCIe\n"
+        );
+    }
+
+    #[test]
+    fn an_unprovisioned_port_reads_down_and_disabled_with_its_netdev_down() {
+        let (_d, hw) = node();
+        hw.unprovisioned(9).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(hw.ports[9].dir.join("state")).unwrap(),
+            "1: DOWN\n"
+        );
+        let net = hw.root.join("class/net/ens9f1np1/operstate");
+        assert_eq!(std::fs::read_to_string(net).unwrap(), "down\n");
     }
 }

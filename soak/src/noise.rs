@@ -26,11 +26,28 @@ pub enum Kind {
     ControllerRestart,
     /// The node's clock stepped (NTP), forward or back.
     ClockStep,
+    /// A firmware reset window (`mlxfwreset`, mlx5's devlink health recovery): one HCA's files
+    /// fail to read for seconds.
+    FirmwareReset,
+    /// One sysfs file failed to read once (a transient `EIO`).
+    ReadError,
+    /// Port counters cleared by hand or by a monitoring agent (`perfquery -R`), jobs running.
+    CounterReset,
+    /// A 32-bit hardware counter (mlx5's Q counters) wrapped past 2^32.
+    CounterWrap,
+    /// A PAM4 link's background symbol errors at a healthy (post-FEC) symbol BER.
+    Pam4Background,
+    /// A port never ACTIVE (the storage card's second port, no cable), there at the first probe.
+    UnprovisionedPort,
+    /// A management NIC whose error counters move all day.
+    ManagementNoise,
+    /// A storage card of another kind (Gen5-capable ConnectX-7) in a slot wired for Gen4.
+    Gen4Slot,
 }
 
 impl Kind {
     /// Every kind, in the table's order.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 18] = [
         Kind::SymbolErrors,
         Kind::SymbolBurst,
         Kind::BackgroundLoad,
@@ -41,6 +58,14 @@ impl Kind {
         Kind::Saturation,
         Kind::ControllerRestart,
         Kind::ClockStep,
+        Kind::FirmwareReset,
+        Kind::ReadError,
+        Kind::CounterReset,
+        Kind::CounterWrap,
+        Kind::Pam4Background,
+        Kind::UnprovisionedPort,
+        Kind::ManagementNoise,
+        Kind::Gen4Slot,
     ];
 
     /// The name in the table and the docs.
@@ -56,6 +81,14 @@ impl Kind {
             Kind::Saturation => "saturation",
             Kind::ControllerRestart => "slurmctld_restart",
             Kind::ClockStep => "clock_step",
+            Kind::FirmwareReset => "firmware_reset",
+            Kind::ReadError => "read_error",
+            Kind::CounterReset => "counter_reset",
+            Kind::CounterWrap => "counter_wrap",
+            Kind::Pam4Background => "pam4_background",
+            Kind::UnprovisionedPort => "unprovisioned_port",
+            Kind::ManagementNoise => "management_noise",
+            Kind::Gen4Slot => "gen4_slot",
         }
     }
 }
@@ -103,6 +136,30 @@ pub struct Model {
     pub clock_steps_per_day: f64,
     /// Clock step sizes.
     pub clock_step_s: (f64, f64),
+    /// How long a driver reload leaves `class/infiniband` empty, seconds (log-uniform).
+    pub reload_gone_s: (f64, f64),
+    /// Firmware reset windows per node-day, and how long one HCA's files fail, seconds.
+    pub fw_resets_per_day: f64,
+    /// Firmware reset window lengths.
+    pub fw_reset_s: (f64, f64),
+    /// Single-file read errors per node-day, and how long the file fails, seconds.
+    pub read_errors_per_day: f64,
+    /// Read error lengths.
+    pub read_error_s: (f64, f64),
+    /// Counter clears per node-day.
+    pub counter_resets_per_day: f64,
+    /// 32-bit counter wraps per node-day.
+    pub wraps_per_day: f64,
+    /// The share of ports with a PAM4 background, and its symbol BER range (log-uniform).
+    pub pam4_ports: f64,
+    /// PAM4 background symbol BERs.
+    pub pam4_ber: (f64, f64),
+    /// The share of nodes whose storage card's second port has no cable.
+    pub unprovisioned_nodes: f64,
+    /// The share of nodes whose second storage port is a noisy management NIC.
+    pub management_nodes: f64,
+    /// The share of nodes with a Gen5 storage card in a Gen4 slot.
+    pub gen4_slot_nodes: f64,
 }
 
 impl Default for Model {
@@ -112,7 +169,7 @@ impl Default for Model {
             util_job: (0.3, 0.9),
             util_idle: 0.02,
             bursts_per_port_day: 1.0 / 30.0,
-            burst_size: (1.0, 100.0),
+            burst_size: (1.0, 120.0),
             checkpoints_per_job_hour: 1.5,
             checkpoint_pauses: (1e3, 3e5),
             reboots_per_day: 1.0 / 30.0,
@@ -126,6 +183,18 @@ impl Default for Model {
             controller_restarts_per_day: 1.0 / 30.0,
             clock_steps_per_day: 1.0 / 50.0,
             clock_step_s: (0.001, 2.0),
+            reload_gone_s: (0.3, 20.0),
+            fw_resets_per_day: 1.0 / 60.0,
+            fw_reset_s: (0.5, 10.0),
+            read_errors_per_day: 0.2,
+            read_error_s: (0.05, 2.0),
+            counter_resets_per_day: 1.0 / 20.0,
+            wraps_per_day: 1.0 / 10.0,
+            pam4_ports: 0.3,
+            pam4_ber: (1e-15, 3e-14),
+            unprovisioned_nodes: 0.1,
+            management_nodes: 0.2,
+            gen4_slot_nodes: 0.1,
         }
     }
 }

@@ -7,13 +7,17 @@ use crate::noise::Kind;
 use crate::run::{Drain, Outcome};
 use crate::stats::per_1000_node_days;
 
-/// `soak: node_days N, false_drains F, per_1000_node_days R, upper95 U`.
+/// `soak: node_days N, false_drains F, false_resumes R, per_1000_node_days X, upper95 U,
+/// faults_caught C/T`.
 pub fn summary_line(o: &Outcome) -> String {
     let f = o.false_drains.len() as u64;
     let (rate, upper) = per_1000_node_days(f, o.node_days);
+    let t = o.controls_injected.len();
     format!(
-        "soak: node_days {}, false_drains {f}, per_1000_node_days {rate:.3}, upper95 {upper:.3}",
-        o.node_days
+        "soak: node_days {}, false_drains {f}, false_resumes {}, per_1000_node_days {rate:.3}, upper95 {upper:.3}, faults_caught {}/{t}",
+        o.node_days,
+        o.false_resumes.len(),
+        t - o.controls_missed.len()
     )
 }
 
@@ -40,7 +44,7 @@ pub fn text(o: &Outcome) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "soak ran {} node-days in {:.1} s: {} jobs, {} probes (prolog, epilog, health), {} watch samples, {} health checks",
+        "soak ran {} node-days in {:.1} s: {} jobs, {} probes (prolog, epilog, health), {} watch samples (1 s, in windows), {} health checks",
         o.node_days,
         o.elapsed.as_secs_f64(),
         o.jobs,
@@ -94,6 +98,15 @@ pub fn text(o: &Outcome) -> String {
     }
     for (node, c) in &o.controls_missed {
         let _ = writeln!(s, "  MISSED: {} on {node}", c.as_str());
+    }
+    for (node, c, hour) in &o.false_resumes {
+        let _ = writeln!(
+            s,
+            "  FALSE RESUME: {node} day {} hour {:02}, its {} still there",
+            hour / 24,
+            hour % 24,
+            c.as_str()
+        );
     }
     s.push_str(&summary_line(o));
     s.push('\n');

@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::node::{Hardware, HardwareError};
+use crate::node::{Change, Hardware, HardwareError, Timeline};
 use crate::noise::{Kind, Model};
-use crate::seams::{SoakAct, SoakPace, SoakRunner, SoakSampler, slurm_view};
+use crate::seams::{ClockedSampler, SoakAct, SoakPace, SoakRunner, slurm_view};
 use crate::stats::{log_uniform, poisson};
 use fabric_core::jobstep::health::{self, HealthSetup};
+use fabric_core::jobstep::watch::QuickSampler;
 use fabric_core::jobstep::{JobStep, Relay, Seams, Setup, epilog, prolog, watch};
 use fabric_core::probe::ProbeInput;
 use fabric_core::probe::gather::Roots;
@@ -42,12 +43,21 @@ pub struct Options {
     pub seed: u64,
     /// Nodes in the cluster.
     pub nodes: usize,
-    /// Hours between two periodic health checks of a node.
+    /// Hours between two periodic health checks of a quiet node (no event in the last
+    /// [`Options::hot_min`] minutes).
     pub health_every_h: u64,
-    /// Hours between two samples of the in-job watch.
-    pub watch_every_h: u64,
+    /// Minutes between two health checks after an event (`HealthCheckInterval`), each node on
+    /// its own phase.
+    pub health_grid_min: u64,
+    /// How long after an event health runs at [`Options::health_grid_min`].
+    pub hot_min: u64,
+    /// Seconds of 1 s watch samples from an event during a job (and from a job's start).
+    pub watch_window_s: u64,
     /// Real faults injected as controls (spread over the run).
     pub controls: usize,
+    /// Whether the admin accepts the inventory of a node with an unprovisioned port at its
+    /// installation (else it drains at its first probe and stays drained).
+    pub accept_unprovisioned: bool,
     /// The noise.
     pub model: Model,
 }
@@ -59,9 +69,12 @@ impl Options {
             node_days,
             seed,
             nodes: 20,
-            health_every_h: 8,
-            watch_every_h: 8,
-            controls: (node_days / 2000).max(3) as usize,
+            health_every_h: 4,
+            health_grid_min: 5,
+            hot_min: 15,
+            watch_window_s: 60,
+            accept_unprovisioned: true,
+            controls: (node_days / 1000).max(Control::ALL.len() as u64) as usize,
             model: Model::default(),
         }
     }
@@ -95,10 +108,27 @@ pub enum Control {
     LinkFlap,
     /// A marginal link: thousands of symbol errors an hour.
     SymbolStorm,
+    /// A GPU fell off the bus and stays gone (its `bus/pci/devices` entry and function folder).
+    GpuGone,
+    /// A compute rail flipped to Ethernet and down.
+    RailEthernet,
+    /// A symbol-error storm late in a long job (12 h or more into it).
+    LateStorm,
+    /// A compute rail's PCIe link trained x8 in its x16 slot.
+    PcieDegraded,
 }
 
 impl Control {
-    const ALL: [Control; 3] = [Control::PortDown, Control::LinkFlap, Control::SymbolStorm];
+    /// Every kind, injected in turn.
+    pub const ALL: [Control; 7] = [
+        Control::PortDown,
+        Control::LinkFlap,
+        Control::SymbolStorm,
+        Control::GpuGone,
+        Control::RailEthernet,
+        Control::LateStorm,
+        Control::PcieDegraded,
+    ];
 
     /// Its name.
     pub fn as_str(self) -> &'static str {
@@ -106,7 +136,17 @@ impl Control {
             Control::PortDown => "port_down",
             Control::LinkFlap => "link_flap",
             Control::SymbolStorm => "symbol_storm",
+            Control::GpuGone => "gpu_gone",
+            Control::RailEthernet => "rail_ethernet",
+            Control::LateStorm => "late_storm",
+            Control::PcieDegraded => "pcie_degraded",
         }
+    }
+
+    /// Whether the fault stays until repaired (a flap is over once it happened): the node must
+    /// stay drained through health checks while it is there.
+    pub fn lasting(self) -> bool {
+        self != Control::LinkFlap
     }
 }
 
@@ -140,6 +180,8 @@ pub struct Outcome {
     pub controls_injected: Vec<(String, Control)>,
     /// Control faults never drained within two days.
     pub controls_missed: Vec<(String, Control)>,
+    /// Nodes put back into service by health while their control fault was still there.
+    pub false_resumes: Vec<(String, Control, u64)>,
     /// Noise events, by kind.
     pub events: BTreeMap<Kind, u64>,
     /// Jobs run (prologs).
@@ -164,6 +206,7 @@ impl Outcome {
         self.control_drains.extend(o.control_drains);
         self.controls_injected.extend(o.controls_injected);
         self.controls_missed.extend(o.controls_missed);
+        self.false_resumes.extend(o.false_resumes);
         for (k, n) in o.events {
             *self.events.entry(k).or_default() += n;
         }
@@ -182,6 +225,7 @@ struct NodeTally {
     control_drains: Vec<Drain>,
     controls_injected: Vec<(String, Control)>,
     controls_missed: Vec<(String, Control)>,
+    false_resumes: Vec<(String, Control, u64)>,
     events: BTreeMap<Kind, u64>,
     jobs: u64,
     health_runs: u64,
@@ -276,6 +320,39 @@ struct Shared<'a> {
     controls: Vec<(usize, u64, Control)>,
 }
 
+/// The running job's watch between its windows.
+#[derive(Clone)]
+struct JobWatch {
+    setup: Setup,
+    base: fabric_core::probe::Baseline,
+    base_taken_ms: u64,
+    at_start: Vec<fabric_proto::verdict::Finding>,
+    started_at_s: u64,
+}
+
+/// Something that happens at a moment of an hour.
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    /// A symbol-error burst on a port.
+    Burst(usize, u64),
+    /// Port counters cleared.
+    Reset,
+    /// The 32-bit hardware counter wraps.
+    Wrap,
+    /// One file fails to read for a while (ms).
+    ReadError(u64),
+    /// One HCA's files fail for a while (ms).
+    FirmwareReset(u64),
+    /// A driver reload of the idle node: `class/infiniband` empty for a while (ms).
+    Reload(u64),
+}
+
+/// Symbol errors at most in any window (`ib.counters`: 120 an hour, a shorter window judged as
+/// an hour), less a margin for the next hour's background lump.
+fn symbol_bound(window_ms: u64) -> f64 {
+    120.0 * (window_ms as f64 / HOUR_MS as f64).max(1.0) - 45.0
+}
+
 /// One node's life.
 struct Life<'a> {
     sh: &'a Shared<'a>,
@@ -286,7 +363,29 @@ struct Life<'a> {
     hour: Cell<u64>,
     /// The node's wall clock (emulated).
     now_ms: &'a Cell<u64>,
-    clock_error_ms: Cell<i64>,
+    clock_error_ms: &'a Cell<i64>,
+    /// The cluster's time at this node now (ms since the epoch).
+    cluster_ms: Cell<u64>,
+    /// The node's tree changes still to come.
+    timeline: &'a Timeline,
+    /// Where this node's health checks fall in their grid (ms into it).
+    grid_phase_ms: u64,
+    /// Health runs on its grid until then (cluster ms): an event happened.
+    hot_until: Cell<u64>,
+    /// The hour of the last health check.
+    last_health_hour: Cell<Option<u64>>,
+    /// The running job's watch: its setup, the prolog's snapshot (rebased), findings at start.
+    job_watch: RefCell<Option<JobWatch>>,
+    /// Per port, symbol errors added in the last two hours: (cluster ms, count).
+    ledger: RefCell<Vec<VecDeque<(u64, u64)>>>,
+    /// The port playing a noisy management NIC, if any.
+    mgmt_port: Option<usize>,
+    /// The port whose 32-bit hardware counter wraps.
+    wrap_port: usize,
+    /// When the control fault was caught (drained), and whether a late storm waits for a job.
+    caught_at: Cell<Option<u64>>,
+    /// The running job's last hour.
+    job_end: Cell<u64>,
     controller_down: Cell<bool>,
     words: Vec<String>,
     plugin: PluginArgs,
@@ -300,7 +399,8 @@ struct Life<'a> {
     in_job: Cell<bool>,
     pending_maintenance: Cell<Option<Kind>>,
     util: Cell<f64>,
-    ber: Vec<f64>,
+    /// Per port: its symbol BER and whether it is a PAM4 background.
+    ber: Vec<(f64, bool)>,
     control: Cell<Option<(Control, u64, usize)>>,
     control_due: Cell<Option<u64>>,
     /// The last control fault and the hour it was repaired.
@@ -322,10 +422,74 @@ impl<'a> Life<'a> {
         recent.push_back((hour, kind));
     }
 
-    fn set_clock(&self) {
-        let t = EPOCH_MS + self.hour.get() * HOUR_MS;
+    /// Sets the cluster's time (and the node's clock, with its error).
+    fn set_cluster(&self, t: u64) {
+        self.cluster_ms.set(t);
         self.now_ms
             .set((t as i64 + self.clock_error_ms.get()).max(0) as u64);
+    }
+
+    /// Moves time on to cluster time `to`: the tree's scheduled changes happen, and health runs
+    /// at each point of its grid passed while the node is hot (after an event).
+    fn pass_to(&self, to: u64) -> Result<(), SoakError> {
+        let grid = self.sh.opts.health_grid_min.max(1) * 60_000;
+        loop {
+            let from = self.cluster_ms.get();
+            let next =
+                (from.saturating_sub(self.grid_phase_ms) / grid + 1) * grid + self.grid_phase_ms;
+            if next > to || next >= self.hot_until.get() {
+                break;
+            }
+            self.set_cluster(next);
+            self.timeline.until(next)?;
+            self.storm_goes_on(grid)?;
+            self.health();
+        }
+        self.set_cluster(to.max(self.cluster_ms.get()));
+        self.timeline.until(self.cluster_ms.get())?;
+        Ok(())
+    }
+
+    /// A storm rises between the hour's lumps too (3000 an hour, pro rata over `ms`), so that
+    /// health's 5-minute grid after it sees it as a real node would.
+    fn storm_goes_on(&self, ms: u64) -> Result<(), SoakError> {
+        if let Some((Control::SymbolStorm | Control::LateStorm, _, port)) = self.control.get() {
+            let hw = self.hw.borrow();
+            let rel = format!(
+                "class/infiniband/{}/ports/1/counters/symbol_error",
+                hw.ports[port].dev
+            );
+            let now: u64 = hw.read_rel(&rel)?.trim().parse().unwrap_or(0);
+            let by = 3000 * ms / HOUR_MS;
+            hw.write_rel(&rel, &format!("{}\n", (now + by).min(65_535)))?;
+        }
+        Ok(())
+    }
+
+    /// Symbol errors added to `port` at cluster time `t` (for the bursts' bound).
+    fn ledger_add(&self, port: usize, t: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut l = self.ledger.borrow_mut();
+        let q = &mut l[port];
+        while q.front().is_some_and(|(at, _)| at + 49 * HOUR_MS < t) {
+            q.pop_front();
+        }
+        q.push_back((t, n));
+    }
+
+    /// The largest burst `port` can take at `t` and stay under `ib.counters`' bound over every
+    /// window that ends then.
+    fn burst_room(&self, port: usize, t: u64) -> u64 {
+        let l = self.ledger.borrow();
+        let mut sum = 0u64;
+        let mut room = symbol_bound(0);
+        for &(at, n) in l[port].iter().rev() {
+            sum += n;
+            room = room.min(symbol_bound(t.saturating_sub(at)) - sum as f64);
+        }
+        room.max(0.0) as u64
     }
 
     fn setup(&self, script: Script, job_id: u32) -> Setup {
@@ -384,11 +548,21 @@ impl<'a> Life<'a> {
             let spanned = self.last_control.get().filter(|&(_, repaired)| {
                 matches!(phase, "watch" | "epilog") && self.job_start.get() <= repaired
             });
+            // A storm's counters stay in the delta of a probe whose baseline predates the
+            // repair: a drain for them within a health period after it is the same fault's.
+            let tail = self.last_control.get().filter(|&(c, repaired)| {
+                matches!(
+                    c,
+                    Control::SymbolStorm | Control::LateStorm | Control::LinkFlap
+                ) && hour <= repaired + self.sh.opts.health_every_h + 1
+                    && me.reason.contains("ib.counters")
+            });
             let control = self
                 .control
                 .get()
                 .map(|(c, _, _)| c)
-                .or(spanned.map(|(c, _)| c));
+                .or(spanned.map(|(c, _)| c))
+                .or(tail.map(|(c, _)| c));
             let d = Drain {
                 node: self.name.clone(),
                 hour,
@@ -404,7 +578,15 @@ impl<'a> Life<'a> {
                 t.false_drains.push(d);
             }
         } else if was && !ours {
-            self.tally.borrow_mut().resumes += 1;
+            let mut t = self.tally.borrow_mut();
+            t.resumes += 1;
+            if let Some((c, _, _)) = self.control.get()
+                && c.lasting()
+                && self.caught_at.get().is_some()
+            {
+                t.false_resumes
+                    .push((self.name.clone(), c, self.hour.get()));
+            }
         }
     }
 
@@ -416,48 +598,101 @@ impl<'a> Life<'a> {
         let inv_setup = self.setup(Script::Prolog, 0);
         let slurm = slurm_view(&self.sh.cluster, self.controller_down.get(), &inv_setup);
         let _ = health::run(&setup, &slurm, &self.runner, &self.relay);
+        self.last_health_hour.set(Some(self.hour.get()));
         self.tally.borrow_mut().health_runs += 1;
         self.observe("health");
     }
 
-    /// The noise of one emulated hour, then the hour's maintenance and health check.
+    /// The noise of one emulated hour, its events at their moments (with the watch's windows
+    /// and health's grid around them), then the hour's maintenance and health check.
     fn hour_passes(&self) -> Result<(), SoakError> {
         let m = &self.sh.opts.model;
         let hour = self.hour.get();
+        let start = EPOCH_MS + hour * HOUR_MS;
+        if self.cluster_ms.get() < start {
+            self.pass_to(start)?;
+        }
         self.controller_down
             .set(self.sh.controller_down.contains(&hour));
         if self.controller_down.get() && self.index == 0 {
             self.note(Kind::ControllerRestart);
         }
+        let mut events: Vec<(u64, Event)> = Vec::new();
         {
             let mut rng = self.rng.borrow_mut();
             let mut hw = self.hw.borrow_mut();
             let util = self.util.get();
             let mut any_symbols = false;
-            let mut any_burst = false;
+            let mut any_pam4 = false;
             for (i, p) in hw.ports.clone().iter().enumerate() {
                 let bits = p.gbps * 1e9 * util * 3600.0;
-                let n = poisson(&mut *rng, self.ber[i] * bits);
-                any_symbols |= n > 0;
+                let (ber, pam4) = self.ber[i];
+                let n = poisson(&mut *rng, ber * bits);
+                any_symbols |= n > 0 && !pam4;
+                any_pam4 |= n > 0 && pam4;
                 hw.rise(i, "counters/symbol_error", n);
+                self.ledger_add(i, start + HOUR_MS - 1, n);
                 if rng.random_bool(m.bursts_per_port_day / 24.0) {
                     let size = log_uniform(&mut *rng, m.burst_size.0, m.burst_size.1).round();
-                    hw.rise(i, "counters/symbol_error", size as u64);
-                    any_burst = true;
+                    let at = rng.random_range(0..HOUR_MS - 1);
+                    events.push((at, Event::Burst(i, size as u64)));
                 }
                 // Traffic, in the 4-octet units of the data counters.
                 let words = (p.gbps * 1e9 / 32.0 * util * 3600.0) as u64;
                 hw.rise(i, "counters/port_xmit_data", words);
                 hw.rise(i, "counters/port_rcv_data", words);
                 hw.rise(i, "counters/port_xmit_wait", words / 1000);
+                hw.rise(i, "hw_counters/out_of_buffer", (util * 50.0) as u64);
+            }
+            if let Some(mp) = self.mgmt_port {
+                // A management NIC's day: drops, receive errors and link recoveries that a
+                // busy, cheaply cabled 25/100 GbE port shows; its symbol errors stay healthy.
+                let e = |rng: &mut ChaCha8Rng, mean: f64| poisson(rng, mean);
+                let n = e(&mut rng, 40.0);
+                hw.rise(mp, "counters/port_rcv_errors", n);
+                let n = e(&mut rng, 300.0);
+                hw.rise(mp, "counters/port_xmit_discards", n);
+                let n = e(&mut rng, 3.0);
+                hw.rise(mp, "counters/link_error_recovery", n);
+                let n = e(&mut rng, 5_000.0);
+                hw.rise(mp, "hw_counters/out_of_buffer", n);
+                let n = e(&mut rng, 20.0);
+                hw.rise(mp, "counters/symbol_error", n);
+                self.ledger_add(mp, start + HOUR_MS - 1, n);
+            }
+            let day = |r: f64| r / 24.0;
+            let at = |rng: &mut ChaCha8Rng| rng.random_range(0..HOUR_MS - 1);
+            if rng.random_bool(day(m.counter_resets_per_day)) {
+                events.push((at(&mut rng), Event::Reset));
+            }
+            if rng.random_bool(day(m.wraps_per_day)) {
+                events.push((at(&mut rng), Event::Wrap));
+            }
+            if rng.random_bool(day(m.read_errors_per_day)) {
+                let len = log_uniform(&mut *rng, m.read_error_s.0, m.read_error_s.1);
+                events.push((at(&mut rng), Event::ReadError((len * 1000.0) as u64)));
+            }
+            if rng.random_bool(day(m.fw_resets_per_day)) {
+                let len = log_uniform(&mut *rng, m.fw_reset_s.0, m.fw_reset_s.1);
+                events.push((at(&mut rng), Event::FirmwareReset((len * 1000.0) as u64)));
+            }
+            if !self.in_job.get()
+                && self.control.get().is_none()
+                && rng.random_bool(day(m.reloads_per_day))
+            {
+                let len = log_uniform(&mut *rng, m.reload_gone_s.0, m.reload_gone_s.1);
+                events.push((at(&mut rng), Event::Reload((len * 1000.0) as u64)));
             }
             drop(hw);
             drop(rng);
             if any_symbols {
                 self.note(Kind::SymbolErrors);
             }
-            if any_burst {
-                self.note(Kind::SymbolBurst);
+            if any_pam4 {
+                self.note(Kind::Pam4Background);
+            }
+            if self.mgmt_port.is_some() {
+                self.note(Kind::ManagementNoise);
             }
             if util > m.util_idle {
                 self.note(Kind::BackgroundLoad);
@@ -468,6 +703,12 @@ impl<'a> Life<'a> {
             for _ in 0..n {
                 self.checkpoint();
             }
+        }
+        events.sort_by_key(|(t, _)| *t);
+        for (at, ev) in events {
+            let t = (start + at).max(self.cluster_ms.get());
+            self.pass_to(t)?;
+            self.event(ev)?;
         }
         // Clock steps.
         if self
@@ -483,28 +724,136 @@ impl<'a> Life<'a> {
                 .set(self.clock_error_ms.get() + (sign * s * 1000.0) as i64);
             self.note(Kind::ClockStep);
         }
-        // Maintenance: reboots and reloads wait for the node to be idle (`scontrol reboot ASAP`).
+        // Maintenance: reboots wait for the node to be idle (`scontrol reboot ASAP`).
         {
             let mut rng = self.rng.borrow_mut();
-            if self.pending_maintenance.get().is_none() {
-                if rng.random_bool(m.reboots_per_day / 24.0) {
-                    self.pending_maintenance.set(Some(Kind::Reboot));
-                } else if rng.random_bool(m.reloads_per_day / 24.0) {
-                    self.pending_maintenance.set(Some(Kind::DriverReload));
-                }
+            if self.pending_maintenance.get().is_none() && rng.random_bool(m.reboots_per_day / 24.0)
+            {
+                self.pending_maintenance.set(Some(Kind::Reboot));
             }
         }
+        let end = (start + HOUR_MS - 1).max(self.cluster_ms.get());
+        self.pass_to(end)?;
         if !self.in_job.get()
             && let Some(kind) = self.pending_maintenance.take()
         {
             self.maintenance(kind)?;
         }
         self.control_tick()?;
-        self.set_clock();
+        self.pass_to(end)?;
         self.hw.borrow_mut().flush()?;
-        let phase = (self.index as u64) % self.sh.opts.health_every_h;
-        if hour % self.sh.opts.health_every_h == phase {
+        let every = self.sh.opts.health_every_h.max(1);
+        let phase = (self.index as u64) % every;
+        if hour % every == phase && self.last_health_hour.get() != Some(hour) {
             self.health();
+        }
+        Ok(())
+    }
+
+    /// One event of the hour, at the cluster's time now: the tree changes, the watch's window
+    /// when a job runs, health's grid after it.
+    fn event(&self, ev: Event) -> Result<(), SoakError> {
+        let m = &self.sh.opts.model;
+        let t = self.cluster_ms.get();
+        self.hw.borrow_mut().flush()?;
+        self.hot_until
+            .set(self.hot_until.get().max(t + self.sh.opts.hot_min * 60_000));
+        match ev {
+            Event::Burst(port, size) => {
+                let room = self.burst_room(port, t);
+                let size = size.min(room);
+                if size == 0 {
+                    return Ok(());
+                }
+                self.ledger_add(port, t, size);
+                let mut hw = self.hw.borrow_mut();
+                hw.rise(port, "counters/symbol_error", size);
+                hw.flush()?;
+                drop(hw);
+                self.note(Kind::SymbolBurst);
+            }
+            Event::Reset => {
+                self.hw.borrow_mut().reset_counters()?;
+                self.note(Kind::CounterReset);
+            }
+            Event::Wrap => {
+                // Set near 2^32 at the node's start; now past it.
+                let v = self.rng.borrow_mut().random_range(0..5_000u64);
+                self.hw
+                    .borrow_mut()
+                    .set_counter(self.wrap_port, "hw_counters/np_cnp_sent", v)?;
+                self.note(Kind::CounterWrap);
+            }
+            Event::ReadError(_) | Event::FirmwareReset(_) if !self.timeline.is_idle() => {
+                // A reload under way: its own window covers this moment.
+                return Ok(());
+            }
+            Event::ReadError(len) => {
+                let file = {
+                    let mut rng = self.rng.borrow_mut();
+                    let port = rng.random_range(0..self.timeline.ports.len());
+                    let names = [
+                        "state",
+                        "phys_state",
+                        "rate",
+                        "counters/symbol_error",
+                        "counters/link_downed",
+                        "link_layer",
+                    ];
+                    let f = names[rng.random_range(0..names.len())];
+                    self.timeline.ports[port].dir.join(f)
+                };
+                self.timeline.break_for(vec![file], t, t + len.max(1))?;
+                self.note(Kind::ReadError);
+            }
+            Event::FirmwareReset(len) => {
+                let port = self
+                    .rng
+                    .borrow_mut()
+                    .random_range(0..self.timeline.ports.len());
+                let dir = &self.timeline.ports[port].dir;
+                let dev = dir.parent().and_then(|p| p.parent()).map(Path::to_path_buf);
+                let mut files: Vec<PathBuf> = ["state", "phys_state", "rate", "link_layer"]
+                    .iter()
+                    .map(|f| dir.join(f))
+                    .collect();
+                if let Some(dev) = dev {
+                    files.push(dev.join("fw_ver"));
+                    files.push(dev.join("hca_type"));
+                }
+                for sub in ["counters", "hw_counters"] {
+                    if let Ok(rd) = std::fs::read_dir(dir.join(sub)) {
+                        files.extend(rd.flatten().map(|e| e.path()));
+                    }
+                }
+                files.retain(|f| f.is_file());
+                self.timeline.break_for(files, t, t + len.max(1))?;
+                self.note(Kind::FirmwareReset);
+            }
+            Event::Reload(len) => {
+                self.hw.borrow_mut().reset_counters()?;
+                self.timeline.at(t, Change::ClassEmpty(true));
+                let back = t + len.max(1);
+                self.timeline.at(back, Change::ClassEmpty(false));
+                let mut rng = self.rng.borrow_mut();
+                for (i, p) in self.timeline.ports.iter().enumerate() {
+                    if !p.infiniband {
+                        continue;
+                    }
+                    let active = rng.random_range(m.port_active_at_s.0..=m.port_active_at_s.1);
+                    self.timeline
+                        .at(back, Change::PortState(i, "2: INIT", "5: LinkUp"));
+                    self.timeline.at(
+                        back + (active * 1000.0) as u64,
+                        Change::PortState(i, "4: ACTIVE", "5: LinkUp"),
+                    );
+                }
+                drop(rng);
+                self.note(Kind::DriverReload);
+            }
+        }
+        if self.in_job.get() {
+            self.watch_window(t + self.sh.opts.watch_window_s * 1000)?;
         }
         Ok(())
     }
@@ -552,7 +901,7 @@ impl<'a> Life<'a> {
         }
         if !race && kind == Kind::Reboot {
             // The health check at slurmd's start, every port ACTIVE by then.
-            self.set_clock();
+            self.set_cluster(self.cluster_ms.get());
             self.health();
         }
         if race {
@@ -579,7 +928,7 @@ impl<'a> Life<'a> {
             if kind == Kind::Reboot {
                 set_uptime(&self.proc_root, at)?;
             }
-            self.set_clock();
+            self.set_cluster(self.cluster_ms.get());
             self.health();
             set_uptime(&self.proc_root, LONG_UP_S)?;
             let hw = self.hw.borrow();
@@ -598,20 +947,26 @@ impl<'a> Life<'a> {
     fn control_tick(&self) -> Result<(), SoakError> {
         let hour = self.hour.get();
         if let Some((c, since, port)) = self.control.get() {
-            let caught = self.drained.get();
-            if caught || hour >= since + 48 {
+            let caught = self.drained.get() || self.caught_at.get().is_some();
+            if caught && self.caught_at.get().is_none() {
+                self.caught_at.set(Some(hour));
+            }
+            let repair = match self.caught_at.get() {
+                Some(at) => !c.lasting() || hour >= at + HOLD_H,
+                None => hour >= since + 48,
+            };
+            if repair {
                 if !caught {
                     self.tally
                         .borrow_mut()
                         .controls_missed
                         .push((self.name.clone(), c));
                 }
-                if c == Control::PortDown {
-                    self.hw.borrow().set_state(port, "4: ACTIVE", "5: LinkUp")?;
-                }
+                self.repair(c, port)?;
                 self.control.set(None);
+                self.caught_at.set(None);
                 self.last_control.set(Some((c, hour)));
-            } else if c == Control::SymbolStorm {
+            } else if matches!(c, Control::SymbolStorm | Control::LateStorm) {
                 self.hw
                     .borrow_mut()
                     .rise(port, "counters/symbol_error", 3000);
@@ -619,31 +974,112 @@ impl<'a> Life<'a> {
             return Ok(());
         }
         for &(node, at, c) in &self.sh.controls {
-            // On a node drained already, the fault waits for its resume.
+            // On a node drained already, the fault waits for its resume; a late storm waits
+            // for a long job to be 12 hours in.
             let due = at <= hour && self.control_due.get() == Some(at);
             if node == self.index && (at == hour || due) {
-                if self.drained.get() {
+                let late_ok = c != Control::LateStorm
+                    || (self.in_job.get()
+                        && hour >= self.job_start.get() + 12
+                        && self.job_end.get() > hour + 1);
+                if self.drained.get() || !late_ok || !self.timeline.is_idle() {
                     self.control_due.set(Some(at));
                     continue;
                 }
                 self.control_due.set(None);
                 let port = self.rng.borrow_mut().random_range(0..8);
-                match c {
-                    Control::PortDown => {
-                        self.hw.borrow().set_state(port, "1: DOWN", "3: Disabled")?
-                    }
-                    Control::LinkFlap => self.hw.borrow_mut().rise(port, "counters/link_downed", 1),
-                    Control::SymbolStorm => {
-                        self.hw
-                            .borrow_mut()
-                            .rise(port, "counters/symbol_error", 3000);
-                    }
-                }
+                self.inject(c, port)?;
                 self.control.set(Some((c, hour, port)));
                 self.tally
                     .borrow_mut()
                     .controls_injected
                     .push((self.name.clone(), c));
+                self.hot_until
+                    .set(self.cluster_ms.get() + self.sh.opts.hot_min * 60_000);
+                if self.in_job.get() {
+                    self.hw.borrow_mut().flush()?;
+                    self.watch_window(self.cluster_ms.get() + self.sh.opts.watch_window_s * 1000)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The GPU paired with compute rail `port`.
+    fn gpu_of(&self, port: usize) -> Option<String> {
+        self.hw.borrow().gpus().get(port).cloned()
+    }
+
+    fn inject(&self, c: Control, port: usize) -> Result<(), SoakError> {
+        let hw = self.hw.borrow();
+        let rel = |f: &str| format!("class/infiniband/{}/ports/1/{f}", hw.ports[port].dev);
+        match c {
+            Control::PortDown => hw.set_state(port, "1: DOWN", "3: Disabled")?,
+            Control::LinkFlap => {
+                drop(hw);
+                self.hw.borrow_mut().rise(port, "counters/link_downed", 1);
+            }
+            Control::SymbolStorm | Control::LateStorm => {
+                drop(hw);
+                self.hw
+                    .borrow_mut()
+                    .rise(port, "counters/symbol_error", 3000);
+            }
+            Control::GpuGone => {
+                drop(hw);
+                if let Some(gpu) = self.gpu_of(port) {
+                    self.hw.borrow().gpu_gone(&gpu, true)?;
+                }
+            }
+            Control::RailEthernet => {
+                hw.write_rel(&rel("link_layer"), "Ethernet\n")?;
+                hw.set_state(port, "1: DOWN", "3: Disabled")?;
+            }
+            Control::PcieDegraded => {
+                let dev = &hw.ports[port].dev;
+                hw.write_rel(
+                    &format!("class/infiniband/{dev}/device/current_link_width"),
+                    "8\n",
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn repair(&self, c: Control, port: usize) -> Result<(), SoakError> {
+        let hw = self.hw.borrow();
+        match c {
+            Control::PortDown => hw.set_state(port, "4: ACTIVE", "5: LinkUp")?,
+            Control::LinkFlap | Control::SymbolStorm | Control::LateStorm => {}
+            Control::GpuGone => {
+                if let Some(gpu) = std::fs::read_dir(&hw.root)
+                    .ok()
+                    .into_iter()
+                    .flat_map(|d| d.flatten())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .find_map(|n| {
+                        n.strip_suffix(".link")
+                            .and_then(|n| n.strip_prefix(".gone-"))
+                            .map(str::to_owned)
+                    })
+                {
+                    hw.gpu_gone(&gpu, false)?;
+                }
+            }
+            Control::RailEthernet => {
+                let dev = &hw.ports[port].dev;
+                hw.write_rel(
+                    &format!("class/infiniband/{dev}/ports/1/link_layer"),
+                    "InfiniBand\n",
+                )?;
+                hw.set_state(port, "4: ACTIVE", "5: LinkUp")?;
+            }
+            Control::PcieDegraded => {
+                let dev = &hw.ports[port].dev;
+                hw.write_rel(
+                    &format!("class/infiniband/{dev}/device/current_link_width"),
+                    "16\n",
+                )?;
             }
         }
         Ok(())
@@ -695,7 +1131,27 @@ impl<'a> Life<'a> {
             self.util.set(u);
         }
         let end = self.hour.get() + hours;
-        self.watch(&setup, end)?;
+        self.job_end.set(end);
+        // The watch starts with the job: its first minutes, then a window around each event.
+        let snapshot = setup
+            .state_dir
+            .join(format!("job-{}.json", setup.inv.job_id));
+        if let Ok((base, at_start)) = watch::load_start(&snapshot) {
+            *self.job_watch.borrow_mut() = Some(JobWatch {
+                setup: setup.clone(),
+                base_taken_ms: base.counters.taken_unix_ms,
+                started_at_s: base.counters.taken_unix_ms / 1000,
+                base,
+                at_start,
+            });
+            self.watch_window(self.cluster_ms.get() + self.sh.opts.watch_window_s * 1000)?;
+        }
+        while self.hour.get() < end && !self.over.get() {
+            if !self.next_hour()? {
+                break;
+            }
+        }
+        *self.job_watch.borrow_mut() = None;
         self.in_job.set(false);
         self.util.set(self.sh.opts.model.util_idle);
         if self.over.get() {
@@ -713,40 +1169,29 @@ impl<'a> Life<'a> {
         let _ = std::fs::remove_dir_all(self.plugin.spool_dir.join(job_id.to_string()));
     }
 
-    /// The in-job watch over the job's hours, through the real loop and its decisions.
-    fn watch(&self, setup: &Setup, end: u64) -> Result<(), SoakError> {
-        let snapshot = setup
-            .state_dir
-            .join(format!("job-{}.json", setup.inv.job_id));
-        let Ok((base, at_start)) = watch::load_start(&snapshot) else {
-            while self.hour.get() < end {
-                if !self.next_hour()? {
-                    return Ok(());
-                }
-            }
+    /// The in-job watch for a window: 1 s samples of the real sampler through the real loop
+    /// and its decisions, from now until cluster time `until`.
+    fn watch_window(&self, until: u64) -> Result<(), SoakError> {
+        let Some(jw) = self.job_watch.borrow().clone() else {
             return Ok(());
         };
-        let started_at_s = base.counters.taken_unix_ms / 1000;
-        let mut sampler = SoakSampler {
-            input: ProbeInput {
-                node: self.name.clone(),
-                roots: Roots::for_sysfs(
-                    self.hw.borrow().root.clone(),
-                    self.proc_root.clone(),
-                    None,
-                ),
-                expect: fabric_core::config::Config::default().for_node(&self.name),
-                baseline: None,
-                bom_pin: None,
-                // As `fabric-check watch` does: the prolog's known inventory, read only.
-                known: fabric_core::probe::known::load_for_probe(
-                    &fabric_core::probe::known::known_path(&setup.state_dir),
-                    &self.name,
-                )
-                .0,
-                second_look: None,
-            },
-            base,
+        let input = ProbeInput {
+            node: self.name.clone(),
+            roots: Roots::for_sysfs(self.hw.borrow().root.clone(), self.proc_root.clone(), None),
+            expect: fabric_core::config::Config::default().for_node(&self.name),
+            baseline: Some(jw.base.clone()),
+            bom_pin: None,
+            // As `fabric-check watch` does: the prolog's known inventory, read only.
+            known: fabric_core::probe::known::load_for_probe(
+                &fabric_core::probe::known::known_path(&jw.setup.state_dir),
+                &self.name,
+            )
+            .0,
+            second_look: None,
+        };
+        let mut sampler = ClockedSampler {
+            inner: QuickSampler::new(input),
+            base_taken_ms: jw.base_taken_ms,
             now_ms: self.now_ms,
             samples: 0,
         };
@@ -760,30 +1205,22 @@ impl<'a> Life<'a> {
         let failure: RefCell<Option<SoakError>> = RefCell::new(None);
         let mut advance = || {
             self.observe("watch");
-            for _ in 0..self.sh.opts.watch_every_h {
-                if self.hour.get() >= end {
-                    return false;
-                }
-                match self.next_hour() {
-                    Ok(true) => {}
-                    Ok(false) => return false,
-                    Err(e) => {
-                        *failure.borrow_mut() = Some(e);
-                        return false;
-                    }
-                }
+            let t = self.cluster_ms.get() + 1000;
+            if let Err(e) = self.pass_to(t) {
+                *failure.borrow_mut() = Some(e);
+                return false;
             }
-            self.hour.get() < end
+            t < until
         };
         let mut pace = SoakPace {
             advance: &mut advance,
             ended: false,
         };
         watch::run(
-            setup,
+            &jw.setup,
             Duration::from_secs(1),
-            started_at_s,
-            &at_start,
+            jw.started_at_s,
+            &jw.at_start,
             &mut sampler,
             &act,
             &mut pace,
@@ -792,16 +1229,18 @@ impl<'a> Life<'a> {
         );
         self.observe("watch");
         self.tally.borrow_mut().watch_samples += sampler.samples;
-        if let Some(e) = failure.into_inner() {
-            return Err(e);
-        }
-        // Hours left over when the job's end fell between two samples.
-        while self.hour.get() < end && !self.over.get() {
-            if !self.next_hour()? {
-                break;
+        // The next window judges against the snapshot as this one left it (rebased on resets).
+        if let Some(b) = sampler.inner.baseline_mut() {
+            let mut b = b.clone();
+            b.counters.taken_unix_ms = jw.base_taken_ms;
+            if let Some(j) = self.job_watch.borrow_mut().as_mut() {
+                j.base = b;
             }
         }
-        Ok(())
+        match failure.into_inner() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn live(&self) -> Result<(), SoakError> {
@@ -914,6 +1353,42 @@ pub fn run_in(opts: &Options, base: &Path) -> Result<Outcome, SoakError> {
     Ok(out)
 }
 
+/// What `fabric-check inventory accept` does: the node's inventory now, recorded as its known
+/// inventory in its state folder.
+fn accept_inventory(name: &str, node_dir: &Path, proc_root: &Path) -> Result<(), SoakError> {
+    use fabric_core::probe::known;
+    let input = ProbeInput {
+        node: name.to_owned(),
+        roots: Roots::for_sysfs(node_dir.join("sysfs"), proc_root.to_owned(), None),
+        expect: fabric_core::config::Config::default().for_node(name),
+        baseline: None,
+        bom_pin: None,
+        known: None,
+        second_look: None,
+    };
+    let report = fabric_core::probe::run(&input);
+    let state = node_dir.join("state");
+    std::fs::create_dir_all(&state).map_err(|source| SoakError::Folder {
+        path: state.clone(),
+        source,
+    })?;
+    let k = known::Known::new(
+        name,
+        report.inventory,
+        known::Recorded::Accepted,
+        "admin",
+        EPOCH_MS / 1000,
+    );
+    k.save(&known::known_path(&state))
+        .map_err(|e| SoakError::Folder {
+            path: state,
+            source: std::io::Error::other(e.to_string()),
+        })
+}
+
+/// Hours a caught lasting fault stays before its repair: health must keep the node drained.
+const HOLD_H: u64 = 6;
+
 /// The uptime of a node that has not rebooted lately.
 const LONG_UP_S: f64 = 30.0 * 86_400.0;
 
@@ -944,11 +1419,40 @@ fn node_life(
     let proc_root = proc_root.as_path();
     let mut hw = Hardware::write("ib8-healthy", &node_dir.join("sysfs"))?;
     let m = &sh.opts.model;
-    let ber = hw
+    let ber: Vec<(f64, bool)> = hw
         .ports
         .iter()
-        .map(|_| log_uniform(&mut rng, m.ber_range.0, m.ber_range.1))
+        .map(|_| {
+            if rng.random_bool(m.pam4_ports) {
+                (log_uniform(&mut rng, m.pam4_ber.0, m.pam4_ber.1), true)
+            } else {
+                (log_uniform(&mut rng, m.ber_range.0, m.ber_range.1), false)
+            }
+        })
         .collect();
+    // The node's make: one of a storage card's ports without a cable, or a noisy management
+    // NIC there; a Gen5 storage card in a Gen4 slot. Port 9 is the storage card's second port.
+    let profile = rng.random_range(0.0..1.0);
+    let unprovisioned = profile < m.unprovisioned_nodes;
+    let mgmt_port = (!unprovisioned && profile < m.unprovisioned_nodes + m.management_nodes)
+        .then_some(hw.ports.len() - 1);
+    if unprovisioned {
+        hw.unprovisioned(hw.ports.len() - 1)?;
+    }
+    let gen4 = rng.random_bool(m.gen4_slot_nodes);
+    if gen4 {
+        hw.gen5_card_in_gen4_slot(&[hw.ports.len() - 2, hw.ports.len() - 1])?;
+    }
+    // The storage ports' 32-bit congestion counter, near its wrap.
+    let wrap_port = hw.ports.len() - 2;
+    hw.set_counter(
+        wrap_port,
+        "hw_counters/np_cnp_sent",
+        u64::from(u32::MAX) - 10_000,
+    )?;
+    let timeline = Timeline::of(&hw);
+    let clock_error_ms = Cell::new(0i64);
+    let ledger = RefCell::new(vec![VecDeque::new(); hw.ports.len()]);
     let saturated = rng.random_bool(m.saturated_nodes);
     if saturated {
         // What a ConnectX-7 port showed in the wild (gpud PR 943's counter dump).
@@ -967,7 +1471,14 @@ fn node_life(
     ];
     let (plugin, problems) = PluginArgs::parse(words.iter().map(String::as_str));
     assert!(problems.is_empty(), "the soak's plugin words: {problems:?}");
+    if unprovisioned && sh.opts.accept_unprovisioned {
+        // The port fails beside its cabled twin at the first probe, so no known inventory is
+        // recorded by itself (docs/checks.md): the admin ran `fabric-check inventory accept`
+        // when the node was installed.
+        accept_inventory(name, &node_dir, proc_root)?;
+    }
     let now_ms = Cell::new(EPOCH_MS);
+    let grid_phase_ms = rng.random_range(0..sh.opts.health_grid_min.max(1) * 60_000);
     let life = Life {
         sh,
         index,
@@ -976,7 +1487,18 @@ fn node_life(
         rng: RefCell::new(rng),
         hour: Cell::new(0),
         now_ms: &now_ms,
-        clock_error_ms: Cell::new(0),
+        clock_error_ms: &clock_error_ms,
+        cluster_ms: Cell::new(EPOCH_MS),
+        timeline: &timeline,
+        grid_phase_ms,
+        hot_until: Cell::new(0),
+        last_health_hour: Cell::new(None),
+        job_watch: RefCell::new(None),
+        ledger,
+        mgmt_port,
+        wrap_port,
+        caught_at: Cell::new(None),
+        job_end: Cell::new(0),
         controller_down: Cell::new(false),
         words,
         plugin,
@@ -984,6 +1506,8 @@ fn node_life(
         relay: SoakRelay::default(),
         runner: SoakRunner {
             now_ms: &now_ms,
+            timeline: &timeline,
+            clock_error_ms: &clock_error_ms,
             proc_root,
             watches_started: Cell::new(0),
             probes: Cell::new(0),
@@ -1005,6 +1529,12 @@ fn node_life(
     };
     if saturated {
         life.note(Kind::Saturation);
+    }
+    if unprovisioned {
+        life.note(Kind::UnprovisionedPort);
+    }
+    if gen4 {
+        life.note(Kind::Gen4Slot);
     }
     life.live()?;
     Ok(life.tally.into_inner())
@@ -1047,7 +1577,7 @@ mod tests {
         }
         assert!(
             report.ends_with(
-                "soak: node_days 8, false_drains 0, per_1000_node_days 0.000, upper95 374.467\n"
+                "soak: node_days 8, false_drains 0, false_resumes 0, per_1000_node_days 0.000, upper95 374.467, faults_caught 2/2\n"
             ),
             "{report}"
         );
@@ -1070,5 +1600,25 @@ mod tests {
             )
         };
         assert_eq!(run(), run());
+    }
+
+    #[test]
+    fn a_control_of_every_kind_is_caught_and_none_is_put_back_while_it_is_there() {
+        let mut opts = short(11);
+        opts.nodes = 7;
+        opts.node_days = 7 * 12;
+        opts.controls = Control::ALL.len();
+        let dir = tempfile::tempdir().unwrap();
+        let out = run_in(&opts, dir.path()).unwrap();
+        let report = crate::report::text(&out);
+        let kinds: BTreeSet<&str> = out
+            .controls_injected
+            .iter()
+            .map(|(_, c)| c.as_str())
+            .collect();
+        assert_eq!(kinds.len(), Control::ALL.len(), "{report}");
+        assert!(out.controls_missed.is_empty(), "{report}");
+        assert!(out.false_resumes.is_empty(), "{report}");
+        assert!(out.false_drains.is_empty(), "{report}");
     }
 }

@@ -3,10 +3,10 @@
 //! - [`SoakRunner`] is a [`ProbeRunner`] that runs the real probe ([`probe::run`]: gather from
 //!   the node's sysfs tree, every check, the thresholds) in this process instead of as a child,
 //!   and saves its document where `fabric-check probe --save/--state-dir` would.
-//! - [`SoakSampler`] is the in-job watch's [`Sampler`]: the same probe against the prolog's
-//!   snapshot, rebased on a counter reset as the real sampler does.
-//! - [`SoakAct`] and [`SoakPace`] give the watch's loop a job step per action and the soak's
-//!   compressed time between samples.
+//! - [`ClockedSampler`] is the in-job watch's real [`QuickSampler`] with the prolog's snapshot
+//!   moved onto the node's emulated clock before each sample.
+//! - [`SoakAct`] and [`SoakPace`] give the watch's loop a job step per action and a window of
+//!   1 s samples on the emulated clock, the tree's scheduled changes happening as it passes.
 //!
 //! Compressed time: the probe stamps its counters with the real clock, so judging a job's
 //! 12 hours that passed in 2 ms would scale every per-hour bound wrongly. Each node has an
@@ -21,14 +21,22 @@ use std::time::{Duration, Instant};
 
 use fabric_core::config::Config;
 use fabric_core::jobstep::runner::{Against, CollectiveRequest, ProbeRequest};
-use fabric_core::jobstep::watch::{Act, Pace, Sample, Sampler, rebase};
+use fabric_core::jobstep::watch::QuickSampler;
+use fabric_core::jobstep::watch::{Act, Pace, Sample, Sampler};
 use fabric_core::jobstep::{
     Budget, JobStep, Meet, ProbeRunError, ProbeRunner, Relay, Seams, Setup,
 };
-use fabric_core::probe::gather::Roots;
+use fabric_core::probe::gather::{self, Roots};
 use fabric_core::probe::{self, Baseline, ProbeInput, Report, known, output};
 use fabric_core::slurm::Slurm;
 use fabric_core::testing::{FaultPlan, SharedCluster};
+
+use crate::node::Timeline;
+
+/// The cluster's time of a node whose clock reads `node_ms` with error `error_ms`.
+pub fn cluster_ms(node_ms: u64, error_ms: i64) -> u64 {
+    (node_ms as i64 - error_ms).max(0) as u64
+}
 
 /// Milliseconds since the epoch on the real clock.
 pub fn real_unix_ms() -> u64 {
@@ -46,11 +54,19 @@ pub fn on_real_clock(mut b: Baseline, node_now_ms: u64) -> Baseline {
     b
 }
 
+/// The second look's settle, as `fabric-check probe` waits by default (`--second-look-ms`).
+pub const SETTLE: Duration = Duration::from_millis(1000);
+
 /// The real probe in this process, on a node's emulated clock.
 #[derive(Debug)]
 pub struct SoakRunner<'a> {
     /// The node's wall clock now (ms since the epoch, emulated).
     pub now_ms: &'a Cell<u64>,
+    /// The node's tree changes still to come (a reload's devices coming back while the probe
+    /// waits for its second look), on the node's emulated clock less its error.
+    pub timeline: &'a Timeline,
+    /// The node's clock error (ms), so that the timeline's moments are the cluster's.
+    pub clock_error_ms: &'a Cell<i64>,
     /// An empty procfs (kernel release and driver versions are not what the soak varies).
     pub proc_root: &'a Path,
     /// Watches the prolog asked to start (the soak runs them itself).
@@ -89,8 +105,8 @@ impl SoakRunner<'_> {
                 baseline: baseline.map(|b| on_real_clock(b, now)),
                 bom_pin: None,
                 known,
-                // The soak's hardware does not change within one probe's look.
-                second_look: None,
+                // As `fabric-check probe` runs by default: a second look after the settle.
+                second_look: Some(SETTLE),
             },
             state_dir,
         ))
@@ -103,13 +119,36 @@ impl ProbeRunner for SoakRunner<'_> {
             return Err(ProbeRunError::NoTimeLeft { what: "probe" });
         }
         self.probes.set(self.probes.get() + 1);
-        let now = self.now_ms.get();
         let (input, state_dir) = match self.input(req) {
             Ok(x) => x,
             // As `fabric-check probe` does: a document with verdict `error`.
             Err(why) => return Ok(Report::error(&req.node, 0.0, why)),
         };
-        let mut report = probe::run(&input);
+        let expect = &input.expect;
+        let mut failure = None;
+        let mut report = probe::run_looks(
+            &input,
+            probe::RunWith::default(),
+            &mut || gather::gather(&input.roots, |d| expect.ignores(d)),
+            // The settle passes on the node's clock, and what the tree does meanwhile happens.
+            &mut |d| {
+                let t = self.now_ms.get() + d.as_millis() as u64;
+                self.now_ms.set(t);
+                if let Err(e) = self
+                    .timeline
+                    .until(cluster_ms(t, self.clock_error_ms.get()))
+                {
+                    failure = Some(e);
+                }
+            },
+        );
+        if let Some(e) = failure {
+            return Err(ProbeRunError::CannotRun {
+                what: "probe",
+                reason: e.to_string(),
+            });
+        }
+        let now = self.now_ms.get();
         report.counters.taken_unix_ms = now;
         if let Some(dir) = &state_dir {
             let last = input.baseline.as_ref().and_then(|b| b.inventory.as_ref());
@@ -158,33 +197,34 @@ impl ProbeRunner for SoakRunner<'_> {
     }
 }
 
-/// The watch's sampler on the soak's clock.
+/// The watch's real sampler ([`QuickSampler`]: the files that can make a `fail` read in place
+/// every second, the whole probe when one changed or every minute) on the soak's clock: before
+/// each sample the prolog's snapshot is moved onto the real clock as old as it is on the node's
+/// emulated clock, so per-hour bounds see the job's emulated age.
 #[derive(Debug)]
-pub struct SoakSampler<'a> {
-    /// What each sample probes (its baseline is set per sample).
-    pub input: ProbeInput,
-    /// The prolog's snapshot on the node's emulated clock, rebased on resets.
-    pub base: Baseline,
+pub struct ClockedSampler<'a> {
+    /// The real sampler.
+    pub inner: QuickSampler,
+    /// When the prolog's snapshot was taken, on the node's emulated clock.
+    pub base_taken_ms: u64,
     /// The node's wall clock now.
     pub now_ms: &'a Cell<u64>,
-    /// Samples taken.
+    /// Samples taken (quick and full).
     pub samples: u64,
 }
 
-impl Sampler for SoakSampler<'_> {
+impl Sampler for ClockedSampler<'_> {
     fn sample(&mut self) -> Option<Sample> {
-        // Every sample is a whole look: the soak samples every few emulated hours, where the
-        // watch's in-place reads (`QuickSampler`) would see a change anyway.
         let now = self.now_ms.get();
-        self.input.baseline = Some(on_real_clock(self.base.clone(), now));
-        let mut report = probe::run(&self.input);
-        report.counters.taken_unix_ms = now;
-        rebase(&mut self.base.counters, &report.counters);
+        if let Some(b) = self.inner.baseline_mut() {
+            b.counters.taken_unix_ms = self.base_taken_ms;
+            let moved = on_real_clock(b.clone(), now);
+            b.counters.taken_unix_ms = moved.counters.taken_unix_ms;
+        }
         self.samples += 1;
-        Some(Sample {
-            report,
-            tools_ran: true,
-        })
+        let mut s = self.inner.sample()?;
+        s.report.counters.taken_unix_ms = now;
+        Some(s)
     }
 }
 
@@ -240,11 +280,12 @@ impl Act for SoakAct<'_> {
     }
 }
 
-/// The watch's pace: between samples, the soak's time moves on (noise, the job's end).
+/// The watch's pace: between samples, the soak's time moves on (a second of its window, the
+/// tree's scheduled changes, health checks that fall due).
 pub struct SoakPace<'a> {
-    /// Moves time to the next sample; `false` when the job has ended.
+    /// Moves time to the next sample; `false` when the window has ended.
     pub advance: &'a mut dyn FnMut() -> bool,
-    /// Whether the job has ended.
+    /// Whether the window has ended.
     pub ended: bool,
 }
 

@@ -580,12 +580,32 @@ fn pcie_link(t: &Tree, rel: &str, cur: (&str, u32), max: (&str, u32)) -> Result<
     t.write(&format!("{rel}/max_link_width"), &format!("{}\n", max.1))
 }
 
-fn bridge(t: &Tree, rel: &str, numa: u8) -> Result<(), Error> {
+/// A PCIe bridge (root port or switch port) whose link can carry up to `max` (speed text,
+/// width): the slot maxima `pcie.link` judges a device below it against.
+fn bridge(t: &Tree, rel: &str, numa: u8, max: (&str, u32)) -> Result<(), Error> {
     t.write(&format!("{rel}/vendor"), "0x10b5\n")?;
     t.write(&format!("{rel}/device"), "0xc040\n")?;
     t.write(&format!("{rel}/class"), "0x060400\n")?;
     t.write(&format!("{rel}/numa_node"), &format!("{numa}\n"))?;
+    t.write(&format!("{rel}/max_link_speed"), &format!("{}\n", max.0))?;
+    t.write(&format!("{rel}/max_link_width"), &format!("{}\n", max.1))?;
     t.link_to(&format!("bus/pci/devices/{}", basename(rel)), rel)
+}
+
+/// Sets the slot maxima of the PCI function `bdf` (`0000:f0:00.0`) of the tree at `root`: the
+/// `max_link_speed` and `max_link_width` of its upstream bridge, as a slot wired for less than
+/// the card (a Gen5 card in a Gen4 slot: `"16.0 GT/s PCIe"`, 16). Returns the bridge's address.
+pub fn set_slot_max(root: &Path, bdf: &str, speed: &str, width: u32) -> io::Result<String> {
+    let function = fs::canonicalize(root.join("bus/pci/devices").join(bdf))?;
+    let up = function
+        .parent()
+        .ok_or_else(|| io::Error::other(format!("{bdf} has no upstream bridge")))?;
+    fs::write(up.join("max_link_speed"), format!("{speed}\n"))?;
+    fs::write(up.join("max_link_width"), format!("{width}\n"))?;
+    Ok(up
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default())
 }
 
 /// The faults on device `dev`, in the scenario's order.
@@ -611,10 +631,12 @@ fn build(kind: Kind, faults: &[(&'static str, Fault)], out: &Path) -> Result<(),
             let nic_rel = format!("devices/{nic}");
             let gpu_rel = format!("devices/{gpu}");
             let up = dirname(dirname(&nic_rel));
-            bridge(&t, dirname(up), n.numa)?;
-            bridge(&t, up, n.numa)?;
-            bridge(&t, dirname(&nic_rel), n.numa)?;
-            bridge(&t, dirname(&gpu_rel), n.numa)?;
+            // The switch and its root port carry the fastest device below them; each
+            // downstream port its own device's maximum.
+            bridge(&t, dirname(up), n.numa, GEN5_X16)?;
+            bridge(&t, up, n.numa, GEN5_X16)?;
+            bridge(&t, dirname(&nic_rel), n.numa, n.pcie)?;
+            bridge(&t, dirname(&gpu_rel), n.numa, GEN5_X16)?;
             if !has(dev).any(|f| matches!(f, Fault::GpuGone)) {
                 pci_function(
                     &t, &gpu_rel, "0x10de", "0x2330", "0x030200", n.numa, "nvidia",
@@ -630,7 +652,7 @@ fn build(kind: Kind, faults: &[(&'static str, Fault)], out: &Path) -> Result<(),
             };
             let hb: u8 = if n.numa != 0 { 0x80 } else { 0x00 };
             let rp = format!("devices/{host}/0000:{hb:02x}:1{}.0", storage_slot / 2);
-            bridge(&t, &rp, n.numa)?;
+            bridge(&t, &rp, n.numa, n.pcie)?;
             let nic_rel = format!(
                 "{rp}/0000:{:02x}:00.{}",
                 hb + 0x70 + storage_slot / 2,
@@ -1231,5 +1253,24 @@ mod tests {
             read("mlx5_1"),
             format!("{}\n", healthy_counter(1, "symbol_error"))
         );
+    }
+
+    #[test]
+    fn every_bridge_carries_its_device_s_own_maximum_and_a_slot_can_be_set_to_gen4() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("t");
+        write("ib8-healthy", &root).unwrap();
+        let read = |p: PathBuf| fs::read_to_string(p).unwrap();
+        let nic = fs::canonicalize(root.join("class/infiniband/mlx5_0/device")).unwrap();
+        let up = nic.parent().unwrap();
+        assert_eq!(read(up.join("max_link_speed")), "32.0 GT/s PCIe\n");
+        assert_eq!(read(up.join("max_link_width")), "16\n");
+        let storage = fs::canonicalize(root.join("class/infiniband/mlx5_8/device")).unwrap();
+        let slot = storage.parent().unwrap();
+        assert_eq!(read(slot.join("max_link_speed")), "16.0 GT/s PCIe\n");
+        let bdf = nic.file_name().unwrap().to_string_lossy().into_owned();
+        let bridge = set_slot_max(&root, &bdf, "16.0 GT/s PCIe", 16).unwrap();
+        assert_eq!(bridge, up.file_name().unwrap().to_string_lossy());
+        assert_eq!(read(up.join("max_link_speed")), "16.0 GT/s PCIe\n");
     }
 }

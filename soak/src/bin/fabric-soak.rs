@@ -20,6 +20,13 @@ struct Args {
     /// Leave out the health check at `slurmd`'s start that sees ports still training.
     #[arg(long)]
     no_boot_race: bool,
+    /// Do not accept the inventory of nodes with an unprovisioned port at installation (they
+    /// drain at their first probe: docs/checks.md).
+    #[arg(long)]
+    no_accept: bool,
+    /// Hours between two health checks of a quiet node (after an event: every 5 min).
+    #[arg(long, default_value_t = 4)]
+    health_every_h: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -27,6 +34,8 @@ fn main() -> anyhow::Result<()> {
     let mut opts = fabric_soak::run::Options::new(args.node_days, args.seed);
     opts.nodes = args.nodes;
     opts.model.boot_race = !args.no_boot_race;
+    opts.accept_unprovisioned = !args.no_accept;
+    opts.health_every_h = args.health_every_h;
     // The node trees are read thousands of times: in memory (tmpfs) when the system has one and
     // TMPDIR does not say otherwise.
     let shm = std::path::Path::new("/dev/shm");

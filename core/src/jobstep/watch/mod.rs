@@ -422,6 +422,12 @@ impl QuickSampler {
         self
     }
 
+    /// The prolog's snapshot that samples are judged against (rebased on resets): a harness
+    /// on an emulated clock (the false-drain soak) moves its time before each sample.
+    pub fn baseline_mut(&mut self) -> Option<&mut Baseline> {
+        self.full.input.baseline.as_mut()
+    }
+
     /// How many files a quick sample reads (0 before the first sample).
     pub fn files_read_in_place(&self) -> usize {
         self.vitals.as_ref().map_or(0, vitals::Vitals::len)
