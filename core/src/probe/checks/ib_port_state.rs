@@ -12,7 +12,8 @@
 //! flipped to Ethernet and down fails beside the rails it left.
 //!
 //! A port that is training after a boot is not a fault yet: within [`BOOT_GRACE_S`] of boot
-//! (`/proc/uptime`) a port in `INIT` or `ARMED` whose `phys_state` is `LinkUp` (the cable is
+//! (`/proc/uptime`), or of its driver making the device (a reload, a firmware reset: the
+//! device's `ports/` folder is that young), a port in `INIT` or `ARMED` whose `phys_state` is `LinkUp` (the cable is
 //! up; the subnet manager has not made it ACTIVE yet) is a `warn`, not a `fail`. Slurm runs the
 //! health check when `slurmd` starts, often before the subnet manager has swept a rebooted
 //! node; the false-drain soak (`scripts/bench-soak`) found that race behind every false drain
@@ -83,19 +84,26 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
                     "no port in its group is ACTIVE (unused ports?); name the devices in a [[node.ports]] rule to require them".to_string(),
                 )
             };
+            // Since the node booted, or since the driver made the device (a reload or a
+            // firmware reset retrains every port as a boot does).
+            let since = [
+                ctx.snap.uptime_s.map(|u| (u, "the node booted")),
+                d.age_s.map(|a| (a, "its driver made the device")),
+            ]
+            .into_iter()
+            .flatten()
+            .min_by(|a, b| a.0.total_cmp(&b.0));
             let training = matches!(state.code, 2 | 3)
                 && phys.contains("LinkUp")
-                && ctx.snap.uptime_s.is_some_and(|u| u < BOOT_GRACE_S);
-            let (sev, why) = if training && sev == Severity::Fail {
-                (
+                && since.is_some_and(|(s, _)| s < BOOT_GRACE_S);
+            let (sev, why) = match since {
+                Some((s, what)) if training && sev == Severity::Fail => (
                     Severity::Warn,
                     format!(
-                        "{why}; the node booted {:.0} s ago and its link is up, so the subnet manager may not have swept it yet: it fails if still not ACTIVE {BOOT_GRACE_S:.0} s after boot",
-                        ctx.snap.uptime_s.unwrap_or_default()
+                        "{why}; {what} {s:.0} s ago and its link is up, so the subnet manager may not have swept it yet: it fails if still not ACTIVE {BOOT_GRACE_S:.0} s after that"
                     ),
-                )
-            } else {
-                (sev, why)
+                ),
+                _ => (sev, why),
             };
             let hint = if state.code == 2 {
                 " (INIT: no subnet manager has configured it)"

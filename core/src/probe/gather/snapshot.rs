@@ -134,6 +134,10 @@ pub struct Device {
     pub ports: Vec<Port>,
     /// The PCIe link of the PCI function (`device/{current,max}_link_{speed,width}`).
     pub pcie: PcieLink,
+    /// How long ago its `ports/` folder appeared (sysfs dates an entry when the driver makes
+    /// it), in seconds: a driver reload or firmware reset restarts it as a boot does. `None`
+    /// when it cannot be told.
+    pub age_s: Option<f64>,
 }
 
 /// A PCIe link as the function's `current_link_speed`, `current_link_width`, `max_link_speed`

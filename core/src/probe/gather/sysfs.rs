@@ -573,6 +573,11 @@ pub(super) fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) ->
         .ok()
         .and_then(|l| l.file_name().and_then(|s| s.to_str()).map(str::to_string));
     let ports_dir = dev_dir.join("ports");
+    dev.age_s = std::fs::metadata(&ports_dir)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| std::time::SystemTime::now().duration_since(t).ok())
+        .map(|d| d.as_secs_f64());
     match list_dir(&ports_dir) {
         Ok(ports) => {
             for p in ports {
