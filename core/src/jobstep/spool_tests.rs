@@ -155,7 +155,11 @@ fn the_epilog_removes_the_jobs_requeue_wish_so_a_requeued_run_does_not_inherit_i
     };
     let lines = epilog_on(dir.path(), "n2", &slurm, &failing);
     assert!(path.exists(), "{}", lines.text());
-    assert!(!wish.exists(), "the wish outlives the job: {}", lines.text());
+    assert!(
+        !wish.exists(),
+        "the wish outlives the job: {}",
+        lines.text()
+    );
     // Delivered: the folder goes too, nothing of the job's left in it.
     std::fs::write(&wish, "").unwrap();
     let sent = epilog_on(dir.path(), "n2", &slurm, &FakeMeet::default());

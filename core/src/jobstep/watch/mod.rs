@@ -524,14 +524,13 @@ fn requeue_if_asked(step: &JobStep<'_>, setup: &Setup) -> bool {
     let job = setup.inv.job_id;
     // Looked at relative to the job's verified folder: a folder swapped for a link to another
     // job's is never walked through.
-    let asked = crate::record::JobDir::open(
-        &setup.plugin.spool_dir,
-        &job.to_string(),
-        setup.inv.job_uid,
-    )
-    .ok()
-    .flatten()
-    .is_some_and(|dir| dir.holds_regular_file(&fabric_proto::notice::requeue_wish_name(&setup.inv.node)));
+    let asked =
+        crate::record::JobDir::open(&setup.plugin.spool_dir, &job.to_string(), setup.inv.job_uid)
+            .ok()
+            .flatten()
+            .is_some_and(|dir| {
+                dir.holds_regular_file(&fabric_proto::notice::requeue_wish_name(&setup.inv.node))
+            });
     if !asked {
         return false;
     }
@@ -1106,8 +1105,43 @@ pub fn read_events(path: &Path) -> Vec<WatchEvent> {
 /// The most of the watch's log the epilog relays (its last lines).
 pub const MAX_RELAYED_LOG_BYTES: usize = 8 * 1024;
 
+/// How many watches of jobs other than `job` run on this node now: the pid files in
+/// `state_dir` ([`pid_path`]) whose process is alive ([`PidFile::is_alive`]); a file left by a
+/// watch that died does not count.
+pub fn live_watches(state_dir: &Path, proc_root: &Path, job: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir(state_dir) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("watch-")?.strip_suffix(".pid"))
+                .and_then(|j| j.parse::<u32>().ok())
+                .is_some_and(|j| j != job)
+                && PidFile::read(&e.path()).is_some_and(|pf| pf.is_alive(proc_root))
+        })
+        .count()
+}
+
+/// Why the prolog starts no watch for this job although `watch_interval=` asks for one:
+/// `max_watches=` watches of other jobs already run on this node (each is root's, charged to
+/// no job). `None` when there is room (or the watch is off).
+pub fn no_room(step: &JobStep<'_>) -> Option<String> {
+    let setup = step.setup;
+    setup.plugin.watch_interval?;
+    let max = setup.plugin.max_watches;
+    let live = live_watches(&setup.state_dir, Path::new("/proc"), setup.inv.job_id);
+    (live >= max as usize).then(|| {
+        format!(
+            "job {} is not watched: {live} in-job watches already run on this node (max_watches={max}); faults during the job are found by its epilog",
+            setup.inv.job_id
+        )
+    })
+}
+
 /// The prolog's half: starts the watch for this job and node through the runner, unless
-/// `watch_interval=0`. Says what it did.
+/// `watch_interval=0` (the prolog asked [`no_room`] first). Says what it did.
 pub fn start(step: &JobStep<'_>) {
     if step.setup.plugin.watch_interval.is_none() {
         return;

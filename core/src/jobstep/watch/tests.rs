@@ -480,7 +480,11 @@ fn a_job_folder_swapped_for_a_link_never_leads_roots_notice_into_another_folder(
     notice
         .append(&FabricNotice::new(7, "n1", "ib.port_state", "down", 1))
         .unwrap();
-    assert_eq!(std::fs::read_dir(&private).unwrap().count(), 0, "nothing in the root-only folder");
+    assert_eq!(
+        std::fs::read_dir(&private).unwrap().count(),
+        0,
+        "nothing in the root-only folder"
+    );
     assert!(spool.join("7.away/fabric-notice-n1.jsonl").is_file());
 }
 
@@ -788,4 +792,65 @@ fn an_orphaned_watch_kept_company_by_a_users_process_named_slurmstepd_does_not_d
     );
     assert!(summary.job_gone, "{summary:?} {}", lines.text());
     assert!(!slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
+}
+
+#[test]
+fn past_max_watches_the_prolog_starts_no_watch_and_the_tag_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path(), Script::Prolog, "n1", "n1", &["max_watches=2"]);
+    std::fs::create_dir_all(&s.state_dir).unwrap();
+    let proc_root = Path::new("/proc");
+    let me = PidFile {
+        pid: std::process::id(),
+        start: start_time(proc_root, std::process::id()).unwrap(),
+    };
+    // A watch that died left its pid file: it does not count.
+    PidFile {
+        pid: me.pid,
+        start: me.start + 1,
+    }
+    .write(&pid_path(&s.state_dir, 40))
+    .unwrap();
+    me.write(&pid_path(&s.state_dir, 41)).unwrap();
+    let prolog = |s: &Setup| {
+        let slurm = FakeSlurm::with_nodes(&["n1"]);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+        let lines = Lines::default();
+        crate::jobstep::prolog::run(&step(
+            s,
+            seams(&slurm, &runner, &FakeMeet::default(), &lines),
+        ));
+        let started = runner.watches.borrow().len();
+        (slurm, lines, started)
+    };
+    let (_, lines, started) = prolog(&s);
+    assert_eq!(
+        started,
+        1,
+        "one live watch of two allowed: {}",
+        lines.text()
+    );
+    // Two other jobs' watches run: job 7 goes unwatched.
+    me.write(&pid_path(&s.state_dir, 42)).unwrap();
+    let (slurm, lines, started) = prolog(&s);
+    assert_eq!(started, 0, "{}", lines.text());
+    assert!(
+        lines
+            .has("job 7 is not watched: 2 in-job watches already run on this node (max_watches=2)"),
+        "{}",
+        lines.text()
+    );
+    let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+    assert!(
+        t.notes.iter().any(|n| n.contains("job 7 is not watched")),
+        "{:?}",
+        t.notes
+    );
+}
+
+#[test]
+fn eight_watches_run_on_a_node_unless_max_watches_says_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path(), Script::Prolog, "n1", "n1", &[]);
+    assert_eq!(s.plugin.max_watches, 8);
 }

@@ -15,8 +15,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    CounterSource, Ctx, counter_width_bits, is_saturated, is_traffic_counter, judge_counters,
-    baseline_dated_ahead_ms, usable_baseline, where_,
+    CounterSource, Ctx, baseline_dated_ahead_ms, counter_width_bits, is_saturated,
+    is_traffic_counter, judge_counters, usable_baseline, where_,
 };
 use crate::probe::{Finding, Severity};
 
@@ -212,7 +212,11 @@ mod tests {
             .iter()
             .find(|f| f.severity == Severity::Info && f.message.contains("clock went back"))
             .unwrap_or_else(|| panic!("the clock step is not said: {f:?}"));
-        assert!(said.message.contains("90 s after this run"), "{}", said.message);
+        assert!(
+            said.message.contains("90 s after this run"),
+            "{}",
+            said.message
+        );
         // Symbols within one hour's allowance still pass: no time passing is not a storm.
         assert!(
             run_with(&node(160, 1), &Default::default(), Some(&b), check)

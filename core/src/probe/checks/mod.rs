@@ -346,7 +346,10 @@ pub fn usable_baseline<'a>(ctx: &Ctx<'a>) -> Result<(&'a CounterSnapshot, f64), 
             b.node, ctx.node
         ));
     }
-    let elapsed_ms = ctx.now.taken_unix_ms.saturating_sub(b.counters.taken_unix_ms);
+    let elapsed_ms = ctx
+        .now
+        .taken_unix_ms
+        .saturating_sub(b.counters.taken_unix_ms);
     Ok((&b.counters, elapsed_ms as f64 / 1000.0))
 }
 
