@@ -290,3 +290,16 @@ impl Injector for FakeInjector {
         Ok(())
     }
 }
+
+/// A stand-in `bin/fabric-fixtures` in the testbed folder `tb`: makes the folder it is given with
+/// one file, `marker`, naming the scenario.
+pub(crate) fn stand_in_fixture_writer(tb: &Path) {
+    std::fs::create_dir_all(tb.join("bin")).unwrap();
+    let fx = tb.join("bin/fabric-fixtures");
+    std::fs::write(
+        &fx,
+        "#!/bin/sh\nmkdir -p \"$2\" && echo \"$1\" > \"$2/marker\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fx, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}

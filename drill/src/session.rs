@@ -793,6 +793,40 @@ mod tests {
         assert!(expand("n[1-").is_err());
     }
 
+    /// A session of `port_down` rounds (one a class, one control) on n1 to n3 of `cluster`, its
+    /// work in `dir`, its journal at `journal`, seed 7.
+    fn session_on_the_fakes(
+        dir: &Path,
+        cluster: FakeCluster,
+        injector: Box<dyn Injector>,
+        journal: &Path,
+    ) -> Session {
+        let names: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| (*n).into()).collect();
+        let mut cfg = RunConfig::new(dir.join("work"), names.clone());
+        cfg.during_job_s = 3.0;
+        Session {
+            cluster: Box::new(cluster),
+            gates: Gates::testbed(names.clone()),
+            injector,
+            journal: Journal::open(journal).unwrap(),
+            nodes: names
+                .iter()
+                .map(|n| DrillNode {
+                    name: n.clone(),
+                    kind: NodeKind::Ib,
+                })
+                .collect(),
+            cfg,
+            testbed: None,
+            classes: vec!["port_down".into()],
+            per_class: 1,
+            controls: 1,
+            graded: false,
+            sizes: Vec::new(),
+            seed: Some(7),
+        }
+    }
+
     #[test]
     fn a_whole_session_on_the_fakes_undoes_what_was_pending_runs_its_rounds_restores_and_scores() {
         let dir = tempfile::tempdir().unwrap();
@@ -809,32 +843,10 @@ mod tests {
             )
             .unwrap();
         }
-        let names: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| (*n).into()).collect();
         let cluster = FakeCluster::new(500, "fabric-check: ib.port_state");
-        let injector = cluster.injector();
-        let mut cfg = RunConfig::new(dir.path().join("work"), names.clone());
-        cfg.during_job_s = 3.0;
-        let mut session = Session {
-            cluster: Box::new(cluster),
-            gates: Gates::testbed(names.clone()),
-            injector: Box::new(injector),
-            journal: Journal::open(&journal_path).unwrap(),
-            nodes: names
-                .iter()
-                .map(|n| DrillNode {
-                    name: n.clone(),
-                    kind: NodeKind::Ib,
-                })
-                .collect(),
-            cfg,
-            testbed: None,
-            classes: vec!["port_down".into(), "clean".into()],
-            per_class: 1,
-            controls: 1,
-            graded: false,
-            sizes: Vec::new(),
-            seed: Some(7),
-        };
+        let injector = Box::new(cluster.injector());
+        let mut session = session_on_the_fakes(dir.path(), cluster, injector, &journal_path);
+        session.classes = vec!["port_down".into(), "clean".into()];
         let mut told = Vec::new();
         let mut on = |e: Event<'_>| {
             told.push(match e {
@@ -922,18 +934,9 @@ mod tests {
             std::fs::create_dir_all(tb.join("nodes").join(n).join("sysfs")).unwrap();
             std::fs::write(tb.join("nodes").join(n).join("sysfs/marker"), "healthy").unwrap();
         }
-        std::fs::create_dir_all(tb.join("bin")).unwrap();
-        // A stand-in fixture writer: makes the folder it is given with one file.
-        let fx = tb.join("bin/fabric-fixtures");
-        std::fs::write(
-            &fx,
-            "#!/bin/sh\nmkdir -p \"$2\" && echo \"$1\" > \"$2/marker\"\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&fx, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        crate::fakes::stand_in_fixture_writer(&tb);
         let before = trees(&tb);
 
-        let names: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| (*n).into()).collect();
         let mut cluster = FakeCluster::new(500, "fabric-check: ib.port_state");
         // SIGTERM arrives once the first fault is in and has drained its node.
         let mut sent = false;
@@ -949,29 +952,9 @@ mod tests {
             cluster: cluster.injector(),
         };
         let injected = injector.cluster.clone_log();
-        let mut cfg = RunConfig::new(dir.path().join("work"), names.clone());
-        cfg.during_job_s = 3.0;
-        let mut session = Session {
-            cluster: Box::new(cluster),
-            gates: Gates::testbed(names.clone()),
-            injector: Box::new(injector),
-            journal: Journal::open(&dir.path().join("state/journal.jsonl")).unwrap(),
-            nodes: names
-                .iter()
-                .map(|n| DrillNode {
-                    name: n.clone(),
-                    kind: NodeKind::Ib,
-                })
-                .collect(),
-            cfg,
-            testbed: None,
-            classes: vec!["port_down".into()],
-            per_class: 4,
-            controls: 0,
-            graded: false,
-            sizes: Vec::new(),
-            seed: Some(7),
-        };
+        let journal = dir.path().join("state/journal.jsonl");
+        let mut session = session_on_the_fakes(dir.path(), cluster, Box::new(injector), &journal);
+        (session.per_class, session.controls) = (4, 0);
         session
             .gates
             .stop_on(crate::halt::Halt::on_signals().unwrap());

@@ -307,13 +307,7 @@ fn a_watch_whose_job_is_gone_ends_without_draining_tagging_or_telling_anyone() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let s = setup(
-        dir.path(),
-        Script::Watch,
-        "n[1-4]",
-        "n1",
-        &["policy=enforce"],
-    );
+    let s = enforcing_watch_of_n1(dir.path());
     let lines = Lines::default();
     // A port goes down on the second sample, with no slurmstepd of the job on the host.
     let port_down_without_a_stepd = |slurm: &FakeSlurm| {
@@ -749,13 +743,7 @@ fn an_orphaned_watch_kept_company_by_a_users_process_named_slurmstepd_does_not_d
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let s = setup(
-        dir.path(),
-        Script::Watch,
-        "n[1-4]",
-        "n1",
-        &["policy=enforce"],
-    );
+    let s = enforcing_watch_of_n1(dir.path());
     let proc_root = dir.path().join("proc");
     fake_process(&proc_root, 4242, "slurmstepd: [7.0]", "slurmstepd", 1000);
     std::fs::create_dir_all(&s.state_dir).unwrap();
@@ -853,4 +841,9 @@ fn eight_watches_run_on_a_node_unless_max_watches_says_otherwise() {
     let dir = tempfile::tempdir().unwrap();
     let s = setup(dir.path(), Script::Prolog, "n1", "n1", &[]);
     assert_eq!(s.plugin.max_watches, 8);
+}
+
+/// The watch of job 7 on n1 of n[1-4] under `policy=enforce`, its folders in `dir`.
+fn enforcing_watch_of_n1(dir: &Path) -> Setup {
+    setup(dir, Script::Watch, "n[1-4]", "n1", &["policy=enforce"])
 }
