@@ -20,6 +20,9 @@ use crate::plan::{JobSpec, Round};
 /// The faults injected so far: node and class, in order.
 pub(crate) type Injections = Rc<RefCell<Vec<(String, FaultClass)>>>;
 
+/// A test's hook into [`FakeCluster::sleep`].
+pub(crate) type AfterSleep = Box<dyn FnMut(&FakeCluster)>;
+
 /// A cluster on a virtual clock: a job runs for `job_ms` (3 s unless set); the node the injector faulted last is
 /// drained with `reason` `detect_ms` after the fault (and `also_drain` with it).
 #[derive(Default)]
@@ -47,6 +50,8 @@ pub(crate) struct FakeCluster {
     pub other_drain: Option<(String, usize, String)>,
     /// The nodes `health` ran on, in order.
     pub healths: Vec<String>,
+    /// Runs after each sleep, on the cluster as it is then (a test's signal mid-round).
+    pub after_sleep: Option<AfterSleep>,
     injections: Injections,
     seen: usize,
 }
@@ -233,6 +238,10 @@ impl Cluster for FakeCluster {
     }
     fn sleep(&mut self, d: Duration) {
         self.now += d.as_millis() as u64;
+        if let Some(mut after) = self.after_sleep.take() {
+            after(self);
+            self.after_sleep = Some(after);
+        }
     }
 }
 
@@ -244,6 +253,11 @@ pub(crate) struct FakeInjector {
 }
 
 impl FakeInjector {
+    /// The log of faults injected, shared: it goes on filling after the injector moved.
+    pub fn clone_log(&self) -> Injections {
+        self.injected.clone()
+    }
+
     /// The faults injected so far (controls are not faults).
     pub fn injected(&self) -> Vec<(String, FaultClass)> {
         self.injected.borrow().clone()
@@ -275,4 +289,17 @@ impl Injector for FakeInjector {
         self.undone += 1;
         Ok(())
     }
+}
+
+/// A stand-in `bin/fabric-fixtures` in the testbed folder `tb`: makes the folder it is given with
+/// one file, `marker`, naming the scenario.
+pub(crate) fn stand_in_fixture_writer(tb: &Path) {
+    std::fs::create_dir_all(tb.join("bin")).unwrap();
+    let fx = tb.join("bin/fabric-fixtures");
+    std::fs::write(
+        &fx,
+        "#!/bin/sh\nmkdir -p \"$2\" && echo \"$1\" > \"$2/marker\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fx, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
 }

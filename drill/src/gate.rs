@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use crate::class::FaultClass;
 use crate::cluster::{Cluster, ClusterError, QueuedJob};
+use crate::halt::Halt;
 use crate::inject::{InjectError, Injector};
 use crate::journal::Journal;
 use crate::observe::NodeView;
@@ -80,6 +81,11 @@ pub enum GateError {
         /// Its state and reason.
         why: String,
     },
+    /// A signal asked the drill to stop ([`crate::halt`]).
+    #[error(
+        "stopped by {0}: no round starts and no fault goes in; the round under way restored its fault"
+    )]
+    Signalled(String),
     /// Slurm could not be asked: the drill changes nothing it cannot check.
     #[error(
         "cannot check {what} before a change: {error}; the drill changes nothing it cannot check: look at slurmctld, then run the drill again"
@@ -133,6 +139,8 @@ pub struct Gates {
     started: bool,
     stopped: Option<GateError>,
     kept_out: BTreeMap<String, String>,
+    resumed: BTreeSet<String>,
+    halt: Halt,
     /// How long a node slurmctld is re-checking (`idle*` just after a resume) may take to answer
     /// before it counts as out of service.
     pub recheck_wait: Duration,
@@ -167,6 +175,8 @@ impl Gates {
             started: false,
             stopped: None,
             kept_out: BTreeMap::new(),
+            resumed: BTreeSet::new(),
+            halt: Halt::default(),
             recheck_wait: Duration::from_secs(30),
         }
     }
@@ -194,6 +204,34 @@ impl Gates {
     /// The first refusal, once the drill stopped.
     pub fn stopped(&self) -> Option<&GateError> {
         self.stopped.as_ref()
+    }
+
+    /// The gates stop the drill when `halt` is raised (a signal), at the next look
+    /// ([`Gates::halted`]).
+    pub fn stop_on(&mut self, halt: Halt) {
+        self.halt = halt;
+    }
+
+    /// Whether a signal asked the drill to stop; the first time, it is latched as the drill's
+    /// stop ([`Gates::stopped`]). The drill asks between its steps and inside its waits.
+    pub fn halted(&mut self) -> bool {
+        match self.halt.signal() {
+            Some(sig) => {
+                self.stop(GateError::Signalled(crate::halt::signal_name(sig)));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Notes a node the drill resumed (its own fault drained it).
+    pub fn note_resumed(&mut self, node: &str) {
+        self.resumed.insert(node.to_owned());
+    }
+
+    /// The nodes the drill resumed after its own faults drained them.
+    pub fn resumed(&self) -> &BTreeSet<String> {
+        &self.resumed
     }
 
     /// Stops the drill (the first reason is kept); returns the reason kept.
@@ -263,6 +301,7 @@ impl Gates {
         cluster: &mut dyn Cluster,
         round: &Round,
     ) -> Result<(), GateError> {
+        self.halted();
         if let Some(e) = &self.stopped {
             return Err(e.clone());
         }

@@ -1276,15 +1276,7 @@ mod tests {
         let tb = dir.path();
         std::fs::create_dir_all(tb.join("nodes/n3/sysfs")).unwrap();
         std::fs::write(tb.join("nodes/n3/sysfs/marker"), "healthy").unwrap();
-        std::fs::create_dir_all(tb.join("bin")).unwrap();
-        // A stand-in fixture writer: makes the folder it is given with one file.
-        let fx = tb.join("bin/fabric-fixtures");
-        std::fs::write(
-            &fx,
-            "#!/bin/sh\nmkdir -p \"$2\" && echo \"$1\" > \"$2/marker\"\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&fx, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        crate::fakes::stand_in_fixture_writer(tb);
         let mut inj = TestbedInjector::new(tb.to_owned(), tb.join("testbed"));
         let marker = || std::fs::read_to_string(tb.join("nodes/n3/sysfs/marker")).unwrap();
         let mut r = round(FaultClass::EcnOff);

@@ -14,6 +14,7 @@
 //! | [`plan`] | the seeded plan of rounds (`--dry-run` prints it) |
 //! | [`journal`] | the restore journal, replayed by `--restore` and at the next start (only when root's alone) |
 //! | [`gate`] | the gates every injection passes through: classes, nodes, reservation, others' jobs, in service |
+//! | [`halt`] | SIGINT, SIGTERM, SIGHUP: the flag that stops the rounds, restores and says so |
 //! | [`folder`] | the round folders handed to the job user, written so that no link redirects root |
 //! | [`inject`] | the [`inject::Injector`] seam: testbed and real-cluster injectors |
 //! | [`cluster`] | the [`cluster::Cluster`] seam over Slurm's commands |
@@ -34,6 +35,7 @@ mod fakes;
 pub mod folder;
 pub mod gate;
 pub mod grade;
+pub mod halt;
 pub mod inject;
 pub mod journal;
 pub mod observe;

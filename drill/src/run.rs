@@ -124,6 +124,9 @@ pub fn job_script(job: &JobSpec, cfg: &RunConfig, steps: u32, ckpt: &Path, title
     s
 }
 
+/// The longest the drill waits at once before it looks whether a signal asked it to stop.
+pub const HALT_SLICE: Duration = Duration::from_millis(250);
+
 /// The drill.
 pub struct Drill<'a> {
     /// The cluster.
@@ -185,16 +188,36 @@ impl Drill<'_> {
         .map_err(|e| e.to_string())
     }
 
+    /// Waits `d` in slices of at most [`HALT_SLICE`], cut short when a signal asks the drill to
+    /// stop; whether it was.
+    fn pause(&mut self, d: Duration) -> bool {
+        let until = self.cluster.now_ms().saturating_add(d.as_millis() as u64);
+        loop {
+            if self.gates.halted() {
+                return true;
+            }
+            let left = until.saturating_sub(self.cluster.now_ms());
+            if left == 0 {
+                return false;
+            }
+            self.cluster
+                .sleep(Duration::from_millis(left).min(HALT_SLICE));
+        }
+    }
+
     fn wait_running(&mut self, id: u32, w: &mut Watch) -> Result<(), String> {
         let polls = (60_000 / self.cfg.poll.as_millis().max(1)) as usize;
         for _ in 0..polls {
+            if self.gates.halted() {
+                return Err(format!("stopped before job {id} ran"));
+            }
             match self.cluster.queue_state(id) {
                 Ok(Some(s)) if s == "RUNNING" => return Ok(()),
                 Ok(None) => return Err(format!("job {id} ended before it ran")),
                 _ => {}
             }
             self.look(w);
-            self.cluster.sleep(self.cfg.poll);
+            self.pause(self.cfg.poll);
         }
         Err(format!("job {id} did not start within 60 s"))
     }
@@ -254,7 +277,9 @@ impl Drill<'_> {
                     let id = submit(self, job)?;
                     job_id = Some(id);
                     self.wait_running(id, &mut w)?;
-                    self.cluster.sleep(self.cfg.during_wait(round));
+                    if self.pause(self.cfg.during_wait(round)) {
+                        return Err("stopped before its fault went in".into());
+                    }
                     ids = self.inject(round, &ckpt)?;
                     out.injected_at_ms = Some(self.cluster.now_ms());
                 }
@@ -275,7 +300,9 @@ impl Drill<'_> {
             out.error = Some(e);
         }
         out.measured_pct = self.injector.take_measured_pct();
-        // Stopped by the gates: the round's job goes too, so the nodes are handed back.
+        // Stopped by the gates (or a signal): the round's job goes too, so the nodes are handed
+        // back.
+        self.gates.halted();
         if self.gates.stopped().is_some()
             && let Some(id) = job_id
         {
@@ -287,6 +314,15 @@ impl Drill<'_> {
         loop {
             self.look(&mut w);
             let now = self.cluster.now_ms();
+            if self.gates.halted() {
+                if let Some(id) = job_id {
+                    let _ = self.cluster.cancel(id);
+                }
+                if let Some(e) = self.gates.stopped() {
+                    out.error.get_or_insert_with(|| e.to_string());
+                }
+                break;
+            }
             if now.saturating_sub(start) > self.cfg.timeout_for(round.moment).as_millis() as u64 {
                 if let Some(id) = job_id {
                     let _ = self.cluster.cancel(id);
@@ -322,11 +358,14 @@ impl Drill<'_> {
                     }
                 }
             }
-            self.cluster.sleep(self.cfg.poll);
+            self.pause(self.cfg.poll);
         }
         if let Err(e) = restore(self.injector, self.journal, &ids) {
             out.error.get_or_insert_with(|| format!("restore: {e}"));
-        } else if out.injected_at_ms.is_some() && round.class.raises_counters() {
+        } else if out.injected_at_ms.is_some()
+            && round.class.raises_counters()
+            && !self.gates.halted()
+        {
             // The restore put lower counters back, which no real node does. Until a probe saved
             // them, the node's baseline is the faulted tree's, and the same fault injected there
             // again would be a rise of zero: a probe of the healthy tree (`health`, idle now)
@@ -377,6 +416,10 @@ impl Drill<'_> {
                     break;
                 }
             }
+            // Stopped: what the record says now is scored; its tag is not waited for.
+            if self.gates.halted() {
+                break;
+            }
             self.cluster.sleep(Duration::from_millis(250));
         }
         last
@@ -402,7 +445,9 @@ impl Drill<'_> {
                     || v.state.contains("down")
                     || v.state.contains("fail");
                 if v.out_of_service() && faulted && (v.ours() || removed) {
-                    let _ = self.cluster.resume(&v.name);
+                    if self.cluster.resume(&v.name).is_ok() {
+                        self.gates.note_resumed(&v.name);
+                    }
                     busy = true;
                 } else if held {
                     self.gates
@@ -453,7 +498,10 @@ impl Drill<'_> {
             if let Ok(None) = self.cluster.queue_state(id) {
                 return Ok(());
             }
-            self.cluster.sleep(self.cfg.poll);
+            if self.pause(self.cfg.poll) {
+                let _ = self.cluster.cancel(id);
+                return Err(format!("stopped: the warm-up job {id} is cancelled"));
+            }
         }
         let _ = self.cluster.cancel(id);
         Err(format!("the warm-up job {id} did not end within 120 s"))
@@ -471,6 +519,9 @@ impl Drill<'_> {
             tracing::warn!("{e}");
         }
         for r in &plan.rounds {
+            if self.gates.halted() {
+                break;
+            }
             let o = self.round(r);
             if self.gates.stopped().is_some() {
                 break;

@@ -521,6 +521,11 @@ impl Session {
         if !setup_ids.is_empty() {
             inject::restore(self.injector.as_mut(), &mut self.journal, &setup_ids)?;
         }
+        // Stopped by a signal: whatever is still pending (a restore the round could not finish)
+        // is undone now, before the drill exits.
+        if self.gates.halted() {
+            self.undo_pending(on)?;
+        }
         self.journal.compact()?;
         Ok(score::score(plan.seed, &outcomes, prices))
     }
@@ -788,6 +793,40 @@ mod tests {
         assert!(expand("n[1-").is_err());
     }
 
+    /// A session of `port_down` rounds (one a class, one control) on n1 to n3 of `cluster`, its
+    /// work in `dir`, its journal at `journal`, seed 7.
+    fn session_on_the_fakes(
+        dir: &Path,
+        cluster: FakeCluster,
+        injector: Box<dyn Injector>,
+        journal: &Path,
+    ) -> Session {
+        let names: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| (*n).into()).collect();
+        let mut cfg = RunConfig::new(dir.join("work"), names.clone());
+        cfg.during_job_s = 3.0;
+        Session {
+            cluster: Box::new(cluster),
+            gates: Gates::testbed(names.clone()),
+            injector,
+            journal: Journal::open(journal).unwrap(),
+            nodes: names
+                .iter()
+                .map(|n| DrillNode {
+                    name: n.clone(),
+                    kind: NodeKind::Ib,
+                })
+                .collect(),
+            cfg,
+            testbed: None,
+            classes: vec!["port_down".into()],
+            per_class: 1,
+            controls: 1,
+            graded: false,
+            sizes: Vec::new(),
+            seed: Some(7),
+        }
+    }
+
     #[test]
     fn a_whole_session_on_the_fakes_undoes_what_was_pending_runs_its_rounds_restores_and_scores() {
         let dir = tempfile::tempdir().unwrap();
@@ -804,32 +843,10 @@ mod tests {
             )
             .unwrap();
         }
-        let names: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| (*n).into()).collect();
         let cluster = FakeCluster::new(500, "fabric-check: ib.port_state");
-        let injector = cluster.injector();
-        let mut cfg = RunConfig::new(dir.path().join("work"), names.clone());
-        cfg.during_job_s = 3.0;
-        let mut session = Session {
-            cluster: Box::new(cluster),
-            gates: Gates::testbed(names.clone()),
-            injector: Box::new(injector),
-            journal: Journal::open(&journal_path).unwrap(),
-            nodes: names
-                .iter()
-                .map(|n| DrillNode {
-                    name: n.clone(),
-                    kind: NodeKind::Ib,
-                })
-                .collect(),
-            cfg,
-            testbed: None,
-            classes: vec!["port_down".into(), "clean".into()],
-            per_class: 1,
-            controls: 1,
-            graded: false,
-            sizes: Vec::new(),
-            seed: Some(7),
-        };
+        let injector = Box::new(cluster.injector());
+        let mut session = session_on_the_fakes(dir.path(), cluster, injector, &journal_path);
+        session.classes = vec!["port_down".into(), "clean".into()];
         let mut told = Vec::new();
         let mut on = |e: Event<'_>| {
             told.push(match e {
@@ -865,6 +882,114 @@ mod tests {
             .expect("port_down is scored");
         assert!(port_down.injections >= 1, "{port_down:?}");
         assert_eq!(port_down.detected, port_down.injections, "{port_down:?}");
+    }
+
+    /// Faults the testbed's fixture trees and tells the fake cluster, which drains the node.
+    struct TreesAndCluster {
+        trees: TestbedInjector,
+        cluster: crate::fakes::FakeInjector,
+    }
+
+    impl Injector for TreesAndCluster {
+        fn inject(
+            &mut self,
+            round: &crate::plan::Round,
+            ckpt: &Path,
+            journal: &mut Journal,
+        ) -> Result<Vec<u64>, crate::inject::InjectError> {
+            let mut ids = self.trees.inject(round, ckpt, journal)?;
+            ids.extend(self.cluster.inject(round, ckpt, journal)?);
+            Ok(ids)
+        }
+        fn undo(&mut self, undo: &Undo) -> Result<(), crate::inject::InjectError> {
+            match undo {
+                Undo::Rename { .. } => self.trees.undo(undo),
+                _ => self.cluster.undo(undo),
+            }
+        }
+    }
+
+    /// Each node's tree, by file: what a fixture tree holds.
+    fn trees(tb: &Path) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for n in ["n1", "n2", "n3"] {
+            for e in std::fs::read_dir(tb.join("nodes").join(n))
+                .unwrap()
+                .flatten()
+            {
+                let marker = e.path().join("marker");
+                let text = std::fs::read_to_string(&marker).unwrap_or_default();
+                out.insert(format!("{n}/{}", e.file_name().to_string_lossy()), text);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_drill_stopped_by_sigterm_mid_round_restores_every_tree_resumes_what_it_drained_and_runs_no_more_rounds()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let tb = dir.path().join("testbed");
+        for n in ["n1", "n2", "n3"] {
+            std::fs::create_dir_all(tb.join("nodes").join(n).join("sysfs")).unwrap();
+            std::fs::write(tb.join("nodes").join(n).join("sysfs/marker"), "healthy").unwrap();
+        }
+        crate::fakes::stand_in_fixture_writer(&tb);
+        let before = trees(&tb);
+
+        let mut cluster = FakeCluster::new(500, "fabric-check: ib.port_state");
+        // SIGTERM arrives once the first fault is in and has drained its node.
+        let mut sent = false;
+        cluster.after_sleep = Some(Box::new(move |c: &FakeCluster| {
+            let drained = c.nodes.iter().any(|v| v.state == "drained");
+            if drained && !sent {
+                sent = true;
+                nix::sys::signal::raise(nix::sys::signal::Signal::SIGTERM).unwrap();
+            }
+        }));
+        let injector = TreesAndCluster {
+            trees: TestbedInjector::new(tb.clone(), tb.join("testbed")),
+            cluster: cluster.injector(),
+        };
+        let injected = injector.cluster.clone_log();
+        let journal = dir.path().join("state/journal.jsonl");
+        let mut session = session_on_the_fakes(dir.path(), cluster, Box::new(injector), &journal);
+        (session.per_class, session.controls) = (4, 0);
+        session
+            .gates
+            .stop_on(crate::halt::Halt::on_signals().unwrap());
+        let plan = session.plan(7).unwrap();
+        assert!(plan.rounds.len() >= 4);
+        let prices = Prices {
+            gpus_per_node: 8,
+            per_gpu_h: None,
+        };
+        let mut rounds = 0;
+        session
+            .drill(&plan, &prices, &mut |e| {
+                if let Event::Round(_) = e {
+                    rounds += 1;
+                }
+            })
+            .unwrap();
+        assert_eq!(
+            session.gates.stopped(),
+            Some(&GateError::Signalled("SIGTERM".into()))
+        );
+        assert_eq!(
+            rounds, 0,
+            "the stopped round is not scored, and no other ran"
+        );
+        assert_eq!(injected.borrow().len(), 1, "one fault went in");
+        assert_eq!(trees(&tb), before, "every tree as the drill found it");
+        assert!(!session.has_pending().unwrap(), "nothing left to undo");
+        let views = session.cluster.nodes().unwrap();
+        assert!(views.iter().all(|v| v.state == "idle"), "{views:?}");
+        assert_eq!(
+            session.gates.resumed().len(),
+            1,
+            "the node its fault drained is resumed"
+        );
     }
 
     #[test]

@@ -115,7 +115,13 @@ impl FabricNotice {
 /// [`crate::record::node_records_path`]).
 pub fn notice_path(spool_root: &Path, job_id: &str, node: &str) -> Option<PathBuf> {
     crate::record::node_records_path(spool_root, job_id, node)
-        .map(|p| p.with_file_name(format!("fabric-notice-{node}.jsonl")))
+        .map(|p| p.with_file_name(notice_name(node)))
+}
+
+/// The name of `node`'s notice file in the job's spool folder (root opens it relative to the
+/// folder's verified descriptor, never by [`notice_path`]).
+pub fn notice_name(node: &str) -> String {
+    format!("fabric-notice-{node}.jsonl")
 }
 
 /// The file by which the job on `node` asks to be requeued when the in-job watch drains the
@@ -125,7 +131,12 @@ pub fn notice_path(spool_root: &Path, job_id: &str, node: &str) -> Option<PathBu
 /// (`on_fault=requeue`); root then requeues that job alone, by the id of its own invocation.
 pub fn requeue_wish_path(spool_root: &Path, job_id: &str, node: &str) -> Option<PathBuf> {
     crate::record::node_records_path(spool_root, job_id, node)
-        .map(|p| p.with_file_name(format!("fabric-run-requeue-{node}")))
+        .map(|p| p.with_file_name(requeue_wish_name(node)))
+}
+
+/// The name of `node`'s requeue wish in the job's spool folder ([`requeue_wish_path`]).
+pub fn requeue_wish_name(node: &str) -> String {
+    format!("fabric-run-requeue-{node}")
 }
 
 /// Whether the job asked to be requeued: `path` is a regular file (a link is not followed and

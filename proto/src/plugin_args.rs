@@ -97,6 +97,10 @@ pub struct PluginArgs {
     /// `watch_textfile=FILE`: where the watch keeps its fault counters for node_exporter's
     /// textfile collector (`%n` expands; default: none).
     pub watch_textfile: Option<PathBuf>,
+    /// `max_watches=N`: the most in-job watches that run on a node at once (default
+    /// [`DEFAULT_MAX_WATCHES`], 1 to [`MAX_MAX_WATCHES`]); a job checked beyond it is not
+    /// watched (its prolog says so and its tag marks it), its faults found by its epilog.
+    pub max_watches: u32,
     /// `on_fault=none|requeue`: what a job may ask for when the in-job watch drains a node
     /// under it (default `none`: the job runs on and is told).
     pub on_fault: OnFault,
@@ -145,6 +149,7 @@ impl Default for PluginArgs {
             hosts_file: None,
             watch_interval: Some(DEFAULT_WATCH_INTERVAL),
             watch_textfile: None,
+            max_watches: DEFAULT_MAX_WATCHES,
             on_fault: OnFault::None,
             spares_max: 0,
             ports: crate::invocation::ports::Bases::default(),
@@ -172,6 +177,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "hosts_file",
     "watch_interval",
     "watch_textfile",
+    "max_watches",
     "on_fault",
     "spares_max",
     "port_base",
@@ -179,6 +185,12 @@ pub const KNOWN_KEYS: &[&str] = &[
 
 /// The in-job watch's default sampling interval.
 pub const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The most in-job watches that run on a node at once, unless `max_watches=` says otherwise.
+pub const DEFAULT_MAX_WATCHES: u32 = 8;
+
+/// The highest `max_watches=` accepted.
+pub const MAX_MAX_WATCHES: u32 = 256;
 
 /// Longest timeout accepted; Slurm's own `PrologEpilogTimeout` should be longer still.
 pub const MAX_TIMEOUT_S: u64 = 600;
@@ -392,6 +404,15 @@ impl PluginArgs {
                         args.watch_interval = (s > 0.0).then(|| Duration::from_secs_f64(s));
                     })
                     .ok_or(bad("seconds from 0.1 to 3600, or 0 to turn the watch off")),
+                "max_watches" => value
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| {
+                        (1..=MAX_MAX_WATCHES).contains(n)
+                            && value.bytes().all(|b| b.is_ascii_digit())
+                    })
+                    .map(|n| args.max_watches = n)
+                    .ok_or(bad("a number of watches from 1 to 256")),
                 "on_fault" => match value {
                     "none" => Some(OnFault::None),
                     "requeue" => Some(OnFault::Requeue),

@@ -260,6 +260,14 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let mut s = Session::open(&spec(&a)?)?;
+    // SIGINT, SIGTERM and SIGHUP stop the rounds; the drill restores, then exits (SIGKILL
+    // leaves the journal for --restore).
+    match fabric_drill::halt::Halt::on_signals() {
+        Ok(halt) => s.gates.stop_on(halt),
+        Err(e) => eprintln!(
+            "fabric-check drill: cannot catch SIGINT/SIGTERM/SIGHUP ({e}): a signal ends it without restoring; `fabric-check drill --restore` then does"
+        ),
+    }
     // A drill that was stopped leaves its journal: undo what it changed first.
     if s.has_pending()? || a.restore {
         let n = s.undo_pending(&mut tell)?;
@@ -319,6 +327,9 @@ fn say_restored(s: &mut Session, n: usize) {
 /// Says, last, which of the drill's nodes it left out of service (not its doing) and why the
 /// gates stopped it; the exit status: 1 when they stopped it, else 0.
 fn report_gates(gates: &Gates) -> i32 {
+    for node in gates.resumed() {
+        eprintln!("fabric-check drill: {node} was drained by the drill's own fault and is resumed");
+    }
     for (node, why) in gates.kept_out() {
         eprintln!(
             "fabric-check drill: {node} is out of service ({why}) and the drill did not take it out: it stays so; check it, then `fabric-check resume {node}`"

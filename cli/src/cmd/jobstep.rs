@@ -155,14 +155,24 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
         // The watch looks again every second: its next sample is its second look.
         second_look: None,
     });
-    let mut notice = fabric_proto::notice::notice_path(&setup.plugin.spool_dir, &job.to_string(), &node)
-        .and_then(|p| match w::NoticeFile::create(&p) {
-            Ok(n) => Some(n),
-            Err(e) => {
-                println!("watch: cannot create the job's notice file {} ({e}); the job is not told of faults", p.display());
-                None
-            }
-        });
+    // Created relative to the job's verified spool folder: a folder the job's user swapped for
+    // a link is refused, never walked through.
+    let mut notice = fabric_core::record::open_job_dir(
+        &setup.plugin.spool_dir,
+        job,
+        setup.inv.job_uid,
+        &relay,
+    )
+    .and_then(|dir| match w::NoticeFile::create(&dir, &node) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            println!(
+                "watch: cannot create the job's notice file in {} ({e}); the job is not told of faults",
+                dir.path().display()
+            );
+            None
+        }
+    });
     let metrics = setup
         .plugin
         .watch_textfile

@@ -109,6 +109,12 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         return JobStepExit::Proceed;
     }
     let spool = open_job_dir(step);
+    // The watch is stopped: the job's wish to be requeued on a fault has served. Gone whatever
+    // happens to the records, or a requeued run of the job (same id, same folder) inherits it.
+    if let Some(dir) = &spool {
+        let wish = fabric_proto::notice::requeue_wish_name(node);
+        dir.remove(|name| name == wish);
+    }
     let run = spool.as_ref().and_then(|d| read_run_summary(step, d));
     let step_results = spool
         .as_ref()
@@ -448,14 +454,17 @@ fn remove_node_files(node: &str, dir: &JobDir) {
     let records = format!("{node}.jsonl");
     let results = format!("{node}.steps.jsonl");
     let marker = format!("{node}.step-");
-    // The watch's notice file and fabric-run's events file go with the job too.
-    let notices = format!("fabric-notice-{node}.jsonl");
+    // The watch's notice file, fabric-run's events file and its requeue wish go with the job
+    // too.
+    let notices = fabric_proto::notice::notice_name(node);
     let events = format!("fabric-run-events-{node}.jsonl");
+    let wish = fabric_proto::notice::requeue_wish_name(node);
     dir.remove(|name| {
         name == records
             || name == results
             || name == notices
             || name == events
+            || name == wish
             || (name.starts_with(&marker) && name.ends_with(".done"))
     });
     dir.remove_if_empty();

@@ -119,6 +119,12 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let mut notes = Vec::new();
     let t0 = Instant::now();
     prepare_spool(step);
+    // Asked before the tag, so that the tag says when the job goes unwatched.
+    let no_watch = super::watch::no_room(step);
+    if let Some(why) = &no_watch {
+        step.say(why);
+        notes.push(format!("{node}: {why}"));
+    }
 
     // Probe.
     let snapshot = step.snapshot_path();
@@ -289,8 +295,10 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     } else if result.drained {
         JobStepExit::Drained
     } else {
-        // The job runs here: watch the node until the epilog.
-        super::watch::start(step);
+        // The job runs here: watch the node until the epilog, when there is room.
+        if no_watch.is_none() {
+            super::watch::start(step);
+        }
         JobStepExit::Proceed
     };
     // The plugin reads this line when slurmstepd reaped us before it could.

@@ -140,3 +140,32 @@ fn under_observe_the_epilog_tags_nothing_and_still_clears_the_nodes_records_and_
         lines.text()
     );
 }
+
+#[test]
+fn the_epilog_removes_the_jobs_requeue_wish_so_a_requeued_run_does_not_inherit_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = records(dir.path(), "n2");
+    let wish = path.with_file_name("fabric-run-requeue-n2");
+    std::fs::write(&wish, "").unwrap();
+    let slurm = FakeSlurm::with_nodes(TWO);
+    // The records cannot be delivered and stay; the wish goes all the same.
+    let failing = FakeMeet {
+        fail: Some("no leader".into()),
+        ..FakeMeet::default()
+    };
+    let lines = epilog_on(dir.path(), "n2", &slurm, &failing);
+    assert!(path.exists(), "{}", lines.text());
+    assert!(
+        !wish.exists(),
+        "the wish outlives the job: {}",
+        lines.text()
+    );
+    // Delivered: the folder goes too, nothing of the job's left in it.
+    std::fs::write(&wish, "").unwrap();
+    let sent = epilog_on(dir.path(), "n2", &slurm, &FakeMeet::default());
+    assert!(
+        !path.parent().unwrap().exists(),
+        "the job's folder is left behind: {}",
+        sent.text()
+    );
+}

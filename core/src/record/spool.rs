@@ -335,20 +335,12 @@ impl JobDir {
             return Err(SpoolError::BadJob(job.to_owned()));
         }
         let path = spool_root.join(job);
-        let root = match openat(
-            CWD,
-            spool_root,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
+        let root = match open_root(spool_root) {
             Ok(fd) => fd,
-            Err(Errno::NOENT) => return Ok(None),
-            Err(e) => {
-                return Err(SpoolError::Root {
-                    path: spool_root.to_owned(),
-                    source: e.into(),
-                });
+            Err(SpoolError::Root { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                return Ok(None);
             }
+            Err(e) => return Err(e),
         };
         let dir = match openat(
             &root,
@@ -418,6 +410,41 @@ impl JobDir {
         let path = self.path.join(name);
         let (file, size) = open_in_dir(&self.dir, OsStr::new(name), &path, &limits)?;
         read_user_bytes(file, size, &path, &limits)
+    }
+
+    /// Creates root's own file `name` in this folder (mode `mode`, open for appending), relative
+    /// to the verified descriptor, `O_CREAT | O_EXCL | O_NOFOLLOW`: a name the job's user planted
+    /// there (a file, a symlink) makes it fail, and a folder swapped for a symlink since
+    /// [`JobDir::open`] is never walked through. `name` is one component.
+    pub fn create_root_file(&self, name: &str, mode: u32) -> io::Result<std::fs::File> {
+        if !valid_name(name) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{name:?} is not a file name"),
+            ));
+        }
+        let fd = openat(
+            &self.dir,
+            name,
+            OFlags::WRONLY
+                | OFlags::APPEND
+                | OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        )?;
+        // The umask may have narrowed it.
+        fchmod(&fd, Mode::from_raw_mode(mode))?;
+        Ok(std::fs::File::from(fd))
+    }
+
+    /// Whether `name` is a regular file in this folder (looked at relative to the verified
+    /// descriptor; a symlink is not followed and does not count).
+    pub fn holds_regular_file(&self, name: &str) -> bool {
+        valid_name(name)
+            && statat(&self.dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile)
     }
 
     /// Unlinks every entry of this folder whose name `pick` accepts (never a folder), relative

@@ -103,6 +103,11 @@ fn poll_until(fds: &mut [PollFd], deadline: Instant, what: &str) -> Result<(), C
 pub const PIPELINE_SLICE_BYTES: usize = 128 * 1024;
 /// The largest control frame accepted.
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
+/// The largest hello accepted.
+const MAX_HELLO_BYTES: usize = 4096;
+/// How long a connection to the ring's listener has to send its whole hello (its sender wrote
+/// it right after connecting); never longer than the ring's deadline.
+pub const HELLO_WITHIN: Duration = Duration::from_secs(1);
 
 /// The two connections of one rank.
 #[derive(Debug)]
@@ -180,10 +185,11 @@ impl Ring {
                 }
                 Err(e) => return Err(io_err("accept", e)),
             };
-            let _ = s.set_nonblocking(false);
-            let left = remaining(deadline, "reading the left neighbour's hello")?;
-            let _ = s.set_read_timeout(Some(left.min(Duration::from_millis(500))));
-            let ok = read_frame_blocking(&mut s)
+            // One deadline for the whole hello, never past the ring's: a connection that
+            // drips its hello a byte at a time is dropped when that time is up.
+            remaining(deadline, "reading the left neighbour's hello")?;
+            let hello_by = deadline.min(Instant::now() + HELLO_WITHIN);
+            let ok = read_hello(&mut s, hello_by)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<DataHello>(&b).ok())
                 .is_some_and(|h| h.job_id == job_id && h.session == session && h.rank == left_rank);
@@ -637,18 +643,44 @@ fn write_frame_blocking(s: &mut TcpStream, bytes: &[u8]) -> Result<(), Collectiv
     s.write_all(&buf).map_err(|e| io_err("sending hello", e))
 }
 
-fn read_frame_blocking(s: &mut TcpStream) -> Result<Vec<u8>, CollectiveError> {
+/// Reads one hello frame (length, then at most 4 KiB of JSON) by `deadline`, checked before
+/// every read: each read waits at most what is left, so a peer that drips a byte per read
+/// gains nothing.
+fn read_hello(s: &mut TcpStream, deadline: Instant) -> Result<Vec<u8>, CollectiveError> {
+    let what = "reading the left neighbour's hello";
+    s.set_nonblocking(true).map_err(|e| io_err(what, e))?;
     let mut len = [0u8; 4];
-    s.read_exact(&mut len)
-        .map_err(|e| io_err("reading hello", e))?;
+    read_until(s, &mut len, deadline, what)?;
     let len = u32::from_le_bytes(len) as usize;
-    if len > 4096 {
+    if len > MAX_HELLO_BYTES {
         return Err(CollectiveError::Ring("oversized hello".into()));
     }
     let mut buf = vec![0u8; len];
-    s.read_exact(&mut buf)
-        .map_err(|e| io_err("reading hello", e))?;
+    read_until(s, &mut buf, deadline, what)?;
     Ok(buf)
+}
+
+/// Fills `buf` from a nonblocking stream by `deadline` (past it: the timeout error naming
+/// `what`).
+fn read_until(
+    s: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Instant,
+    what: &str,
+) -> Result<(), CollectiveError> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(CollectiveError::Ring(format!("{what}: connection closed"))),
+            Ok(n) => got += n,
+            Err(e) if would_block(&e) => wait_ready(s, PollFlags::POLLIN, deadline, what)?,
+            Err(e) => return Err(io_err(what, e)),
+        }
+        if got < buf.len() {
+            remaining(deadline, what)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -680,6 +712,44 @@ mod tests {
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_connection_that_trickles_its_hello_does_not_hold_the_ring_past_its_deadline() {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let at = listener.local_addr().unwrap();
+        // The right neighbour's listener: its backlog takes the connection and the hello.
+        let right = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let right_at = right.local_addr().unwrap();
+        // A stranger connects first and sends a hello of 200 bytes, one byte every 0.4 s.
+        let mut trickler = TcpStream::connect(at).unwrap();
+        let dripping = std::thread::spawn(move || {
+            let _ = trickler.write_all(&200u32.to_le_bytes());
+            for _ in 0..20 {
+                if trickler.write_all(b" ").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(400));
+            }
+        });
+        // The real left neighbour connects right after and greets at once.
+        std::thread::sleep(Duration::from_millis(100));
+        let mut neighbour = TcpStream::connect(at).unwrap();
+        let hello = serde_json::to_vec(&DataHello {
+            job_id: 7,
+            session: "s".into(),
+            rank: 1,
+        })
+        .unwrap();
+        write_frame_blocking(&mut neighbour, &hello).unwrap();
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_secs(3);
+        let got = Ring::establish(&listener, right_at, 1, 0, 7, "s", deadline);
+        let took = t0.elapsed();
+        assert!(got.is_ok(), "{got:?} after {took:?}");
+        assert!(took < Duration::from_secs(3), "took {took:?}");
+        drop(got);
+        dripping.join().unwrap();
     }
 
     fn ring_all_reduce(n: usize, len: usize) -> Vec<Vec<f32>> {

@@ -312,6 +312,8 @@ pub struct ProbeSampler {
     n: u32,
     ring: window::CounterRing,
     clock: window::Clock,
+    /// Whether the watch has said that its clock went back behind the prolog's snapshot.
+    said_clock_back: bool,
 }
 
 impl ProbeSampler {
@@ -332,6 +334,7 @@ impl ProbeSampler {
             n: 0,
             ring,
             clock: window::Clock::System,
+            said_clock_back: false,
         }
     }
 
@@ -359,6 +362,15 @@ impl Sampler for ProbeSampler {
             )
         };
         let now_ms = self.clock.now_unix_ms();
+        if let Some(b) = &self.input.baseline
+            && b.counters.taken_unix_ms > now_ms
+            && !std::mem::replace(&mut self.said_clock_back, true)
+        {
+            tracing::warn!(
+                "watch: the clock is {} ms behind the prolog's snapshot (stepped back?): counters are judged against it all the same, as if no time had passed",
+                b.counters.taken_unix_ms - now_ms
+            );
+        }
         let with = crate::probe::RunWith {
             taken_unix_ms: Some(now_ms),
             rate_window: self.ring.window_start(now_ms),
@@ -517,8 +529,9 @@ pub trait Pace {
     }
 }
 
-/// The watch's notice file, opened once by root with `O_CREAT|O_EXCL|O_NOFOLLOW` and written
-/// only through that descriptor.
+/// The watch's notice file, created once by root in the job's verified spool folder
+/// ([`crate::record::JobDir::create_root_file`]: relative to the folder's descriptor,
+/// `O_CREAT|O_EXCL|O_NOFOLLOW`) and written only through that descriptor.
 #[derive(Debug)]
 pub struct NoticeFile {
     file: std::fs::File,
@@ -526,19 +539,14 @@ pub struct NoticeFile {
 }
 
 impl NoticeFile {
-    /// Creates the notice file (mode 0644, root's) in the job's spool folder; fails if anything
-    /// is already there.
-    pub fn create(path: &Path) -> std::io::Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .create_new(true)
-            .mode(0o644)
-            .custom_flags(fabric_proto::record::O_NOFOLLOW)
-            .open(path)?;
+    /// Creates the notice file of `node` (mode 0644, root's) in the job's spool folder `dir`;
+    /// fails if anything is already there.
+    pub fn create(dir: &crate::record::JobDir, node: &str) -> std::io::Result<Self> {
+        let name = fabric_proto::notice::notice_name(node);
+        let file = dir.create_root_file(&name, 0o644)?;
         Ok(Self {
             file,
-            path: path.to_owned(),
+            path: dir.path().join(name),
         })
     }
 
@@ -603,12 +611,15 @@ fn job_still_runs(setup: &Setup, act: &dyn Act, pace: &mut dyn Pace) -> bool {
 /// own invocation. Whether it was requeued.
 fn requeue_if_asked(step: &JobStep<'_>, setup: &Setup) -> bool {
     let job = setup.inv.job_id;
-    let asked = fabric_proto::notice::requeue_wish_path(
-        &setup.plugin.spool_dir,
-        &job.to_string(),
-        &setup.inv.node,
-    )
-    .is_some_and(|p| fabric_proto::notice::requeue_wished(&p));
+    // Looked at relative to the job's verified folder: a folder swapped for a link to another
+    // job's is never walked through.
+    let asked =
+        crate::record::JobDir::open(&setup.plugin.spool_dir, &job.to_string(), setup.inv.job_uid)
+            .ok()
+            .flatten()
+            .is_some_and(|dir| {
+                dir.holds_regular_file(&fabric_proto::notice::requeue_wish_name(&setup.inv.node))
+            });
     if !asked {
         return false;
     }
@@ -953,7 +964,10 @@ pub fn stop(state_dir: &Path, proc_root: &Path, job: u32, grace: Duration) -> St
     Stopped::Ended
 }
 
-/// Whether a `slurmstepd` of `job` runs on this host (`slurmstepd: [<job>.…]` in its cmdline).
+/// Whether a `slurmstepd` of `job` runs on this host: a process of root's (the real uid of its
+/// `/proc/<pid>/status`) named `slurmstepd` whose command line reads `slurmstepd: [<job>.…]`.
+/// The job's user can name a process so, and set its `comm`; they cannot make it root's, so a
+/// process of theirs never keeps an orphaned watch alive.
 pub fn job_has_stepd(proc_root: &Path, job: u32) -> bool {
     let want = format!("slurmstepd: [{job}.");
     let Ok(dir) = std::fs::read_dir(proc_root) else {
@@ -968,7 +982,24 @@ pub fn job_has_stepd(proc_root: &Path, job: u32) -> bool {
         .any(|e| {
             std::fs::read(e.path().join("cmdline"))
                 .is_ok_and(|c| c.windows(want.len()).any(|w| w == want.as_bytes()))
+                && is_roots_slurmstepd(&e.path())
         })
+}
+
+/// Whether the process of `/proc/<pid>` (`pid_dir`) is named `slurmstepd` and runs as root
+/// (real uid 0, from its `status`).
+fn is_roots_slurmstepd(pid_dir: &Path) -> bool {
+    let Ok(status) = std::fs::read_to_string(pid_dir.join("status")) else {
+        return false;
+    };
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(str::trim)
+    };
+    let real_uid = field("Uid:").and_then(|v| v.split_whitespace().next());
+    field("Name:") == Some("slurmstepd") && real_uid == Some("0")
 }
 
 /// The real pace: sleeps, stops when the pid file is gone or no longer names this process, and
@@ -1169,8 +1200,43 @@ pub fn read_events(path: &Path) -> Vec<WatchEvent> {
 /// The most of the watch's log the epilog relays (its last lines).
 pub const MAX_RELAYED_LOG_BYTES: usize = 8 * 1024;
 
+/// How many watches of jobs other than `job` run on this node now: the pid files in
+/// `state_dir` ([`pid_path`]) whose process is alive ([`PidFile::is_alive`]); a file left by a
+/// watch that died does not count.
+pub fn live_watches(state_dir: &Path, proc_root: &Path, job: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir(state_dir) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("watch-")?.strip_suffix(".pid"))
+                .and_then(|j| j.parse::<u32>().ok())
+                .is_some_and(|j| j != job)
+                && PidFile::read(&e.path()).is_some_and(|pf| pf.is_alive(proc_root))
+        })
+        .count()
+}
+
+/// Why the prolog starts no watch for this job although `watch_interval=` asks for one:
+/// `max_watches=` watches of other jobs already run on this node (each is root's, charged to
+/// no job). `None` when there is room (or the watch is off).
+pub fn no_room(step: &JobStep<'_>) -> Option<String> {
+    let setup = step.setup;
+    setup.plugin.watch_interval?;
+    let max = setup.plugin.max_watches;
+    let live = live_watches(&setup.state_dir, Path::new("/proc"), setup.inv.job_id);
+    (live >= max as usize).then(|| {
+        format!(
+            "job {} is not watched: {live} in-job watches already run on this node (max_watches={max}); faults during the job are found by its epilog",
+            setup.inv.job_id
+        )
+    })
+}
+
 /// The prolog's half: starts the watch for this job and node through the runner, unless
-/// `watch_interval=0`. Says what it did.
+/// `watch_interval=0` (the prolog asked [`no_room`] first). Says what it did.
 pub fn start(step: &JobStep<'_>) {
     if step.setup.plugin.watch_interval.is_none() {
         return;

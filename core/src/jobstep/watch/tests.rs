@@ -195,7 +195,10 @@ fn watch_these(
         std::fs::write(spool.join("fabric-run-requeue-n1"), "").unwrap();
     }
     let notice_at = spool.join("fabric-notice-n1.jsonl");
-    let mut notice = NoticeFile::create(&notice_at).unwrap();
+    let job_dir = crate::record::JobDir::open(&dir.path().join("spool"), "7", s.inv.job_uid)
+        .unwrap()
+        .unwrap();
+    let mut notice = NoticeFile::create(&job_dir, "n1").unwrap();
     let textfile = dir.path().join("watch.prom");
     let summary = run(
         &s,
@@ -310,13 +313,7 @@ fn a_watch_whose_job_is_gone_ends_without_draining_tagging_or_telling_anyone() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let s = setup(
-        dir.path(),
-        Script::Watch,
-        "n[1-4]",
-        "n1",
-        &["policy=enforce"],
-    );
+    let s = enforcing_watch_of_n1(dir.path());
     let lines = Lines::default();
     // A port goes down on the second sample, with no slurmstepd of the job on the host.
     let port_down_without_a_stepd = |slurm: &FakeSlurm| {
@@ -447,12 +444,48 @@ fn the_epilog_ends_a_running_watch_and_says_when_it_was_lost() {
 #[test]
 fn the_notice_file_is_never_created_through_a_planted_link() {
     let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    std::fs::create_dir_all(spool.join("7")).unwrap();
     let target = dir.path().join("root-file");
     std::fs::write(&target, "keep").unwrap();
-    let link = dir.path().join("fabric-notice-n1.jsonl");
-    std::os::unix::fs::symlink(&target, &link).unwrap();
-    assert!(NoticeFile::create(&link).is_err());
+    std::os::unix::fs::symlink(&target, spool.join("7/fabric-notice-n1.jsonl")).unwrap();
+    let me = Some(nix::unistd::getuid().as_raw());
+    let job_dir = crate::record::JobDir::open(&spool, "7", me)
+        .unwrap()
+        .unwrap();
+    assert!(NoticeFile::create(&job_dir, "n1").is_err());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+}
+
+#[test]
+fn a_job_folder_swapped_for_a_link_never_leads_roots_notice_into_another_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    // A root-only folder, and the job's folder replaced by a link to it.
+    let private = dir.path().join("root-only");
+    std::fs::create_dir(&private).unwrap();
+    std::os::unix::fs::symlink(&private, spool.join("7")).unwrap();
+    let me = Some(nix::unistd::getuid().as_raw());
+    assert!(crate::record::JobDir::open(&spool, "7", me).is_err());
+    // Opened before the swap: the notice lands in the folder that was checked.
+    std::fs::remove_file(spool.join("7")).unwrap();
+    std::fs::create_dir(spool.join("7")).unwrap();
+    let job_dir = crate::record::JobDir::open(&spool, "7", me)
+        .unwrap()
+        .unwrap();
+    std::fs::rename(spool.join("7"), spool.join("7.away")).unwrap();
+    std::os::unix::fs::symlink(&private, spool.join("7")).unwrap();
+    let mut notice = NoticeFile::create(&job_dir, "n1").unwrap();
+    notice
+        .append(&FabricNotice::new(7, "n1", "ib.port_state", "down", 1))
+        .unwrap();
+    assert_eq!(
+        std::fs::read_dir(&private).unwrap().count(),
+        0,
+        "nothing in the root-only folder"
+    );
+    assert!(spool.join("7.away/fabric-notice-n1.jsonl").is_file());
 }
 
 #[test]
@@ -675,6 +708,152 @@ fn when_one_of_two_ports_down_on_one_check_comes_back_the_tag_marks_that_one_cle
     assert_eq!(state(&kept, &b.message), Some(false), "{kept:?}");
 }
 
+/// A process in the fake `/proc` at `root`: its command line, name and real uid.
+fn fake_process(root: &Path, pid: u32, cmdline: &str, name: &str, uid: u32) {
+    let d = root.join(pid.to_string());
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("cmdline"), format!("{cmdline}\0")).unwrap();
+    std::fs::write(
+        d.join("status"),
+        format!("Name:\t{name}\nState:\tS (sleeping)\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn only_roots_slurmstepd_says_the_job_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path();
+    // The job's user names a process after the job's slurmstepd (and sets its comm).
+    fake_process(proc_root, 100, "slurmstepd: [7.0]", "slurmstepd", 1000);
+    // Root runs something whose command line mentions it.
+    fake_process(proc_root, 101, "grep slurmstepd: [7.0]", "grep", 0);
+    assert!(!job_has_stepd(proc_root, 7));
+    fake_process(proc_root, 102, "slurmstepd: [7.batch]", "slurmstepd", 0);
+    assert!(job_has_stepd(proc_root, 7));
+    assert!(!job_has_stepd(proc_root, 8));
+}
+
+#[test]
+fn an_orphaned_watch_kept_company_by_a_users_process_named_slurmstepd_does_not_drain() {
+    /// The real pace's look at `/proc`, with samples counted.
+    struct Counted(RealPace, usize);
+    impl Pace for Counted {
+        fn sleep(&mut self, _d: Duration) {}
+        fn should_stop(&mut self) -> bool {
+            self.1 = self.1.saturating_sub(1);
+            self.1 == 0 || self.0.should_stop()
+        }
+        fn job_still_here(&mut self) -> bool {
+            self.0.job_still_here()
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = enforcing_watch_of_n1(dir.path());
+    let proc_root = dir.path().join("proc");
+    fake_process(&proc_root, 4242, "slurmstepd: [7.0]", "slurmstepd", 1000);
+    std::fs::create_dir_all(&s.state_dir).unwrap();
+    let me = PidFile { pid: 1, start: 1 };
+    let pid_at = pid_path(&s.state_dir, 7);
+    me.write(&pid_at).unwrap();
+    // The epilog ran no child (mode=off was set while the job ran): the pid file stays.
+    let mut pace = Counted(
+        RealPace {
+            pid_path: pid_at,
+            me,
+            proc_root,
+            job: 7,
+            last_seen: Instant::now(),
+            last_scan: Instant::now(),
+            term: Default::default(),
+        },
+        5,
+    );
+    let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]).job_finished();
+    let lines = Lines::default();
+    let act = FakeAct::on(&slurm, &lines);
+    let down = fail("ib.port_state", "mlx5_3", "mlx5_3 port 1 is DOWN");
+    let summary = run(
+        &s,
+        Duration::from_millis(1),
+        now_unix() - 600,
+        &[],
+        &mut Script3([vec![], vec![down]].into()),
+        &act,
+        &mut pace,
+        None,
+        None,
+    );
+    assert!(summary.job_gone, "{summary:?} {}", lines.text());
+    assert!(!slurm.node("n1").unwrap().is_drained(), "{}", lines.text());
+}
+
+#[test]
+fn past_max_watches_the_prolog_starts_no_watch_and_the_tag_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path(), Script::Prolog, "n1", "n1", &["max_watches=2"]);
+    std::fs::create_dir_all(&s.state_dir).unwrap();
+    let proc_root = Path::new("/proc");
+    let me = PidFile {
+        pid: std::process::id(),
+        start: start_time(proc_root, std::process::id()).unwrap(),
+    };
+    // A watch that died left its pid file: it does not count.
+    PidFile {
+        pid: me.pid,
+        start: me.start + 1,
+    }
+    .write(&pid_path(&s.state_dir, 40))
+    .unwrap();
+    me.write(&pid_path(&s.state_dir, 41)).unwrap();
+    let prolog = |s: &Setup| {
+        let slurm = FakeSlurm::with_nodes(&["n1"]);
+        let runner = FakeRunner::answering(vec![Ok(report("n1", Verdict::Pass))]);
+        let lines = Lines::default();
+        crate::jobstep::prolog::run(&step(
+            s,
+            seams(&slurm, &runner, &FakeMeet::default(), &lines),
+        ));
+        let started = runner.watches.borrow().len();
+        (slurm, lines, started)
+    };
+    let (_, lines, started) = prolog(&s);
+    assert_eq!(
+        started,
+        1,
+        "one live watch of two allowed: {}",
+        lines.text()
+    );
+    // Two other jobs' watches run: job 7 goes unwatched.
+    me.write(&pid_path(&s.state_dir, 42)).unwrap();
+    let (slurm, lines, started) = prolog(&s);
+    assert_eq!(started, 0, "{}", lines.text());
+    assert!(
+        lines
+            .has("job 7 is not watched: 2 in-job watches already run on this node (max_watches=2)"),
+        "{}",
+        lines.text()
+    );
+    let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
+    assert!(
+        t.notes.iter().any(|n| n.contains("job 7 is not watched")),
+        "{:?}",
+        t.notes
+    );
+}
+
+#[test]
+fn eight_watches_run_on_a_node_unless_max_watches_says_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = setup(dir.path(), Script::Prolog, "n1", "n1", &[]);
+    assert_eq!(s.plugin.max_watches, 8);
+}
+
+/// The watch of job 7 on n1 of n[1-4] under `policy=enforce`, its folders in `dir`.
+fn enforcing_watch_of_n1(dir: &Path) -> Setup {
+    setup(dir, Script::Watch, "n[1-4]", "n1", &["policy=enforce"])
+}
+
 /// A pace of `n` samples one second apart.
 struct Seconds(usize, u64);
 impl Pace for Seconds {
@@ -722,6 +901,7 @@ fn a_fault_that_returns_within_the_hold_down_is_one_fault_with_its_flaps_counted
 
 #[test]
 fn a_port_flapping_forty_times_costs_one_drain_one_tag_entry_and_one_notice() {
+    let down = fail("ib.port_state", "mlx5_2", "mlx5_2 port 1 is DOWN");
     let dir = tempfile::tempdir().unwrap();
     let s = setup(
         dir.path(),
@@ -733,7 +913,6 @@ fn a_port_flapping_forty_times_costs_one_drain_one_tag_entry_and_one_notice() {
     let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
     let lines = Lines::default();
     let act = FakeAct::on(&slurm, &lines);
-    let down = fail("ib.port_state", "mlx5_2", "mlx5_2 port 1 is DOWN");
     let samples: Vec<Vec<Finding>> = (0..80)
         .map(|i| {
             if i % 2 == 0 {
@@ -747,7 +926,10 @@ fn a_port_flapping_forty_times_costs_one_drain_one_tag_entry_and_one_notice() {
     let spool = dir.path().join("spool/7");
     std::fs::create_dir_all(&spool).unwrap();
     let notice_at = spool.join("fabric-notice-n1.jsonl");
-    let mut notice = NoticeFile::create(&notice_at).unwrap();
+    let job_dir = crate::record::JobDir::open(&dir.path().join("spool"), "7", s.inv.job_uid)
+        .unwrap()
+        .unwrap();
+    let mut notice = NoticeFile::create(&job_dir, "n1").unwrap();
     let summary = run(
         &s,
         Duration::from_millis(1),

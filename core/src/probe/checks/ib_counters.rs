@@ -15,8 +15,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    CounterSource, Ctx, counter_width_bits, is_saturated, is_traffic_counter, judge_counters,
-    usable_baseline, where_,
+    CounterSource, Ctx, baseline_dated_ahead_ms, counter_width_bits, is_saturated,
+    is_traffic_counter, judge_counters, usable_baseline, where_,
 };
 use crate::probe::{Finding, Severity};
 
@@ -76,6 +76,23 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
             Value::Null,
             Value::Null,
             format!("{why}: counters recorded, deltas judged on a later run (pass --baseline FILE or --state-dir DIR)"),
+        ));
+    }
+    if has_counters
+        && usable_baseline(ctx).is_ok()
+        && let Some(ahead_ms) = baseline_dated_ahead_ms(ctx)
+    {
+        out.push(Finding::new(
+            ID,
+            Severity::Info,
+            None,
+            None,
+            json!({"baseline_ahead_ms": ahead_ms}),
+            Value::Null,
+            format!(
+                "the baseline is dated {} after this run (the clock went back?): its counters are judged all the same, as if no time had passed",
+                super::fmt_elapsed(ahead_ms as f64 / 1000.0)
+            ),
         ));
     }
     for d in &ctx.snap.devices {
@@ -179,6 +196,32 @@ mod tests {
             f[0].message.contains("link_downed rose by 1"),
             "{}",
             f[0].message
+        );
+    }
+
+    #[test]
+    fn a_link_downed_rise_is_judged_when_the_clock_went_back_since_the_baseline() {
+        let mut b = baseline_of(&node(40, 1), 0);
+        // The prolog's snapshot is dated 90 s after this run: the clock was stepped back.
+        b.counters.taken_unix_ms += 90_000;
+        let f = run_with(&node(40, 2), &Default::default(), Some(&b), check);
+        let fails: Vec<_> = f.iter().filter(|f| f.severity == Severity::Fail).collect();
+        assert_eq!(fails.len(), 1, "{f:?}");
+        assert!(fails[0].message.contains("link_downed rose by 1"), "{f:?}");
+        let said = f
+            .iter()
+            .find(|f| f.severity == Severity::Info && f.message.contains("clock went back"))
+            .unwrap_or_else(|| panic!("the clock step is not said: {f:?}"));
+        assert!(
+            said.message.contains("90 s after this run"),
+            "{}",
+            said.message
+        );
+        // Symbols within one hour's allowance still pass: no time passing is not a storm.
+        assert!(
+            run_with(&node(160, 1), &Default::default(), Some(&b), check)
+                .iter()
+                .all(|f| f.severity == Severity::Info)
         );
     }
 

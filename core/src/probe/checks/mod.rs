@@ -332,7 +332,10 @@ pub fn is_saturated(port: &Port, name: &str, value: u64) -> bool {
     !port.counters_64.contains(name) && saturation_max(name) == Some(value)
 }
 
-/// The baseline if it is usable for this node, else the reason it is not.
+/// The baseline if it is usable for this node, else the reason it is not, and the time since
+/// it in seconds. A baseline dated after this run (the clock was stepped back) is used all the
+/// same, its elapsed time taken as 0 (the per-hour bounds' one-hour floor then applies): the
+/// counters' deltas do not depend on the clock ([`baseline_dated_ahead_ms`] says by how much).
 pub fn usable_baseline<'a>(ctx: &Ctx<'a>) -> Result<(&'a CounterSnapshot, f64), String> {
     let Some(b) = ctx.baseline else {
         return Err("no baseline".to_string());
@@ -343,11 +346,21 @@ pub fn usable_baseline<'a>(ctx: &Ctx<'a>) -> Result<(&'a CounterSnapshot, f64), 
             b.node, ctx.node
         ));
     }
-    let elapsed_ms = ctx.now.taken_unix_ms as i128 - b.counters.taken_unix_ms as i128;
-    if elapsed_ms < 0 {
-        return Err("the baseline is newer than this run (clock went back?)".to_string());
-    }
+    let elapsed_ms = ctx
+        .now
+        .taken_unix_ms
+        .saturating_sub(b.counters.taken_unix_ms);
     Ok((&b.counters, elapsed_ms as f64 / 1000.0))
+}
+
+/// How far after this run the baseline is dated (ms), when it is (the clock went back since it
+/// was taken).
+pub fn baseline_dated_ahead_ms(ctx: &Ctx<'_>) -> Option<u64> {
+    let b = ctx.baseline?;
+    b.counters
+        .taken_unix_ms
+        .checked_sub(ctx.now.taken_unix_ms)
+        .filter(|ms| *ms > 0)
 }
 
 fn fmt_elapsed(s: f64) -> String {
