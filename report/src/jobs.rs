@@ -310,6 +310,10 @@ pub fn read(text: &str, source_name: &str, filter: &JobFilter) -> Result<JobList
     read_with_live(text, source_name, filter, None).map(|(list, _)| list)
 }
 
+/// The one live query of [`read_with_live`]: sacct's `-j` ids in, `squeue -O`
+/// [`SQUEUE_FIELDS`] output (or why it failed) out.
+pub type LiveQuery<'a> = dyn FnMut(&[u64]) -> Result<String, String> + 'a;
+
 /// [`read`], then for the jobs kept that are still running or pending ([`is_live`]) the tag
 /// slurmctld holds now, through `live` — called at most once, with every such job's id for
 /// sacct's `-j` (the array or het leader), and never when there is none. It returns
@@ -321,7 +325,7 @@ pub fn read_with_live(
     text: &str,
     source_name: &str,
     filter: &JobFilter,
-    live: Option<&mut dyn FnMut(&[u64]) -> Result<String, String>>,
+    live: Option<&mut LiveQuery<'_>>,
 ) -> Result<(JobList, Option<String>), JobsError> {
     let empty = || JobsError::Empty {
         source_name: source_name.to_string(),

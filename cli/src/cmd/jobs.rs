@@ -176,8 +176,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     // Accounting has a job's tag only once the job ends: for those still running or pending,
     // slurmctld's copy, in one squeue run for all of them (never for a saved output).
     let mut live = |ids: &[u64]| run_squeue(&args, ids);
-    let live: Option<&mut dyn FnMut(&[u64]) -> Result<String, String>> =
-        args.sacct_file.is_none().then_some(&mut live as _);
+    let live: Option<&mut jobs::LiveQuery> = args.sacct_file.is_none().then_some(&mut live as _);
     let read = jobs::read_with_live(&text, &name, &filter, live);
     let (list, live_error) = read.map_err(|e| match (e, &args.sacct_file) {
         // A JSON error's byte offset, as the line of the file.
