@@ -173,11 +173,11 @@ fn csv_has_the_table_columns_and_quotes_cells_with_commas() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(
         lines[0],
-        "job,user,partition,state,start (UTC),elapsed_s,nodes,verdict,failing (node: checks),drained,run"
+        "job,user,partition,state,start (UTC),elapsed_s,nodes,verdict,failing (node: checks),drained,run,effective training"
     );
     assert_eq!(
         lines[1],
-        "1002,bo,roce,FAILED,2025-12-01T03:00:00,3600,n[3-4],fail,n3: roce.pfc roce.ecn,n3,\"90 steps p50 2.5 s, 1 retries, failed\""
+        "1002,bo,roce,FAILED,2025-12-01T03:00:00,3600,n[3-4],fail,n3: roce.pfc roce.ecn,n3,\"90 steps p50 2.5 s, 1 retries, failed\",ETT not measured"
     );
     assert_eq!(lines.len(), 2);
     assert!(err.contains("1 job, 0 without a fabric-check tag"), "{err}");
@@ -370,4 +370,64 @@ fn a_job_id_that_is_not_one_is_refused_instead_of_matching_nothing() {
         "{err}"
     );
     assert!(out.is_empty(), "{out}");
+}
+
+/// A squeue stand-in that appends its arguments to `calls` (one line per run) and prints `text`.
+fn fake_squeue(dir: &std::path::Path, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let out = dir.join("squeue-out.txt");
+    std::fs::write(&out, text).unwrap();
+    let calls = dir.join("squeue-calls.txt");
+    let fake = dir.join("squeue");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\ncat '{}'\n",
+            calls.display(),
+            out.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (fake, calls)
+}
+
+#[test]
+fn running_jobs_take_the_live_tag_from_one_squeue_run_and_state_running_lists_them() {
+    // Accounting has no tag for the running jobs yet; slurmctld holds the watch's live entry.
+    let header = fabric_report::jobs::FIELDS.replace(',', "|");
+    let sacct = format!(
+        "{header}\n41|41|ann|ib|RUNNING|100||14|2|n[1-2]|\n42|42|ann|ib|RUNNING|100||14|1|n3|\n43|43|bob|ib|COMPLETED|50|90|40|1|n4|\n"
+    );
+    let live = r#"fabric-check/v1 {"verdict":"pass","nnodes":2,"nodes":{"n[1-2]":{"verdict":"pass"}},"during":[{"node":"n2","rises":{},"verdict":"fail","watch":[{"check":"ib.port_state","message":"mlx5_0 port 1 is DOWN","seen_at_s":110,"into_job_s":10,"drained":true}]}]}"#;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = fake_sacct(dir.path(), &sacct);
+    let (squeue, calls) = fake_squeue(
+        dir.path(),
+        &format!("41|41|RUNNING|{live}\n42|42|RUNNING|(null)\n"),
+    );
+    let out = Command::cargo_bin("fabric-check")
+        .unwrap()
+        .args(["jobs", "--format", "json", "--state", "running"])
+        .args(["--sacct", fake.to_str().unwrap()])
+        .args(["--squeue", squeue.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = rows.iter().map(|r| r["job_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["41", "42"]);
+    assert_eq!(rows[0]["tag_source"], "slurmctld");
+    assert_eq!(rows[0]["drained"], serde_json::json!(["n2"]));
+    assert_eq!(rows[1]["tag_source"], "slurmctld");
+    assert_eq!(rows[1]["tag_status"], "untagged");
+    let calls = std::fs::read_to_string(&calls).unwrap();
+    assert_eq!(
+        calls.lines().count(),
+        1,
+        "one squeue run for every live job: {calls}"
+    );
+    assert!(calls.contains("--jobs=41,42"), "{calls}");
+    assert!(calls.contains("admin_comment"), "{calls}");
 }

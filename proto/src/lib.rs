@@ -24,6 +24,7 @@
 
 pub mod check_id;
 pub mod during;
+pub mod ett;
 pub mod fabric_option;
 pub mod hostlist;
 pub mod invocation;

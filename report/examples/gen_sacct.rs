@@ -40,6 +40,10 @@ struct Fabric {
     p_drain: f64,
     p_late: f64,
     step_s: f64,
+    /// Fabric-caused failures per node-hour of a run (a link or port lost mid-job, seen by the
+    /// watch), and failures of anything else (code, storage, GPUs) per run-hour.
+    p_fabric_fail_node_h: f64,
+    p_other_fail_h: f64,
     checks: &'static [&'static str],
 }
 
@@ -53,6 +57,8 @@ const FABRICS: [Fabric; 2] = [
         p_drain: 0.004,
         p_late: 0.02,
         step_s: 1.00,
+        p_fabric_fail_node_h: 0.004,
+        p_other_fail_h: 0.03,
         checks: &["ib.port_rate", "ib.counters", "ib.port_state", "gpu.count"],
     },
     Fabric {
@@ -64,6 +70,8 @@ const FABRICS: [Fabric; 2] = [
         p_drain: 0.012,
         p_late: 0.04,
         step_s: 1.07,
+        p_fabric_fail_node_h: 0.015,
+        p_other_fail_h: 0.03,
         checks: &[
             "roce.pfc",
             "roce.ecn",
@@ -226,8 +234,10 @@ fn make_job(r: &mut Rng, a: &Args, i: u64, clock: &mut i64) -> Job {
         } else {
             String::new()
         };
+        let (ett, during, restores) =
+            ett_model(a.seed, i, f, start, elapsed, p50, nnodes, &node, accepted);
         format!(
-            ",\"run\":{{\"steps\":{steps},\"step_p50_s\":{p50:.4},\"step_p95_s\":{p95:.4},\"ckpt_n\":{ckpt_n},\"ckpt_total_s\":{ckpt_total:.1},\"ckpt_max_s\":{:.1},\"retries\":{retries},\"requeues\":0{outputs},\"duration_s\":{elapsed}.0,\"outcome\":\"{}\",\"accepted\":{accepted},\"on_time\":{}}}",
+            ",\"run\":{{\"steps\":{steps},\"step_p50_s\":{p50:.4},\"step_p95_s\":{p95:.4},\"ckpt_n\":{ckpt_n},\"ckpt_total_s\":{ckpt_total:.1},\"ckpt_max_s\":{:.1},\"retries\":{retries},\"requeues\":0{outputs},\"duration_s\":{elapsed}.0,\"outcome\":\"{}\",\"accepted\":{accepted},\"on_time\":{}{restores}{ett}}}{during}",
             ckpt_total / ckpt_n as f64 * 1.3,
             if accepted { "accepted" } else { outcome },
             !late
@@ -263,6 +273,104 @@ fn make_job(r: &mut Rng, a: &Args, i: u64, clock: &mut i64) -> Job {
         comment,
         restarts: u32::from(state == "REQUEUED"),
     }
+}
+
+/// The run's timeline for effective training time, drawn from its own generator (so the rest
+/// of the history is what it was without it): failures of the fabric (a `fail` watch event on
+/// one of the job's nodes about 20 s before, and sometimes `fabric-run`'s notice) and of anything
+/// else, each losing the steps since the last checkpoint (every 900 s) and recovering after a
+/// restart and a restore; a run that did not end accepted fails once more at its end (the
+/// fabric's when its tag's verdict is `fail`). Returns the `ett` member, the `during` member and the
+/// restore counts.
+#[allow(clippy::too_many_arguments)]
+fn ett_model(
+    seed: u64,
+    i: u64,
+    f: &Fabric,
+    start: i64,
+    elapsed: i64,
+    p50: f64,
+    nnodes: u32,
+    node: &dyn Fn(u32) -> String,
+    accepted: bool,
+) -> (String, String, String) {
+    let mut r =
+        Rng((seed ^ 0x9E37_79B9_7F4A_7C15).wrapping_add(i.wrapping_mul(0xD1B5_4A32_D192_ED03)) | 1);
+    let startup = r.range(60, 300) as f64;
+    let first_step = start as f64 + startup;
+    let hours = elapsed as f64 / 3600.0;
+    let mut at = Vec::new();
+    for h in 0..(hours.ceil() as u64) {
+        if r.f() < f.p_fabric_fail_node_h * f64::from(nnodes) {
+            at.push((h as f64 * 3600.0 + r.f() * 3600.0, true));
+        }
+        if r.f() < f.p_other_fail_h {
+            at.push((h as f64 * 3600.0 + r.f() * 3600.0, false));
+        }
+    }
+    at.retain(|(t, _)| *t > startup + 60.0 && *t < elapsed as f64 - 600.0);
+    at.sort_by(|a, b| a.0.total_cmp(&b.0));
+    at.truncate(3);
+    let mut failures = Vec::new();
+    let mut during = Vec::new();
+    let (mut lost_total, mut down, mut restores, mut restore_s) = (0.0, 0.0, 0u64, 0.0);
+    for (t, fabric) in &at {
+        let lost = r.f() * 900.0;
+        let restore = 20.0 + r.f() * 60.0;
+        let recover = 60.0 + r.f() * 240.0 + restore;
+        let at_s = start as f64 + t;
+        lost_total += lost;
+        down += recover;
+        restores += 1;
+        restore_s += restore;
+        let notice = *fabric && r.f() < 0.5;
+        failures.push(format!(
+            "{{\"at_s\":{at_s:.1},\"recover_s\":{recover:.1},\"lost_steps\":{},\"lost_s\":{lost:.1}{}}}",
+            (lost / p50) as u64,
+            if notice { ",\"fabric_notice\":true" } else { "" }
+        ));
+        if *fabric {
+            let n = node(r.range(0, u64::from(nnodes) - 1) as u32);
+            let seen = at_s as u64 - 20;
+            during.push(format!(
+                "{{\"node\":\"{n}\",\"rises\":{{}},\"verdict\":\"fail\",\"watch\":[{{\"check\":\"{}\",\"message\":\"port 1 went down\",\"seen_at_s\":{seen},\"into_job_s\":{},\"drained\":true}}]}}",
+                f.checks[0],
+                seen as i64 - start
+            ));
+        }
+    }
+    let mut n = failures.len();
+    if !accepted {
+        // The run ends failed: what it did since its last checkpoint is lost for good.
+        let lost = (r.f() * 900.0).min(elapsed as f64 / 2.0);
+        lost_total += lost;
+        n += 1;
+        failures.push(format!(
+            "{{\"at_s\":{}.0,\"lost_steps\":{},\"lost_s\":{lost:.1}}}",
+            start + elapsed,
+            (lost / p50) as u64
+        ));
+    }
+    let kept = (elapsed as f64 - startup - lost_total - down).max(0.0) * 0.97;
+    let ett = format!(
+        ",\"ett\":{{\"first_step_at_s\":{first_step:.1},\"kept_s\":{kept:.1},\"lost_s\":{lost_total:.1},\"failures_n\":{n}{}}}",
+        if failures.is_empty() {
+            String::new()
+        } else {
+            format!(",\"failures\":[{}]", failures.join(","))
+        }
+    );
+    let during = if during.is_empty() {
+        String::new()
+    } else {
+        format!(",\"during\":[{}]", during.join(","))
+    };
+    let restores = if restores > 0 {
+        format!(",\"restore_n\":{restores},\"restore_total_s\":{restore_s:.1}")
+    } else {
+        String::new()
+    };
+    (ett, during, restores)
 }
 
 fn json_str(s: &str) -> String {

@@ -15,8 +15,9 @@ use serde::Serialize;
 use fabric_proto::hostlist::Hostlist;
 use fabric_proto::tag::{JobTag, Verdict, extract};
 
+use crate::report::ett::{FabricEvidence, JobEtt};
 use crate::report::sacct_text::utc_text;
-use crate::report::{InputNotes, JobRecord, ReportError, sacct_json, sacct_text};
+use crate::report::{InputNotes, JobRecord, JobState, ReportError, sacct_json, sacct_text};
 
 /// The `--format` list `fabric-check jobs` asks sacct for (AdminComment last: other tools'
 /// free text there may hold the delimiter, and extra fields are joined back into it).
@@ -160,6 +161,13 @@ pub struct JobRow {
     pub tag_error: Option<String>,
     /// The decoded tag.
     pub tag: Option<JobTag>,
+    /// Where the tag was read: `sacct` (accounting) or `slurmctld` (the live job, for a job
+    /// still running or pending: accounting has its tag only once it ends).
+    pub tag_source: &'static str,
+    /// Effective training time and failures ([`crate::report::ett`]); `"not measured"` without
+    /// `fabric-run` records.
+    #[serde(serialize_with = "crate::report::ett::measured")]
+    pub ett: Option<JobEtt>,
 }
 
 impl JobRow {
@@ -223,11 +231,20 @@ pub struct JobFilter {
     pub users: Vec<String>,
     /// Verdicts (`pass`, `warn`, `fail`, `error`, or `none` for jobs without a readable tag).
     pub verdicts: Vec<String>,
+    /// States, lower case (`running`, `pending`, `completed`, ...): the first word of the state.
+    pub states: Vec<String>,
 }
 
 impl JobFilter {
     /// Whether `row` passes every filter given.
     pub fn keep(&self, row: &JobRow) -> bool {
+        let verdict = row.verdict.map_or("none", Verdict::as_str);
+        self.keep_whatever_verdict(row)
+            && (self.verdicts.is_empty() || self.verdicts.iter().any(|x| x == verdict))
+    }
+
+    /// Whether `row` passes every filter but the verdict's (which a live tag may change).
+    fn keep_whatever_verdict(&self, row: &JobRow) -> bool {
         let id_ok = self.job_ids.is_empty()
             || self.job_ids.iter().any(|want| {
                 want == &row.job_id
@@ -238,7 +255,12 @@ impl JobFilter {
                         .is_some_and(|b| row.id.base() == Some(b))
             });
         let list_ok = |list: &[String], v: &str| list.is_empty() || list.iter().any(|x| x == v);
-        let verdict = row.verdict.map_or("none", Verdict::as_str);
+        let state = row
+            .state
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
         let window_ok = {
             let started_before_until = match (self.until_s, row.start_s) {
                 (Some(u), Some(s)) => s < u,
@@ -255,7 +277,7 @@ impl JobFilter {
             && window_ok
             && list_ok(&self.partitions, &row.partition)
             && list_ok(&self.users, &row.user)
-            && list_ok(&self.verdicts, verdict)
+            && list_ok(&self.states, &state)
             && self.node.as_deref().is_none_or(|n| row.ran_on(n))
     }
 }
@@ -285,6 +307,26 @@ pub struct JobList {
 /// duplicate check), and keeps the jobs `filter` passes. Steps (`123.batch`) are passed over;
 /// a text line that cannot be read is skipped and noted.
 pub fn read(text: &str, source_name: &str, filter: &JobFilter) -> Result<JobList, JobsError> {
+    read_with_live(text, source_name, filter, None).map(|(list, _)| list)
+}
+
+/// The one live query of [`read_with_live`]: sacct's `-j` ids in, `squeue -O`
+/// [`SQUEUE_FIELDS`] output (or why it failed) out.
+pub type LiveQuery<'a> = dyn FnMut(&[u64]) -> Result<String, String> + 'a;
+
+/// [`read`], then for the jobs kept that are still running or pending ([`is_live`]) the tag
+/// slurmctld holds now, through `live` — called at most once, with every such job's id for
+/// sacct's `-j` (the array or het leader), and never when there is none. It returns
+/// `squeue -h --local --states=all -O` [`SQUEUE_FIELDS`] output ([`parse_live`]). A job that
+/// slurmctld lists takes its state and its tag from there (`tag_source` `slurmctld`), before
+/// the verdict filter is applied; the others keep accounting's. Returns the list and the live
+/// query's error, if it failed (the jobs then keep accounting's tags).
+pub fn read_with_live(
+    text: &str,
+    source_name: &str,
+    filter: &JobFilter,
+    live: Option<&mut LiveQuery<'_>>,
+) -> Result<(JobList, Option<String>), JobsError> {
     let empty = || JobsError::Empty {
         source_name: source_name.to_string(),
     };
@@ -316,12 +358,34 @@ pub fn read(text: &str, source_name: &str, filter: &JobFilter) -> Result<JobList
         notes,
         ..JobList::default()
     };
+    let mut rows = Vec::new();
     for rec in records {
         let r = row(rec);
         if r.state.starts_with("RESIZING") {
             out.resizing += 1;
             continue;
         }
+        if filter.keep_whatever_verdict(&r) {
+            rows.push(r);
+        }
+    }
+    let mut live_error = None;
+    if let Some(query) = live {
+        let mut ids: Vec<u64> = rows
+            .iter()
+            .filter(|r| is_live(&r.state))
+            .filter_map(|r| r.id.base())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if !ids.is_empty() {
+            match query(&ids) {
+                Ok(text) => apply_live(&mut rows, &parse_live(&text)),
+                Err(e) => live_error = Some(e),
+            }
+        }
+    }
+    for r in rows {
         if filter.keep(&r) {
             if r.tag
                 .as_ref()
@@ -338,12 +402,149 @@ pub fn read(text: &str, source_name: &str, filter: &JobFilter) -> Result<JobList
             out.jobs.push(r);
         }
     }
-    Ok(out)
+    Ok((out, live_error))
 }
+
+/// The `squeue -O` fields of the live read: the raw job id, the name as sacct prints it
+/// (`A_T`, `H+O`, else the id), the state and the `AdminComment`, unpadded and ended by `|`, the
+/// comment last (it may hold `|`). Every one of them exists in Slurm 22.05 to 26.05
+/// (`src/squeue/opts.c`); none is text the job's owner writes.
+pub const SQUEUE_FIELDS: &str = "jobid:0|,jobarrayid:0|,state:0|,admin_comment:0";
+
+/// The arguments of the one live query for `ids` (sacct's `-j` ids, leaders of arrays and het
+/// jobs): `squeue -h --local --states=all --jobs=IDS -O` [`SQUEUE_FIELDS`]. One request to
+/// slurmctld whatever the number of ids (squeue loads the jobs once and keeps those asked for).
+pub fn live_query_args(ids: &[u64]) -> Vec<String> {
+    let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+    vec![
+        "-h".into(),
+        "--local".into(),
+        "--states=all".into(),
+        format!("--jobs={}", list.join(",")),
+        "-O".into(),
+        SQUEUE_FIELDS.into(),
+    ]
+}
+
+/// One job as slurmctld holds it now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveJob {
+    /// The raw id (`JobIDRaw`).
+    pub raw: String,
+    /// The name sacct prints (`123`, `123_4`, `123+1`).
+    pub name: String,
+    /// The state (`RUNNING`, `PENDING`, ...).
+    pub state: String,
+    /// The `AdminComment` (empty when unset: squeue prints `(null)`).
+    pub comment: String,
+}
+
+/// The lines of `squeue -h -O` [`SQUEUE_FIELDS`] output.
+pub fn parse_live(text: &str) -> Vec<LiveJob> {
+    text.lines()
+        .filter_map(|line| {
+            let mut it = line.splitn(4, '|');
+            let (raw, name, state, comment) = (it.next()?, it.next()?, it.next()?, it.next()?);
+            let comment = if comment == "(null)" { "" } else { comment };
+            Some(LiveJob {
+                raw: raw.trim().into(),
+                name: name.trim().into(),
+                state: state.trim().into(),
+                comment: comment.into(),
+            })
+        })
+        .collect()
+}
+
+/// Whether a job in state `state` (as sacct prints it) may still change its tag: running,
+/// pending, suspended, requeued and the like, not a job that ended.
+pub fn is_live(state: &str) -> bool {
+    let word = state.split_whitespace().next().unwrap_or("");
+    JobState::parse(word).is_live()
+        || matches!(
+            word,
+            "CONFIGURING" | "REQUEUE_HOLD" | "RESV_DEL_HOLD" | "STOPPED" | "SIGNALING"
+        )
+}
+
+/// Gives each live row slurmctld's state and tag, the row matched by its name or its raw id.
+fn apply_live(rows: &mut [JobRow], live: &[LiveJob]) {
+    for r in rows.iter_mut().filter(|r| is_live(&r.state)) {
+        let Some(l) = live.iter().find(|l| {
+            l.name == r.job_id || r.job_id_raw.as_deref().is_some_and(|raw| raw == l.raw)
+        }) else {
+            continue;
+        };
+        let decoded = decode_tag(&l.comment);
+        r.state = l.state.clone();
+        r.tag_source = "slurmctld";
+        (
+            r.tag_status,
+            r.tag,
+            r.tag_error,
+            r.verdict,
+            r.failing,
+            r.drained,
+            r.earlier_failing,
+        ) = decoded;
+        // A live job has no allocation to measure yet.
+        r.ett = None;
+    }
+}
+
+/// What a row shows of a tag: status, the tag, its error, verdict, failing nodes, drained
+/// nodes and the failing nodes of earlier attempts.
+type Decoded = (
+    &'static str,
+    Option<JobTag>,
+    Option<String>,
+    Option<Verdict>,
+    Vec<FailingNode>,
+    Vec<String>,
+    Vec<FailingNode>,
+);
 
 fn row(rec: JobRecord) -> JobRow {
     let detail = rec.detail.map(|d| *d).unwrap_or_default();
-    let (tag_status, tag, tag_error) = match extract(&detail.admin_comment) {
+    let (tag_status, tag, tag_error, verdict, failing, drained, earlier_failing) =
+        decode_tag(&detail.admin_comment);
+    let ett = if is_live(&detail.state) || rec.state.is_live() {
+        None
+    } else {
+        let run = tag.as_ref().and_then(|t| t.run.as_ref());
+        let evidence = tag
+            .as_ref()
+            .map(|t| FabricEvidence::of(t.verdict, &t.during))
+            .unwrap_or_default();
+        JobEtt::of(rec.elapsed_s, rec.submit_s, run, &evidence)
+    };
+    let set = |t: i64| (t > 0).then_some(t);
+    JobRow {
+        id: JobId::parse(&rec.job_id),
+        job_id: rec.job_id,
+        job_id_raw: (!detail.job_id_raw.is_empty()).then_some(detail.job_id_raw),
+        user: rec.user,
+        partition: rec.partition,
+        state: detail.state,
+        start_s: set(rec.start_s),
+        end_s: set(rec.end_s),
+        elapsed_s: Some(rec.elapsed_s),
+        nnodes: Some(rec.nnodes),
+        nodelist: detail.nodelist,
+        verdict,
+        failing,
+        drained,
+        earlier_failing,
+        tag_status,
+        tag_error,
+        tag,
+        tag_source: "sacct",
+        ett,
+    }
+}
+
+fn decode_tag(comment: &str) -> Decoded {
+    let (tag_status, tag, tag_error) = match extract(comment) {
         None => ("untagged", None, None),
         Some(Ok(t)) => ("tagged", Some(t), None),
         Some(Err(e)) => ("unreadable", None, Some(e.to_string())),
@@ -403,31 +604,19 @@ fn row(rec: JobRecord) -> JobRow {
         }
         None => (None, Vec::new(), Vec::new()),
     };
-    let set = |t: i64| (t > 0).then_some(t);
-    JobRow {
-        id: JobId::parse(&rec.job_id),
-        job_id: rec.job_id,
-        job_id_raw: (!detail.job_id_raw.is_empty()).then_some(detail.job_id_raw),
-        user: rec.user,
-        partition: rec.partition,
-        state: detail.state,
-        start_s: set(rec.start_s),
-        end_s: set(rec.end_s),
-        elapsed_s: Some(rec.elapsed_s),
-        nnodes: Some(rec.nnodes),
-        nodelist: detail.nodelist,
+    (
+        tag_status,
+        tag,
+        tag_error,
         verdict,
         failing,
         drained,
         earlier_failing,
-        tag_status,
-        tag_error,
-        tag,
-    }
+    )
 }
 
 /// The headings of the table and CSV forms.
-pub const COLUMNS: [&str; 11] = [
+pub const COLUMNS: [&str; 12] = [
     "job",
     "user",
     "partition",
@@ -439,9 +628,10 @@ pub const COLUMNS: [&str; 11] = [
     "failing (node: checks)",
     "drained",
     "run",
+    "effective training",
 ];
 
-fn cells(r: &JobRow) -> [String; 11] {
+fn cells(r: &JobRow) -> [String; 12] {
     let show = |f: &FailingNode| {
         if f.checks.is_empty() {
             format!("{}: {}", f.node, f.verdict.as_str())
@@ -467,15 +657,27 @@ fn cells(r: &JobRow) -> [String; 11] {
         r.start_s.map(utc_text).unwrap_or_default(),
         r.elapsed_s.map(|e| e.to_string()).unwrap_or_default(),
         r.nodelist.clone(),
-        match (r.verdict, r.tag_status) {
-            (Some(v), _) => v.as_str().to_string(),
-            (None, "unreadable") => "unreadable".into(),
-            (None, "tagged") => "no probe".into(),
-            _ => "-".into(),
+        {
+            let v = match (r.verdict, r.tag_status) {
+                (Some(v), _) => v.as_str().to_string(),
+                (None, "unreadable") => "unreadable".into(),
+                (None, "tagged") => "no probe".into(),
+                _ => "-".into(),
+            };
+            if r.tag_source == "slurmctld" {
+                format!("{v} (live)")
+            } else {
+                v
+            }
         },
         failing.join("; "),
         r.drained.join(","),
         r.run_summary(),
+        if is_live(&r.state) {
+            String::new()
+        } else {
+            JobEtt::cell(r.ett.as_ref())
+        },
     ]
 }
 
@@ -501,7 +703,7 @@ pub fn summary(list: &JobList) -> String {
 
 /// An aligned text table, the summary line under it.
 pub fn to_table(list: &JobList) -> String {
-    let rows: Vec<[String; 11]> = list.jobs.iter().map(cells).collect();
+    let rows: Vec<[String; 12]> = list.jobs.iter().map(cells).collect();
     let mut width: Vec<usize> = COLUMNS.iter().map(|c| c.chars().count()).collect();
     for r in &rows {
         for (w, c) in width.iter_mut().zip(r) {
@@ -635,6 +837,124 @@ mod tests {
         let list = read(&text, "sacct", &JobFilter::default()).unwrap();
         assert_eq!(list.jobs.len(), 1);
         assert!(list.notes.is_clean(), "{:?}", list.notes.warnings());
+    }
+
+    /// A running job (sacct has no tag yet) and a finished one, as `jobs` reads them.
+    const RUNNING_AND_DONE: &str = "JobID|JobIDRaw|State|NodeList|AdminComment\n\
+        21|21|RUNNING|n[1-2]|\n\
+        22|22|COMPLETED|n3|\n\
+        23_1|24|PENDING|None assigned|\n";
+
+    const LIVE_TAG: &str = r#"fabric-check/v1 {"verdict":"pass","nnodes":2,"nodes":{"n[1-2]":{"verdict":"pass"}},"during":[{"node":"n2","rises":{},"verdict":"fail","watch":[{"check":"ib.port_state","message":"mlx5_0 port 1 is DOWN","seen_at_s":100,"into_job_s":10,"drained":true}]}]}"#;
+
+    #[test]
+    fn a_running_jobs_tag_comes_from_slurmctld_in_one_query_for_all_live_jobs() {
+        let mut calls = Vec::new();
+        let mut query = |ids: &[u64]| {
+            calls.push(ids.to_vec());
+            Ok(format!(
+                "21|21|RUNNING|{LIVE_TAG}\n24|23_1|PENDING|(null)\n"
+            ))
+        };
+        let (list, err) = read_with_live(
+            RUNNING_AND_DONE,
+            "sacct",
+            &JobFilter::default(),
+            Some(&mut query),
+        )
+        .unwrap();
+        assert_eq!(err, None);
+        assert_eq!(calls, [vec![21, 23]], "one query, with every live job");
+        let j = &list.jobs[0];
+        assert_eq!((j.tag_source, j.tag_status), ("slurmctld", "tagged"));
+        let c = cells(j);
+        assert_eq!(c[7], "pass (live)");
+        assert_eq!(c[8], "n2: ib.port_state (10 s into the job, watch)");
+        assert_eq!(c[9], "n2");
+        assert_eq!(list.jobs[1].tag_source, "sacct");
+        assert_eq!(
+            (list.jobs[2].tag_source, list.jobs[2].tag_status),
+            ("slurmctld", "untagged")
+        );
+        let json: serde_json::Value = serde_json::from_str(&to_json(&list)).unwrap();
+        assert_eq!(json[0]["tag_source"], "slurmctld");
+        assert_eq!(json[1]["tag_source"], "sacct");
+    }
+
+    #[test]
+    fn without_a_live_job_slurmctld_is_not_asked_and_a_failed_query_keeps_accountings_tags() {
+        let done = "JobID|State|AdminComment\n22|COMPLETED|\n";
+        let mut calls = 0;
+        let mut query = |_: &[u64]| {
+            calls += 1;
+            Ok(String::new())
+        };
+        read_with_live(done, "sacct", &JobFilter::default(), Some(&mut query)).unwrap();
+        assert_eq!(calls, 0);
+        let mut failing = |_: &[u64]| Err("squeue timed out".to_string());
+        let (list, err) = read_with_live(
+            RUNNING_AND_DONE,
+            "sacct",
+            &JobFilter::default(),
+            Some(&mut failing),
+        )
+        .unwrap();
+        assert_eq!(err.as_deref(), Some("squeue timed out"));
+        assert!(list.jobs.iter().all(|j| j.tag_source == "sacct"));
+    }
+
+    #[test]
+    fn state_running_lists_the_running_jobs_and_a_verdict_filter_sees_the_live_tag() {
+        let filter = JobFilter {
+            states: vec!["running".into()],
+            verdicts: vec!["pass".into()],
+            ..JobFilter::default()
+        };
+        let mut query = |_: &[u64]| Ok(format!("21|21|RUNNING|{LIVE_TAG}\n"));
+        let (list, _) =
+            read_with_live(RUNNING_AND_DONE, "sacct", &filter, Some(&mut query)).unwrap();
+        let ids: Vec<&str> = list.jobs.iter().map(|j| j.job_id.as_str()).collect();
+        assert_eq!(ids, ["21"]);
+    }
+
+    #[test]
+    fn the_live_query_asks_squeue_for_the_jobs_with_fields_every_release_has() {
+        let a = live_query_args(&[21, 23]);
+        assert_eq!(
+            a,
+            [
+                "-h",
+                "--local",
+                "--states=all",
+                "--jobs=21,23",
+                "-O",
+                SQUEUE_FIELDS
+            ]
+        );
+        assert_eq!(
+            parse_live("24|23_1|PENDING|a|b\n"),
+            [LiveJob {
+                raw: "24".into(),
+                name: "23_1".into(),
+                state: "PENDING".into(),
+                comment: "a|b".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_finished_jobs_row_carries_its_effective_training_time_or_says_not_measured() {
+        let tag = r#"fabric-check/v1 {"verdict":"pass","nnodes":1,"run":{"steps":9,"ckpt_n":1,"ckpt_total_s":1.0,"ckpt_max_s":1.0,"retries":1,"requeues":0,"duration_s":1000.0,"outcome":"accepted","accepted":true,"on_time":true,"ett":{"first_step_at_s":1100.0,"kept_s":750.0,"lost_s":50.0,"failures_n":1,"failures":[{"at_s":1500.0,"recover_s":40.0,"lost_steps":5,"lost_s":50.0,"fabric_notice":true}]}}}"#;
+        let text = format!(
+            "JobID|State|Submit|ElapsedRaw|AdminComment\n31|COMPLETED|1000|1000|{tag}\n32|COMPLETED|1000|1000|\n"
+        );
+        let list = read(&text, "t", &JobFilter::default()).unwrap();
+        assert_eq!(cells(&list.jobs[0])[11], "ETT 75.0%, 1 failure (1 fabric)");
+        assert_eq!(cells(&list.jobs[1])[11], "ETT not measured");
+        let json: serde_json::Value = serde_json::from_str(&to_json(&list)).unwrap();
+        assert_eq!(json[0]["ett"]["time_to_start_s"], 100.0);
+        assert_eq!(json[0]["ett"]["failures"][0]["cause"], "fabric");
+        assert_eq!(json[1]["ett"], "not measured");
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! arguments, no shell; times as Unix seconds) with the window and filters given, or reads a
 //! saved output of that command (`--sacct-file`, `-` for stdin). sacct is asked for the job or
 //! the array/het leader (`-j 123`) and the exact id (`123_4`, `123+1`) is kept afterwards, so a
-//! sibling never stands in for the job asked about.
+//! sibling never stands in for the job asked about. Jobs still running or pending take their tag
+//! from slurmctld (accounting has it only once they end): one `squeue` run for all of them
+//! ([`jobs::read_with_live`]), never one per job.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -52,6 +54,10 @@ pub struct Args {
     /// (no readable tag).
     #[arg(long, value_delimiter = ',', value_parser = ["pass", "warn", "fail", "error", "none"])]
     verdict: Vec<String>,
+    /// Only jobs in these states (comma-separated, the first word of sacct's state, any case):
+    /// running, pending, completed, failed, cancelled, timeout, ...
+    #[arg(long, value_delimiter = ',')]
+    state: Vec<String>,
     /// Output form.
     #[arg(long, short, value_enum, default_value = "table")]
     format: Format,
@@ -67,6 +73,14 @@ pub struct Args {
     /// Longest a sacct run may take; at the limit it is killed, with whatever it started.
     #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
     sacct_timeout: std::time::Duration,
+    /// The squeue binary that reads running and pending jobs' tags from slurmctld (absolute
+    /// path).
+    #[arg(long, default_value = "/usr/bin/squeue", hide = true)]
+    squeue: PathBuf,
+    /// Longest the one squeue run for running and pending jobs may take; past it those jobs
+    /// keep accounting's tag, with a warning.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    squeue_timeout: std::time::Duration,
 }
 
 /// Unix seconds from the forms `--since`/`--until` take ([`sacct_text::parse_when`]).
@@ -146,6 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         partitions: args.partition.clone(),
         users: args.user.clone(),
         verdicts: args.verdict.clone(),
+        states: args.state.iter().map(|s| s.to_ascii_lowercase()).collect(),
     };
     let (text, name) = match &args.sacct_file {
         Some(p) if p.as_os_str() == "-" => (
@@ -158,7 +173,12 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         ),
         None => (run_sacct(&args, &filter)?, "sacct".to_string()),
     };
-    let list = jobs::read(&text, &name, &filter).map_err(|e| match (e, &args.sacct_file) {
+    // Accounting has a job's tag only once the job ends: for those still running or pending,
+    // slurmctld's copy, in one squeue run for all of them (never for a saved output).
+    let mut live = |ids: &[u64]| run_squeue(&args, ids);
+    let live: Option<&mut jobs::LiveQuery> = args.sacct_file.is_none().then_some(&mut live as _);
+    let read = jobs::read_with_live(&text, &name, &filter, live);
+    let (list, live_error) = read.map_err(|e| match (e, &args.sacct_file) {
         // A JSON error's byte offset, as the line of the file.
         (jobs::JobsError::Input(e), Some(p)) if p.as_os_str() != "-" => {
             jobs::JobsError::Input(e.with_line_from(p))
@@ -167,6 +187,9 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     })?;
     for w in list.notes.warnings() {
         tracing::warn!("{name}: {w}");
+    }
+    if let Some(e) = live_error {
+        tracing::warn!("running and pending jobs show accounting's tag (none until they end): {e}");
     }
     let out = match args.format {
         Format::Table => jobs::to_table(&list),
@@ -178,6 +201,17 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     }
     std::io::stdout().lock().write_all(out.as_bytes())?;
     Ok(0)
+}
+
+/// The one live read: `squeue -h --local --states=all --jobs=IDS -O` with
+/// [`jobs::SQUEUE_FIELDS`], bounded by `--squeue-timeout`, through the same bounded runner as
+/// sacct.
+fn run_squeue(args: &Args, ids: &[u64]) -> Result<String, String> {
+    let words = jobs::live_query_args(ids);
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    super::input::sacct(&args.squeue, args.squeue_timeout)
+        .text(&words, &[])
+        .map_err(|e| e.to_string())
 }
 
 fn run_sacct(args: &Args, filter: &JobFilter) -> anyhow::Result<String> {

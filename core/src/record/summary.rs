@@ -615,10 +615,23 @@ pub fn summarize(recs: &Records) -> Option<RunSummary> {
         reported_by: fabric_proto::tag::Reporter::Job,
         fabric_faults: fabric_faults(recs),
         slow_step_events: Some(job.slow_events).filter(|n| *n > 0),
+        ett: lead_timeline(recs),
     };
     // Each duration was bounded where it was read; their sums are clamped all the same.
     summary.scrub();
     Some(summary)
+}
+
+/// The lead (lowest) rank's records of the node reduced for effective training time
+/// ([`fabric_proto::ett::timeline`]); records without a rank count as the lead's when no rank is
+/// known. The node's fabric fault notices are every rank's (one notice file per node).
+fn lead_timeline(recs: &Records) -> Option<fabric_proto::tag::EttFacts> {
+    let lead = recs.records.iter().filter_map(|r| r.meta.rank).min();
+    fabric_proto::ett::timeline(
+        recs.records
+            .iter()
+            .filter(|r| r.meta.rank == lead || matches!(r.body, Body::FabricFault { .. })),
+    )
 }
 
 /// Distinct fabric fault notices in the records (by node, check and time seen): each rank of a
@@ -645,7 +658,8 @@ fn fabric_faults(recs: &Records) -> Option<u64> {
 /// node; the first given when no rank is known); outputs, ranks and malformed lines add up;
 /// retries, requeues and duration take the maximum; the outcome is the worst (in [`Outcome`]'s
 /// order); `accepted`, `on_time` need every node. Fabric faults add up (each node's are its
-/// own); slow-step events take the maximum (a slow job slows every node's steps alike).
+/// own); slow-step events take the maximum (a slow job slows every node's steps alike); the
+/// effective-training-time facts are the lead node's.
 /// `None` for no summaries.
 pub fn merge_nodes(nodes: &[RunSummary]) -> Option<RunSummary> {
     let lead = nodes

@@ -203,6 +203,21 @@ impl RunSummary {
             *d = clamp_seconds(*d);
         }
         self.outcome = scrub_text(&self.outcome, 16);
+        if let Some(e) = &mut self.ett {
+            e.first_step_at_s = e.first_step_at_s.filter(|t| t.is_finite() && *t >= 0.0);
+            e.kept_s = clamp_seconds(e.kept_s);
+            e.lost_s = clamp_seconds(e.lost_s);
+            e.failures.truncate(super::MAX_ETT_FAILURES);
+            for f in &mut e.failures {
+                f.at_s = if f.at_s.is_finite() {
+                    f.at_s.max(0.0)
+                } else {
+                    0.0
+                };
+                f.recover_s = f.recover_s.map(clamp_seconds);
+                f.lost_s = clamp_seconds(f.lost_s);
+            }
+        }
     }
 }
 

@@ -37,8 +37,9 @@ pub use bound::{
     MAX_SLOW_CLAIMS, clamp_seconds, scrub_text,
 };
 pub use schema::{
-    CollectiveSummary, DuringJob, JobReported, JobTag, MAX_CLAIM_CHARS, MAX_WATCH_EVENTS,
-    NodeResult, Reporter, RunSummary, SlowClaim, TagDecodeError, WatchEvent,
+    CollectiveSummary, DuringJob, EttFacts, JobReported, JobTag, MAX_CLAIM_CHARS, MAX_ETT_FAILURES,
+    MAX_WATCH_EVENTS, NodeResult, Reporter, RunFailure, RunSummary, SlowClaim, TagDecodeError,
+    WatchEvent,
 };
 pub use wire::{extract, extract_as, segment, splice, splice_as};
 

@@ -133,6 +133,51 @@ pub struct RunSummary {
     /// most of any rank, and of any node). Evidence, never a reason to drain. Absent when none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slow_step_events: Option<u64>,
+    /// The lead rank's timeline reduced to what effective training time needs
+    /// ([`crate::ett::timeline`]); absent in tags written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ett: Option<EttFacts>,
+}
+
+/// The most failures an [`EttFacts`] lists (the first ones; [`EttFacts::failures_n`] counts all).
+pub const MAX_ETT_FAILURES: usize = 16;
+
+/// What effective training time needs from one run's records (`docs/cost-model.md`, "Effective
+/// training time"): when training first stepped, the step time whose progress was kept and lost,
+/// and each failure. Times are Unix seconds, durations seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EttFacts {
+    /// When the first step boundary of the run was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_step_at_s: Option<f64>,
+    /// Step time whose progress was kept: steps before a checkpoint, and every step of an
+    /// attempt that ended accepted.
+    pub kept_s: f64,
+    /// Step time whose progress was lost: steps after the last checkpoint at a failure.
+    pub lost_s: f64,
+    /// Failures counted (the list keeps the first [`MAX_ETT_FAILURES`]).
+    pub failures_n: u64,
+    /// The failures, in time order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<RunFailure>,
+}
+
+/// One failure of a run: an attempt that did not succeed, or a launch that vanished.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunFailure {
+    /// When it failed (the attempt's end as recorded).
+    pub at_s: f64,
+    /// From the failure to the first step boundary after it (after the restore); absent when the
+    /// run never stepped again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recover_s: Option<f64>,
+    /// Steps since the last checkpoint, lost.
+    pub lost_steps: u64,
+    /// Their step time.
+    pub lost_s: f64,
+    /// `fabric-run` had seen the in-job watch's fabric fault notice in the failed attempt.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fabric_notice: bool,
 }
 
 /// Who produced a part of the tag that root did not gather itself.

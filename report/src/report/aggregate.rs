@@ -155,6 +155,8 @@ pub struct GroupAcc {
     pub first_start_s: i64,
     /// Latest end seen.
     pub last_end_s: i64,
+    /// Effective training time.
+    pub ett: super::ett::EttAcc,
 }
 
 /// One day's share of a group's usage: the jobs that ended that day (UTC).
@@ -257,6 +259,9 @@ impl GroupAcc {
             }
         };
         let run = tag.and_then(|t| t.run.as_ref());
+        let evidence = tag.map(|t| t.fabric.clone()).unwrap_or_default();
+        let ett = super::ett::JobEtt::of(job.elapsed_s, job.submit_s, run, &evidence);
+        self.ett.add(ett.as_ref(), job.nnodes);
         let mut requeues = u64::from(job.restarts);
         if let Some(t) = tag {
             if let Some(sp) = &t.spares {
@@ -382,6 +387,7 @@ impl GroupAcc {
             self.first_start_s = o.first_start_s;
         }
         self.last_end_s = self.last_end_s.max(o.last_end_s);
+        self.ett.merge(o.ett);
     }
 }
 
@@ -501,6 +507,8 @@ pub struct GroupReport {
     pub drains_by_day_and_check: Vec<(String, String, u64)>,
     /// Cost per accepted run period by period (needs a cost entry; empty without).
     pub cost_over_time: Vec<PeriodCost>,
+    /// Effective training time, time to start and to recover, failures by cause.
+    pub ett: super::ett::EttReport,
     /// Median over runs of each run's median step time, seconds.
     pub step_p50_s: Sampled,
     /// Median over runs of each run's p95 step time, seconds.
@@ -750,6 +758,7 @@ pub fn finish(acc: Acc, opts: &Options, costs: Option<&CostFile>) -> Report {
                     .map(|((d, c), n)| (super::sacct_text::utc_date(d), c, n))
                     .collect(),
                 cost_over_time,
+                ett: std::mem::take(&mut g.ett).finish(),
                 step_p50_s: Sampled { value: p50, n: n50 },
                 step_p95_s: Sampled {
                     value: median(&mut g.step_p95_s),

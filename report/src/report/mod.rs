@@ -12,6 +12,7 @@
 //!   page with charts.
 
 pub mod aggregate;
+pub mod ett;
 mod pool;
 pub use pool::{InputNotes, NAMED, Streamed};
 pub mod render;
@@ -93,6 +94,8 @@ pub struct TagFacts {
     pub run: Option<RunSummary>,
     /// What spare nodes did (`--fabric-check-spares`).
     pub spares: Option<fabric_proto::spares::SparesRecord>,
+    /// When the fabric failed on the job's nodes while it ran (the tag's verdict and `during`).
+    pub fabric: ett::FabricEvidence,
 }
 
 #[derive(Deserialize)]
@@ -150,6 +153,8 @@ struct LeanTag {
     run: Option<RunSummary>,
     #[serde(default)]
     spares: Option<fabric_proto::spares::SparesRecord>,
+    #[serde(default)]
+    during: Vec<fabric_proto::tag::DuringJob>,
 }
 
 /// One job (allocation) from accounting, whatever form it was read from. Times are Unix seconds
@@ -259,6 +264,7 @@ pub fn tag_state(comment: &str) -> TagState {
     match fabric_proto::tag::extract_as::<LeanTag>(comment) {
         None => TagState::Absent,
         Some(Ok(t)) => TagState::Present(Box::new(TagFacts {
+            fabric: ett::FabricEvidence::of(t.verdict, &t.during),
             verdict: t.verdict,
             probed_at: t.probed_at,
             nnodes: t.nnodes,

@@ -244,3 +244,62 @@ fn a_healthy_jobs_watch_makes_no_slurm_call_while_it_samples() {
         );
     });
 }
+
+/// `fabric-check jobs --job JOB --format json` on the testbed: the job's row.
+fn jobs_row(tb: &Testbed, job: u32) -> Option<serde_json::Value> {
+    let bin = tb.dir.join("bin/fabric-check");
+    let out = tb.cmd(
+        bin.to_str().expect("utf-8 path"),
+        &["jobs", "--job", &job.to_string(), "--format", "json"],
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).ok()?;
+    rows.into_iter()
+        .find(|r| r["job_id"].as_str() == Some(job.to_string().as_str()))
+}
+
+#[test]
+fn a_fault_written_ten_seconds_into_a_running_job_shows_in_jobs_within_five_seconds_from_slurmctld()
+{
+    let tb = Testbed::get();
+    tb.healing(|| {
+        let job = tb.sbatch(&["-N2", "-w", "n1,n2", "--fabric-check", "--wrap", "sleep 60"]);
+        running(&tb, job);
+        std::thread::sleep(Duration::from_secs(10));
+        let port = tb
+            .dir
+            .join("nodes/n2/sysfs/class/infiniband/mlx5_3/ports/1");
+        std::fs::write(port.join("state"), "1: DOWN\n").unwrap();
+        std::fs::write(port.join("phys_state"), "3: Disabled\n").unwrap();
+        let t0 = Instant::now();
+        let row = wait_for(Duration::from_secs(5), || {
+            jobs_row(&tb, job).filter(|r| {
+                r["tag_source"] == "slurmctld"
+                    && r["drained"]
+                        .as_array()
+                        .is_some_and(|d| d.iter().any(|n| n == "n2"))
+            })
+        });
+        let shown_s = t0.elapsed().as_secs_f64();
+        let row = row.unwrap_or_else(|| {
+            panic!(
+                "jobs did not show the live entry within 5 s: {:?}; tag {}",
+                jobs_row(&tb, job),
+                live_comment(&tb, job)
+            )
+        });
+        assert_eq!(row["state"], "RUNNING", "{row}");
+        let failing = row["failing"].to_string();
+        assert!(failing.contains("ib.port_state"), "{row}");
+        let listed = {
+            let bin = tb.dir.join("bin/fabric-check");
+            tb.ok(
+                bin.to_str().expect("utf-8 path"),
+                &["jobs", "--state", "running", "--job", &job.to_string()],
+            )
+        };
+        assert!(listed.contains("(live)"), "{listed}");
+        eprintln!("jobs: the watch's entry shown {shown_s:.2} s after the port went down");
+        tb.ok("scancel", &[&job.to_string()]);
+        wait_job_end(&tb, job, Duration::from_secs(60)).expect("the job ends");
+    });
+}

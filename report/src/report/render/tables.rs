@@ -217,9 +217,95 @@ pub fn report_tables(r: &Report) -> Vec<Table> {
         rows,
         notes,
     }];
+    tables.push(ett_table(r, &cols));
     tables.extend(cost_table(r, &cols, cur));
     tables.extend(drain_table(r, &cols));
     tables
+}
+
+/// Effective training time and what it is made of, per group; a figure no job of the group
+/// measured reads "not measured" (never 0).
+fn ett_table(r: &Report, cols: &[String]) -> Table {
+    use super::super::ett::{EttReport, NOT_MEASURED};
+    let per = |better: Better, f: &dyn Fn(&EttReport) -> Option<(f64, String)>| {
+        let mut row = Row::compare("", "", better, r.groups.iter().map(|g| f(&g.ett)).collect());
+        for c in &mut row.cells {
+            if c.text == "n/a" {
+                c.text = NOT_MEASURED.into();
+            }
+        }
+        row
+    };
+    let row =
+        |label: &str, unit: &str, better, f: &dyn Fn(&EttReport) -> Option<(f64, String)>| Row {
+            label: label.into(),
+            unit: unit.into(),
+            ..per(better, f)
+        };
+    let count = |n: Option<u64>| n.map(|n| (n as f64, n.to_string()));
+    let rows = vec![
+        row("effective training time (ETT)", "%", Better::Higher, &|e| {
+            e.ett_pct
+                .map(|p| (p, format!("{p:.1} (n={})", e.jobs_measured)))
+        }),
+        row("time to start (median)", "s", Better::Lower, &|e| {
+            e.time_to_start_p50_s
+                .map(|s| (s, format!("{s:.0} (n={})", e.time_to_start_n)))
+        }),
+        row("time to recover (median)", "s", Better::Lower, &|e| {
+            e.time_to_recover_p50_s
+                .map(|s| (s, format!("{s:.0} (n={})", e.time_to_recover_n)))
+        }),
+        row("failures", "failures", Better::Lower, &|e| {
+            count(e.failures)
+        }),
+        row("of which the fabric's", "failures", Better::Lower, &|e| {
+            e.fabric_failures.map(|n| {
+                let share = e
+                    .fabric_failure_share_pct
+                    .map_or(String::new(), |p| format!(" ({p:.1}%)"));
+                (n as f64, format!("{n}{share}"))
+            })
+        }),
+        row("of which anything else", "failures", Better::Lower, &|e| {
+            count(e.other_failures)
+        }),
+        row(
+            "lost progress (steps since checkpoint)",
+            "steps",
+            Better::Lower,
+            &|e| {
+                e.lost_steps
+                    .zip(e.lost_node_h)
+                    .map(|(n, h)| (n as f64, format!("{n} ({h:.2} node-h)")))
+            },
+        ),
+        row(
+            "node time lost to fabric failures",
+            "%",
+            Better::Lower,
+            &|e| e.fabric_lost_pct.map(|p| (p, format!("{p:.2}"))),
+        ),
+        row(
+            "jobs measured (not measured: no fabric-run records)",
+            "jobs",
+            Better::Neither,
+            &|e| {
+                Some((
+                    0.0,
+                    format!("{} ({} not measured)", e.jobs_measured, e.jobs_not_measured),
+                ))
+            },
+        ),
+    ];
+    Table {
+        title: "Effective training time".into(),
+        columns: cols.to_vec(),
+        rows,
+        notes: vec![
+            "ETT: step time whose progress was kept over the allocation (node-time weighted); time to start: submission to the first step; time to recover: a failure to the first step after the restore; a failure is the fabric's when the watch saw a fabric fault on the job's nodes before it (see docs/cost-model.md).".into(),
+        ],
+    }
 }
 
 /// The notes under the side-by-side table: the window, input warnings, small samples, groups
