@@ -192,16 +192,7 @@ mod tests {
     fn a_down_port_among_active_peers_fails() {
         let mut s = ib_node(8);
         s.devices[3].ports[0] = down(s.devices[3].ports[0].clone());
-        let f = run(&s, check);
-        assert_eq!(
-            brief(&f),
-            [(Severity::Fail, Some("mlx5_3".into()), Some(1))]
-        );
-        assert!(
-            f[0].message.contains("7 of its 7 peers"),
-            "{}",
-            f[0].message
-        );
+        fails_beside_seven_active_peers(&s, "mlx5_3");
     }
 
     #[test]
@@ -295,11 +286,13 @@ mod tests {
         let mut s = dgx_node();
         s.devices[3].ports[0].link_layer = Some("Ethernet".into());
         s.devices[3].ports[0] = down(s.devices[3].ports[0].clone());
-        let f = run(&s, check);
-        assert_eq!(
-            brief(&f),
-            [(Severity::Fail, Some("mlx5_3".into()), Some(1))]
-        );
+        fails_beside_seven_active_peers(&s, "mlx5_3");
+    }
+
+    /// `device`'s port 1 alone fails, its 7 peers ACTIVE.
+    fn fails_beside_seven_active_peers(s: &crate::probe::gather::Snapshot, device: &str) {
+        let f = run(s, check);
+        assert_eq!(brief(&f), [(Severity::Fail, Some(device.into()), Some(1))]);
         assert!(
             f[0].message.contains("7 of its 7 peers"),
             "{}",

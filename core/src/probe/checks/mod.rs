@@ -631,19 +631,7 @@ pub mod testing {
         known: &crate::probe::known::Known,
         f: fn(&Ctx<'_>) -> Vec<Finding>,
     ) -> Vec<Finding> {
-        let now = CounterSnapshot::from_snapshot(snap);
-        let bom = snap.bom("n1");
-        f(&Ctx {
-            node: "n1",
-            snap,
-            expect: &NodeExpectations::default(),
-            now: &now,
-            baseline: None,
-            rate_window: None,
-            bom_now: &bom,
-            bom_pin: None,
-            known: Some(known),
-        })
+        run_full(snap, &NodeExpectations::default(), None, Some(known), f)
     }
 
     /// Runs one check with default expectations and no baseline.
@@ -658,6 +646,16 @@ pub mod testing {
         baseline: Option<&Baseline>,
         f: fn(&Ctx<'_>) -> Vec<Finding>,
     ) -> Vec<Finding> {
+        run_full(snap, expect, baseline, None, f)
+    }
+
+    fn run_full(
+        snap: &Snapshot,
+        expect: &NodeExpectations,
+        baseline: Option<&Baseline>,
+        known: Option<&crate::probe::known::Known>,
+        f: fn(&Ctx<'_>) -> Vec<Finding>,
+    ) -> Vec<Finding> {
         let now = CounterSnapshot::from_snapshot(snap);
         let bom = snap.bom("n1");
         f(&Ctx {
@@ -669,7 +667,7 @@ pub mod testing {
             rate_window: None,
             bom_now: &bom,
             bom_pin: None,
-            known: None,
+            known,
         })
     }
 
