@@ -24,6 +24,19 @@ fn chromium() -> Option<PathBuf> {
     .find(|p| p.exists())
 }
 
+/// The installed Chromium; `None` (the test skips) only when FABRIC_REQUIRE_CHROMIUM is unset.
+fn chromium_or_skip() -> Option<PathBuf> {
+    let bin = chromium();
+    if bin.is_none() {
+        assert!(
+            std::env::var_os("FABRIC_REQUIRE_CHROMIUM").is_none(),
+            "FABRIC_REQUIRE_CHROMIUM is set but no chromium is installed (apt-get install chromium)"
+        );
+        eprintln!("chromium is not installed; skipping the browser test");
+    }
+    bin
+}
+
 /// Runs Chromium headless with a fresh profile; kills it after `limit`.
 fn headless(bin: &Path, profile: &Path, extra: &[String], url: &str, limit: Duration) -> String {
     let mut child = Command::new(bin)
@@ -115,12 +128,7 @@ fn screenshot_chart(bin: &Path, svg: &str, png: &Path) {
 
 #[test]
 fn each_chart_is_screenshotted_alone_at_ten_and_at_ten_thousand_runs_a_fabric() {
-    let Some(bin) = chromium() else {
-        assert!(
-            std::env::var_os("FABRIC_REQUIRE_CHROMIUM").is_none(),
-            "FABRIC_REQUIRE_CHROMIUM is set but no chromium is installed (apt-get install chromium)"
-        );
-        eprintln!("chromium is not installed; skipping the browser test");
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     // The screenshots stay under target/ as artefacts to look at.
@@ -144,12 +152,7 @@ fn each_chart_is_screenshotted_alone_at_ten_and_at_ten_thousand_runs_a_fabric() 
 
 #[test]
 fn the_html_report_charts_are_drawn_in_the_fabrics_colours_with_their_legends() {
-    let Some(bin) = chromium() else {
-        assert!(
-            std::env::var_os("FABRIC_REQUIRE_CHROMIUM").is_none(),
-            "FABRIC_REQUIRE_CHROMIUM is set but no chromium is installed (apt-get install chromium)"
-        );
-        eprintln!("chromium is not installed; skipping the browser test");
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let artefacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-html");
@@ -322,12 +325,7 @@ fn the_html_report_charts_are_drawn_in_the_fabrics_colours_with_their_legends() 
 
 #[test]
 fn the_html_acceptance_report_renders_with_its_bandwidth_chart() {
-    let Some(bin) = chromium() else {
-        assert!(
-            std::env::var_os("FABRIC_REQUIRE_CHROMIUM").is_none(),
-            "FABRIC_REQUIRE_CHROMIUM is set but no chromium is installed (apt-get install chromium)"
-        );
-        eprintln!("chromium is not installed; skipping the browser test");
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let artefacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("accept-html");

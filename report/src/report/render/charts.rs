@@ -1,6 +1,8 @@
 //! The report's SVG charts, drawn with `plotters` for the HTML page: cost per accepted run, cost
 //! over time, step time and drains per day.
 
+use plotters::chart::MeshStyle;
+use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::prelude::*;
 use rust_decimal::prelude::ToPrimitive;
 
@@ -260,6 +262,29 @@ fn day_label(d: &f64) -> String {
     super::super::sacct_text::utc_date(d.round() as i64)[5..].to_string()
 }
 
+/// A chart's mesh in the page's fonts: 13 px tick labels, 14 px axis titles.
+fn mesh<'a, 'b, DB, XT, YT, X, Y>(
+    chart: &'b mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+) -> MeshStyle<'a, 'b, X, Y, DB>
+where
+    DB: DrawingBackend,
+    X: Ranged<ValueType = XT> + ValueFormatter<XT>,
+    Y: Ranged<ValueType = YT> + ValueFormatter<YT>,
+{
+    let mut m = chart.configure_mesh();
+    m.label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 14));
+    m
+}
+
+/// The label of a fabric's slot on a segmented axis: its name under the slot's centre.
+fn slot_label(names: &[String], x: &SegmentValue<u32>) -> String {
+    match x {
+        SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
 fn cost_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
     const SIZE: (u32, u32) = (760, 360);
     let priced: Vec<&GroupReport> = r.groups.iter().filter(|g| g.cost.is_some()).collect();
@@ -288,15 +313,9 @@ fn cost_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
     let plot = plot_rect(chart.plotting_area().get_pixel_range());
     if pass == Pass::Frame {
         let axis = AxisScale::money(0.0, top, &r.currency);
-        chart
-            .configure_mesh()
-            .label_style(("sans-serif", 13))
-            .axis_desc_style(("sans-serif", 14))
+        mesh(&mut chart)
             .disable_x_mesh()
-            .x_label_formatter(&|x| match x {
-                SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
-                _ => String::new(),
-            })
+            .x_label_formatter(&|x| slot_label(&names, x))
             .y_labels(Y_LABELS)
             .y_label_formatter(&|v| axis.label(*v))
             .y_desc(format!("{} over the window", axis.unit))
@@ -457,15 +476,9 @@ fn step_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
     let plot = plot_rect(chart.plotting_area().get_pixel_range());
     if pass == Pass::Frame {
         let axis = AxisScale::plain(f64::from(lo), f64::from(hi), "s");
-        chart
-            .configure_mesh()
-            .label_style(("sans-serif", 13))
-            .axis_desc_style(("sans-serif", 14))
+        mesh(&mut chart)
             .disable_x_mesh()
-            .x_label_formatter(&|x| match x {
-                SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
-                _ => String::new(),
-            })
+            .x_label_formatter(&|x| slot_label(&names, x))
             .y_labels(Y_LABELS)
             .y_label_formatter(&|v| axis.label(f64::from(*v)))
             .y_desc("step time (s)")
@@ -567,10 +580,7 @@ fn drains_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
         .build_cartesian_2d(d0 as f64..(d1 + 1) as f64, 0u64..ymax + ymax / 10 + 1)?;
     let plot = plot_rect(chart.plotting_area().get_pixel_range());
     if pass == Pass::Frame {
-        chart
-            .configure_mesh()
-            .label_style(("sans-serif", 13))
-            .axis_desc_style(("sans-serif", 14))
+        mesh(&mut chart)
             .disable_x_mesh()
             .x_labels(day_axis(d0, d1))
             .x_label_formatter(&day_label)
@@ -668,10 +678,7 @@ fn cost_time_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
     let plot = plot_rect(chart.plotting_area().get_pixel_range());
     if pass == Pass::Frame {
         let axis = AxisScale::money(0.0, top, &r.currency);
-        chart
-            .configure_mesh()
-            .label_style(("sans-serif", 13))
-            .axis_desc_style(("sans-serif", 14))
+        mesh(&mut chart)
             .x_labels(day_axis(d0, d1))
             .x_label_formatter(&day_label)
             .y_labels(Y_LABELS)
