@@ -277,12 +277,35 @@ where
     m
 }
 
-/// The label of a fabric's slot on a segmented axis: its name under the slot's centre.
-fn slot_label(names: &[String], x: &SegmentValue<u32>) -> String {
-    match x {
-        SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
-        _ => String::new(),
+/// An axis of fabric slots: slot `i` spans `i..i + 1` and is labelled under its centre,
+/// `i + 0.5`. (plotters' segmented axes over `0..n - 1` draw a lone fabric off centre with
+/// bars of no width, and over `0..n` leave an empty slot at the end.)
+struct Slots(u32);
+
+impl Ranged for Slots {
+    type FormatOption = plotters::coord::ranged1d::DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        let share = value / f64::from(self.0.max(1));
+        (f64::from(limit.0) + share * f64::from(limit.1 - limit.0)).round() as i32
     }
+
+    fn key_points<Hint: plotters::coord::ranged1d::KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            return Vec::new();
+        }
+        (0..self.0).map(|i| f64::from(i) + 0.5).collect()
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        0.0..f64::from(self.0.max(1))
+    }
+}
+
+/// The label of a fabric's slot: its name under the slot's centre.
+fn slot_label(names: &[String], x: &f64) -> String {
+    names.get(x.floor() as usize).cloned().unwrap_or_default()
 }
 
 fn cost_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
@@ -302,14 +325,13 @@ fn cost_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
     // An empty or all-zero chart still gets an axis.
     let max = if max > 0.0 { max } else { 1.0 };
     let top = max * 1.1;
-    // One slot a fabric: plotters' segments of `0..k` are k + 1 (`0..=k`).
     let n = priced.len().max(1) as u32;
     let names: Vec<String> = priced.iter().map(|g| g.name.clone()).collect();
     let mut chart = ChartBuilder::on(&body)
         .margin(10)
-        .x_label_area_size(30)
+        .x_label_area_size(40)
         .y_label_area_size(80)
-        .build_cartesian_2d((0..n - 1).into_segmented(), 0f64..top)?;
+        .build_cartesian_2d(Slots(n), 0f64..top)?;
     let plot = plot_rect(chart.plotting_area().get_pixel_range());
     if pass == Pass::Frame {
         let axis = AxisScale::money(0.0, top, &r.currency);
@@ -340,7 +362,7 @@ fn cost_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
         if pass == Pass::Frame {
             continue;
         }
-        let bars: Vec<Rectangle<(SegmentValue<u32>, f64)>> = priced
+        let bars: Vec<Rectangle<(f64, f64)>> = priced
             .iter()
             .enumerate()
             .filter_map(|(i, g)| {
@@ -360,10 +382,7 @@ fn cost_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
                     .to_f64()
                     .unwrap_or(0.0);
                 let mut bar = Rectangle::new(
-                    [
-                        (SegmentValue::Exact(i as u32), below),
-                        (SegmentValue::Exact(i as u32 + 1), below + this),
-                    ],
+                    [(i as f64, below), (i as f64 + 1.0, below + this)],
                     colour.filled(),
                 );
                 bar.set_margin(0, 0, 20, 20);
@@ -472,7 +491,7 @@ fn step_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(60)
-        .build_cartesian_2d((0..n - 1).into_segmented(), lo..hi)?;
+        .build_cartesian_2d(Slots(n), lo..hi)?;
     let plot = plot_rect(chart.plotting_area().get_pixel_range());
     if pass == Pass::Frame {
         let axis = AxisScale::plain(f64::from(lo), f64::from(hi), "s");
@@ -500,9 +519,9 @@ fn step_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
         if pass == Pass::Frame {
             continue;
         }
-        let at = SegmentValue::CenterOf(i as u32);
+        let at = i as f64 + 0.5;
         chart.draw_series(std::iter::once(
-            Boxplot::new_vertical(at.clone(), &q)
+            Boxplot::new_vertical(at, &q)
                 .width(box_w as u32)
                 .whisker_width(0.5)
                 .style(colour.stroke_width(2))
@@ -510,7 +529,7 @@ fn step_chart(r: &Report, pass: Pass, svg: &mut String) -> ChartResult {
         ))?;
         let dots = dot_sample(&g.step_samples_s);
         chart.draw_series(dots.iter().enumerate().map(|(j, v)| {
-            EmptyElement::at((at.clone(), *v))
+            EmptyElement::at((at, *v))
                 + Circle::new(
                     (half + 6 + jitter(j, half), 0),
                     2,
