@@ -224,7 +224,6 @@ impl AxisScale {
 
     /// The values plotters puts ticks at on a value axis from `lo` to `hi`.
     pub fn ticks(lo: f64, hi: f64) -> Vec<f64> {
-        use plotters::coord::ranged1d::Ranged;
         if !(lo.is_finite() && hi.is_finite() && hi > lo) {
             return Vec::new();
         }
