@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod chart_support;
+
+use chart_support::CHARTS;
+
 fn chromium() -> Option<PathBuf> {
     [
         "/usr/bin/chromium",
@@ -18,6 +22,19 @@ fn chromium() -> Option<PathBuf> {
     .iter()
     .map(PathBuf::from)
     .find(|p| p.exists())
+}
+
+/// The installed Chromium; `None` (the test skips) only when FABRIC_REQUIRE_CHROMIUM is unset.
+fn chromium_or_skip() -> Option<PathBuf> {
+    let bin = chromium();
+    if bin.is_none() {
+        assert!(
+            std::env::var_os("FABRIC_REQUIRE_CHROMIUM").is_none(),
+            "FABRIC_REQUIRE_CHROMIUM is set but no chromium is installed (apt-get install chromium)"
+        );
+        eprintln!("chromium is not installed; skipping the browser test");
+    }
+    bin
 }
 
 /// Runs Chromium headless with a fresh profile; kills it after `limit`.
@@ -74,21 +91,68 @@ fn pre(dom: &str, id: &str) -> String {
     body[start..end].replace("&quot;", "\"")
 }
 
-const CHARTS: [&str; 4] = [
-    "chart-cost",
-    "chart-cost-time",
-    "chart-steps",
-    "chart-drains",
-];
+/// Screenshots one chart alone, at its own size, into `png`: a page holding only its `<svg>`.
+fn screenshot_chart(bin: &Path, svg: &str, png: &Path) {
+    let attr = |name: &str| -> u32 {
+        let key = format!(" {name}=\"");
+        let at = svg.find(&key).unwrap() + key.len();
+        svg[at..].split('"').next().unwrap().parse().unwrap()
+    };
+    let (w, h) = (attr("width"), attr("height"));
+    let page = png.with_extension("html");
+    std::fs::write(
+        &page,
+        format!(
+            "<!DOCTYPE html><html><body style=\"margin:0;background:#fff\">{svg}</body></html>"
+        ),
+    )
+    .unwrap();
+    let _ = std::fs::remove_file(png);
+    let profile = tempfile::tempdir().unwrap();
+    headless(
+        bin,
+        profile.path(),
+        &[
+            format!("--screenshot={}", png.display()),
+            format!("--window-size={w},{h}"),
+        ],
+        &format!("file://{}", page.display()),
+        Duration::from_secs(90),
+    );
+    let bytes = std::fs::read(png).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG"), "{} is a PNG", png.display());
+    // The IHDR chunk's width: the chart's own.
+    let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    assert_eq!(width, w, "{} is the chart's width", png.display());
+}
+
+#[test]
+fn each_chart_is_screenshotted_alone_at_ten_and_at_ten_thousand_runs_a_fabric() {
+    let Some(bin) = chromium_or_skip() else {
+        return;
+    };
+    // The screenshots stay under target/ as artefacts to look at.
+    let artefacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-charts");
+    std::fs::create_dir_all(&artefacts).unwrap();
+    for (runs, days) in [(10, 3), (10_000, 90)] {
+        let dir = tempfile::tempdir().unwrap();
+        let html = chart_support::render(
+            &chart_support::history(runs, &["ib", "roce"], days),
+            dir.path(),
+        );
+        for id in CHARTS {
+            screenshot_chart(
+                &bin,
+                chart_support::chart_svg(&html, id),
+                &artefacts.join(format!("{id}-{runs}-runs.png")),
+            );
+        }
+    }
+}
 
 #[test]
 fn the_html_report_charts_are_drawn_in_the_fabrics_colours_with_their_legends() {
-    let Some(bin) = chromium() else {
-        assert!(
-            std::env::var_os("FABRIC_REQUIRE_CHROMIUM").is_none(),
-            "FABRIC_REQUIRE_CHROMIUM is set but no chromium is installed (apt-get install chromium)"
-        );
-        eprintln!("chromium is not installed; skipping the browser test");
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let artefacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-html");
@@ -261,12 +325,7 @@ fn the_html_report_charts_are_drawn_in_the_fabrics_colours_with_their_legends() 
 
 #[test]
 fn the_html_acceptance_report_renders_with_its_bandwidth_chart() {
-    let Some(bin) = chromium() else {
-        assert!(
-            std::env::var_os("FABRIC_REQUIRE_CHROMIUM").is_none(),
-            "FABRIC_REQUIRE_CHROMIUM is set but no chromium is installed (apt-get install chromium)"
-        );
-        eprintln!("chromium is not installed; skipping the browser test");
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let artefacts = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("accept-html");
