@@ -25,6 +25,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use fabric_base::exec::ExecError;
+
 use crate::class::FaultClass;
 use crate::grade::{Size, Thresholds};
 use crate::journal::{Journal, JournalError, Undo};
@@ -43,6 +45,16 @@ pub enum InjectError {
         command: String,
         /// What it said.
         message: String,
+    },
+    /// A command on a node ran past its limit and was killed with every process it started.
+    #[error("{command} on {node} did not finish within {limit_ms} ms and was killed")]
+    TimedOut {
+        /// The node it ran for.
+        node: String,
+        /// The command.
+        command: String,
+        /// The limit.
+        limit_ms: u128,
     },
     /// A file operation failed.
     #[error("{what} {}: {source}", path.display())]
@@ -80,8 +92,8 @@ pub trait Injector {
         ckpt_dir: &Path,
         journal: &mut Journal,
     ) -> Result<Vec<u64>, InjectError>;
-    /// Performs one undo.
-    fn undo(&mut self, undo: &Undo) -> Result<(), InjectError>;
+    /// Performs one undo of a change on `node`.
+    fn undo(&mut self, node: &str, undo: &Undo) -> Result<(), InjectError>;
     /// For a graded `congestion` round just injected: the share of its peers' bandwidth the
     /// node's path carried through the cap, measured, percent (taken: asked once per round).
     fn take_measured_pct(&mut self) -> Option<f64> {
@@ -99,7 +111,7 @@ pub fn restore(
     let pending = journal.pending()?;
     let mut first = None;
     for p in pending.iter().filter(|p| ids.contains(&p.id)) {
-        match injector.undo(&p.undo) {
+        match injector.undo(&p.node, &p.undo) {
             Ok(()) => journal.done(p.id)?,
             Err(e) => {
                 tracing::error!(node = %p.node, what = %p.what, "undo failed: {e}");
@@ -119,37 +131,40 @@ pub fn replay(injector: &mut dyn Injector, journal: &mut Journal) -> Result<usiz
     Ok(ids.len())
 }
 
-/// How long an injector command that is busy (`ETXTBSY`: open for writing somewhere) is retried.
-const BUSY_RETRY: Duration = Duration::from_secs(5);
+/// How long one command on a node may run by default before it is killed (`ssh`, `dcb`, `tc`,
+/// a fixture writer): a hung node fails its command instead of hanging the drill.
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(20);
 
-fn run(argv: &[String]) -> Result<String, InjectError> {
+/// Runs `argv` for `node` to completion or until `limit`, then kills it and every process it
+/// started. Its environment is the drill's own (`ssh` needs its agent and its home); stdin is
+/// `/dev/null`. Its stdout, or why it failed.
+fn run(node: &str, argv: &[String], limit: Duration) -> Result<String, InjectError> {
     let (program, args) = argv.split_first().ok_or_else(|| InjectError::Command {
         command: String::new(),
         message: "empty command".into(),
     })?;
     let mut cmd = Command::new(program);
-    cmd.args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    // A fixture writer or tool just written (or being replaced) can be busy for a moment.
-    let out = fabric_base::exec::spawn_retrying_busy(&mut cmd, Instant::now(), BUSY_RETRY)
-        .and_then(std::process::Child::wait_with_output)
-        .map_err(|e| InjectError::Command {
+    cmd.args(args).stdin(std::process::Stdio::null());
+    // A fixture writer or tool just written (or being replaced) can be busy for a moment: the
+    // bounded runner retries a busy program within the limit.
+    let out = fabric_base::exec::run_bounded(cmd, None, limit).map_err(|e| match e {
+        ExecError::Timeout { .. } => InjectError::TimedOut {
+            node: node.to_owned(),
+            command: argv.join(" "),
+            limit_ms: limit.as_millis(),
+        },
+        e => InjectError::Command {
             command: argv.join(" "),
             message: e.to_string(),
-        })?;
+        },
+    })?;
     if !out.status.success() {
         return Err(InjectError::Command {
             command: argv.join(" "),
-            message: format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
+            message: format!("{}: {}", out.status, out.stderr_text()),
         });
     }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(out.stdout_text())
 }
 
 fn words(w: &[&str]) -> Vec<String> {
@@ -176,6 +191,8 @@ pub struct Loads {
     pub hogs: Option<usize>,
     /// Bytes the checkpoint burst writes (default 256 MiB).
     pub burst_bytes: Option<u64>,
+    /// How long one command on a node may run before it is killed (default [`COMMAND_LIMIT`]).
+    pub command_limit: Option<Duration>,
     /// Words that run a hog on the node (`ssh {node}`); empty when the drill runs on the node
     /// itself (the testbed). Through a prefix the remote hog ends by its own `timeout` (60 s),
     /// and no loopback stream runs.
@@ -191,8 +208,13 @@ impl Loads {
         }
     }
 
-    /// Performs a generic undo.
-    pub fn undo(&mut self, undo: &Undo) -> Result<(), InjectError> {
+    /// How long one command on a node may run ([`COMMAND_LIMIT`] unless set).
+    pub fn command_limit(&self) -> Duration {
+        self.command_limit.unwrap_or(COMMAND_LIMIT)
+    }
+
+    /// Performs a generic undo of a change on `node`.
+    pub fn undo(&mut self, node: &str, undo: &Undo) -> Result<(), InjectError> {
         match undo {
             Undo::Rename { from, to } => {
                 if !from.exists() {
@@ -219,7 +241,7 @@ impl Loads {
                     }
                     return Ok(());
                 }
-                run(argv).map(|_| ())
+                run(node, argv, self.command_limit()).map(|_| ())
             }
             Undo::Kill {
                 pid,
@@ -610,7 +632,7 @@ impl TestbedInjector {
         for (counter, n) in raises {
             argv.push(format!("--raise={counter}={n}"));
         }
-        run(&argv)?;
+        run(node, &argv, self.loads.command_limit())?;
         let id = journal.record(
             node,
             what,
@@ -734,10 +756,14 @@ impl Injector for TestbedInjector {
                             ]),
                         },
                     )?);
-                    run(&words(&[
-                        "ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", &dev, "root",
-                        "tbf", "rate", &rate, "burst", &burst, "latency", "100ms",
-                    ]))?;
+                    run(
+                        node,
+                        &words(&[
+                            "ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", &dev,
+                            "root", "tbf", "rate", &rate, "burst", &burst, "latency", "100ms",
+                        ]),
+                        self.loads.command_limit(),
+                    )?;
                 }
                 if let Some((peer_bps, _, from)) = graded {
                     let capped = self.measure(&from, node)?;
@@ -755,7 +781,11 @@ impl Injector for TestbedInjector {
                         argv: words(&[&script, "start", &unit]),
                     },
                 )?;
-                run(&words(&[&script, "stop", &unit]))?;
+                run(
+                    node,
+                    &words(&[&script, "stop", &unit]),
+                    self.loads.command_limit(),
+                )?;
                 Ok(vec![id])
             }
             class @ (FaultClass::PortDown
@@ -791,8 +821,8 @@ impl Injector for TestbedInjector {
         }
     }
 
-    fn undo(&mut self, undo: &Undo) -> Result<(), InjectError> {
-        self.loads.undo(undo)
+    fn undo(&mut self, node: &str, undo: &Undo) -> Result<(), InjectError> {
+        self.loads.undo(node, undo)
     }
 
     fn take_measured_pct(&mut self) -> Option<f64> {
@@ -1065,23 +1095,15 @@ impl NodeExecInjector {
     fn read_before(&self, class: FaultClass, node: &str) -> Result<String, InjectError> {
         let i = self.interface.as_str();
         let prio = self.priority.to_string();
+        let read = |cmd: &[&str]| run(node, &self.on(node, cmd), self.loads.command_limit());
         match class {
-            FaultClass::MtuDrift => {
-                run(&self.on(node, &["cat", &format!("/sys/class/net/{i}/mtu")]))
-            }
-            FaultClass::EcnOff => run(&self.on(
-                node,
-                &[
-                    "cat",
-                    &format!("/sys/class/net/{i}/ecn/roce_np/enable/{prio}"),
-                ],
-            )),
-            FaultClass::PfcOff => {
-                run(&self.on(node, &["dcb", "pfc", "show", "dev", i, "prio-pfc"]))
-            }
-            FaultClass::Congestion => {
-                run(&self.on(node, &["tc", "qdisc", "show", "dev", i, "root"]))
-            }
+            FaultClass::MtuDrift => read(&["cat", &format!("/sys/class/net/{i}/mtu")]),
+            FaultClass::EcnOff => read(&[
+                "cat",
+                &format!("/sys/class/net/{i}/ecn/roce_np/enable/{prio}"),
+            ]),
+            FaultClass::PfcOff => read(&["dcb", "pfc", "show", "dev", i, "prio-pfc"]),
+            FaultClass::Congestion => read(&["tc", "qdisc", "show", "dev", i, "root"]),
             // Nothing to read first: the undo does not depend on what was there.
             FaultClass::PortDown
             | FaultClass::RateDowngrade
@@ -1124,14 +1146,14 @@ impl Injector for NodeExecInjector {
                 let before = self.read_before(class, &round.node)?;
                 let (change, undo) = self.commands(class, &round.node, &before)?;
                 let id = journal.record(&round.node, class.id(), Undo::Run { argv: undo })?;
-                run(&change)?;
+                run(&round.node, &change, self.loads.command_limit())?;
                 Ok(vec![id])
             }
         }
     }
 
-    fn undo(&mut self, undo: &Undo) -> Result<(), InjectError> {
-        self.loads.undo(undo)
+    fn undo(&mut self, node: &str, undo: &Undo) -> Result<(), InjectError> {
+        self.loads.undo(node, undo)
     }
 }
 
@@ -1214,6 +1236,82 @@ mod tests {
             congestion_rate: "1gbit".into(),
             loads: Loads::default(),
         }
+    }
+
+    /// A node whose every command hangs: the prefix stands in for an `ssh` that never answers.
+    fn hung(limit: Duration) -> NodeExecInjector {
+        let mut loads = Loads::remote(Vec::new());
+        loads.command_limit = Some(limit);
+        NodeExecInjector {
+            prefix: vec!["sh".into(), "-c".into(), "sleep 30".into(), "{node}".into()],
+            loads,
+            ..real()
+        }
+    }
+
+    #[test]
+    fn a_hung_node_fails_its_command_at_the_limit_naming_the_node_and_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut journal = Journal::open(&dir.path().join("journal.jsonl")).unwrap();
+        let mut inj = hung(Duration::from_millis(300));
+        let start = Instant::now();
+        let err = inj
+            .inject(&round(FaultClass::MtuDrift), dir.path(), &mut journal)
+            .unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        match &err {
+            InjectError::TimedOut {
+                node,
+                command,
+                limit_ms,
+            } => {
+                assert_eq!(node, "gpu07");
+                assert!(command.contains("/sys/class/net/ens4np0/mtu"), "{command}");
+                assert_eq!(*limit_ms, 300);
+            }
+            other => panic!("not a timeout: {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(
+            text.contains("gpu07") && text.contains("sleep 30"),
+            "{text}"
+        );
+        assert!(journal.pending().unwrap().is_empty(), "nothing was changed");
+    }
+
+    #[test]
+    fn a_hung_undo_fails_at_the_limit_naming_the_node() {
+        let mut loads = Loads {
+            command_limit: Some(Duration::from_millis(300)),
+            ..Loads::default()
+        };
+        let start = Instant::now();
+        let err = loads
+            .undo(
+                "gpu09",
+                &Undo::Run {
+                    argv: words(&["sleep", "30"]),
+                },
+            )
+            .unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        assert!(
+            matches!(&err, InjectError::TimedOut { node, command, .. } if node == "gpu09" && command == "sleep 30"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_command_on_a_node_is_limited_to_twenty_seconds_unless_set() {
+        assert_eq!(Loads::default().command_limit(), Duration::from_secs(20));
     }
 
     #[test]
@@ -1376,20 +1474,26 @@ mod tests {
         let t = start_ticks(pid).unwrap();
         let mut loads = Loads::default();
         loads
-            .undo(&Undo::Kill {
-                pid,
-                start_ticks: t + 1,
-            })
+            .undo(
+                "n1",
+                &Undo::Kill {
+                    pid,
+                    start_ticks: t + 1,
+                },
+            )
             .unwrap();
         assert!(
             child.try_wait().unwrap().is_none(),
             "another start time: left alone"
         );
         loads
-            .undo(&Undo::Kill {
-                pid,
-                start_ticks: t,
-            })
+            .undo(
+                "n1",
+                &Undo::Kill {
+                    pid,
+                    start_ticks: t,
+                },
+            )
             .unwrap();
         let st = child.wait().unwrap();
         assert!(!st.success());
