@@ -68,7 +68,7 @@ pub enum InjectError {
     },
     /// The gates refused the injection: nothing was changed, and the drill stops.
     #[error("refused: {0}")]
-    Refused(#[from] crate::gate::GateError),
+    Refused(#[from] crate::refusal::GateError),
     /// The class cannot be injected here.
     #[error("class {class} cannot be injected on {place}: {why}")]
     Unsupported {
