@@ -15,8 +15,9 @@
 //!   for `--fabric-check=full`, the rendezvous at the first node, which splices every node's
 //!   verdict into the job's `AdminComment`.
 //! - [`epilog::run`]: probe against the prolog's snapshot, counter rises over the job window,
-//!   drains on a fatal rise or a step named slow, and the first node merges every node's rises,
-//!   run summary and step results into the tag.
+//!   drains on a fatal rise (a slow step the job names is tagged as the job's and never drains:
+//!   [`policy`]), and the first node merges every node's rises, run summary and step results into
+//!   the tag.
 //! - [`step_end::run`]: at the end of a `fabric-run` step, on its first node while the job
 //!   runs, that node's run summary into the live tag (one read, one write; none without records).
 //! - [`health::run`]: probe an idle node, drain on `fail`, resume our drain after a streak of
