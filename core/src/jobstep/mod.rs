@@ -48,7 +48,7 @@ pub mod tag_update;
 pub mod tag_write;
 pub mod watch;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use meet::{Meet, MeetRequest, RendezvousMeet};
@@ -93,6 +93,12 @@ pub enum JobStepError {
         /// The OS error.
         source: std::io::Error,
     },
+}
+
+/// The prolog's snapshot of this node for `job` in `state_dir` (its counters and findings): the
+/// epilog's baseline and where the watch starts from. Named here alone.
+pub fn snapshot_path(state_dir: &Path, job: u32) -> PathBuf {
+    state_dir.join(format!("job-{job}.json"))
 }
 
 /// Everything a job step knows about itself, resolved once, before any seam is used.
@@ -224,11 +230,9 @@ impl JobStep<'_> {
         self.seams.relay.line(&format!("{msg}; {left_ms} ms left"));
     }
 
-    /// The prolog's snapshot of this node's counters for this job.
+    /// The prolog's snapshot of this node's counters for this job ([`snapshot_path`]).
     pub fn snapshot_path(&self) -> PathBuf {
-        self.setup
-            .state_dir
-            .join(format!("job-{}.json", self.job_id()))
+        snapshot_path(&self.setup.state_dir, self.job_id())
     }
 
     /// Drains this node per policy and etiquette (see [`crate::drain::drain_node`]).

@@ -40,8 +40,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod session;
 pub mod vitals;
 pub mod window;
+
+pub use session::{OpenError, Session, Spec};
 
 use super::policy::{self, Found, Phase};
 use super::tag_write::{TagWrite, Target, write_tag_to};
