@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use super::{Act, NoticeFile, PidFile, QuickSampler, RealPace, WatchSummary};
+use super::acting::{Act, WatchSummary};
+use super::life::{PidFile, RealPace};
+use super::outputs::NoticeFile;
+use super::sampling::QuickSampler;
 use crate::config::NodeExpectations;
 use crate::jobstep::Setup;
 use crate::probe::ProbeInput;
@@ -94,15 +97,15 @@ impl Session {
         let job = setup.inv.job_id;
         let node = setup.inv.node.clone();
         let pid = std::process::id();
-        let start = super::start_time(&proc_root, pid)
+        let start = super::life::start_time(&proc_root, pid)
             .ok_or_else(|| OpenError::NoStartTime(proc_root.display().to_string()))?;
         let me = PidFile { pid, start };
-        let pid_path = super::pid_path(&setup.state_dir, job);
+        let pid_path = super::life::pid_path(&setup.state_dir, job);
         me.write(&pid_path).map_err(|source| OpenError::PidFile {
             path: pid_path.display().to_string(),
             source,
         })?;
-        let (baseline, at_start) = match super::load_start(&snapshot) {
+        let (baseline, at_start) = match super::sampling::load_start(&snapshot) {
             Ok(x) => x,
             Err(e) => {
                 let _ = std::fs::remove_file(&pid_path);
@@ -171,7 +174,7 @@ impl Session {
     /// Runs the loop until the pid file is gone or no longer its own, SIGTERM, or its job is
     /// gone; `act` makes the job step of each action.
     pub fn run(&mut self, act: &dyn Act) -> WatchSummary {
-        super::run(
+        super::acting::run(
             &self.setup,
             self.interval,
             self.started_at_s,

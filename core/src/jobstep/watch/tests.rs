@@ -1,11 +1,19 @@
 //! The watch's decisions and its loop, on fakes.
 use super::*;
+use super::{acting::*, life::*, outputs::*, sampling::*, tracker::*};
+use crate::jobstep::{JobStep, Setup, now_unix};
+use crate::probe::CounterSnapshot;
 use crate::testing::{Call, FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
 use fabric_proto::invocation::Script;
+use fabric_proto::notice::FabricNotice;
+use fabric_proto::tag::WatchEvent;
 use fabric_proto::tag::{self, Verdict};
+use fabric_proto::verdict::{Finding, Severity};
 use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 fn fail(check: &str, device: &str, msg: &str) -> Finding {
     Finding::new(
