@@ -8,6 +8,7 @@
 //! | [`jobstep`] | the job prolog, epilog and health check as functions of seams (Slurm, probe runner, rendezvous, relay) |
 //! | [`deadline`] | the job step's one absolute deadline, which every phase draws from |
 //! | [`probe`] | node probe: sysfs gather, pure checks, verdicts, outputs |
+//! | [`atomic_file`] | files replaced whole (temporary file, fsync, rename), a leaf |
 //! | [`config`] | the TOML configuration (expectations and thresholds per node pattern) |
 //! | [`record`] | `fabric-run` records read back from a user-writable spool (types in `fabric-proto`) |
 //! | [`drain`] | drain/resume etiquette and the mass-drain guard |
@@ -30,6 +31,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod atomic_file;
 pub mod coexist;
 pub mod config;
 pub mod deadline;

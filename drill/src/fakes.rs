@@ -285,7 +285,7 @@ impl Injector for FakeInjector {
             },
         )?])
     }
-    fn undo(&mut self, _: &Undo) -> Result<(), InjectError> {
+    fn undo(&mut self, _: &str, _: &Undo) -> Result<(), InjectError> {
         self.undone += 1;
         Ok(())
     }

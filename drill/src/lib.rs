@@ -14,6 +14,7 @@
 //! | [`plan`] | the seeded plan of rounds (`--dry-run` prints it) |
 //! | [`journal`] | the restore journal, replayed by `--restore` and at the next start (only when root's alone) |
 //! | [`gate`] | the gates every injection passes through: classes, nodes, reservation, others' jobs, in service |
+//! | [`refusal`] | why the drill refuses to go on: what the gates latch and an injection carries |
 //! | [`halt`] | SIGINT, SIGTERM, SIGHUP: the flag that stops the rounds, restores and says so |
 //! | [`folder`] | the round folders handed to the job user, written so that no link redirects root |
 //! | [`inject`] | the [`inject::Injector`] seam: testbed and real-cluster injectors |
@@ -40,6 +41,7 @@ pub mod inject;
 pub mod journal;
 pub mod observe;
 pub mod plan;
+pub mod refusal;
 pub mod render;
 pub mod run;
 pub mod score;

@@ -901,10 +901,10 @@ mod tests {
             ids.extend(self.cluster.inject(round, ckpt, journal)?);
             Ok(ids)
         }
-        fn undo(&mut self, undo: &Undo) -> Result<(), crate::inject::InjectError> {
+        fn undo(&mut self, node: &str, undo: &Undo) -> Result<(), crate::inject::InjectError> {
             match undo {
-                Undo::Rename { .. } => self.trees.undo(undo),
-                _ => self.cluster.undo(undo),
+                Undo::Rename { .. } => self.trees.undo(node, undo),
+                _ => self.cluster.undo(node, undo),
             }
         }
     }

@@ -9,8 +9,9 @@
 //! | [`accept`] | `fabric-check accept`: nccl-tests parsing and the acceptance report |
 //! | [`jobs`] | `fabric-check jobs`: jobs from `sacct -X -P` with their fabric verdict, tag decoded |
 //!
-//! It depends on `fabric-core` only for the job tag and the bill of materials; neither the SPANK
-//! plugin nor the wrapper links it, so plotters and rust_decimal stay out of the `.so`.
+//! It depends on `fabric-proto` (the job tag and its codec) and `fabric-base` only, never on
+//! `fabric-core`; neither the SPANK plugin nor the wrapper links it, so plotters and
+//! rust_decimal stay out of the `.so`.
 //! No `unsafe` here.
 
 pub mod accept;

@@ -1133,9 +1133,7 @@ impl<'a> Life<'a> {
         let end = self.hour.get() + hours;
         self.job_end.set(end);
         // The watch starts with the job: its first minutes, then a window around each event.
-        let snapshot = setup
-            .state_dir
-            .join(format!("job-{}.json", setup.inv.job_id));
+        let snapshot = fabric_core::jobstep::snapshot_path(&setup.state_dir, setup.inv.job_id);
         if let Ok((base, at_start)) = watch::load_start(&snapshot) {
             *self.job_watch.borrow_mut() = Some(JobWatch {
                 setup: setup.clone(),

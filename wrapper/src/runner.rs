@@ -46,7 +46,7 @@ use crate::policy::Status;
 use crate::pump::{Patterns, Target, pump};
 use crate::tracker::Tracker;
 
-/// Signals forwarded to the child's process group (DESIGN.md).
+/// Signals forwarded to the child's process group (docs/records.md, "Signals and exit status").
 pub const FORWARDED: [Signal; 6] = [
     Signal::SIGTERM,
     Signal::SIGINT,

@@ -96,8 +96,8 @@ impl jobstep::watch::Act for RealAct {
 /// `fabric-check watch`: the in-job watch of this node (see `fabric_core::jobstep::watch`).
 /// Its lines go to `<state_dir>/watch-<job>.log`, which the epilog relays into the slurmd log.
 pub fn watch(args: Args) -> anyhow::Result<i32> {
-    use fabric_core::jobstep::watch::{self as w, PidFile, QuickSampler, RealPace};
-    use fabric_core::probe::{ProbeInput, gather::Roots};
+    use fabric_core::jobstep::watch::{OpenError, Session, Spec};
+    use fabric_core::probe::gather::Roots;
     use fabric_proto::plugin_args::expand_node;
     let started = Instant::now();
     let relay = StdoutRelay;
@@ -109,22 +109,6 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
     let job = setup.inv.job_id;
     let node = setup.inv.node.clone();
     let proc_root = std::path::PathBuf::from("/proc");
-    let me = std::process::id();
-    let start = w::start_time(&proc_root, me)
-        .ok_or_else(|| anyhow::anyhow!("cannot read this process's start time in /proc"))?;
-    let pf = PidFile { pid: me, start };
-    let pid_path = w::pid_path(&setup.state_dir, job);
-    pf.write(&pid_path)?;
-    let snapshot = setup.state_dir.join(format!("job-{job}.json"));
-    let (baseline, at_start) = match w::load_start(&snapshot) {
-        Ok(x) => x,
-        Err(e) => {
-            println!("watch: no prolog snapshot ({e}); the watch does not run for job {job}");
-            let _ = std::fs::remove_file(&pid_path);
-            return Ok(0);
-        }
-    };
-    let started_at_s = baseline.counters.taken_unix_ms / 1000;
     let config = expand_node(&setup.plugin.config, &node).filter(|c| c.is_file());
     let expect = match config {
         Some(p) => fabric_core::config::Config::load(&p)?.for_node(&node),
@@ -145,34 +129,6 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
         &fabric_core::probe::known::known_path(&setup.state_dir),
         &node,
     );
-    let mut sampler = QuickSampler::new(ProbeInput {
-        node: node.clone(),
-        roots,
-        expect,
-        baseline: Some(baseline),
-        bom_pin: None,
-        known,
-        // The watch looks again every second: its next sample is its second look.
-        second_look: None,
-    });
-    // Created relative to the job's verified spool folder: a folder the job's user swapped for
-    // a link is refused, never walked through.
-    let mut notice = fabric_core::record::open_job_dir(
-        &setup.plugin.spool_dir,
-        job,
-        setup.inv.job_uid,
-        &relay,
-    )
-    .and_then(|dir| match w::NoticeFile::create(&dir, &node) {
-        Ok(n) => Some(n),
-        Err(e) => {
-            println!(
-                "watch: cannot create the job's notice file in {} ({e}); the job is not told of faults",
-                dir.path().display()
-            );
-            None
-        }
-    });
     let metrics = setup
         .plugin
         .watch_textfile
@@ -181,38 +137,37 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
     // The epilog ends the watch with SIGTERM: caught, so the watch ends its loop and writes its
     // last line (the epilog relays it) instead of dying in a sleep.
     let term = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGTERM, term.clone()) {
+    let spec = Spec {
+        snapshot: jobstep::snapshot_path(&setup.state_dir, job),
+        setup,
+        interval,
+        proc_root,
+        expect,
+        roots,
+        known,
+        notice: true,
+        metrics,
+        term: term.clone(),
+    };
+    let mut session = match Session::open(spec, &relay) {
+        Ok(s) => s,
+        Err(e @ OpenError::NoSnapshot(..)) => {
+            println!("watch: {e}");
+            return Ok(0);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Err(e) = signal_hook::flag::register(signal_hook::consts::SIGTERM, term) {
         println!(
             "watch: cannot catch SIGTERM ({e}); the epilog's stop ends it without its last line"
         );
     }
-    let mut pace = RealPace {
-        pid_path: pid_path.clone(),
-        me: pf,
-        proc_root,
-        job,
-        last_seen: Instant::now(),
-        last_scan: Instant::now(),
-        term,
-    };
     println!(
         "watch: started for job {job} on {node}, every {} ms",
         interval.as_millis()
     );
-    let summary = w::run(
-        &setup,
-        interval,
-        started_at_s,
-        &at_start,
-        &mut sampler,
-        &RealAct,
-        &mut pace,
-        notice.as_mut(),
-        metrics.as_deref(),
-    );
-    if PidFile::read(&pid_path) == Some(pf) {
-        let _ = std::fs::remove_file(&pid_path);
-    }
+    let summary = session.run(&RealAct);
+    session.stop();
     println!(
         "watch: ended after {} samples ({} of them full){}; faults seen: {}; cleared: {}",
         summary.samples,

@@ -1,4 +1,4 @@
-//! `fabric-check probe`: the node-local fabric probe (DESIGN.md "Contracts").
+//! `fabric-check probe`: the node-local fabric probe (docs/checks.md, "The document").
 //!
 //! Exit codes (Nagios): 0 pass, 1 warn, 2 fail, 3 the probe could not run. In `json` mode
 //! stdout holds exactly one document, also when the probe could not run (`verdict: error` with

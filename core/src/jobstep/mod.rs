@@ -15,8 +15,9 @@
 //!   for `--fabric-check=full`, the rendezvous at the first node, which splices every node's
 //!   verdict into the job's `AdminComment`.
 //! - [`epilog::run`]: probe against the prolog's snapshot, counter rises over the job window,
-//!   drains on a fatal rise or a step named slow, and the first node merges every node's rises,
-//!   run summary and step results into the tag.
+//!   drains on a fatal rise (a slow step the job names is tagged as the job's and never drains:
+//!   [`policy`]), and the first node merges every node's rises, run summary and step results into
+//!   the tag.
 //! - [`step_end::run`]: at the end of a `fabric-run` step, on its first node while the job
 //!   runs, that node's run summary into the live tag (one read, one write; none without records).
 //! - [`health::run`]: probe an idle node, drain on `fail`, resume our drain after a streak of
@@ -47,7 +48,7 @@ pub mod tag_update;
 pub mod tag_write;
 pub mod watch;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use meet::{Meet, MeetRequest, RendezvousMeet};
@@ -92,6 +93,12 @@ pub enum JobStepError {
         /// The OS error.
         source: std::io::Error,
     },
+}
+
+/// The prolog's snapshot of this node for `job` in `state_dir` (its counters and findings): the
+/// epilog's baseline and where the watch starts from. Named here alone.
+pub fn snapshot_path(state_dir: &Path, job: u32) -> PathBuf {
+    state_dir.join(format!("job-{job}.json"))
 }
 
 /// Everything a job step knows about itself, resolved once, before any seam is used.
@@ -223,11 +230,9 @@ impl JobStep<'_> {
         self.seams.relay.line(&format!("{msg}; {left_ms} ms left"));
     }
 
-    /// The prolog's snapshot of this node's counters for this job.
+    /// The prolog's snapshot of this node's counters for this job ([`snapshot_path`]).
     pub fn snapshot_path(&self) -> PathBuf {
-        self.setup
-            .state_dir
-            .join(format!("job-{}.json", self.job_id()))
+        snapshot_path(&self.setup.state_dir, self.job_id())
     }
 
     /// Drains this node per policy and etiquette (see [`crate::drain::drain_node`]).

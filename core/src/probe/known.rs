@@ -175,9 +175,11 @@ impl Known {
     pub fn save(&self, path: &Path) -> Result<(), KnownError> {
         let mut text = serde_json::to_string_pretty(self).unwrap_or_default();
         text.push('\n');
-        super::output::write_atomic(path, text.as_bytes()).map_err(|source| KnownError::Write {
-            path: path.to_path_buf(),
-            source,
+        crate::atomic_file::write_atomic(path, text.as_bytes()).map_err(|source| {
+            KnownError::Write {
+                path: path.to_path_buf(),
+                source,
+            }
         })
     }
 

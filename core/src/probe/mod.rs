@@ -3,7 +3,7 @@
 //! [`gather::gather`] reads every file once into a [`gather::Snapshot`]; each check in
 //! [`checks`] is a pure function of the snapshot, the node's [`NodeExpectations`], the counter
 //! baseline and the BOMs, so checks are unit-tested without files. [`run`] ties them together
-//! into a [`Report`], the `fabric-check/probe/v1` JSON document of DESIGN.md; [`output`] renders
+//! into a [`Report`], the `fabric-check/probe/v1` JSON document of docs/checks.md; [`output`] renders
 //! it as a table or a Prometheus textfile.
 //!
 //! Severity and verdict: a `fail` finding means the node is unhealthy; `warn` means degraded or

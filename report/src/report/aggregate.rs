@@ -21,6 +21,7 @@ use rust_decimal::Decimal;
 use rust_decimal::prelude::FromPrimitive;
 use serde::Serialize;
 
+use super::decimal::widen;
 use super::{GroupBy, InputNotes, JobRecord, JobState, TagState};
 use crate::cost::{self, CostBreakdown, CostFile, UsageFigures};
 use fabric_proto::tag::Verdict;
@@ -637,12 +638,6 @@ fn unsigned_zero<S: serde::Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S
         Some(x) => s.serialize_some(x),
         None => s.serialize_none(),
     }
-}
-
-/// An `f32` sample as the `f64` of its shortest decimal form, so that a step time stored as
-/// `1.2f32` reports as `1.2`, not as `1.2000000476837158` (its exact binary value).
-pub(crate) fn widen(x: f32) -> f64 {
-    x.to_string().parse().unwrap_or(f64::from(x))
 }
 
 /// Sorts `v` in place (so the samples come out in the same order whatever threads read them)

@@ -254,7 +254,7 @@ impl EttAcc {
         let pct = |num: f64, den: f64| (den > 0.0).then(|| num / den * 100.0);
         let median = |v: &mut Vec<f32>| {
             v.sort_by(f32::total_cmp);
-            let wide: Vec<f64> = v.iter().map(|x| super::aggregate::widen(*x)).collect();
+            let wide: Vec<f64> = v.iter().map(|x| super::decimal::widen(*x)).collect();
             fabric_base::stats::median(&wide)
         };
         EttReport {

@@ -12,6 +12,7 @@
 //!   page with charts.
 
 pub mod aggregate;
+mod decimal;
 pub mod ett;
 mod pool;
 pub use pool::{InputNotes, NAMED, Streamed};

@@ -1,11 +1,19 @@
 //! The watch's decisions and its loop, on fakes.
 use super::*;
+use super::{acting::*, life::*, outputs::*, sampling::*, tracker::*};
+use crate::jobstep::{JobStep, Setup, now_unix};
+use crate::probe::CounterSnapshot;
 use crate::testing::{Call, FakeMeet, FakeRunner, FakeSlurm, Lines, report, seams, setup, step};
 use fabric_proto::invocation::Script;
+use fabric_proto::notice::FabricNotice;
+use fabric_proto::tag::WatchEvent;
 use fabric_proto::tag::{self, Verdict};
+use fabric_proto::verdict::{Finding, Severity};
 use serde_json::Value;
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 fn fail(check: &str, device: &str, msg: &str) -> Finding {
     Finding::new(
@@ -969,4 +977,62 @@ fn a_big_jobs_watches_spread_their_acting_over_at_most_ten_seconds() {
         per_s[act_delay(i, 1000).as_secs() as usize] += 1;
     }
     assert!(per_s.iter().all(|n| *n == 100), "{per_s:?}");
+}
+
+/// A [`Spec`] of the watch of job 7 on n1 in `dir`, telling no job.
+fn spec_in(dir: &std::path::Path) -> Spec {
+    let s = setup(dir, Script::Watch, "n1", "n1", &["policy=warn"]);
+    Spec {
+        snapshot: crate::jobstep::snapshot_path(&s.state_dir, 7),
+        interval: Duration::from_millis(1),
+        proc_root: PathBuf::from("/proc"),
+        expect: crate::config::Config::default().for_node("n1"),
+        roots: crate::probe::gather::Roots::for_sysfs(dir.join("sysfs"), "/proc".into(), None),
+        known: None,
+        notice: false,
+        metrics: None,
+        term: std::sync::Arc::default(),
+        setup: s,
+    }
+}
+
+#[test]
+fn a_session_without_the_prologs_snapshot_does_not_open_and_leaves_no_pid_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec_in(dir.path());
+    let pid_at = pid_path(&spec.setup.state_dir, 7);
+    let err = Session::open(spec, &Lines::default()).unwrap_err();
+    assert!(matches!(err, OpenError::NoSnapshot(_, 7)), "{err}");
+    assert!(
+        err.to_string()
+            .ends_with("the watch does not run for job 7"),
+        "{err}"
+    );
+    assert!(!pid_at.exists());
+}
+
+#[test]
+fn a_session_opens_from_the_snapshot_the_prolog_saved_and_its_stop_removes_its_pid_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec_in(dir.path());
+    let step_snapshot = {
+        let s = &spec.setup;
+        crate::jobstep::snapshot_path(&s.state_dir, s.inv.job_id)
+    };
+    assert_eq!(spec.snapshot, step_snapshot);
+    assert!(spec.snapshot.ends_with("job-7.json"));
+    std::fs::write(
+        &spec.snapshot,
+        serde_json::to_vec(&report("n1", Verdict::Pass)).unwrap(),
+    )
+    .unwrap();
+    let pid_at = pid_path(&spec.setup.state_dir, 7);
+    let session = Session::open(spec, &Lines::default()).unwrap();
+    assert_eq!(session.setup().inv.job_id, 7);
+    assert_eq!(
+        PidFile::read(&pid_at).map(|p| p.pid),
+        Some(std::process::id())
+    );
+    session.stop();
+    assert!(!pid_at.exists());
 }

@@ -149,10 +149,45 @@ impl CounterRing {
     }
 
     /// Lowers every entry's value of a counter that went down in `now` (see
-    /// [`super::rebase`]).
+    /// [`rebase`]).
     pub fn rebase(&mut self, now: &CounterSnapshot) {
         for e in &mut self.entries {
-            super::rebase(e, now);
+            rebase(e, now);
+        }
+    }
+}
+
+/// Moves `baseline`'s value of every counter that went down in `now` (counters cleared, driver
+/// reloaded, a port retrained) to the new value, so later rises are counted from the reset
+/// instead of being hidden below the old total. The baseline's time stays the job's start.
+pub fn rebase(baseline: &mut CounterSnapshot, now: &CounterSnapshot) {
+    for (port, after) in &now.ports {
+        let Some(before) = baseline.ports.get_mut(port) else {
+            continue;
+        };
+        for (set_before, set_after) in [
+            (&mut before.counters, &after.counters),
+            (&mut before.hw_counters, &after.hw_counters),
+        ] {
+            for (name, v) in set_after {
+                if let Some(old) = set_before.get_mut(name)
+                    && *v < *old
+                {
+                    *old = *v;
+                }
+            }
+        }
+    }
+    for (dev, after) in &now.netdevs {
+        let Some(before) = baseline.netdevs.get_mut(dev) else {
+            continue;
+        };
+        for (name, v) in &after.ethtool {
+            if let Some(old) = before.ethtool.get_mut(name)
+                && *v < *old
+            {
+                *old = *v;
+            }
         }
     }
 }

@@ -1,8 +1,9 @@
 //! The checks: one file per stable check id, each a pure function of a [`Ctx`].
 //!
 //! Shared rules live here: peer groups for zero-config parity (ports grouped by HCA type, link
-//! layer and port number, DESIGN.md), the majority value of a group, and counter deltas against
-//! the baseline (judged only as deltas, never as since-boot totals).
+//! layer and port number; docs/checks.md, "Zero-config peer parity"), the majority value of a
+//! group, and counter deltas against the baseline (judged only as deltas, never as since-boot
+//! totals).
 
 use std::collections::BTreeMap;
 
@@ -61,7 +62,7 @@ pub struct Ctx<'a> {
 /// A check: its id and its function.
 pub type Check = (&'static str, fn(&Ctx<'_>) -> Vec<Finding>);
 
-/// Every check, in the order of DESIGN.md.
+/// Every check (docs/checks.md describes each).
 pub const ALL: &[Check] = &[
     (ib_port_state::ID, ib_port_state::check),
     (ib_port_rate::ID, ib_port_rate::check),
