@@ -35,9 +35,9 @@ pub enum Action {
 /// Which node and state folder.
 #[derive(Debug, clap::Args)]
 pub struct Where {
-    /// The node's state folder: plugstack.conf's `state_dir=` with `%n` expanded
-    /// (`/var/lib/fabric-check/<node>` in the packaged configuration).
-    #[arg(long, value_name = "DIR")]
+    /// The node's state folder: plugstack.conf's `state_dir=`, with `%n` expanded where it
+    /// has one (the plugin's default is `/var/lib/fabric-check`).
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/fabric-check")]
     pub state_dir: PathBuf,
     /// The node name (default: the short hostname).
     #[arg(long, value_name = "NAME")]
