@@ -442,6 +442,31 @@ fn twenty_concurrent_multi_node_jobs_each_get_every_node_verdict() {
     }
 }
 
+/// Issue 41 item 5: jobs whose rendezvous windows overlap (consecutive ids) all start at once;
+/// every one ends tagged. The matrix runs this on two clusters of one host side by side, whose
+/// plugins share the host's loopback ports.
+#[test]
+fn forty_checked_jobs_released_at_once_all_end_with_every_nodes_verdict() {
+    let tb = Testbed::get();
+    heal_all(&tb);
+    let jobs: Vec<u32> = (0..40)
+        .map(|_| tb.sbatch(&["-N2", "--hold", "--fabric-check", "--wrap", "sleep 1"]))
+        .collect();
+    let ids: Vec<String> = jobs.iter().map(u32::to_string).collect();
+    tb.ok("scontrol", &["release", &ids.join(",")]);
+    for job in &jobs {
+        assert_eq!(
+            wait_job_end(&tb, *job, Duration::from_secs(600)).as_deref(),
+            Some("COMPLETED"),
+            "job {job}"
+        );
+        let tag = wait_tag(&tb, *job, LONG, |t| t["nnodes"] == 2)
+            .unwrap_or_else(|| panic!("job {job}: no tag with 2 nodes: {:?}", job_tag(&tb, *job)));
+        assert_eq!(verdict(&tag), "pass", "job {job}: {tag}");
+        assert!(tag.get("missing").is_none(), "job {job}: {tag}");
+    }
+}
+
 #[test]
 fn foreign_admin_comment_content_survives_our_write() {
     let tb = Testbed::get();
