@@ -125,9 +125,10 @@ impl SoakRunner<'_> {
     /// real clock taken again: `taken_unix_ms` and each device's `age_s` (the age of its
     /// `ports/`, one `stat` each). The soak is the only writer to its trees and notes every
     /// write, so the gather would have read the same bytes: the snapshot is the same. Measured
-    /// (issue 40): about half the looks of prolog, epilog and health find the tree as the
-    /// last look left it (a second look, health's 5-min grid inside an hour), and a gather is
-    /// ~1,100 files. The watch's samples always read the files.
+    /// (issue 40, seed 1, 10,000 node-days): 24 % of the looks of prolog, epilog and health find
+    /// the tree as the last look left it (a second look, health's 5-min grid inside an hour),
+    /// a gather is ~1,100 files, and the soak's CPU per node-day fell from 97 to 86 ms. The
+    /// watch's samples always read the files.
     fn look(&self, roots: &Roots, expect: &fabric_core::config::NodeExpectations) -> Snapshot {
         let (looks, reused) = self.looks.get();
         let generation = tree_generation();
