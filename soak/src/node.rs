@@ -67,12 +67,32 @@ fn read_u64(path: &Path) -> Result<u64, HardwareError> {
 }
 
 fn write_text(path: &Path, text: &str) -> Result<(), HardwareError> {
+    tree_changes();
     std::fs::write(path, text).map_err(io(path))
+}
+
+std::thread_local! {
+    /// How many times this thread has changed a tree (see [`tree_generation`]).
+    static TREE_GENERATION: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Notes a change to a tree of this thread's node: every write, rename, removal or link the
+/// soak makes in a node's sysfs tree or procfs calls it first.
+pub fn tree_changes() {
+    TREE_GENERATION.with(|g| g.set(g.get() + 1));
+}
+
+/// The generation of this thread's trees: unchanged since an earlier reading, nothing in the
+/// node's sysfs tree or procfs has been written since (each node lives in its own thread and
+/// is the only writer to its trees; the probe and the job steps write only state folders).
+pub fn tree_generation() -> u64 {
+    TREE_GENERATION.with(std::cell::Cell::get)
 }
 
 impl Hardware {
     /// Writes fixture scenario `scenario` at `root` and finds its ports.
     pub fn write(scenario: &str, root: &Path) -> Result<Self, HardwareError> {
+        tree_changes();
         fabric_testkit::sysfs::write(scenario, root)?;
         let class = root.join("class/infiniband");
         let mut devs: Vec<String> = std::fs::read_dir(&class)
@@ -231,6 +251,7 @@ impl Hardware {
     /// GPU `bdf` falls off the bus (`true`: its `bus/pci/devices` entry, driver link and
     /// function folder go away, kept aside) or is back (`false`).
     pub fn gpu_gone(&self, bdf: &str, gone: bool) -> Result<(), HardwareError> {
+        tree_changes();
         let entry = self.root.join("bus/pci/devices").join(bdf);
         let driver = self.root.join("bus/pci/drivers/nvidia").join(bdf);
         let aside = self.root.join(format!(".gone-{bdf}"));
@@ -283,6 +304,7 @@ impl Hardware {
     /// 32 GT/s) in a slot wired for Gen4: trained at 16 GT/s, its upstream bridge's
     /// `max_link_speed` 16 GT/s.
     pub fn gen5_card_in_gen4_slot(&self, ports: &[usize]) -> Result<(), HardwareError> {
+        tree_changes();
         for &p in ports {
             let dev = self.root.join("class/infiniband").join(&self.ports[p].dev);
             write_text(&dev.join("hca_type"), "MT4129\n")?;
@@ -375,6 +397,7 @@ impl Timeline {
     }
 
     fn apply(&self, c: &Change) -> Result<(), HardwareError> {
+        tree_changes();
         match c {
             Change::ClassEmpty(empty) => {
                 let class = self.root.join("class/infiniband");

@@ -44,11 +44,13 @@ pub fn text(o: &Outcome) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "soak ran {} node-days in {:.1} s: {} jobs, {} probes (prolog, epilog, health), {} watch samples (1 s, in windows), {} health checks",
+        "soak ran {} node-days in {:.1} s: {} jobs, {} probes (prolog, epilog, health; {} looks, {} of an unchanged tree), {} watch samples (1 s, in windows), {} health checks",
         o.node_days,
         o.elapsed.as_secs_f64(),
         o.jobs,
         o.probes,
+        o.looks.0,
+        o.looks.1,
         o.watch_samples,
         o.health_runs
     );

@@ -192,6 +192,9 @@ pub struct Outcome {
     pub watch_samples: u64,
     /// Probe runs of the prolog, the epilog and health.
     pub probes: u64,
+    /// Their looks (a second look is a look), and those whose tree had not changed since the
+    /// node's last look, which took that look's snapshot ([`SoakRunner`]).
+    pub looks: (u64, u64),
     /// Times the mass-drain guard refused or undid a drain.
     pub guard_refusals: u64,
     /// Resumes by health after its clean-probe streak.
@@ -214,6 +217,8 @@ impl Outcome {
         self.health_runs += o.health_runs;
         self.watch_samples += o.watch_samples;
         self.probes += o.probes;
+        self.looks.0 += o.looks.0;
+        self.looks.1 += o.looks.1;
         self.guard_refusals += o.guard_refusals;
         self.resumes += o.resumes;
     }
@@ -231,6 +236,7 @@ struct NodeTally {
     health_runs: u64,
     watch_samples: u64,
     probes: u64,
+    looks: (u64, u64),
     guard_refusals: u64,
     resumes: u64,
 }
@@ -1261,6 +1267,7 @@ impl<'a> Life<'a> {
         }
         let mut t = self.tally.borrow_mut();
         t.probes = self.runner.probes.get();
+        t.looks = self.runner.looks.get();
         t.guard_refusals = self.relay.guard.get();
         Ok(())
     }
@@ -1393,6 +1400,7 @@ const LONG_UP_S: f64 = 30.0 * 86_400.0;
 /// Writes `<proc>/uptime` as the kernel does (`SECONDS IDLE_SECONDS`).
 fn set_uptime(proc_root: &Path, up_s: f64) -> Result<(), SoakError> {
     let path = proc_root.join("uptime");
+    crate::node::tree_changes();
     std::fs::write(&path, format!("{up_s:.2} 0.00\n"))
         .map_err(|source| SoakError::Folder { path, source })
 }
@@ -1509,6 +1517,8 @@ fn node_life(
             proc_root,
             watches_started: Cell::new(0),
             probes: Cell::new(0),
+            looks: Cell::new((0, 0)),
+            last_look: RefCell::new(None),
         },
         meet: FakeMeet::default(),
         tally: RefCell::new(NodeTally::default()),

@@ -39,7 +39,7 @@ pub use sysfs::{
 };
 pub use tools::{parse_dcb_pfc, parse_ethtool_stats, parse_pfc_config};
 
-use sysfs::{Read1, Reader, gather_device, gather_gpus, gather_netdev, list_dir, read_capped};
+use sysfs::{Dir, Read1, Reader, gather_device, gather_gpus, gather_netdev, list_dir, read_capped};
 use tools::gather_tools;
 
 /// Sysfs attributes are at most one page; anything longer is not one.
@@ -171,21 +171,19 @@ pub fn gather(roots: &Roots, ignore: impl Fn(&str) -> bool) -> Snapshot {
         Err(why) => snap.gpus_unreadable = Some(why),
     }
     let module_dir = roots.sysfs.join("module");
+    // Listed once (it was listed twice), each `version` opened relative to the directory.
     match list_dir(&module_dir) {
-        Ok(_) => {}
+        Ok(mods) => {
+            let dir = Dir::open(module_dir);
+            for m in mods {
+                if let Read1::Text(v) = dir.read(&format!("{m}/version"), MAX_ATTR_BYTES) {
+                    snap.module_versions.insert(m.clone(), v);
+                }
+                snap.modules.insert(m);
+            }
+        }
         Err(e) => {
             snap.modules_unreadable = Some(format!("cannot list {}: {e}", module_dir.display()))
-        }
-    }
-    if let Ok(mods) = list_dir(&module_dir) {
-        for m in mods {
-            if let Read1::Text(v) = read_capped(
-                &roots.sysfs.join("module").join(&m).join("version"),
-                MAX_ATTR_BYTES,
-            ) {
-                snap.module_versions.insert(m.clone(), v);
-            }
-            snap.modules.insert(m);
         }
     }
     if let Read1::Text(k) = read_capped(&roots.proc.join("sys/kernel/osrelease"), MAX_ATTR_BYTES) {

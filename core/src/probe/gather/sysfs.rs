@@ -23,39 +23,95 @@ pub(super) enum Read1 {
 
 pub(super) fn read_capped(path: &Path, cap: usize) -> Read1 {
     // O_NONBLOCK: a FIFO planted in the tree must not hang the probe (no effect on files).
-    let mut file = match std::fs::OpenOptions::new()
+    match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
     {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Read1::Missing,
-        Err(e) => return Read1::Unreadable(format!("cannot open: {e}")),
-    };
-    let buf = if cap <= MAX_ATTR_BYTES {
+        Ok(f) => read_open(f, cap),
+        Err(e) => open_failed(e),
+    }
+}
+
+fn open_failed(e: std::io::Error) -> Read1 {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        Read1::Missing
+    } else {
+        Read1::Unreadable(format!("cannot open: {e}"))
+    }
+}
+
+/// Reads an opened attribute: at most `cap` bytes, trimmed.
+fn read_open(mut file: std::fs::File, cap: usize) -> Read1 {
+    if cap <= MAX_ATTR_BYTES {
         // One read: sysfs hands an attribute over whole (at most a page) and a regular file's
         // read returns everything up to the size asked for; one syscall fewer per file.
         let mut page = [0u8; MAX_ATTR_BYTES + 1];
-        let want = cap + 1;
-        match file.read(&mut page[..want]) {
-            Ok(n) => page[..n].to_vec(),
-            Err(e) => return Read1::Unreadable(format!("cannot read: {e}")),
+        match file.read(&mut page[..cap + 1]) {
+            Ok(n) => text_of(&page[..n], cap),
+            Err(e) => Read1::Unreadable(format!("cannot read: {e}")),
         }
     } else {
         let mut v = Vec::new();
         if let Err(e) = file.take(cap as u64 + 1).read_to_end(&mut v) {
             return Read1::Unreadable(format!("cannot read: {e}"));
         }
-        v
-    };
+        text_of(&v, cap)
+    }
+}
+
+/// The trimmed text of an attribute's bytes (one allocation, of the trimmed text only).
+fn text_of(buf: &[u8], cap: usize) -> Read1 {
     if buf.len() > cap {
         return Read1::Bad(format!(
             "longer than {cap} bytes, which no sysfs attribute is"
         ));
     }
-    match String::from_utf8(buf) {
+    match std::str::from_utf8(buf) {
         Ok(s) => Read1::Text(s.trim().to_string()),
         Err(_) => Read1::Bad("not UTF-8 text".to_string()),
+    }
+}
+
+/// A directory whose attributes are read by name: opened once (`O_PATH`), each file then
+/// opened relative to it (`openat`), so the kernel walks one component per file instead of
+/// the whole path (`/sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error` is eight,
+/// one of them a symlink). Measured on the soak (issue 40): the path walk was a third of the
+/// probe's open cost. When the directory cannot be opened, each read goes by path as before,
+/// so every "missing" and "cannot open" reads exactly as it did.
+pub(super) struct Dir {
+    path: PathBuf,
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Dir {
+    pub(super) fn open(path: PathBuf) -> Self {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(&path, flags, Mode::empty()).ok();
+        Self { path, fd }
+    }
+
+    /// The path of `name` in it (for problems and fallbacks).
+    pub(super) fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads attribute `name` (one component, or a short relative path) as [`read_capped`].
+    pub(super) fn read(&self, name: &str, cap: usize) -> Read1 {
+        use rustix::fs::{Mode, OFlags};
+        let Some(dir) = &self.fd else {
+            return read_capped(&self.join(name), cap);
+        };
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        match rustix::fs::openat(dir, name, flags, Mode::empty()) {
+            Ok(fd) => read_open(std::fs::File::from(fd), cap),
+            Err(e) => open_failed(e.into()),
+        }
     }
 }
 
@@ -127,27 +183,30 @@ impl Reader<'_> {
     }
 
     /// A text attribute every port has (`state`, `rate`, `link_layer`): a missing one is
-    /// recorded as "could not look" too.
+    /// recorded as "could not look" too. Read once (it was read twice before: a tenth of the
+    /// port's opens).
     fn required_text(
         &mut self,
         check: &'static str,
         dev: Option<&str>,
         port: Option<u32>,
-        path: &Path,
+        dir: &Dir,
+        name: &str,
     ) -> Option<String> {
-        if let Read1::Missing = read_capped(path, MAX_ATTR_BYTES)
-            && std::fs::symlink_metadata(path).is_err()
+        let read = dir.read(name, MAX_ATTR_BYTES);
+        if let Read1::Missing = read
+            && std::fs::symlink_metadata(dir.join(name)).is_err()
         {
             self.unreadable(
                 check,
                 dev,
                 port,
-                path,
+                &dir.join(name),
                 "no such file (the driver does not expose it)".to_string(),
             );
             return None;
         }
-        self.text(check, dev, port, path)
+        self.outcome(check, dev, port, read, || dir.join(name))
     }
 
     /// A required attribute parsed by `parse`; text that does not parse is recorded as "not
@@ -155,14 +214,20 @@ impl Reader<'_> {
     fn required_parsed<T>(
         &mut self,
         (check, dev, port): (&'static str, Option<&str>, Option<u32>),
-        path: &Path,
+        (dir, name): (&Dir, &str),
         parse: impl Fn(&str) -> Option<T>,
         what: &str,
     ) -> Option<T> {
-        let text = self.required_text(check, dev, port, path)?;
+        let text = self.required_text(check, dev, port, dir, name)?;
         let parsed = parse(&text);
         if parsed.is_none() {
-            self.problem(check, dev, port, path, format!("not {what}: {text:?}"));
+            self.problem(
+                check,
+                dev,
+                port,
+                &dir.join(name),
+                format!("not {what}: {text:?}"),
+            );
         }
         parsed
     }
@@ -173,17 +238,31 @@ impl Reader<'_> {
         check: &'static str,
         dev: Option<&str>,
         port: Option<u32>,
-        path: &Path,
+        dir: &Dir,
+        name: &str,
     ) -> Option<String> {
-        match read_capped(path, MAX_ATTR_BYTES) {
+        let read = dir.read(name, MAX_ATTR_BYTES);
+        self.outcome(check, dev, port, read, || dir.join(name))
+    }
+
+    /// What a read gave: its text, or `None` with a bad or unreadable file recorded.
+    fn outcome(
+        &mut self,
+        check: &'static str,
+        dev: Option<&str>,
+        port: Option<u32>,
+        read: Read1,
+        path: impl FnOnce() -> PathBuf,
+    ) -> Option<String> {
+        match read {
             Read1::Missing => None,
             Read1::Text(s) => Some(s),
             Read1::Unreadable(m) => {
-                self.unreadable(check, dev, port, path, m);
+                self.unreadable(check, dev, port, &path(), m);
                 None
             }
             Read1::Bad(m) => {
-                self.problem(check, dev, port, path, m);
+                self.problem(check, dev, port, &path(), m);
                 None
             }
         }
@@ -269,21 +348,16 @@ pub fn parse_pcie_width(s: &str) -> Option<u32> {
 /// The four PCIe link files of a PCI function directory, each read once. A missing file or
 /// `Unknown` is "could not look" (no problem recorded: virtual functions and some platforms
 /// do not report a link); text that is neither a value nor `Unknown` is a problem.
-pub(super) fn read_pcie(
-    r: &mut Reader<'_>,
-    check: &'static str,
-    dev: &str,
-    dir: &Path,
-) -> PcieLink {
+pub(super) fn read_pcie(r: &mut Reader<'_>, check: &'static str, dev: &str, dir: &Dir) -> PcieLink {
     fn one<T>(
         r: &mut Reader<'_>,
         check: &'static str,
         dev: &str,
-        path: &Path,
+        (dir, name): (&Dir, &str),
         parse: fn(&str) -> Option<T>,
         what: &str,
     ) -> Option<T> {
-        let text = r.text(check, Some(dev), None, path)?;
+        let text = r.text(check, Some(dev), None, dir, name)?;
         if text.is_empty() || text.eq_ignore_ascii_case("unknown") {
             return None;
         }
@@ -293,7 +367,7 @@ pub(super) fn read_pcie(
                 check,
                 Some(dev),
                 None,
-                path,
+                &dir.join(name),
                 format!("not {what}: {text:?}"),
             );
         }
@@ -304,7 +378,7 @@ pub(super) fn read_pcie(
             r,
             check,
             dev,
-            &dir.join("current_link_speed"),
+            (dir, "current_link_speed"),
             parse_pcie_speed,
             "a PCIe link speed",
         ),
@@ -312,7 +386,7 @@ pub(super) fn read_pcie(
             r,
             check,
             dev,
-            &dir.join("current_link_width"),
+            (dir, "current_link_width"),
             parse_pcie_width,
             "a PCIe link width",
         ),
@@ -320,7 +394,7 @@ pub(super) fn read_pcie(
             r,
             check,
             dev,
-            &dir.join("max_link_speed"),
+            (dir, "max_link_speed"),
             parse_pcie_speed,
             "a PCIe link speed",
         ),
@@ -328,7 +402,7 @@ pub(super) fn read_pcie(
             r,
             check,
             dev,
-            &dir.join("max_link_width"),
+            (dir, "max_link_width"),
             parse_pcie_width,
             "a PCIe link width",
         ),
@@ -345,8 +419,8 @@ pub(super) fn read_slot_max(sysfs: &Path, pci_path: &[String], link: &mut PcieLi
     let Some(up) = pci_path.len().checked_sub(2).map(|i| &pci_path[i]) else {
         return;
     };
-    let dir = sysfs.join("bus/pci/devices").join(up);
-    let text = |f: &str| match read_capped(&dir.join(f), MAX_ATTR_BYTES) {
+    let dir = Dir::open(sysfs.join("bus/pci/devices").join(up));
+    let text = |f: &str| match dir.read(f, MAX_ATTR_BYTES) {
         Read1::Text(t) => Some(t),
         _ => None,
     };
@@ -392,22 +466,24 @@ fn read_counters(
     };
     let mut out = BTreeMap::new();
     let mut na = Vec::new();
+    let files = Dir::open(dir.to_owned());
     for name in names {
         if name == "lifespan" {
             // mlx5's hw_counters refresh interval in ms: a setting, not a counter.
             continue;
         }
-        let path = dir.join(&name);
-        match read_capped(&path, MAX_ATTR_BYTES) {
+        match files.read(&name, MAX_ATTR_BYTES) {
             Read1::Missing => {}
-            Read1::Unreadable(m) => r.unreadable(check, Some(dev), Some(port), &path, m),
-            Read1::Bad(m) => r.problem(check, Some(dev), Some(port), &path, m),
+            Read1::Unreadable(m) => {
+                r.unreadable(check, Some(dev), Some(port), &files.join(&name), m)
+            }
+            Read1::Bad(m) => r.problem(check, Some(dev), Some(port), &files.join(&name), m),
             Read1::Text(t) => match parse_counter(&t) {
                 Ok(Some(v)) => {
                     out.insert(name, v);
                 }
                 Ok(None) => na.push(name),
-                Err(m) => r.problem(check, Some(dev), Some(port), &path, m),
+                Err(m) => r.problem(check, Some(dev), Some(port), &files.join(&name), m),
             },
         }
     }
@@ -442,6 +518,7 @@ fn hw_counter_check(name: &str) -> &'static str {
 
 fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port {
     let p = dev_dir.join("ports").join(num.to_string());
+    let pd = Dir::open(p.clone());
     let mut port = Port {
         num,
         ..Port::default()
@@ -450,20 +527,15 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
     let n = Some(num);
     port.state = r.required_parsed(
         ("ib.port_state", d, n),
-        &p.join("state"),
+        (&pd, "state"),
         parse_state,
         "a port state",
     );
-    port.phys_state = r.text("ib.port_state", d, n, &p.join("phys_state"));
-    port.rate = r.required_parsed(
-        ("ib.port_rate", d, n),
-        &p.join("rate"),
-        parse_rate,
-        "a rate",
-    );
-    port.link_layer = r.required_text("ib.link_layer", d, n, &p.join("link_layer"));
-    port.lid = r.text("ib.port_state", d, n, &p.join("lid"));
-    port.sm_lid = r.text("ib.port_state", d, n, &p.join("sm_lid"));
+    port.phys_state = r.text("ib.port_state", d, n, &pd, "phys_state");
+    port.rate = r.required_parsed(("ib.port_rate", d, n), (&pd, "rate"), parse_rate, "a rate");
+    port.link_layer = r.required_text("ib.link_layer", d, n, &pd, "link_layer");
+    port.lid = r.text("ib.port_state", d, n, &pd, "lid");
+    port.sm_lid = r.text("ib.port_state", d, n, &pd, "sm_lid");
     let mut no_pma = Vec::new();
     port.counters = read_counters(
         r,
@@ -494,18 +566,16 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
         let types = p.join("gid_attrs").join("types");
         if let Ok(idx) = list_dir(&types) {
             port.gid_table_read = true;
+            let (types, ndevs) = (Dir::open(types), Dir::open(p.join("gid_attrs/ndevs")));
             for i in idx {
                 let Ok(index) = i.parse::<u32>() else {
                     continue;
                 };
                 // Unpopulated entries fail with EINVAL on real sysfs: not a problem.
-                let Read1::Text(kind) = read_capped(&types.join(&i), MAX_ATTR_BYTES) else {
+                let Read1::Text(kind) = types.read(&i, MAX_ATTR_BYTES) else {
                     continue;
                 };
-                let ndev = match read_capped(
-                    &p.join("gid_attrs").join("ndevs").join(&i),
-                    MAX_ATTR_BYTES,
-                ) {
+                let ndev = match ndevs.read(&i, MAX_ATTR_BYTES) {
                     Read1::Text(s) if !s.is_empty() => Some(s),
                     _ => None,
                 };
@@ -525,8 +595,9 @@ fn netdev_by_dev_port(dev_dir: &Path, port: u32) -> Option<String> {
     let net = dev_dir.join("device").join("net");
     let names = list_dir(&net).ok()?;
     let want = port.saturating_sub(1);
+    let net = Dir::open(net);
     names.into_iter().find(|n| {
-        let dp = match read_capped(&net.join(n).join("dev_port"), MAX_ATTR_BYTES) {
+        let dp = match net.read(&format!("{n}/dev_port"), MAX_ATTR_BYTES) {
             Read1::Text(s) => s.parse::<u32>().unwrap_or(0),
             _ => 0,
         };
@@ -551,17 +622,18 @@ pub(super) fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) ->
         name: name.to_string(),
         ..Device::default()
     };
-    dev.fw_ver = r.text("bom.drift", d, None, &dev_dir.join("fw_ver"));
-    dev.hca_type = r.text("bom.drift", d, None, &dev_dir.join("hca_type"));
-    dev.board_id = r.text("bom.drift", d, None, &dev_dir.join("board_id"));
-    dev.node_guid = r.text("bom.drift", d, None, &dev_dir.join("node_guid"));
-    dev.node_type = r.text("ib.link_layer", d, None, &dev_dir.join("node_type"));
+    let dd = Dir::open(dev_dir.clone());
+    dev.fw_ver = r.text("bom.drift", d, None, &dd, "fw_ver");
+    dev.hca_type = r.text("bom.drift", d, None, &dd, "hca_type");
+    dev.board_id = r.text("bom.drift", d, None, &dd, "board_id");
+    dev.node_guid = r.text("bom.drift", d, None, &dd, "node_guid");
+    dev.node_type = r.text("ib.link_layer", d, None, &dd, "node_type");
     if let Some(resolved) = resolve_link(&dev_dir) {
         dev.pci_path = pci_chain(&resolved);
         dev.pci = dev.pci_path.last().cloned();
     }
-    let pci = dev_dir.join("device");
-    dev.numa_node = match read_capped(&pci.join("numa_node"), MAX_ATTR_BYTES) {
+    let pci = Dir::open(dev_dir.join("device"));
+    dev.numa_node = match pci.read("numa_node", MAX_ATTR_BYTES) {
         Read1::Text(s) => s.parse().ok(),
         _ => None,
     };
@@ -613,7 +685,7 @@ pub(super) fn gather_netdev(
     dev: &str,
     port: u32,
 ) -> NetDev {
-    let dir = sysfs.join("class").join("net").join(name);
+    let dir = Dir::open(sysfs.join("class").join("net").join(name));
     let d = Some(dev);
     let n = Some(port);
     let mut nd = NetDev {
@@ -621,7 +693,7 @@ pub(super) fn gather_netdev(
         ..NetDev::default()
     };
     nd.mtu = r
-        .text("roce.mtu", d, n, &dir.join("mtu"))
+        .text("roce.mtu", d, n, &dir, "mtu")
         .and_then(|s| match s.parse() {
             Ok(v) => Some(v),
             Err(_) => {
@@ -635,15 +707,15 @@ pub(super) fn gather_netdev(
                 None
             }
         });
-    nd.operstate = r.text("ib.port_state", d, n, &dir.join("operstate"));
+    nd.operstate = r.text("ib.port_state", d, n, &dir, "operstate");
     let ecn = |r: &mut Reader<'_>, side: &str| -> Option<BTreeMap<u8, bool>> {
-        let base = dir.join("ecn").join(side).join("enable");
+        let base = dir.path().join("ecn").join(side).join("enable");
         let prios = list_dir(&base).ok()?;
+        let base = Dir::open(base);
         let mut m = BTreeMap::new();
         for p in prios {
             let Ok(q) = p.parse::<u8>() else { continue };
-            let path = base.join(&p);
-            match r.text("roce.ecn", d, n, &path).as_deref() {
+            match r.text("roce.ecn", d, n, &base, &p).as_deref() {
                 Some("1") => {
                     m.insert(q, true);
                 }
@@ -654,7 +726,7 @@ pub(super) fn gather_netdev(
                     "roce.ecn",
                     d,
                     n,
-                    &path,
+                    &base.join(&p),
                     format!("expected 0 or 1, read {other:?}"),
                 ),
                 None => {}
@@ -689,8 +761,8 @@ pub(super) fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, 
     let names = list_dir(&bus).map_err(|e| format!("cannot list {}: {e}", bus.display()))?;
     let mut gpus = Vec::new();
     for n in names {
-        let dir = bus.join(&n);
-        let Read1::Text(vendor) = read_capped(&dir.join("vendor"), MAX_ATTR_BYTES) else {
+        let dir = Dir::open(bus.join(&n));
+        let Read1::Text(vendor) = dir.read("vendor", MAX_ATTR_BYTES) else {
             continue;
         };
         let vendor = match vendor.as_str() {
@@ -699,20 +771,20 @@ pub(super) fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, 
             _ => continue,
         };
         let class = r
-            .text("gpu.count", Some(&n), None, &dir.join("class"))
+            .text("gpu.count", Some(&n), None, &dir, "class")
             .unwrap_or_default();
         // 0x0300xx VGA, 0x0302xx 3D controller (PCI code and ID assignment spec).
         if !(class.starts_with("0x0300") || class.starts_with("0x0302")) {
             continue;
         }
         let device_id = r
-            .text("gpu.count", Some(&n), None, &dir.join("device"))
+            .text("gpu.count", Some(&n), None, &dir, "device")
             .unwrap_or_default();
-        let numa_node = match read_capped(&dir.join("numa_node"), MAX_ATTR_BYTES) {
+        let numa_node = match dir.read("numa_node", MAX_ATTR_BYTES) {
             Read1::Text(s) => s.parse().ok(),
             _ => None,
         };
-        let pci_path = resolve_link(&dir)
+        let pci_path = resolve_link(dir.path())
             .map(|p| pci_chain(&p))
             .unwrap_or_default();
         let mut pcie = read_pcie(r, "pcie.link", &n, &dir);
@@ -783,7 +855,7 @@ mod tests {
         let mut r = Reader {
             problems: &mut problems,
         };
-        let l = read_pcie(&mut r, "pcie.link", "mlx5_0", d);
+        let l = read_pcie(&mut r, "pcie.link", "mlx5_0", &Dir::open(d.to_owned()));
         assert_eq!(
             l,
             PcieLink {
