@@ -142,11 +142,7 @@ impl SoakRunner<'_> {
             snap.taken_unix_ms = real_unix_ms();
             let class = roots.sysfs.join("class").join("infiniband");
             for dev in &mut snap.devices {
-                dev.age_s = std::fs::metadata(class.join(&dev.name).join("ports"))
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| std::time::SystemTime::now().duration_since(t).ok())
-                    .map(|d| d.as_secs_f64());
+                dev.age_s = gather::device_age_s(&class.join(&dev.name));
             }
             return snap;
         }
@@ -194,17 +190,11 @@ impl ProbeRunner for SoakRunner<'_> {
         }
         let now = self.now_ms.get();
         report.counters.taken_unix_ms = now;
-        if let Some(dir) = &state_dir {
-            let last = input.baseline.as_ref().and_then(|b| b.inventory.as_ref());
-            if let Some(f) = known::record_after_probe(
-                &known::known_path(dir),
-                input.known.as_ref(),
-                &report,
-                last,
-                now / 1000,
-            ) {
-                report.push(f);
-            }
+        if let Some(dir) = &state_dir
+            && let Some(f) =
+                known::record_after_probe(&known::known_path(dir), &input, &report, now / 1000)
+        {
+            report.push(f);
         }
         let doc = output::json(&report);
         let saves = req

@@ -71,13 +71,9 @@ pub struct AcceptArgs {
 }
 
 fn node_name(w: &Where) -> String {
-    w.node.clone().unwrap_or_else(|| {
-        std::fs::read_to_string(w.proc_root.join("sys/kernel/hostname"))
-            .map(|h| h.trim().split('.').next().unwrap_or("").to_string())
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "localhost".into())
-    })
+    w.node
+        .clone()
+        .unwrap_or_else(|| super::probe::hostname(&w.proc_root))
 }
 
 fn who(by: Option<&str>) -> String {
@@ -151,9 +147,7 @@ fn accept(a: &AcceptArgs) -> anyhow::Result<i32> {
         );
         return Ok(3);
     }
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now_s = fabric_core::jobstep::now_unix();
     let mut k = Known::new(
         &node,
         Inventory::from_snapshot(&snap),

@@ -91,7 +91,8 @@ pub struct Args {
     pub output: Option<PathBuf>,
 }
 
-fn hostname(proc_root: &Path) -> String {
+/// The short hostname from `proc_root` (else the real `/proc`), or `localhost`.
+pub(crate) fn hostname(proc_root: &Path) -> String {
     let read = |p: &Path| std::fs::read_to_string(p.join("sys/kernel/hostname")).ok();
     read(proc_root)
         .or_else(|| read(Path::new("/proc")))
@@ -348,13 +349,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     // known inventory; only `fabric-check inventory accept` replaces it.
     if let Some(dir) = &args.state_dir {
         let path = args.known.clone().unwrap_or_else(|| known::known_path(dir));
-        let last = input.baseline.as_ref().and_then(|b| b.inventory.as_ref());
-        let now_s = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        if let Some(f) =
-            known::record_after_probe(&path, input.known.as_ref(), &report, last, now_s)
-        {
+        let now_s = fabric_core::jobstep::now_unix();
+        if let Some(f) = known::record_after_probe(&path, &input, &report, now_s) {
             report.push(f);
         }
     }

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{Finding, Inventory, InventoryDevice, InventoryPort, Report, Severity};
+use super::{Finding, Inventory, InventoryDevice, InventoryPort, ProbeInput, Report, Severity};
 
 /// The check id whose findings speak of the record.
 const ID: &str = fabric_proto::check_id::INVENTORY_GONE;
@@ -240,7 +240,8 @@ pub fn load_for_probe(path: &Path, node: &str) -> (Option<Known>, Option<Finding
 }
 
 /// After a probe in a state folder: records the node's known inventory at `path` when it has
-/// none. `had`: the record the probe judged with; `last`: the last saved probe's inventory.
+/// none, from the probe's `input` (the record it judged with, the last saved probe's
+/// inventory) and its `report`.
 ///
 /// - A look that finds a device gone (`inventory.gone` fails against the last saved probe)
 ///   seeds the record from the last saved probe, which still had it: the next look, which
@@ -250,15 +251,15 @@ pub fn load_for_probe(path: &Path, node: &str) -> (Option<Known>, Option<Finding
 /// Returns the `info` to add to the report, or a `warn` when the record could not be written.
 pub fn record_after_probe(
     path: &Path,
-    had: Option<&Known>,
+    input: &ProbeInput,
     report: &Report,
-    last: Option<&Inventory>,
     now_s: u64,
 ) -> Option<Finding> {
     // Never over a record, even one that could not be read: only an admin's accept replaces it.
-    if had.is_some() || path.exists() {
+    if input.known.is_some() || path.exists() {
         return None;
     }
+    let last = input.baseline.as_ref().and_then(|b| b.inventory.as_ref());
     let gone = report
         .findings
         .iter()

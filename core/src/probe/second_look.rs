@@ -27,17 +27,6 @@ pub const TRANSIENT: &[&str] = &[
     check_id::GPU_COUNT,
 ];
 
-/// Whether a port reads as one in training: `INIT` or `ARMED`, or its physical link polling
-/// or training.
-fn training(snap: &Snapshot) -> bool {
-    snap.devices.iter().flat_map(|d| &d.ports).any(|p| {
-        p.state.as_ref().is_some_and(|s| matches!(s.code, 2 | 3))
-            || p.phys_state.as_deref().is_some_and(|s| {
-                s.contains("Training") || (s.contains("Polling") && p.state.is_none())
-            })
-    })
-}
-
 /// Whether the first look warrants a second.
 pub fn wanted(snap: &Snapshot, findings: &[Finding]) -> bool {
     findings
@@ -105,8 +94,13 @@ pub fn unsettled(snap: &Snapshot) -> Option<String> {
     if let Some(why) = &snap.gpus_unreadable {
         return Some(why.clone());
     }
-    if training(snap) {
-        return Some("a port is still training (INIT, ARMED or Polling)".into());
+    if snap
+        .devices
+        .iter()
+        .flat_map(|d| &d.ports)
+        .any(|p| p.is_training())
+    {
+        return Some("a port is still training (INIT, ARMED or PortConfigurationTraining)".into());
     }
     None
 }

@@ -147,6 +147,11 @@ pub fn run(
     metrics: Option<&Path>,
 ) -> WatchSummary {
     let node = setup.inv.node.clone();
+    // This node's wait before it acts: its place in the job, fixed for the job's life.
+    let delay = act_delay(
+        setup.nodes.iter().position(|n| *n == node).unwrap_or(0),
+        setup.nodes.len(),
+    );
     let job = setup.inv.job_id;
     let _span = tracing::info_span!("watch", job, node = %node).entered();
     let mut tracker = Tracker::new(at_start).hold_down(HOLD_DOWN);
@@ -177,14 +182,11 @@ pub fn run(
             summary.job_gone = true;
             break;
         }
-        let seen_s = now_unix();
-        let my_place = setup.nodes.iter().position(|n| *n == node).unwrap_or(0);
-        let delay = act_delay(my_place, setup.nodes.len());
+        let now = now_unix();
         if !delay.is_zero() && changes.iter().any(|c| matches!(c, Change::Appeared(_))) {
             pace.sleep(delay);
         }
         for change in changes {
-            let now = seen_s;
             match change {
                 Change::Appeared(fault) => {
                     let into = now.saturating_sub(started_at_s);

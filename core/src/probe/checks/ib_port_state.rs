@@ -93,7 +93,7 @@ pub fn check(ctx: &Ctx<'_>) -> Vec<Finding> {
             .into_iter()
             .flatten()
             .min_by(|a, b| a.0.total_cmp(&b.0));
-            let training = matches!(state.code, 2 | 3)
+            let training = p.is_training()
                 && phys.contains("LinkUp")
                 && since.is_some_and(|(s, _)| s < BOOT_GRACE_S);
             let (sev, why) = match since {

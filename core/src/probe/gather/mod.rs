@@ -34,8 +34,8 @@ use std::time::Duration;
 
 pub use snapshot::*;
 pub use sysfs::{
-    counters_ext_legacy_name, gpu_model, natural_cmp, parse_counter, parse_pcie_speed,
-    parse_pcie_width, parse_rate, parse_state,
+    counters_ext_legacy_name, device_age_s, gpu_model, natural_cmp, parse_counter,
+    parse_pcie_speed, parse_pcie_width, parse_rate, parse_state,
 };
 pub use tools::{parse_dcb_pfc, parse_ethtool_stats, parse_pfc_config};
 

@@ -101,6 +101,16 @@ impl Port {
         self.state.as_ref().is_some_and(PortState::is_active)
     }
 
+    /// Whether the port is on its way up: `INIT` or `ARMED` (the subnet manager has not made it
+    /// ACTIVE yet), or its physical link in `PortConfigurationTraining`.
+    pub fn is_training(&self) -> bool {
+        self.state.as_ref().is_some_and(|s| matches!(s.code, 2 | 3))
+            || self
+                .phys_state
+                .as_deref()
+                .is_some_and(|s| s.contains("Training"))
+    }
+
     /// Whether the link layer is Ethernet (RoCE).
     pub fn is_ethernet(&self) -> bool {
         self.link_layer.as_deref() == Some("Ethernet")

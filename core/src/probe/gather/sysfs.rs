@@ -428,6 +428,18 @@ pub(super) fn read_slot_max(sysfs: &Path, pci_path: &[String], link: &mut PcieLi
     link.slot_max_width = text("max_link_width").as_deref().and_then(parse_pcie_width);
 }
 
+/// How long ago the device at `dev_dir` (`class/infiniband/<dev>`) made its `ports/` folder,
+/// in seconds ([`crate::probe::gather::Device::age_s`]); `None` when that cannot be told.
+pub fn device_age_s(dev_dir: &Path) -> Option<f64> {
+    let made = std::fs::metadata(dev_dir.join("ports"))
+        .and_then(|m| m.modified())
+        .ok()?;
+    std::time::SystemTime::now()
+        .duration_since(made)
+        .ok()
+        .map(|d| d.as_secs_f64())
+}
+
 /// Parses a counter file's text: `Ok(Some(n))`, `Ok(None)` for `N/A (no PMA)`, `Err` otherwise.
 pub fn parse_counter(s: &str) -> Result<Option<u64>, String> {
     if s.starts_with("N/A") {
@@ -645,11 +657,7 @@ pub(super) fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) ->
         .ok()
         .and_then(|l| l.file_name().and_then(|s| s.to_str()).map(str::to_string));
     let ports_dir = dev_dir.join("ports");
-    dev.age_s = std::fs::metadata(&ports_dir)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| std::time::SystemTime::now().duration_since(t).ok())
-        .map(|d| d.as_secs_f64());
+    dev.age_s = device_age_s(&dev_dir);
     match list_dir(&ports_dir) {
         Ok(ports) => {
             for p in ports {
