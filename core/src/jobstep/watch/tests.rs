@@ -187,6 +187,20 @@ fn watch_these(
     samples: Vec<Vec<Finding>>,
     job_asks_requeue: bool,
 ) -> (FakeSlurm, Lines, WatchSummary, String, tempfile::TempDir) {
+    // One more sample, all clear, 150 s on: past the hold-down of a fault that cleared at the
+    // last one.
+    let mut pace = Samples(samples.len() + 1);
+    watch_these_paced(policy, more, samples, job_asks_requeue, &mut pace)
+}
+
+/// [`watch_these`] on `pace`'s clock.
+fn watch_these_paced(
+    policy: &str,
+    more: &[&str],
+    samples: Vec<Vec<Finding>>,
+    job_asks_requeue: bool,
+    pace: &mut dyn Pace,
+) -> (FakeSlurm, Lines, WatchSummary, String, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let pol = format!("policy={policy}");
     let mut args = vec![pol.as_str()];
@@ -195,7 +209,6 @@ fn watch_these(
     let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
     let lines = Lines::default();
     let act = FakeAct::on(&slurm, &lines);
-    let n = samples.len();
     let mut sampler = Script3(samples.into());
     let spool = dir.path().join("spool/7");
     std::fs::create_dir_all(&spool).unwrap();
@@ -215,9 +228,7 @@ fn watch_these(
         &[],
         &mut sampler,
         &act,
-        // One more sample, all clear, 150 s on: past the hold-down of a fault that cleared at
-        // the last one.
-        &mut Samples(n + 1),
+        pace,
         Some(&mut notice),
         Some(&textfile),
     );
@@ -910,17 +921,7 @@ fn a_fault_that_returns_within_the_hold_down_is_one_fault_with_its_flaps_counted
 #[test]
 fn a_port_flapping_forty_times_costs_one_drain_one_tag_entry_and_one_notice() {
     let down = fail("ib.port_state", "mlx5_2", "mlx5_2 port 1 is DOWN");
-    let dir = tempfile::tempdir().unwrap();
-    let s = setup(
-        dir.path(),
-        Script::Watch,
-        "n[1-4]",
-        "n1",
-        &["policy=enforce"],
-    );
-    let slurm = FakeSlurm::with_nodes(&["n1", "n2", "n3", "n4"]);
-    let lines = Lines::default();
-    let act = FakeAct::on(&slurm, &lines);
+    // 40 flaps, a sample a second: all within the hold-down.
     let samples: Vec<Vec<Finding>> = (0..80)
         .map(|i| {
             if i % 2 == 0 {
@@ -930,25 +931,8 @@ fn a_port_flapping_forty_times_costs_one_drain_one_tag_entry_and_one_notice() {
             }
         })
         .collect();
-    let mut sampler = Script3(samples.into());
-    let spool = dir.path().join("spool/7");
-    std::fs::create_dir_all(&spool).unwrap();
-    let notice_at = spool.join("fabric-notice-n1.jsonl");
-    let job_dir = crate::record::JobDir::open(&dir.path().join("spool"), "7", s.inv.job_uid)
-        .unwrap()
-        .unwrap();
-    let mut notice = NoticeFile::create(&job_dir, "n1").unwrap();
-    let summary = run(
-        &s,
-        Duration::from_millis(1),
-        now_unix() - 600,
-        &[],
-        &mut sampler,
-        &act,
-        &mut Seconds(80, 5_000),
-        Some(&mut notice),
-        None,
-    );
+    let (slurm, lines, summary, notices, _dir) =
+        watch_these_paced("enforce", &[], samples, false, &mut Seconds(80, 5_000));
     assert_eq!(summary.appeared, ["ib.port_state"], "{}", lines.text());
     assert!(summary.cleared.is_empty(), "still in its hold-down");
     let drains = slurm
@@ -957,7 +941,6 @@ fn a_port_flapping_forty_times_costs_one_drain_one_tag_entry_and_one_notice() {
         .filter(|c| matches!(c, Call::Drain { .. }))
         .count();
     assert_eq!(drains, 1);
-    let notices = std::fs::read_to_string(&notice_at).unwrap();
     assert_eq!(notices.lines().count(), 1, "{notices}");
     let t = tag::extract(&slurm.current_comment()).unwrap().unwrap();
     let row = t.during.iter().find(|d| d.node == "n1").unwrap();
