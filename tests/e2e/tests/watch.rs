@@ -19,6 +19,15 @@ fn live_comment(tb: &Testbed, job: u32) -> String {
         .to_owned()
 }
 
+/// n2's mlx5_3 port 1 goes DOWN (its link disabled), as a fault mid-job.
+fn n2_port_down(tb: &Testbed) {
+    let port = tb
+        .dir
+        .join("nodes/n2/sysfs/class/infiniband/mlx5_3/ports/1");
+    std::fs::write(port.join("state"), "1: DOWN\n").unwrap();
+    std::fs::write(port.join("phys_state"), "3: Disabled\n").unwrap();
+}
+
 #[test]
 fn a_port_that_goes_down_mid_job_after_a_slurmd_restart_is_drained_and_tagged_live_while_the_job_runs_on()
  {
@@ -36,11 +45,7 @@ fn a_port_that_goes_down_mid_job_after_a_slurmd_restart_is_drained_and_tagged_li
         tb.script(&["restart-slurmd", "n2"])
             .expect("restart n2's slurmd under the running job");
         std::thread::sleep(Duration::from_secs(7));
-        let port = tb
-            .dir
-            .join("nodes/n2/sysfs/class/infiniband/mlx5_3/ports/1");
-        std::fs::write(port.join("state"), "1: DOWN\n").unwrap();
-        std::fs::write(port.join("phys_state"), "3: Disabled\n").unwrap();
+        n2_port_down(&tb);
         let t0 = Instant::now();
         let reason = wait_for(Duration::from_secs(10), || {
             let (state, reason) = tb.node_state("n2");
@@ -265,11 +270,7 @@ fn a_fault_written_ten_seconds_into_a_running_job_shows_in_jobs_within_five_seco
         let job = tb.sbatch(&["-N2", "-w", "n1,n2", "--fabric-check", "--wrap", "sleep 60"]);
         running(&tb, job);
         std::thread::sleep(Duration::from_secs(10));
-        let port = tb
-            .dir
-            .join("nodes/n2/sysfs/class/infiniband/mlx5_3/ports/1");
-        std::fs::write(port.join("state"), "1: DOWN\n").unwrap();
-        std::fs::write(port.join("phys_state"), "3: Disabled\n").unwrap();
+        n2_port_down(&tb);
         let t0 = Instant::now();
         let row = wait_for(Duration::from_secs(5), || {
             jobs_row(&tb, job).filter(|r| {
