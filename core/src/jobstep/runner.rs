@@ -135,6 +135,13 @@ pub trait ProbeRunner {
     fn start_watch(&self, argv: &[String], log: &std::path::Path) -> std::io::Result<u32>;
 }
 
+/// How long a probe bounded by `limit` waits before its second look
+/// ([`crate::probe::second_look`]): 1 s, or a quarter of the limit when that is less (a probe
+/// under a small `timeout=` still has time for both looks).
+pub fn second_look_settle(limit: Duration) -> Duration {
+    (limit / 4).min(Duration::from_secs(1))
+}
+
 /// The real runner: `program` (the plugin's `probe=`) as a subprocess with a scrubbed
 /// environment, in the job step's process group (see [`fabric_base::exec`]).
 #[derive(Debug, Clone)]
@@ -213,6 +220,10 @@ impl ProbeRunner for SubprocessRunner {
         if let Some(k) = &req.known {
             cmd.arg("--known").arg(k);
         }
+        // The second look's settle comes out of this run's own limit: two looks and the wait
+        // between them fit in it.
+        cmd.arg("--second-look-ms")
+            .arg(second_look_settle(limit).as_millis().to_string());
         classify("probe", limit, run_bounded(cmd, None, limit))
     }
 
@@ -345,7 +356,19 @@ mod tests {
         };
         assert_eq!(
             stderr,
-            "probe --format json --node n1 --sysfs-root /tb/n1/sysfs --baseline /s/job-7.json --known /s/known.json"
+            "probe --format json --node n1 --sysfs-root /tb/n1/sysfs --baseline /s/job-7.json --known /s/known.json --second-look-ms 1000"
+        );
+    }
+
+    #[test]
+    fn the_second_look_fits_in_the_probes_limit() {
+        assert_eq!(
+            second_look_settle(Duration::from_secs(8)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            second_look_settle(Duration::from_millis(800)),
+            Duration::from_millis(200)
         );
     }
 }
