@@ -65,6 +65,12 @@ pub const RENDEZVOUS_MISSING: &str = "rendezvous.missing";
 /// A node uniform inside but unlike the job's other nodes (port rates, MTU, link layer,
 /// firmware), named by the first node at the rendezvous (a `warn`, never drained).
 pub const JOB_PEER_PARITY: &str = "job.peer_parity";
+/// A node whose training steps ran at least 1.10× the job's median in three consecutive
+/// windows while the job ran, named by the first node's watch (evidence, never drained).
+pub const JOB_STRAGGLER: &str = "job.straggler";
+/// The job's steps slowed, but as the workload's (every node together, a slow rank that
+/// rotates, a node slower since its first steps), never as a node's (evidence, never drained).
+pub const JOB_WORKLOAD_SLOW: &str = "job.workload_slow";
 
 /// The ids of the probe's checks, in the order `docs/checks.md` lists them.
 pub const PROBE_CHECKS: &[&str] = &[
@@ -100,6 +106,8 @@ pub const JOB_STEP_CHECKS: &[&str] = &[
     COLLECTIVE_SLOW_SUSPECT,
     RENDEZVOUS_MISSING,
     JOB_PEER_PARITY,
+    JOB_STRAGGLER,
+    JOB_WORKLOAD_SLOW,
 ];
 
 /// Whether `id` is one this version knows.

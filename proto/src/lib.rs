@@ -18,6 +18,7 @@
 //! | [`notice`] | the in-job watch's notice to the running job (`fabric-notice-<node>.jsonl`) |
 //! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment`, and the run summary |
 //! | [`spares`] | `--fabric-check-spares=K`: its parsing, the tag's `spares` entry, the batch step's shrunk environment |
+//! | [`straggler`] | cross-node step times: each node's window figure to the first node, the straggler verdict's settings |
 //! | [`record`] | `fabric-run` JSON-lines records and their writer |
 //! | [`hostlist`] | Slurm hostlist expressions (`gpu[001-128]`) |
 //! | [`suggest`] | the known name nearest to a misspelt one ("did you mean") for every configuration reader |
@@ -34,6 +35,7 @@ pub mod plugin_args;
 pub mod ports;
 pub mod record;
 pub mod spares;
+pub mod straggler;
 pub mod suggest;
 pub mod tag;
 pub mod verdict;

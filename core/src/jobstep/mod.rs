@@ -44,6 +44,7 @@ pub mod results;
 pub mod runner;
 pub mod spares;
 pub mod step_end;
+pub mod stragglers;
 pub mod tag_update;
 pub mod tag_write;
 pub mod watch;

@@ -412,6 +412,36 @@ impl JobDir {
         read_user_bytes(file, size, &path, &limits)
     }
 
+    /// Reads at most `max_bytes` of the user file `name` from byte `from` on (the same checks
+    /// as [`JobDir::read_user_file`]: no link, a regular file of the job's uid). Returns the
+    /// bytes and the file's size: a size below `from` means the file was cut or replaced, and
+    /// the caller starts again at 0. The in-job watch follows the node's records with it.
+    pub fn read_user_tail(
+        &self,
+        name: &str,
+        from: u64,
+        max_bytes: u64,
+        limits: &ReadLimits,
+    ) -> Result<(Vec<u8>, u64), RecordError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let limits = self.limits(limits);
+        let path = self.path.join(name);
+        let (mut file, size) = open_in_dir(&self.dir, OsStr::new(name), &path, &limits)?;
+        if size <= from {
+            return Ok((Vec::new(), size));
+        }
+        let io = |e: io::Error| RecordError::Io {
+            path: path.clone(),
+            source: e,
+        };
+        file.seek(SeekFrom::Start(from)).map_err(io)?;
+        let mut buf = Vec::new();
+        file.take(max_bytes.min(size - from))
+            .read_to_end(&mut buf)
+            .map_err(io)?;
+        Ok((buf, size))
+    }
+
     /// Creates root's own file `name` in this folder (mode `mode`, open for appending), relative
     /// to the verified descriptor, `O_CREAT | O_EXCL | O_NOFOLLOW`: a name the job's user planted
     /// there (a file, a symlink) makes it fail, and a folder swapped for a symlink since

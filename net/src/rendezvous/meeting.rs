@@ -18,6 +18,9 @@ pub enum Meeting {
     Epilog,
     /// The end of this step, among the step's nodes.
     StepEnd(u32),
+    /// The in-job watches' step times for one hop (`fabric_proto::straggler`), at the first
+    /// node: a meeting every few seconds while the job runs, each with an id of its own.
+    Stragglers(u64),
 }
 
 impl Meeting {
@@ -28,7 +31,7 @@ impl Meeting {
             Script::Prolog => Some(Meeting::Prolog),
             Script::Epilog => Some(Meeting::Epilog),
             Script::StepEnd => inv.step_id.map(Meeting::StepEnd),
-            // The watch meets nobody: each node's watch acts for its own node.
+            // The watch acts for its own node; its straggler hops meet by their own id.
             Script::Watch => None,
         }
     }
@@ -56,6 +59,11 @@ pub fn meeting_id(job_id: u32, meeting: Meeting) -> u64 {
             // step + 1 in 1..=2^31-1: 0 is the prolog's, the top bit the epilog's.
             let tag = (u64::from(s) % STEP_BITS) + 1;
             (tag << 32) | job
+        }
+        Meeting::Stragglers(hop) => {
+            // The epilog's bit with a tag above the job id: no other meeting has both.
+            let tag = (hop % STEP_BITS) + 1;
+            EPILOG | (tag << 32) | job
         }
     }
 }
@@ -89,8 +97,7 @@ impl fmt::Display for MeetingName {
                     write!(f, "job {job}'s step {step} end")
                 }
             }
-            // Made by no meeting: say it as it is.
-            (true, _) => write!(f, "rendezvous id {id}"),
+            (true, tag) => write!(f, "job {job}'s straggler hop {}", tag - 1),
         }
     }
 }

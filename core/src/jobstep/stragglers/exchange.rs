@@ -1,0 +1,251 @@
+//! The hop loop of one node's straggler thread, and its seam to the other nodes
+//! ([`Exchange`]; the real one is [`RendezvousExchange`]: the job's MUNGE-authenticated
+//! rendezvous, a meeting per hop at the first node, root's credentials only).
+//!
+//! At each hop boundary (Unix time a multiple of the hop, plus a settle for the last records
+//! to land) every node reads its new records, makes its figure, and meets the first node; the
+//! first node judges every figure it got ([`super::judge::Judge`]) and hands the events to the
+//! watch's loop, which acts on them (tag, notice, metrics). No Slurm call: the nodes' addresses
+//! are resolved once, when the watch opens.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fabric_net::rendezvous::typed::decode;
+use fabric_net::rendezvous::{RendezvousConfig, gather};
+use fabric_proto::straggler::WindowSteps;
+
+use super::judge::{Event, Judge, Rules};
+use super::steps::{MAX_READ_BYTES, StepTail};
+use crate::jobstep::meet::{Meeting, meeting_id};
+use crate::record::{JobDir, ReadLimits, RecordError};
+
+/// One hop's meeting with the job's other nodes.
+pub trait Exchange: Send {
+    /// Sends this node's figure; the first node gets every node's figure back (its own
+    /// included), a follower `Ok(None)`.
+    fn meet(
+        &mut self,
+        hop: u64,
+        mine: &WindowSteps,
+    ) -> Result<Option<BTreeMap<String, WindowSteps>>, String>;
+}
+
+/// The real exchange: a rendezvous per hop (its id [`Meeting::Stragglers`]), bounded by
+/// `timeout` (under a hop).
+#[derive(Debug, Clone)]
+pub struct RendezvousExchange {
+    /// The job's rendezvous, its addresses resolved once.
+    pub base: RendezvousConfig,
+    /// The job id.
+    pub job: u32,
+    /// This node's rank.
+    pub rank: usize,
+    /// The longest a hop's meeting waits.
+    pub timeout: Duration,
+}
+
+impl Exchange for RendezvousExchange {
+    fn meet(
+        &mut self,
+        hop: u64,
+        mine: &WindowSteps,
+    ) -> Result<Option<BTreeMap<String, WindowSteps>>, String> {
+        let mut cfg = self.base.clone();
+        cfg.job_id = meeting_id(self.job, Meeting::Stragglers(hop));
+        cfg.timeout = self.timeout;
+        cfg.hard_deadline = Some(Instant::now() + self.timeout * 2);
+        let payload = serde_json::to_value(mine).map_err(|e| e.to_string())?;
+        let g = gather(&cfg, self.rank, &payload).map_err(|e| e.to_string())?;
+        if g.my_rank != 0 {
+            return Ok(None);
+        }
+        let met = decode::<WindowSteps>(&cfg.nodes, g);
+        // A figure for another hop (a node whose clock is far off) is not this hop's.
+        Ok(Some(
+            met.payloads
+                .into_iter()
+                .filter(|(_, f)| f.hop == hop)
+                .collect(),
+        ))
+    }
+}
+
+/// Where a node reads its records.
+#[derive(Debug)]
+pub struct Records {
+    /// The job's verified spool folder.
+    pub dir: JobDir,
+    /// `<node>.jsonl`.
+    pub name: String,
+    /// The job's uid (the records' owner).
+    pub job_uid: Option<u32>,
+}
+
+/// One node's straggler thread, before it starts.
+pub struct NodeSide {
+    /// This node's records (`None`: it sends empty figures, and still meets).
+    pub records: Option<Records>,
+    /// The meeting.
+    pub exchange: Box<dyn Exchange>,
+    /// The judge, on the first node only.
+    pub judge: Option<Judge>,
+    /// The window each figure covers.
+    pub window_ms: u64,
+    /// The time between figures.
+    pub hop_ms: u64,
+    /// How long after a hop's boundary its figure is made (records written at the boundary
+    /// land first).
+    pub settle_ms: u64,
+}
+
+impl std::fmt::Debug for NodeSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeSide")
+            .field("records", &self.records)
+            .field("leads", &self.judge.is_some())
+            .field("window_ms", &self.window_ms)
+            .field("hop_ms", &self.hop_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the thread shares with the watch's loop.
+#[derive(Debug, Clone, Default)]
+pub struct Shared {
+    /// The fail-grade fault the node's own watch holds now (a check id), set by the loop.
+    pub fault: Arc<Mutex<Option<String>>>,
+    /// Set when the watch ends: the thread stops within a slice of its sleep.
+    pub stop: Arc<AtomicBool>,
+}
+
+/// What the thread tells the loop: an event of a hop, or a line for the log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Said {
+    /// The first node's verdict at a hop.
+    Event(Event),
+    /// A line for the slurmd log (a failed meeting, refused records), said once in a while.
+    Line(String),
+}
+
+/// Now, Unix milliseconds.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl NodeSide {
+    /// Reads the new records (bounded); a refusal is returned once as a line.
+    fn follow(&mut self, tail: &mut StepTail) -> Option<String> {
+        let r = self.records.as_ref()?;
+        let limits = ReadLimits {
+            owner_uid: r.job_uid,
+            ..ReadLimits::default()
+        };
+        match r
+            .dir
+            .read_user_tail(&r.name, tail.offset, MAX_READ_BYTES, &limits)
+        {
+            Ok((bytes, size)) => {
+                if size < tail.offset {
+                    tail.restart();
+                } else {
+                    tail.feed(&bytes);
+                }
+                None
+            }
+            Err(RecordError::Missing(_)) => None,
+            Err(e) => Some(format!("straggler figures: records skipped: {e}")),
+        }
+    }
+
+    /// One hop: follow the records, make the figure, meet; the first node judges.
+    pub fn hop(&mut self, tail: &mut StepTail, hop: u64, fault: Option<String>) -> Vec<Said> {
+        let mut said = Vec::new();
+        if let Some(line) = self.follow(tail) {
+            said.push(Said::Line(line));
+        }
+        let end_ms = hop * self.hop_ms;
+        let mine = tail.figure(hop, end_ms, self.window_ms, fault);
+        match self.exchange.meet(hop, &mine) {
+            Ok(Some(all)) => {
+                if let Some(judge) = self.judge.as_mut() {
+                    said.extend(judge.observe(hop, &all).into_iter().map(Said::Event));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => said.push(Said::Line(format!(
+                "straggler figures: hop {hop}'s meeting failed ({e})"
+            ))),
+        }
+        said
+    }
+
+    /// Runs until `shared.stop`, sending what it concludes to `tx` (a closed channel stops it).
+    pub fn run(mut self, shared: &Shared, tx: &Sender<Said>) {
+        let mut tail = StepTail::default();
+        let mut failures = 0u32;
+        loop {
+            let now = unix_ms();
+            let hop = now / self.hop_ms + 1;
+            let at = hop * self.hop_ms + self.settle_ms;
+            if !sleep_until_ms(at, &shared.stop) {
+                return;
+            }
+            let fault = shared.fault.lock().ok().and_then(|f| f.clone());
+            for s in self.hop(&mut tail, hop, fault) {
+                let s = match s {
+                    // One line in a hundred failures: a dead first node does not flood the log.
+                    Said::Line(l) => {
+                        failures += 1;
+                        if failures % 100 != 1 {
+                            continue;
+                        }
+                        Said::Line(l)
+                    }
+                    e => e,
+                };
+                if tx.send(s).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps until Unix millisecond `at` in slices, false when `stop` was set meanwhile.
+fn sleep_until_ms(at: u64, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = unix_ms();
+        if now >= at {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis((at - now).min(200)));
+    }
+}
+
+/// Starts the thread; `None` when the system refused one (said by the caller: the job then
+/// runs without straggler figures from this node).
+pub fn spawn(
+    side: NodeSide,
+    shared: Shared,
+    tx: Sender<Said>,
+) -> Option<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("stragglers".into())
+        .stack_size(256 * 1024)
+        .spawn(move || side.run(&shared, &tx))
+        .ok()
+}
+
+/// Default rules, for the first node.
+pub fn leader_judge() -> Judge {
+    Judge::new(Rules::default())
+}
