@@ -94,6 +94,10 @@ pub struct PluginArgs {
     /// `watch_interval=SECONDS`: how often the in-job watch samples a checked job's node
     /// (default 1 s; `0` turns the watch off; 0.1 to 3600).
     pub watch_interval: Option<Duration>,
+    /// `straggler_window=SECONDS`: the window of step times each node's watch sends the job's
+    /// first node, which names stragglers (default [`crate::straggler::DEFAULT_WINDOW_S`]; `0`
+    /// turns it off; 2 to 600; whole seconds). Needs the watch.
+    pub straggler_window_s: u64,
     /// `watch_textfile=FILE`: where the watch keeps its fault counters for node_exporter's
     /// textfile collector (`%n` expands; default: none).
     pub watch_textfile: Option<PathBuf>,
@@ -148,6 +152,7 @@ impl Default for PluginArgs {
             step_hosts: None,
             hosts_file: None,
             watch_interval: Some(DEFAULT_WATCH_INTERVAL),
+            straggler_window_s: crate::straggler::DEFAULT_WINDOW_S,
             watch_textfile: None,
             max_watches: DEFAULT_MAX_WATCHES,
             on_fault: OnFault::None,
@@ -176,6 +181,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "step_hosts",
     "hosts_file",
     "watch_interval",
+    "straggler_window",
     "watch_textfile",
     "max_watches",
     "on_fault",
@@ -404,6 +410,17 @@ impl PluginArgs {
                         args.watch_interval = (s > 0.0).then(|| Duration::from_secs_f64(s));
                     })
                     .ok_or(bad("seconds from 0.1 to 3600, or 0 to turn the watch off")),
+                "straggler_window" => value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|s| {
+                        (*s == 0 || (2..=600).contains(s))
+                            && value.bytes().all(|b| b.is_ascii_digit())
+                    })
+                    .map(|s| args.straggler_window_s = s)
+                    .ok_or(bad(
+                        "whole seconds from 2 to 600, or 0 to turn straggler figures off",
+                    )),
                 "max_watches" => value
                     .parse::<u32>()
                     .ok()
@@ -539,6 +556,30 @@ pub fn plugstack_lines(text: &str) -> Vec<PlugstackLine> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn straggler_window_takes_whole_seconds_or_zero_and_names_what_it_wants_otherwise() {
+        assert_eq!(PluginArgs::parse([]).0.straggler_window_s, 10);
+        let (args, problems) = PluginArgs::parse(["straggler_window=30"]);
+        assert!(problems.is_empty(), "{problems:?}");
+        assert_eq!(args.straggler_window_s, 30);
+        assert_eq!(
+            PluginArgs::parse(["straggler_window=0"])
+                .0
+                .straggler_window_s,
+            0
+        );
+        for bad in ["1", "601", "2.5", "+5", "ten"] {
+            let (args, problems) = PluginArgs::parse([format!("straggler_window={bad}").as_str()]);
+            assert_eq!(args.straggler_window_s, 10, "{bad}");
+            assert_eq!(problems.len(), 1, "{bad}");
+            assert!(
+                problems[0].to_string().contains("2 to 600"),
+                "{}",
+                problems[0]
+            );
+        }
+    }
 
     #[test]
     fn no_arguments_give_the_documented_defaults() {

@@ -40,6 +40,15 @@ pub struct MeetRequest {
 pub trait Meet {
     /// Gathers every node's payload at rank 0 (the leader); followers get an acknowledgement.
     fn gather(&self, req: &MeetRequest, payload: Value) -> Result<Gathered, RendezvousError>;
+
+    /// The rendezvous `req` would run, its addresses resolved now, for a caller that meets
+    /// again and again without resolving each time (the watch's straggler hops). A seam with
+    /// no real rendezvous (the tests' fakes) has none.
+    fn config(&self, _req: &MeetRequest) -> Result<RendezvousConfig, RendezvousError> {
+        Err(RendezvousError::Config(
+            "this meeting seam has no rendezvous to configure".into(),
+        ))
+    }
 }
 
 /// The real rendezvous: MUNGE-authenticated TCP at the first node.
@@ -140,6 +149,11 @@ pub fn leader_addr(
 
 impl Meet for RendezvousMeet<'_> {
     fn gather(&self, req: &MeetRequest, payload: Value) -> Result<Gathered, RendezvousError> {
+        let cfg = self.config(req)?;
+        fabric_net::rendezvous::gather(&cfg, req.rank, &payload)
+    }
+
+    fn config(&self, req: &MeetRequest) -> Result<RendezvousConfig, RendezvousError> {
         let hosts = match &self.hosts_file {
             Some(path) => match std::fs::read_to_string(path) {
                 Ok(text) => parse_hosts(&text),
@@ -217,7 +231,7 @@ impl Meet for RendezvousMeet<'_> {
         cfg.timeout = by.saturating_duration_since(Instant::now());
         cfg.hard_deadline = Some(req.deadline);
         cfg.window = self.window;
-        fabric_net::rendezvous::gather(&cfg, req.rank, &payload)
+        Ok(cfg)
     }
 }
 

@@ -8,12 +8,10 @@
 //!   the nodes that reported steps; at least two must have). A window whose steps include a
 //!   checkpoint or a restore on that node, or that has no steps, is not judged for it: it
 //!   neither starts nor breaks a streak.
-//! - Each node's first [`Rules::baseline`] judged windows set its own **baseline ratio**. A node
-//!   that is already slower than [`Rules::ratio`] there is the workload's share (a pipeline stage
-//!   or a sequence-length imbalance): said once as [`WorkloadKind::Imbalance`], and judged
-//!   against its baseline from then on.
-//! - A window is **slow** for a node when its ratio is at least [`Rules::ratio`] × its baseline
-//!   (a baseline under 1 counts as 1: a fast node that falls back to the median is not slow).
+//!   Those windows are the job's own step pattern (its records say so), not the node's speed.
+//! - A window is **slow** for a node when its ratio is at least [`Rules::ratio`], from its first
+//!   judged window on (a node already slow when the job starts is named like one that slows
+//!   down later; the job's own pattern is told apart by the rules below, not by the node's past).
 //!   [`Rules::windows`] slow windows in a row **name** it ([`Named`]), unless the slowness
 //!   **rotates**: another node was slow, while this one was not, in at least two windows of the
 //!   last [`Rules::lookback`]; then it is the workload's ([`WorkloadKind::Rotating`]) and the
@@ -37,7 +35,7 @@ pub struct Rules {
     pub ratio: f64,
     /// Slow windows in a row that name a node; calm ones that clear it (3).
     pub windows: u32,
-    /// Judged windows that set a node's (and the job's) baseline (3).
+    /// Judged windows that set the job's baseline median (3).
     pub baseline: u32,
     /// Windows looked back at for a rotating slow node (12: a minute of 5 s hops).
     pub lookback: u32,
@@ -79,8 +77,6 @@ pub enum WorkloadKind {
     Together,
     /// The slow node changes from window to window.
     Rotating,
-    /// One node has been slower since its first windows: its share of the work.
-    Imbalance,
 }
 
 impl WorkloadKind {
@@ -89,7 +85,6 @@ impl WorkloadKind {
         match self {
             WorkloadKind::Together => "every node slowed together",
             WorkloadKind::Rotating => "the slow node rotates",
-            WorkloadKind::Imbalance => "one node slower since its first steps",
         }
     }
 }
@@ -99,13 +94,14 @@ impl WorkloadKind {
 pub struct Workload {
     /// Which pattern.
     pub kind: WorkloadKind,
-    /// The ratio it showed: the job's median to its baseline (together), or the node's ratio.
+    /// The ratio it showed: the job's median to its baseline (together), or the node's ratio
+    /// (rotating).
     pub ratio: f64,
     /// Its first window's hop.
     pub since_hop: u64,
     /// The hop that said it.
     pub hop: u64,
-    /// The nodes it concerns (every reporting node, the rotating ones, or the one).
+    /// The nodes it concerns (every reporting node, or the rotating ones).
     pub nodes: Vec<String>,
 }
 
@@ -179,8 +175,6 @@ impl Streak {
 
 #[derive(Debug, Default)]
 struct NodeState {
-    first: Vec<f64>,
-    base: Option<f64>,
     streak: Streak,
     /// Windows in a row that this node's slowness was excused as rotating.
     excused: bool,
@@ -266,11 +260,7 @@ impl Judge {
         }
         self.slow_log.push_back((hop, slow_now));
         let keep = u64::from(self.rules.lookback + self.rules.windows);
-        while self
-            .slow_log
-            .front()
-            .is_some_and(|(h, _)| h + keep <= hop)
-        {
+        while self.slow_log.front().is_some_and(|(h, _)| h + keep <= hop) {
             self.slow_log.pop_front();
         }
         self.name_streaks(hop, &mut events);
@@ -342,24 +332,7 @@ impl Judge {
     ) -> bool {
         let rules = self.rules;
         let s = self.nodes.entry(node.to_owned()).or_default();
-        let Some(base) = s.base else {
-            s.first.push(ratio);
-            if s.first.len() >= rules.baseline as usize {
-                let base = median_f64(&s.first);
-                s.base = Some(base);
-                if base >= rules.ratio {
-                    events.push(Event::Workload(Workload {
-                        kind: WorkloadKind::Imbalance,
-                        ratio: base,
-                        since_hop: hop + 1 - u64::from(rules.baseline),
-                        hop,
-                        nodes: vec![node.to_owned()],
-                    }));
-                }
-            }
-            return false;
-        };
-        if ratio >= rules.ratio * base.max(1.0) {
+        if ratio >= rules.ratio {
             s.streak.slow(hop, ratio, rules.windows);
             if fault.is_some() {
                 s.fault = fault;

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | [`steps`] | a node's side: its records followed, a hop's figure |
 //! | [`judge`] | the verdict, pure: figures in, [`judge::Event`]s out |
+//! | [`link`] | the watch's side: the thread started, the node's faults passed to it, the first node's events acted on |
 //! | [`exchange`] | the hop loop in its own thread, and the [`exchange::Exchange`] seam (the real one a rendezvous per hop) |
 //! | this file | what an event becomes: its message and its entry in the job's tag |
 //!
@@ -16,6 +17,7 @@
 
 pub mod exchange;
 pub mod judge;
+pub mod link;
 pub mod steps;
 
 #[cfg(test)]
@@ -76,10 +78,6 @@ pub fn watch_event(
                     "{} ({who}) since {}: the workload's, no node is blamed",
                     w.kind.as_str(),
                     clock(since)
-                ),
-                WorkloadKind::Imbalance => format!(
-                    "{who}'s steps {:.2}x the job's median since its first windows: the workload's share (a stage or sequence imbalance), not a slowdown",
-                    w.ratio
                 ),
             };
             (leader.to_owned(), JOB_WORKLOAD_SLOW, m, w.hop)

@@ -96,7 +96,8 @@ impl StepTail {
                 if self.steps.len() >= MAX_STEPS_KEPT {
                     self.steps.pop_front();
                 }
-                self.steps.push_back((end_ms, (d * 1000.0).round().max(1.0) as u64));
+                self.steps
+                    .push_back((end_ms, (d * 1000.0).round().max(1.0) as u64));
             }
             Body::Checkpoint { .. } | Body::Restore { .. } => {
                 if self.pauses.len() >= MAX_STEPS_KEPT {
