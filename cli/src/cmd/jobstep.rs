@@ -91,6 +91,10 @@ impl jobstep::watch::Act for RealAct {
         fresh.deadline = jobstep::Budget::new(setup.plugin.timeout).job_step(Instant::now());
         with_real_seams(&fresh, |step| f(step));
     }
+
+    fn detached(&self) -> Option<Box<dyn jobstep::watch::Act + Send>> {
+        Some(Box::new(RealAct))
+    }
 }
 
 /// `fabric-check watch`: the in-job watch of this node (see `fabric_core::jobstep::watch`).

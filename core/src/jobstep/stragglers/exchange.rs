@@ -9,16 +9,16 @@
 //! are resolved once, when the watch opens.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fabric_net::rendezvous::typed::decode;
 use fabric_net::rendezvous::{RendezvousConfig, gather};
 use fabric_proto::straggler::WindowSteps;
 
-use super::judge::{Event, Judge, Rules};
+use super::judge::{Event, Judge};
 use super::steps::{MAX_READ_BYTES, StepTail};
 use crate::jobstep::meet::{Meeting, meeting_id};
 use crate::record::{JobDir, ReadLimits, RecordError};
@@ -100,6 +100,9 @@ pub struct NodeSide {
     /// How long after a hop's boundary its figure is made (records written at the boundary
     /// land first).
     pub settle_ms: u64,
+    /// The watch's events file (`watch::events_path`): the node's own open fail-grade fault,
+    /// sent with its figure, is read there.
+    pub events: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for NodeSide {
@@ -113,16 +116,7 @@ impl std::fmt::Debug for NodeSide {
     }
 }
 
-/// What the thread shares with the watch's loop.
-#[derive(Debug, Clone, Default)]
-pub struct Shared {
-    /// The fail-grade fault the node's own watch holds now (a check id), set by the loop.
-    pub fault: Arc<Mutex<Option<String>>>,
-    /// Set when the watch ends: the thread stops within a slice of its sleep.
-    pub stop: Arc<AtomicBool>,
-}
-
-/// What the thread tells the loop: an event of a hop, or a line for the log.
+/// What the thread tells whoever acts: an event of a hop, or a line for the log.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Said {
     /// The first node's verdict at a hop.
@@ -185,18 +179,27 @@ impl NodeSide {
         said
     }
 
-    /// Runs until `shared.stop`, sending what it concludes to `tx` (a closed channel stops it).
-    pub fn run(mut self, shared: &Shared, tx: &Sender<Said>) {
+    /// The node's own open fail-grade fault, from the watch's events file.
+    fn own_fault(&self) -> Option<String> {
+        let path = self.events.as_ref()?;
+        crate::jobstep::watch::read_events(path)
+            .into_iter()
+            .find(|e| !e.warn && e.cleared_at_s.is_none())
+            .map(|e| e.check)
+    }
+
+    /// Runs until `stop`, handing what it concludes to `sink`.
+    pub fn run(mut self, stop: &AtomicBool, sink: &mut dyn FnMut(Said)) {
         let mut tail = StepTail::default();
         let mut failures = 0u32;
         loop {
             let now = unix_ms();
             let hop = now / self.hop_ms + 1;
             let at = hop * self.hop_ms + self.settle_ms;
-            if !sleep_until_ms(at, &shared.stop) {
+            if !sleep_until_ms(at, stop) {
                 return;
             }
-            let fault = shared.fault.lock().ok().and_then(|f| f.clone());
+            let fault = self.own_fault();
             for s in self.hop(&mut tail, hop, fault) {
                 let s = match s {
                     // One line in a hundred failures: a dead first node does not flood the log.
@@ -209,9 +212,7 @@ impl NodeSide {
                     }
                     e => e,
                 };
-                if tx.send(s).is_err() {
-                    return;
-                }
+                sink(s);
             }
         }
     }
@@ -231,21 +232,17 @@ fn sleep_until_ms(at: u64, stop: &AtomicBool) -> bool {
     }
 }
 
-/// Starts the thread; `None` when the system refused one (said by the caller: the job then
-/// runs without straggler figures from this node).
+/// Starts the thread, which hands what it concludes to `sink` until `stop`; `None` when the
+/// system refused one (said by the caller: the job then runs without straggler figures from
+/// this node).
 pub fn spawn(
     side: NodeSide,
-    shared: Shared,
-    tx: Sender<Said>,
+    stop: Arc<AtomicBool>,
+    mut sink: Box<dyn FnMut(Said) + Send>,
 ) -> Option<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("stragglers".into())
-        .stack_size(256 * 1024)
-        .spawn(move || side.run(&shared, &tx))
+        .stack_size(512 * 1024)
+        .spawn(move || side.run(&stop, &mut *sink))
         .ok()
-}
-
-/// Default rules, for the first node.
-pub fn leader_judge() -> Judge {
-    Judge::new(Rules::default())
 }

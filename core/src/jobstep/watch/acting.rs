@@ -33,6 +33,12 @@ pub fn act_delay(index: usize, nodes: usize) -> Duration {
 pub trait Act {
     /// Runs `f` on a job step made for this action.
     fn with_step(&self, setup: &Setup, f: &mut dyn FnMut(&JobStep<'_>));
+
+    /// The same way of acting, for another thread of the watch (its straggler figures,
+    /// `crate::jobstep::stragglers`); `None` where there is none (then that thread does not run).
+    fn detached(&self) -> Option<Box<dyn Act + Send>> {
+        None
+    }
 }
 
 /// What one watch did, for its last log line and the tests.

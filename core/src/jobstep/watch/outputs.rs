@@ -29,6 +29,15 @@ impl NoticeFile {
         })
     }
 
+    /// Another handle on the same file, for another thread of the watch (each notice is one
+    /// `write(2)` in append mode, so two writers never interleave inside a line).
+    pub fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(Self {
+            file: self.file.try_clone()?,
+            path: self.path.clone(),
+        })
+    }
+
     /// Appends one notice with one `write(2)`.
     pub fn append(&mut self, n: &FabricNotice) -> std::io::Result<()> {
         self.file.write_all(n.to_line().as_bytes())

@@ -174,7 +174,17 @@ impl Session {
     /// Runs the loop until the pid file is gone or no longer its own, SIGTERM, or its job is
     /// gone; `act` makes the job step of each action.
     pub fn run(&mut self, act: &dyn Act) -> WatchSummary {
-        super::acting::run(
+        // The job's steps compared across its nodes, in a thread of its own
+        // (`crate::jobstep::stragglers`); it ends with the loop.
+        let notice = self.notice.as_ref().and_then(|n| n.try_clone().ok());
+        let stragglers = crate::jobstep::stragglers::link::Link::start(
+            &self.setup,
+            act,
+            self.started_at_s,
+            notice,
+            &crate::relay::StdoutRelay,
+        );
+        let summary = super::acting::run(
             &self.setup,
             self.interval,
             self.started_at_s,
@@ -184,7 +194,19 @@ impl Session {
             &mut self.pace,
             self.notice.as_mut(),
             self.metrics.as_deref(),
-        )
+        );
+        if let Some(link) = stragglers {
+            let counts = link.counts.clone();
+            link.stop();
+            let named = counts.named.load(std::sync::atomic::Ordering::Relaxed);
+            let workload = counts.workload.load(std::sync::atomic::Ordering::Relaxed);
+            if named + workload > 0 {
+                tracing::info!(
+                    "watch: stragglers: {named} named, {workload} slowdowns the workload's"
+                );
+            }
+        }
+        summary
     }
 
     /// Ends the watch: its pid file is removed while it still names this process.
