@@ -108,6 +108,10 @@ mod tests {
 
     #[test]
     fn every_meeting_of_a_job_has_an_id_of_its_own_and_steps_keep_theirs() {
+        assert_eq!(
+            MeetingName(meeting_id(7, Meeting::Stragglers(41))).to_string(),
+            "job 7's straggler hop 41"
+        );
         let job = 360_873;
         let mut ids = vec![
             meeting_id(job, Meeting::Prolog),
@@ -126,6 +130,12 @@ mod tests {
             0xffff_fffc,
         ];
         ids.extend(steps.iter().map(|&s| meeting_id(job, Meeting::StepEnd(s))));
+        // The watch's straggler hops: a hop far up the clock, the first hops, one that folds.
+        let hops = [0, 1, 2, 355_000_000, (1 << 31) - 2];
+        ids.extend(
+            hops.iter()
+                .map(|&h| meeting_id(job, Meeting::Stragglers(h))),
+        );
         let distinct: std::collections::BTreeSet<u64> = ids.iter().copied().collect();
         assert_eq!(distinct.len(), ids.len(), "{ids:x?}");
         // The job id is in every id's low 32 bits (it binds the credentials).
@@ -156,8 +166,9 @@ mod tests {
         );
         assert_eq!(
             MeetingName((1 << 63) | (5 << 32) | 7).to_string(),
-            format!("rendezvous id {}", (1u64 << 63) | (5 << 32) | 7),
-            "an id no meeting makes is printed as it is"
+            "job 7's straggler hop 4",
+            "the epilog's bit with a tag is a straggler hop's"
         );
+        assert_eq!(name(Meeting::Stragglers(0)), "job 9302's straggler hop 0");
     }
 }

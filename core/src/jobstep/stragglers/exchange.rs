@@ -228,7 +228,9 @@ fn sleep_until_ms(at: u64, stop: &AtomicBool) -> bool {
         if now >= at {
             return true;
         }
-        std::thread::sleep(Duration::from_millis((at - now).min(200)));
+        // Slices of a second: a thread that wakes five times a second spends more than the
+        // figures (measured with scripts/bench-stragglers); a stop waits at most one.
+        std::thread::sleep(Duration::from_millis((at - now).min(1000)));
     }
 }
 
@@ -245,4 +247,133 @@ pub fn spawn(
         .stack_size(512 * 1024)
         .spawn(move || side.run(&stop, &mut *sink))
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobstep::stragglers::judge::Rules;
+
+    /// A meeting that hands back what it was given: the leader's sees every node at `ms`
+    /// except its own figure, which is the node's real one.
+    struct Fake {
+        leader: bool,
+        others: Vec<(&'static str, u64)>,
+        fail: bool,
+    }
+
+    impl Exchange for Fake {
+        fn meet(
+            &mut self,
+            hop: u64,
+            mine: &WindowSteps,
+        ) -> Result<Option<BTreeMap<String, WindowSteps>>, String> {
+            if self.fail {
+                return Err("no leader answered".into());
+            }
+            if !self.leader {
+                return Ok(None);
+            }
+            let mut all: BTreeMap<String, WindowSteps> = self
+                .others
+                .iter()
+                .map(|(n, ms)| {
+                    (
+                        (*n).to_owned(),
+                        WindowSteps {
+                            hop,
+                            steps: 10,
+                            median_ms: Some(*ms),
+                            checkpoint: false,
+                            fault: None,
+                        },
+                    )
+                })
+                .collect();
+            all.insert("n1".into(), mine.clone());
+            Ok(Some(all))
+        }
+    }
+
+    fn side(fake: Fake) -> NodeSide {
+        NodeSide {
+            records: None,
+            exchange: Box::new(fake),
+            judge: Some(Judge::new(Rules::default())),
+            window_ms: 10_000,
+            hop_ms: 5_000,
+            settle_ms: 0,
+            events: None,
+        }
+    }
+
+    fn steps(tail: &mut StepTail, hop: u64, ms: f64) {
+        let end_s = (hop * 5) as f64;
+        let line = format!(
+            "{{\"v\":1,\"ts\":{},\"run\":\"r\",\"node\":\"n1\",\"type\":\"step\",\"duration_s\":{}}}\n",
+            end_s - 0.5,
+            ms / 1000.0
+        );
+        tail.feed(line.as_bytes());
+    }
+
+    #[test]
+    fn the_first_node_judges_its_own_figure_with_the_others_and_names_itself_when_slow() {
+        let mut s = side(Fake {
+            leader: true,
+            others: vec![("n2", 1000), ("n3", 1000), ("n4", 1000)],
+            fail: false,
+        });
+        let mut tail = StepTail::default();
+        let mut named = Vec::new();
+        for hop in 1..12 {
+            steps(&mut tail, hop, if hop >= 5 { 2000.0 } else { 1000.0 });
+            for said in s.hop(&mut tail, hop, None) {
+                if let Said::Event(Event::Named(n)) = said {
+                    named.push((hop, n.node));
+                }
+            }
+        }
+        // Each window holds two steps (this hop's and the last): hop 5's is half slow (the
+        // lower median is fast), hops 6, 7 and 8 are slow, and the third names it.
+        assert_eq!(named, vec![(8, "n1".to_owned())]);
+    }
+
+    #[test]
+    fn a_follower_concludes_nothing_and_a_failed_meeting_is_a_line_not_a_verdict() {
+        let mut s = side(Fake {
+            leader: false,
+            others: vec![],
+            fail: false,
+        });
+        s.judge = None;
+        let mut tail = StepTail::default();
+        steps(&mut tail, 1, 1000.0);
+        assert!(s.hop(&mut tail, 1, None).is_empty());
+        let mut s = side(Fake {
+            leader: true,
+            others: vec![],
+            fail: true,
+        });
+        let said = s.hop(&mut tail, 2, None);
+        assert_eq!(said.len(), 1);
+        assert!(
+            matches!(&said[0], Said::Line(l) if l.contains("hop 2's meeting failed (no leader answered)")),
+            "{said:?}"
+        );
+    }
+
+    #[test]
+    fn a_thread_told_to_stop_ends_within_a_slice_of_its_sleep() {
+        let s = side(Fake {
+            leader: true,
+            others: vec![],
+            fail: false,
+        });
+        let stop = Arc::new(AtomicBool::new(true));
+        let t0 = Instant::now();
+        let h = spawn(s, stop, Box::new(|_| {})).expect("a thread");
+        h.join().unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(1));
+    }
 }

@@ -18,7 +18,7 @@ use crate::jobstep::policy::{self, Found, Phase};
 use crate::jobstep::tag_write::{TagWrite, Target, write_tag_to};
 use crate::jobstep::watch::{Act, NoticeFile, bump_metrics, events_path};
 use crate::jobstep::{JobStep, Setup};
-use crate::relay::Relay;
+use crate::relay::{Relay, StdoutRelay};
 use fabric_proto::notice::FabricNotice;
 use fabric_proto::straggler::hop_ms;
 
@@ -68,7 +68,7 @@ impl Actor {
     pub fn on(&mut self, said: Said) {
         let ev = match said {
             Said::Line(l) => {
-                tracing::info!("{l}");
+                StdoutRelay.line(&format!("watch: {l}"));
                 return;
             }
             Said::Event(ev) => ev,

@@ -201,8 +201,11 @@ impl Session {
             let named = counts.named.load(std::sync::atomic::Ordering::Relaxed);
             let workload = counts.workload.load(std::sync::atomic::Ordering::Relaxed);
             if named + workload > 0 {
-                tracing::info!(
-                    "watch: stragglers: {named} named, {workload} slowdowns the workload's"
+                crate::relay::Relay::line(
+                    &crate::relay::StdoutRelay,
+                    &format!(
+                        "watch: stragglers: {named} named, {workload} slowdowns the workload's"
+                    ),
                 );
             }
         }
