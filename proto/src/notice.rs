@@ -91,8 +91,22 @@ impl FabricNotice {
             .filter(|n| n.kind == NOTICE_TYPE && n.v == NOTICE_VERSION)
     }
 
+    /// Whether it tells of the job's own steps (a straggler, a slowdown that is the
+    /// workload's: `fabric_proto::straggler`) rather than a fabric fault: said to the job, never
+    /// counted as a fabric fault, never signalled.
+    pub fn is_about_steps(&self) -> bool {
+        self.check == crate::check_id::JOB_STRAGGLER
+            || self.check == crate::check_id::JOB_WORKLOAD_SLOW
+    }
+
     /// The one line `fabric-run` prints to stderr.
     pub fn summary(&self) -> String {
+        if self.is_about_steps() {
+            return format!(
+                "fabric-check: job {}'s steps {}s in: {} on {}: {}",
+                self.job, self.into_job_s, self.check, self.node, self.message
+            );
+        }
         format!(
             "fabric-check: fabric {} on {} {}s into job {}: {}: {}{}",
             if self.warn { "warning" } else { "fault" },

@@ -285,6 +285,10 @@ impl ProcessRunner {
         let action = self.faults.as_ref().map_or(FaultAction::None, |f| f.action);
         for n in notices {
             tracing::warn!("{}", n.summary());
+            if n.is_about_steps() {
+                // The job's own steps compared across its nodes: said, not a fabric fault.
+                continue;
+            }
             if n.warn {
                 // A warning is said and recorded; the command is not disturbed for it.
                 self.lock().fabric_fault(&n, None);

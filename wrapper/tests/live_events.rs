@@ -142,6 +142,34 @@ fn a_warning_notice_is_said_and_recorded_but_never_signalled_to_the_command() {
 }
 
 #[test]
+fn a_straggler_notice_is_said_but_neither_recorded_as_a_fabric_fault_nor_signalled() {
+    let job = Job::new();
+    let got = job.spool.path().join("got");
+    let (mut n, _) = notice(fabric_proto::check_id::JOB_STRAGGLER);
+    n.node = "n3".into();
+    n.message = "steps 1.52x the job's median since 12:00:05 UTC".into();
+    n.warn = true;
+    n.drained = false;
+    let line = n.to_line().trim_end().to_owned();
+    job.fabric_run()
+        .env("NOTICE_LINE", &line)
+        .env("GOT", &got)
+        .args(["--on-fabric-fault=signal:USR1", "--", "sh", "-c"])
+        .arg(
+            r#"trap 'echo got > "$GOT"' USR1
+               printf '%s\n' "$NOTICE_LINE" >> "$NOTICE_FILE"
+               sleep 2.5"#,
+        )
+        .assert()
+        .code(0)
+        .stderr(contains("job.straggler on n3: steps 1.52x"))
+        .stderr(contains("fabric fault").not())
+        .stderr(contains("sending SIGUSR1").not());
+    assert!(!got.exists(), "a straggler was signalled");
+    assert!(of(&records(&job.records()), "fabric_fault").is_empty());
+}
+
+#[test]
 fn a_notice_line_that_is_garbage_or_too_long_is_skipped() {
     let job = Job::new();
     std::fs::write(job.notices(), "").unwrap();
