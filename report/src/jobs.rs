@@ -831,6 +831,22 @@ mod tests {
     }
 
     #[test]
+    fn a_straggler_the_first_nodes_watch_named_is_listed_on_its_node_and_drains_nothing() {
+        let text = concat!(
+            "JobID|State|AdminComment\n",
+            r#"9|RUNNING|fabric-check/v1 {"verdict":"pass","nnodes":4,"nodes":{"n[1-4]":{"verdict":"pass"}},"#,
+            r#""during":[{"node":"n3","rises":{},"verdict":"warn","watch":[{"check":"job.straggler","#,
+            r#""message":"steps 1.52x the job's median since 12:00:05 UTC (10 s windows); evidence only, never drained","#,
+            r#""seen_at_s":100,"into_job_s":45,"drained":false,"warn":true}]}]}"#,
+            "\n"
+        );
+        let list = read(text, "t", &JobFilter::default()).unwrap();
+        let cells = cells(&list.jobs[0]);
+        assert_eq!(cells[8], "n3: job.straggler (45 s into the job, watch)");
+        assert_eq!(cells[9], "", "a straggler drains nothing");
+    }
+
+    #[test]
     fn the_output_of_its_own_query_leaves_nothing_to_warn_about() {
         let header = FIELDS.replace(',', "|");
         let text = format!("{header}\n7|7|ann|ib|COMPLETED|100|160|60|1|n1|\n");
