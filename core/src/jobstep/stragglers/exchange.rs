@@ -58,6 +58,9 @@ impl Exchange for RendezvousExchange {
         cfg.job_id = meeting_id(self.job, Meeting::Stragglers(hop));
         cfg.timeout = self.timeout;
         cfg.hard_deadline = Some(Instant::now() + self.timeout * 2);
+        // Two admitting threads are plenty for a figure a node a hop (the default pool of eight,
+        // started at every meeting, cost the first node more than its MUNGE work).
+        cfg.workers = 2;
         let payload = serde_json::to_value(mine).map_err(|e| e.to_string())?;
         let g = gather(&cfg, self.rank, &payload).map_err(|e| e.to_string())?;
         if g.my_rank != 0 {
@@ -218,7 +221,10 @@ impl NodeSide {
     }
 }
 
-/// Sleeps until Unix millisecond `at` in slices, false when `stop` was set meanwhile.
+/// Sleeps until Unix millisecond `at`, false when `stop` was set meanwhile. The sleep is one
+/// `park`: it wakes once a hop (a thread that woke five times a second spent more than its
+/// figures, measured with `scripts/bench-stragglers`), and at once when the watch stops it
+/// ([`std::thread::Thread::unpark`]).
 fn sleep_until_ms(at: u64, stop: &AtomicBool) -> bool {
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -228,9 +234,7 @@ fn sleep_until_ms(at: u64, stop: &AtomicBool) -> bool {
         if now >= at {
             return true;
         }
-        // Slices of a second: a thread that wakes five times a second spends more than the
-        // figures (measured with scripts/bench-stragglers); a stop waits at most one.
-        std::thread::sleep(Duration::from_millis((at - now).min(1000)));
+        std::thread::park_timeout(Duration::from_millis(at - now));
     }
 }
 
@@ -364,16 +368,21 @@ mod tests {
     }
 
     #[test]
-    fn a_thread_told_to_stop_ends_within_a_slice_of_its_sleep() {
-        let s = side(Fake {
+    fn a_sleeping_thread_told_to_stop_ends_at_once_not_at_its_next_hop() {
+        let mut s = side(Fake {
             leader: true,
             others: vec![],
             fail: false,
         });
-        let stop = Arc::new(AtomicBool::new(true));
+        // A hop of a minute: the thread sleeps toward its next boundary.
+        s.hop_ms = 60_000;
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = spawn(s, stop.clone(), Box::new(|_| {})).expect("a thread");
+        std::thread::sleep(Duration::from_millis(100));
         let t0 = Instant::now();
-        let h = spawn(s, stop, Box::new(|_| {})).expect("a thread");
+        stop.store(true, Ordering::Relaxed);
+        h.thread().unpark();
         h.join().unwrap();
-        assert!(t0.elapsed() < Duration::from_secs(1));
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     }
 }

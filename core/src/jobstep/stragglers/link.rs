@@ -144,7 +144,6 @@ impl Actor {
 pub struct Link {
     stop: Arc<AtomicBool>,
     handle: Option<std::thread::JoinHandle<()>>,
-    hop_ms: u64,
     /// What it concluded so far (first node).
     pub counts: Arc<Counts>,
 }
@@ -236,19 +235,19 @@ impl Link {
         Some(Link {
             stop,
             handle: Some(handle),
-            hop_ms: hop,
             counts,
         })
     }
 
-    /// Stops the thread: it ends within a slice of its sleep, or when its meeting (bounded by
-    /// half a hop) ends; one still in a meeting after a hop is left to the process's exit.
+    /// Stops the thread: woken at once, it ends unless it is in a meeting (bounded by half a
+    /// hop); it is given a moment, then left to the process's exit.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(h) = self.handle.take() {
-            let until = Instant::now() + Duration::from_millis(self.hop_ms);
+            h.thread().unpark();
+            let until = Instant::now() + Duration::from_millis(200);
             while !h.is_finished() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(20));
+                std::thread::sleep(Duration::from_millis(10));
             }
             if h.is_finished() {
                 let _ = h.join();
