@@ -14,6 +14,7 @@ use crate::cluster::Cluster;
 use crate::folder;
 use crate::gate::{self, Gates};
 use crate::inject::{Injector, restore};
+use crate::job_age::JobAge;
 use crate::journal::Journal;
 use crate::observe::{NodeView, Signal, drain_signal, tag_signals};
 use crate::plan::{JobSpec, Plan, Round};
@@ -47,6 +48,9 @@ pub struct RunConfig {
     pub poll: Duration,
     /// The drill's nodes (watched and resumed).
     pub nodes: Vec<String>,
+    /// `--job-age-s`: a `during` round's job is submitted held, dated back on its nodes for
+    /// its watch, then released ([`crate::job_age`]); `None`: jobs keep their real start.
+    pub job_age: Option<JobAge>,
 }
 
 impl RunConfig {
@@ -64,6 +68,7 @@ impl RunConfig {
             round_timeout: Duration::from_secs(90),
             poll: Duration::from_millis(250),
             nodes,
+            job_age: None,
         }
     }
 }
@@ -254,16 +259,19 @@ impl Drill<'_> {
             round.node,
             round.moment.id()
         );
-        let submit = |d: &mut Self, job: &JobSpec| -> Result<u32, String> {
+        let submit = |d: &mut Self, job: &JobSpec, held: bool| -> Result<u32, String> {
             let script = dir
                 .write_script(
                     "job.sh",
                     &job_script(job, &d.cfg, d.cfg.steps_for(round.moment), &ckpt, &title),
                 )
                 .map_err(|e| e.to_string())?;
-            d.gates
-                .submit(d.cluster, &script, job, None)
-                .map_err(|e| e.to_string())
+            if held {
+                d.gates.submit_held(d.cluster, &script, job)
+            } else {
+                d.gates.submit(d.cluster, &script, job, None)
+            }
+            .map_err(|e| e.to_string())
         };
         let start = self.cluster.now_ms();
         let step: Result<(), String> = (|| {
@@ -271,16 +279,30 @@ impl Drill<'_> {
                 (Moment::Before, Some(job)) => {
                     ids = self.inject(round, &ckpt)?;
                     out.injected_at_ms = Some(self.cluster.now_ms());
-                    job_id = Some(submit(self, job)?);
+                    job_id = Some(submit(self, job, false)?);
                 }
                 (Moment::During, Some(job)) => {
-                    let id = submit(self, job)?;
+                    let age = self.cfg.job_age.clone();
+                    let id = submit(self, job, age.is_some())?;
                     job_id = Some(id);
+                    if let Some(age) = age {
+                        // Dated back before it can start: its watch reads the files as it
+                        // opens. Their undos are the round's, so its end removes them.
+                        let now_s = self.cluster.now_ms() / 1000;
+                        let dated = age
+                            .write(&job.nodes, id, now_s, self.journal, &mut ids)
+                            .map_err(|e| format!("dating job {id} back: {e}"))
+                            .and_then(|()| self.cluster.release(id).map_err(|e| e.to_string()));
+                        if let Err(e) = dated {
+                            let _ = self.cluster.cancel(id);
+                            return Err(e);
+                        }
+                    }
                     self.wait_running(id, &mut w)?;
                     if self.pause(self.cfg.during_wait(round)) {
                         return Err("stopped before its fault went in".into());
                     }
-                    ids = self.inject(round, &ckpt)?;
+                    ids.extend(self.inject(round, &ckpt)?);
                     out.injected_at_ms = Some(self.cluster.now_ms());
                 }
                 (_, _) => {
@@ -675,6 +697,66 @@ mod tests {
         );
         assert!(cfg.timeout_for(Moment::During) >= Duration::from_secs(120));
         assert_eq!(cfg.timeout_for(Moment::Idle), cfg.round_timeout);
+    }
+
+    #[test]
+    fn a_during_rounds_job_dated_back_is_held_until_its_nodes_files_are_written_and_they_are_undone_with_the_round()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        for n in ["n1", "n2"] {
+            std::fs::create_dir_all(dir.path().join("state").join(n)).unwrap();
+        }
+        let plugstack = dir.path().join("plugstack.conf");
+        std::fs::write(
+            &plugstack,
+            format!(
+                "required /x/spank_fabric_check.so state_dir={}/state/%n\n",
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let mut c = FakeCluster::new(500, "fabric-check: ib.counters: during job 100 (watch)");
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        let mut inj = c.injector();
+        let mut cfg = RunConfig::new(dir.path().join("work"), three_nodes());
+        cfg.job_age = Some(JobAge {
+            age_s: 86_400,
+            plugstack,
+        });
+        cfg.during_job_s = 2.0;
+        // When the job is released, each of its nodes holds the file naming it.
+        let seen_at_release = {
+            let mut gates = Gates::testbed(three_nodes());
+            let mut d = Drill {
+                cluster: &mut c,
+                injector: &mut inj,
+                journal: &mut j,
+                gates: &mut gates,
+                cfg,
+            };
+            let o = d.round(&round(FaultClass::ErrorCounters, Moment::During));
+            assert_eq!(o.error, None);
+            assert!(crate::score::score_round(&o).hit.is_some(), "detected");
+            ["n1", "n2"].map(|n| {
+                let at = dir
+                    .path()
+                    .join("state")
+                    .join(n)
+                    .join(fabric_proto::drill_age::FILE_NAME);
+                serde_json::from_slice::<fabric_proto::drill_age::DrillJobAge>(
+                    &std::fs::read(at).unwrap(),
+                )
+                .unwrap()
+            })
+        };
+        assert_eq!(c.released, vec![100], "submitted held, then released");
+        assert!(c.held.is_empty());
+        for f in seen_at_release {
+            assert_eq!((f.job, f.age_s), (100, 86_400));
+        }
+        // The fault and the two files: undone with the round (the fake's undo only counts).
+        assert_eq!(inj.undone, 3);
+        assert!(j.pending().unwrap().is_empty());
     }
 
     #[test]
