@@ -699,22 +699,35 @@ mod tests {
         assert_eq!(cfg.timeout_for(Moment::Idle), cfg.round_timeout);
     }
 
-    #[test]
-    fn a_during_rounds_job_dated_back_is_held_until_its_nodes_files_are_written_and_they_are_undone_with_the_round()
-     {
-        let dir = tempfile::tempdir().unwrap();
+    /// A plugstack in `dir` whose nodes n1 and n2 keep their state in `dir/state/<node>`.
+    fn state_folders(dir: &Path) -> PathBuf {
         for n in ["n1", "n2"] {
-            std::fs::create_dir_all(dir.path().join("state").join(n)).unwrap();
+            std::fs::create_dir_all(dir.join("state").join(n)).unwrap();
         }
-        let plugstack = dir.path().join("plugstack.conf");
+        let plugstack = dir.join("plugstack.conf");
         std::fs::write(
             &plugstack,
             format!(
                 "required /x/spank_fabric_check.so state_dir={}/state/%n\n",
-                dir.path().display()
+                dir.display()
             ),
         )
         .unwrap();
+        plugstack
+    }
+
+    /// The drill's file on `node` under `dir`.
+    fn job_age_file(dir: &Path, node: &str) -> PathBuf {
+        dir.join("state")
+            .join(node)
+            .join(fabric_proto::drill_age::FILE_NAME)
+    }
+
+    #[test]
+    fn a_during_rounds_job_dated_back_is_held_until_its_nodes_files_are_written_and_they_are_undone_with_the_round()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let plugstack = state_folders(dir.path());
         let mut c = FakeCluster::new(500, "fabric-check: ib.counters: during job 100 (watch)");
         let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
         let mut inj = c.injector();
@@ -738,13 +751,8 @@ mod tests {
             assert_eq!(o.error, None);
             assert!(crate::score::score_round(&o).hit.is_some(), "detected");
             ["n1", "n2"].map(|n| {
-                let at = dir
-                    .path()
-                    .join("state")
-                    .join(n)
-                    .join(fabric_proto::drill_age::FILE_NAME);
                 serde_json::from_slice::<fabric_proto::drill_age::DrillJobAge>(
-                    &std::fs::read(at).unwrap(),
+                    &std::fs::read(job_age_file(dir.path(), n)).unwrap(),
                 )
                 .unwrap()
             })
@@ -756,6 +764,81 @@ mod tests {
         }
         // The fault and the two files: undone with the round (the fake's undo only counts).
         assert_eq!(inj.undone, 3);
+        assert!(j.pending().unwrap().is_empty());
+    }
+
+    /// The fake injector, whose `Remove` undos really remove.
+    struct Removing {
+        fake: crate::fakes::FakeInjector,
+        loads: crate::inject::Loads,
+    }
+
+    impl Injector for Removing {
+        fn inject(
+            &mut self,
+            round: &Round,
+            ckpt: &Path,
+            journal: &mut Journal,
+        ) -> Result<Vec<u64>, crate::inject::InjectError> {
+            self.fake.inject(round, ckpt, journal)
+        }
+        fn undo(
+            &mut self,
+            node: &str,
+            undo: &crate::journal::Undo,
+        ) -> Result<(), crate::inject::InjectError> {
+            match undo {
+                crate::journal::Undo::Remove { .. } => self.loads.undo(node, undo),
+                _ => self.fake.undo(node, undo),
+            }
+        }
+    }
+
+    #[test]
+    fn a_drill_stopped_while_its_dated_back_job_runs_removes_the_files_from_the_jobs_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let plugstack = state_folders(dir.path());
+        let mut c = FakeCluster::new(500, "fabric-check: ib.counters: during job 100 (watch)");
+        // SIGTERM (asked, not raised) once the dated-back job was released.
+        let halt = crate::halt::Halt::default();
+        let asked = halt.clone();
+        c.after_sleep = Some(Box::new(move |c: &FakeCluster| {
+            if !c.released.is_empty() {
+                asked.ask(signal_hook::consts::SIGTERM);
+            }
+        }));
+        let mut gates = Gates::testbed(three_nodes());
+        gates.stop_on(halt);
+        let mut inj = Removing {
+            fake: c.injector(),
+            loads: crate::inject::Loads::default(),
+        };
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        let mut cfg = RunConfig::new(dir.path().join("work"), three_nodes());
+        cfg.job_age = Some(JobAge {
+            age_s: 86_400,
+            plugstack,
+        });
+        let o = Drill {
+            cluster: &mut c,
+            injector: &mut inj,
+            journal: &mut j,
+            gates: &mut gates,
+            cfg,
+        }
+        .round(&round(FaultClass::ErrorCounters, Moment::During));
+        assert!(
+            o.error
+                .is_some_and(|e| e.contains("SIGTERM") || e.contains("stopped"))
+        );
+        assert_eq!(o.injected_at_ms, None, "no fault went in after the signal");
+        assert!(c.cancelled.contains(&100), "its job is cancelled");
+        for n in ["n1", "n2"] {
+            assert!(
+                !job_age_file(dir.path(), n).exists(),
+                "{n}'s file is removed"
+            );
+        }
         assert!(j.pending().unwrap().is_empty());
     }
 

@@ -115,10 +115,7 @@ impl Session {
             }
         };
         // A fault drill may date this job's start back (root's file, for this job alone).
-        let now_s = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let dated = super::drill_age::read(&setup.state_dir, job, now_s);
+        let dated = super::drill_age::read(&setup.state_dir, job, crate::jobstep::now_unix());
         if let Some(line) = dated.line(job) {
             relay.line(&line);
         }
