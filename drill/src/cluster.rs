@@ -37,6 +37,11 @@ pub trait Cluster {
         job: &JobSpec,
         partition: &str,
     ) -> Result<u32, ClusterError>;
+    /// Submits the batch `script` for `job` held (`sbatch --hold`): it does not start until
+    /// [`Cluster::release`]; returns the job id.
+    fn submit_held(&mut self, script: &Path, job: &JobSpec) -> Result<u32, ClusterError>;
+    /// Releases a held job (`scontrol release`).
+    fn release(&mut self, id: u32) -> Result<(), ClusterError>;
     /// The nodes of `partition`.
     fn nodes_of(&mut self, partition: &str) -> Result<Vec<String>, ClusterError>;
     /// The job's state while Slurm still holds it (`squeue`), `None` once it is gone.
@@ -286,10 +291,14 @@ impl SlurmCluster {
         script: &Path,
         job: &JobSpec,
         partition: Option<&str>,
+        hold: bool,
     ) -> Result<u32, ClusterError> {
         let mut argv: Vec<String> = self.submit_prefix.clone();
         argv.push(self.bin_dir.join("sbatch").display().to_string());
         argv.extend(sbatch_args(job, self.reservation.as_deref(), partition));
+        if hold {
+            argv.push("--hold".to_owned());
+        }
         argv.push(script.display().to_string());
         let (code, text) = self.run(&argv, &[])?;
         let id = text.trim().split(';').next().and_then(|s| s.parse().ok());
@@ -330,7 +339,7 @@ impl Cluster for SlurmCluster {
 
     fn submit(&mut self, script: &Path, job: &JobSpec) -> Result<u32, ClusterError> {
         let p = self.partition.clone();
-        self.submit_in(script, job, p.as_deref())
+        self.submit_in(script, job, p.as_deref(), false)
     }
 
     fn submit_to(
@@ -339,7 +348,17 @@ impl Cluster for SlurmCluster {
         job: &JobSpec,
         partition: &str,
     ) -> Result<u32, ClusterError> {
-        self.submit_in(script, job, Some(partition))
+        self.submit_in(script, job, Some(partition), false)
+    }
+
+    fn submit_held(&mut self, script: &Path, job: &JobSpec) -> Result<u32, ClusterError> {
+        let p = self.partition.clone();
+        self.submit_in(script, job, p.as_deref(), true)
+    }
+
+    fn release(&mut self, id: u32) -> Result<(), ClusterError> {
+        self.ok(&["scontrol", "release", &id.to_string()])
+            .map(|_| ())
     }
 
     fn nodes_of(&mut self, partition: &str) -> Result<Vec<String>, ClusterError> {

@@ -52,6 +52,10 @@ pub(crate) struct FakeCluster {
     pub healths: Vec<String>,
     /// Runs after each sleep, on the cluster as it is then (a test's signal mid-round).
     pub after_sleep: Option<AfterSleep>,
+    /// Jobs submitted held and not yet released.
+    pub held: Vec<u32>,
+    /// Jobs released, in order.
+    pub released: Vec<u32>,
     injections: Injections,
     seen: usize,
 }
@@ -125,7 +129,9 @@ impl FakeCluster {
             .iter()
             .find(|j| j.0 == id)
             .is_some_and(|(_, t, _)| {
-                !self.cancelled.contains(&id) && self.now <= t + self.job_len()
+                !self.cancelled.contains(&id)
+                    && !self.held.contains(&id)
+                    && self.now <= t + self.job_len()
             })
     }
 }
@@ -143,6 +149,21 @@ impl Cluster for FakeCluster {
     fn submit_to(&mut self, s: &Path, job: &JobSpec, _: &str) -> Result<u32, ClusterError> {
         self.submit(s, job)
     }
+    fn submit_held(&mut self, s: &Path, job: &JobSpec) -> Result<u32, ClusterError> {
+        let id = self.submit(s, job)?;
+        self.held.push(id);
+        Ok(id)
+    }
+    fn release(&mut self, id: u32) -> Result<(), ClusterError> {
+        self.held.retain(|h| *h != id);
+        self.released.push(id);
+        // It starts now.
+        let now = self.now;
+        if let Some(j) = self.jobs.iter_mut().find(|j| j.0 == id) {
+            j.1 = now;
+        }
+        Ok(())
+    }
     fn nodes_of(&mut self, partition: &str) -> Result<Vec<String>, ClusterError> {
         Ok(self
             .partitions
@@ -151,6 +172,9 @@ impl Cluster for FakeCluster {
             .unwrap_or_else(|| self.nodes.iter().map(|n| n.name.clone()).collect()))
     }
     fn queue_state(&mut self, id: u32) -> Result<Option<String>, ClusterError> {
+        if self.held.contains(&id) {
+            return Ok(Some("PENDING".into()));
+        }
         Ok(self.running(id).then(|| "RUNNING".into()))
     }
     fn job(&mut self, id: u32) -> Result<JobView, ClusterError> {

@@ -199,6 +199,18 @@ impl Gates {
         Ok(id)
     }
 
+    /// Submits `job` held ([`Cluster::submit_held`]) and remembers its id as the drill's own.
+    pub fn submit_held(
+        &mut self,
+        cluster: &mut dyn Cluster,
+        script: &Path,
+        job: &JobSpec,
+    ) -> Result<u32, ClusterError> {
+        let id = cluster.submit_held(script, job)?;
+        self.own_jobs.insert(id);
+        Ok(id)
+    }
+
     /// The check before anything changes (once; later calls repeat the first answer): every
     /// node in the reservation, no job the drill did not submit on them, every one in service.
     pub fn start(&mut self, cluster: &mut dyn Cluster) -> Result<(), GateError> {

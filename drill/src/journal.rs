@@ -46,7 +46,7 @@ pub enum Undo {
         /// Its start time, so a reused pid is never killed.
         start_ticks: u64,
     },
-    /// Remove a file or folder the drill wrote.
+    /// Remove a file or folder the drill wrote (a folder with what it holds; a link itself).
     Remove {
         /// The path.
         path: PathBuf,

@@ -16,6 +16,7 @@
 //! | [`gate`] | the gates every injection passes through: classes, nodes, reservation, others' jobs, in service |
 //! | [`refusal`] | why the drill refuses to go on: what the gates latch and an injection carries |
 //! | [`halt`] | SIGINT, SIGTERM, SIGHUP: the flag that stops the rounds, restores and says so |
+//! | [`job_age`] | `--job-age-s`: a `during` round's job dated back for its watch, through root's file on its nodes |
 //! | [`folder`] | the round folders handed to the job user, written so that no link redirects root |
 //! | [`inject`] | the [`inject::Injector`] seam: testbed and real-cluster injectors |
 //! | [`cluster`] | the [`cluster::Cluster`] seam over Slurm's commands |
@@ -38,6 +39,7 @@ pub mod gate;
 pub mod grade;
 pub mod halt;
 pub mod inject;
+pub mod job_age;
 pub mod journal;
 pub mod observe;
 pub mod plan;

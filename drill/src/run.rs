@@ -14,6 +14,7 @@ use crate::cluster::Cluster;
 use crate::folder;
 use crate::gate::{self, Gates};
 use crate::inject::{Injector, restore};
+use crate::job_age::JobAge;
 use crate::journal::Journal;
 use crate::observe::{NodeView, Signal, drain_signal, tag_signals};
 use crate::plan::{JobSpec, Plan, Round};
@@ -47,6 +48,9 @@ pub struct RunConfig {
     pub poll: Duration,
     /// The drill's nodes (watched and resumed).
     pub nodes: Vec<String>,
+    /// `--job-age-s`: a `during` round's job is submitted held, dated back on its nodes for
+    /// its watch, then released ([`crate::job_age`]); `None`: jobs keep their real start.
+    pub job_age: Option<JobAge>,
 }
 
 impl RunConfig {
@@ -64,6 +68,7 @@ impl RunConfig {
             round_timeout: Duration::from_secs(90),
             poll: Duration::from_millis(250),
             nodes,
+            job_age: None,
         }
     }
 }
@@ -254,16 +259,19 @@ impl Drill<'_> {
             round.node,
             round.moment.id()
         );
-        let submit = |d: &mut Self, job: &JobSpec| -> Result<u32, String> {
+        let submit = |d: &mut Self, job: &JobSpec, held: bool| -> Result<u32, String> {
             let script = dir
                 .write_script(
                     "job.sh",
                     &job_script(job, &d.cfg, d.cfg.steps_for(round.moment), &ckpt, &title),
                 )
                 .map_err(|e| e.to_string())?;
-            d.gates
-                .submit(d.cluster, &script, job, None)
-                .map_err(|e| e.to_string())
+            if held {
+                d.gates.submit_held(d.cluster, &script, job)
+            } else {
+                d.gates.submit(d.cluster, &script, job, None)
+            }
+            .map_err(|e| e.to_string())
         };
         let start = self.cluster.now_ms();
         let step: Result<(), String> = (|| {
@@ -271,16 +279,30 @@ impl Drill<'_> {
                 (Moment::Before, Some(job)) => {
                     ids = self.inject(round, &ckpt)?;
                     out.injected_at_ms = Some(self.cluster.now_ms());
-                    job_id = Some(submit(self, job)?);
+                    job_id = Some(submit(self, job, false)?);
                 }
                 (Moment::During, Some(job)) => {
-                    let id = submit(self, job)?;
+                    let age = self.cfg.job_age.clone();
+                    let id = submit(self, job, age.is_some())?;
                     job_id = Some(id);
+                    if let Some(age) = age {
+                        // Dated back before it can start: its watch reads the files as it
+                        // opens. Their undos are the round's, so its end removes them.
+                        let now_s = self.cluster.now_ms() / 1000;
+                        let dated = age
+                            .write(&job.nodes, id, now_s, self.journal, &mut ids)
+                            .map_err(|e| format!("dating job {id} back: {e}"))
+                            .and_then(|()| self.cluster.release(id).map_err(|e| e.to_string()));
+                        if let Err(e) = dated {
+                            let _ = self.cluster.cancel(id);
+                            return Err(e);
+                        }
+                    }
                     self.wait_running(id, &mut w)?;
                     if self.pause(self.cfg.during_wait(round)) {
                         return Err("stopped before its fault went in".into());
                     }
-                    ids = self.inject(round, &ckpt)?;
+                    ids.extend(self.inject(round, &ckpt)?);
                     out.injected_at_ms = Some(self.cluster.now_ms());
                 }
                 (_, _) => {
@@ -675,6 +697,149 @@ mod tests {
         );
         assert!(cfg.timeout_for(Moment::During) >= Duration::from_secs(120));
         assert_eq!(cfg.timeout_for(Moment::Idle), cfg.round_timeout);
+    }
+
+    /// A plugstack in `dir` whose nodes n1 and n2 keep their state in `dir/state/<node>`.
+    fn state_folders(dir: &Path) -> PathBuf {
+        for n in ["n1", "n2"] {
+            std::fs::create_dir_all(dir.join("state").join(n)).unwrap();
+        }
+        let plugstack = dir.join("plugstack.conf");
+        std::fs::write(
+            &plugstack,
+            format!(
+                "required /x/spank_fabric_check.so state_dir={}/state/%n\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        plugstack
+    }
+
+    /// The drill's file on `node` under `dir`.
+    fn job_age_file(dir: &Path, node: &str) -> PathBuf {
+        dir.join("state")
+            .join(node)
+            .join(fabric_proto::drill_age::FILE_NAME)
+    }
+
+    #[test]
+    fn a_during_rounds_job_dated_back_is_held_until_its_nodes_files_are_written_and_they_are_undone_with_the_round()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let plugstack = state_folders(dir.path());
+        let mut c = FakeCluster::new(500, "fabric-check: ib.counters: during job 100 (watch)");
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        let mut inj = c.injector();
+        let mut cfg = RunConfig::new(dir.path().join("work"), three_nodes());
+        cfg.job_age = Some(JobAge {
+            age_s: 86_400,
+            plugstack,
+        });
+        cfg.during_job_s = 2.0;
+        // When the job is released, each of its nodes holds the file naming it.
+        let seen_at_release = {
+            let mut gates = Gates::testbed(three_nodes());
+            let mut d = Drill {
+                cluster: &mut c,
+                injector: &mut inj,
+                journal: &mut j,
+                gates: &mut gates,
+                cfg,
+            };
+            let o = d.round(&round(FaultClass::ErrorCounters, Moment::During));
+            assert_eq!(o.error, None);
+            assert!(crate::score::score_round(&o).hit.is_some(), "detected");
+            ["n1", "n2"].map(|n| {
+                serde_json::from_slice::<fabric_proto::drill_age::DrillJobAge>(
+                    &std::fs::read(job_age_file(dir.path(), n)).unwrap(),
+                )
+                .unwrap()
+            })
+        };
+        assert_eq!(c.released, vec![100], "submitted held, then released");
+        assert!(c.held.is_empty());
+        for f in seen_at_release {
+            assert_eq!((f.job, f.age_s), (100, 86_400));
+        }
+        // The fault and the two files: undone with the round (the fake's undo only counts).
+        assert_eq!(inj.undone, 3);
+        assert!(j.pending().unwrap().is_empty());
+    }
+
+    /// The fake injector, whose `Remove` undos really remove.
+    struct Removing {
+        fake: crate::fakes::FakeInjector,
+        loads: crate::inject::Loads,
+    }
+
+    impl Injector for Removing {
+        fn inject(
+            &mut self,
+            round: &Round,
+            ckpt: &Path,
+            journal: &mut Journal,
+        ) -> Result<Vec<u64>, crate::inject::InjectError> {
+            self.fake.inject(round, ckpt, journal)
+        }
+        fn undo(
+            &mut self,
+            node: &str,
+            undo: &crate::journal::Undo,
+        ) -> Result<(), crate::inject::InjectError> {
+            match undo {
+                crate::journal::Undo::Remove { .. } => self.loads.undo(node, undo),
+                _ => self.fake.undo(node, undo),
+            }
+        }
+    }
+
+    #[test]
+    fn a_drill_stopped_while_its_dated_back_job_runs_removes_the_files_from_the_jobs_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let plugstack = state_folders(dir.path());
+        let mut c = FakeCluster::new(500, "fabric-check: ib.counters: during job 100 (watch)");
+        // SIGTERM (asked, not raised) once the dated-back job was released.
+        let halt = crate::halt::Halt::default();
+        let asked = halt.clone();
+        c.after_sleep = Some(Box::new(move |c: &FakeCluster| {
+            if !c.released.is_empty() {
+                asked.ask(signal_hook::consts::SIGTERM);
+            }
+        }));
+        let mut gates = Gates::testbed(three_nodes());
+        gates.stop_on(halt);
+        let mut inj = Removing {
+            fake: c.injector(),
+            loads: crate::inject::Loads::default(),
+        };
+        let mut j = Journal::open(&dir.path().join("j.jsonl")).unwrap();
+        let mut cfg = RunConfig::new(dir.path().join("work"), three_nodes());
+        cfg.job_age = Some(JobAge {
+            age_s: 86_400,
+            plugstack,
+        });
+        let o = Drill {
+            cluster: &mut c,
+            injector: &mut inj,
+            journal: &mut j,
+            gates: &mut gates,
+            cfg,
+        }
+        .round(&round(FaultClass::ErrorCounters, Moment::During));
+        assert!(
+            o.error
+                .is_some_and(|e| e.contains("SIGTERM") || e.contains("stopped"))
+        );
+        assert_eq!(o.injected_at_ms, None, "no fault went in after the signal");
+        assert!(c.cancelled.contains(&100), "its job is cancelled");
+        for n in ["n1", "n2"] {
+            assert!(
+                !job_age_file(dir.path(), n).exists(),
+                "{n}'s file is removed"
+            );
+        }
+        assert!(j.pending().unwrap().is_empty());
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::grade::{Size, SizeError, Thresholds};
 use crate::inject::{
     self, InjectError, Injector, Loads, NodeExecInjector, TestbedInjector, replay,
 };
+use crate::job_age::JobAge;
 use crate::journal::{Journal, JournalError, Pending};
 use crate::plan::{DrillNode, Plan, PlanError, PlanSpec};
 use crate::run::{Drill, RunConfig};
@@ -107,6 +108,11 @@ pub enum SessionError {
         "graded faults (--graded, --size) run on the testbed only: a real cluster's congestion cap is a fixed rate and its counters cannot be raised; drop them here"
     )]
     GradedOnTestbedOnly,
+    /// `--job-age-s` on a real cluster.
+    #[error(
+        "--job-age-s runs on the testbed only: it writes a file into each node's root-owned state folder, which a real cluster's nodes keep for their own jobs; drop it here"
+    )]
+    JobAgeOnTestbedOnly,
     /// A `--size` list that fits no class the drill runs.
     #[error(
         "--size {0}: no class the drill runs takes sizes of this kind; write CLASS=SIZES (congestion=50%, error_counters=2x, link_flap=2)"
@@ -271,6 +277,9 @@ pub struct SessionSpec {
     pub sizes: Vec<SizeArg>,
     /// The thresholds in force, that a graded counter fault is a multiple of.
     pub thresholds: Thresholds,
+    /// `--job-age-s`: each `during` round's job dated back this many seconds for its watch
+    /// (testbed only; [`crate::job_age`]).
+    pub job_age_s: Option<u64>,
 }
 
 /// What a session tells as it goes.
@@ -607,6 +616,10 @@ fn open_testbed(spec: &SessionSpec, t: &TestbedSpec) -> Result<Parts, SessionErr
     let gates = Gates::testbed(names.clone());
     let mut cfg = RunConfig::new(dir.join("jobs/drill"), names);
     cfg.during_job_s = spec.during_job_s;
+    cfg.job_age = spec.job_age_s.map(|age_s| JobAge {
+        age_s,
+        plugstack: dir.join("etc/plugstack.conf"),
+    });
     cfg.job_uid = Some(uid);
     cfg.bin_dir = Some(dir.join("bin"));
     let mut injector = TestbedInjector::new(dir.clone(), script);
@@ -629,6 +642,9 @@ fn open_testbed(spec: &SessionSpec, t: &TestbedSpec) -> Result<Parts, SessionErr
 }
 
 fn open_reservation(spec: &SessionSpec, r: &ReservationSpec) -> Result<Parts, SessionError> {
+    if spec.job_age_s.is_some() {
+        return Err(SessionError::JobAgeOnTestbedOnly);
+    }
     let mut cluster = SlurmCluster::new();
     let res = &r.name;
     let held = cluster.reservation_nodes(res)?;

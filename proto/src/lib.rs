@@ -15,6 +15,7 @@
 //! | [`invocation`] | how the plugin runs the job step, its exit codes and decision line, `PATH` |
 //! | [`job_state`] | Slurm's job states as `sacct` prints them, and which are final |
 //! | [`during`] | how a drain for a fault seen during a job names who saw it (epilog or watch) |
+//! | [`drill_age`] | the drill's root-owned file that dates one job's start back for its watch |
 //! | [`notice`] | the in-job watch's notice to the running job (`fabric-notice-<node>.jsonl`) |
 //! | [`tag`] | the `fabric-check/v1` job tag inside `AdminComment`, and the run summary |
 //! | [`spares`] | `--fabric-check-spares=K`: its parsing, the tag's `spares` entry, the batch step's shrunk environment |
@@ -24,6 +25,7 @@
 //! | [`suggest`] | the known name nearest to a misspelt one ("did you mean") for every configuration reader |
 
 pub mod check_id;
+pub mod drill_age;
 pub mod during;
 pub mod ett;
 pub mod fabric_option;

@@ -71,6 +71,15 @@ pub struct Args {
     /// from the seed (15-75 %), so the in-job watch, not the job's end, must find it.
     #[arg(long, default_value_t = 60.0, value_parser = parse_during_job_s)]
     pub during_job_s: f64,
+    /// Dates each `during` round's job back S seconds for the in-job watch, so that the round's
+    /// fault is met late in a long job: the job is submitted held, a root-owned file naming it
+    /// (`drill-job-age.json`, expiring in ten minutes) goes into each of its nodes' state
+    /// folder, and the job is released; the watch reads the file as it opens and takes the job's
+    /// start as S seconds earlier; the round's end removes the files. Whole seconds, 1 to
+    /// 604800 (a day: 86400). Testbed only.
+    #[arg(long, value_name = "S", value_parser = parse_job_age_s,
+          conflicts_with_all = ["reservation", "workload", "restore"])]
+    pub job_age_s: Option<u64>,
     /// Clean control rounds (no fault), interleaved.
     #[arg(long, default_value_t = 4)]
     pub controls: usize,
@@ -163,6 +172,11 @@ fn parse_during_job_s(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--job-age-s`: whole seconds, 1 to a week.
+fn parse_job_age_s(s: &str) -> Result<u64, String> {
+    fabric_proto::drill_age::parse_age_s(s)
+}
+
 /// `--size`: `[CLASS=]SIZE[,SIZE...]`.
 fn parse_size(s: &str) -> Result<SizeArg, String> {
     SizeArg::parse(s).map_err(|e| e.to_string())
@@ -229,6 +243,7 @@ fn spec(a: &Args) -> Result<SessionSpec, SessionError> {
         graded: a.graded,
         sizes: a.size.clone(),
         thresholds: thresholds(),
+        job_age_s: a.job_age_s,
     })
 }
 
@@ -286,6 +301,11 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
         return Ok(0);
     }
     let prices = prices(&a)?;
+    if let Some(age) = a.job_age_s {
+        eprintln!(
+            "fabric-check drill: each `during` round's job is dated back {age} s for its watch"
+        );
+    }
     let scores = s.drill(&plan, &prices, &mut tell)?;
     match a.format {
         Format::Table => print!("{}", render::table(&scores)),
@@ -541,6 +561,28 @@ mod tests {
         let a = args(&["--testbed", "--graded", "--size", "link_flap=1,2"]);
         assert!(a.graded);
         assert_eq!(a.size[0].class.as_deref(), Some("link_flap"));
+    }
+
+    #[test]
+    fn a_job_age_is_whole_seconds_up_to_a_week_on_the_testbed_and_a_bad_one_says_the_range() {
+        let a = args(&["--testbed", "--job-age-s", "86400"]);
+        assert_eq!(a.job_age_s, Some(86_400));
+        assert_eq!(spec(&a).unwrap().job_age_s, Some(86_400));
+        for bad in ["0", "1.5", "a-day", "604801"] {
+            let e = T::try_parse_from(["drill", "--testbed", "--job-age-s", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!(
+                    "{bad:?} is not a job age in whole seconds between 1 and 604800"
+                )),
+                "{e}"
+            );
+        }
+        let e = T::try_parse_from(["drill", "--reservation", "drill", "--job-age-s", "60"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--reservation"), "{e}");
     }
 
     #[test]

@@ -167,8 +167,12 @@ pub fn watch(args: Args) -> anyhow::Result<i32> {
         );
     }
     println!(
-        "watch: started for job {job} on {node}, every {} ms",
-        interval.as_millis()
+        "watch: started for job {job} on {node}, every {} ms{}",
+        interval.as_millis(),
+        match session.dated_back_s() {
+            0 => String::new(),
+            s => format!("; its start dated back {s} s by a fault drill"),
+        }
     );
     let summary = session.run(&RealAct);
     session.stop();

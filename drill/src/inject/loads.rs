@@ -102,7 +102,14 @@ impl Loads {
                 }
                 Ok(())
             }
-            Undo::Remove { path } => match std::fs::remove_dir_all(path) {
+            // A folder with what is in it; a file (or a link: never followed) by itself.
+            Undo::Remove { path } => match std::fs::symlink_metadata(path).and_then(|m| {
+                if m.is_dir() {
+                    std::fs::remove_dir_all(path)
+                } else {
+                    std::fs::remove_file(path)
+                }
+            }) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                 Err(source) => Err(InjectError::Io {

@@ -11,7 +11,7 @@
 //! a `*_delta` bound over the job window and a per-hour bound over the last hour ([`window`]: a
 //! ring of counter snapshots; one hour's allowance, never scaled by the job's age and never less,
 //! so a single error never drains and a storm late in a long job is seen as fast as an early
-//! one). A `fail` or `warn` finding that the prolog did not already see is a fault; [`policy`](crate::jobstep::policy) says what to do with it
+//! one; a fault drill may date the job's start back, [`drill_age`]). A `fail` or `warn` finding that the prolog did not already see is a fault; [`policy`](crate::jobstep::policy) says what to do with it
 //! ([`Phase::Watch`](crate::jobstep::policy::Phase::Watch)): under `enforce` drain through the one drain path (etiquette, guard,
 //! settle), write a live `during` entry into the job's tag, and tell the job through its notice
 //! file ([`fabric_proto::notice`]); under `warn` the same without the drain. A fault that clears
@@ -36,6 +36,7 @@
 //! [`Act`]), so the loop ([`run`]) is tested on fakes.
 
 mod acting;
+pub mod drill_age;
 mod life;
 mod outputs;
 mod sampling;

@@ -76,6 +76,17 @@ impl ProbeSampler {
     pub fn window_entries(&self) -> usize {
         self.ring.len()
     }
+
+    /// The same sampler, its job's start (the baseline's time) moved `age_ms` back: a drill's
+    /// long job ([`super::drill_age`]). The counters stay the values the prolog read, and the
+    /// sliding hour keeps starting at the snapshot as it was taken: a per-hour bound is never
+    /// judged over the emulated silence before it (that day would be allowance, not errors).
+    pub fn dated_back(mut self, age_ms: u64) -> Self {
+        if let Some(b) = &mut self.input.baseline {
+            b.counters.taken_unix_ms = b.counters.taken_unix_ms.saturating_sub(age_ms);
+        }
+        self
+    }
 }
 
 impl Sampler for ProbeSampler {
@@ -159,6 +170,12 @@ impl QuickSampler {
     /// The same sampler, its counters dated by `clock`.
     pub fn on_clock(mut self, clock: window::Clock) -> Self {
         self.full = self.full.on_clock(clock);
+        self
+    }
+
+    /// The same sampler, its job's start moved `age_s` back ([`ProbeSampler::dated_back`]).
+    pub fn dated_back(mut self, age_s: u64) -> Self {
+        self.full = self.full.dated_back(age_s.saturating_mul(1000));
         self
     }
 

@@ -1,7 +1,8 @@
-//! One watch from a plain spec: [`Session::open`] (its pid file, the prolog's snapshot, the
-//! sampler, the job's notice file), [`Session::run`] (the loop, [`super::run`]), and
-//! [`Session::stop`] (its pid file removed while it is still its own). The binary's `watch`
-//! command only parses its words, builds a [`Spec`] and says the lines.
+//! One watch from a plain spec: [`Session::open`] (its pid file, the prolog's snapshot, a fault
+//! drill's dated-back start ([`super::drill_age`]), the sampler, the job's notice file),
+//! [`Session::run`] (the loop, [`super::run`]), and [`Session::stop`] (its pid file removed
+//! while it is still its own). The binary's `watch` command only parses its words, builds a
+//! [`Spec`] and says the lines.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -71,6 +72,7 @@ pub struct Session {
     setup: Setup,
     interval: Duration,
     started_at_s: u64,
+    dated_back_s: u64,
     at_start: Vec<Finding>,
     sampler: QuickSampler,
     pace: RealPace,
@@ -112,7 +114,13 @@ impl Session {
                 return Err(OpenError::NoSnapshot(e, job));
             }
         };
-        let started_at_s = baseline.counters.taken_unix_ms / 1000;
+        // A fault drill may date this job's start back (root's file, for this job alone).
+        let dated = super::drill_age::read(&setup.state_dir, job, crate::jobstep::now_unix());
+        if let Some(line) = dated.line(job) {
+            relay.line(&line);
+        }
+        let dated_back_s = dated.age_s();
+        let started_at_s = (baseline.counters.taken_unix_ms / 1000).saturating_sub(dated_back_s);
         let sampler = QuickSampler::new(ProbeInput {
             node: node.clone(),
             roots,
@@ -122,7 +130,8 @@ impl Session {
             known,
             // The watch looks again every second: its next sample is its second look.
             second_look: None,
-        });
+        })
+        .dated_back(dated_back_s);
         // Created relative to the job's verified spool folder: a folder the job's user swapped
         // for a link is refused, never walked through.
         let notice = if notice {
@@ -153,6 +162,7 @@ impl Session {
             setup,
             interval,
             started_at_s,
+            dated_back_s,
             at_start,
             sampler,
             pace,
@@ -169,6 +179,18 @@ impl Session {
     /// How often it samples.
     pub fn interval(&self) -> Duration {
         self.interval
+    }
+
+    /// How far a fault drill dated its job's start back, seconds (0: not at all;
+    /// [`super::drill_age`]).
+    pub fn dated_back_s(&self) -> u64 {
+        self.dated_back_s
+    }
+
+    /// The job's start as the watch sees it (seconds since the epoch): the prolog's snapshot's
+    /// time, less [`Session::dated_back_s`].
+    pub fn started_at_s(&self) -> u64 {
+        self.started_at_s
     }
 
     /// Runs the loop until the pid file is gone or no longer its own, SIGTERM, or its job is

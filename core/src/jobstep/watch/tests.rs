@@ -1019,3 +1019,48 @@ fn a_session_opens_from_the_snapshot_the_prolog_saved_and_its_stop_removes_its_p
     session.stop();
     assert!(!pid_at.exists());
 }
+
+#[test]
+fn a_session_dated_back_by_a_drills_file_for_its_job_says_so_and_leaves_the_prologs_snapshot_as_it_was()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec_in(dir.path());
+    let state_dir = spec.setup.state_dir.clone();
+    let now_s = now_unix();
+    let mut prolog = report("n1", Verdict::Pass);
+    prolog.counters.taken_unix_ms = (now_s - 2) * 1000;
+    let snapshot = spec.snapshot.clone();
+    std::fs::write(&snapshot, serde_json::to_vec(&prolog).unwrap()).unwrap();
+    let as_written = std::fs::read(&snapshot).unwrap();
+    let hook = drill_age::path(&state_dir);
+    let write_hook = |job: u32| {
+        let f = fabric_proto::drill_age::DrillJobAge::new(job, 86_400, now_s);
+        std::fs::write(&hook, serde_json::to_vec(&f).unwrap()).unwrap();
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+    };
+    write_hook(7);
+    let lines = Lines::default();
+    let session = Session::open(spec, &lines).unwrap();
+    assert_eq!(session.dated_back_s(), 86_400);
+    assert_eq!(session.started_at_s(), now_s - 2 - 86_400);
+    assert!(
+        lines.has("watch: job 7's start is dated back 86400 s by a fault drill"),
+        "{}",
+        lines.text()
+    );
+    assert_eq!(
+        std::fs::read(&snapshot).unwrap(),
+        as_written,
+        "the epilog judges the job from the snapshot as the prolog wrote it"
+    );
+    session.stop();
+    // Another job's file: job 7 keeps its real start.
+    write_hook(8);
+    let lines = Lines::default();
+    let session = Session::open(spec_in(dir.path()), &lines).unwrap();
+    assert_eq!(session.dated_back_s(), 0);
+    assert_eq!(session.started_at_s(), now_s - 2);
+    assert!(lines.has("it is for job 8, not job 7"), "{}", lines.text());
+    session.stop();
+}

@@ -17,6 +17,7 @@ use fabric_proto::verdict::Severity;
 const PROLOG_MS: u64 = 1_800_000_000_000;
 const MIN_S: u64 = 60;
 const HOUR_S: u64 = 3600;
+const DAY_S: u64 = 86_400;
 /// The storm of the issue: 1,440 `symbol_error`s an hour (bound: 120/h), 24 a minute.
 const STORM_PER_HOUR: u64 = 1440;
 /// The time the storm takes to pass one hour's allowance of 120: 121 errors at 0.4 a second.
@@ -71,6 +72,14 @@ impl Node {
             root,
             now_ms,
             sampler,
+        }
+    }
+
+    /// The same node, its job's start dated back `age_s` as a fault drill's file does.
+    fn dated_back(self, age_s: u64) -> Self {
+        Self {
+            sampler: self.sampler.dated_back(age_s),
+            ..self
         }
     }
 
@@ -279,4 +288,106 @@ fn a_link_downed_stays_a_failure_after_the_hour_slides_past_it() {
     }
     let last = last.expect("full samples every hour");
     assert!(has(&last, Severity::Fail), "{:?}", last.report.findings);
+}
+
+/// The `ib.counters` failure of a sample, if any.
+fn counter_failure(s: &Sample) -> Option<&fabric_proto::verdict::Finding> {
+    s.report
+        .findings
+        .iter()
+        .find(|f| f.check == "ib.counters" && f.severity == Severity::Fail)
+}
+
+#[test]
+fn a_symbol_error_storm_in_a_job_dated_back_a_day_is_found_as_fast_as_in_a_fresh_job() {
+    let give_up_s = 15 * MIN_S;
+    let fresh = storm_found_after_s(&mut Node::new(), MIN_S, give_up_s);
+    let day_old = storm_found_after_s(&mut Node::new().dated_back(DAY_S), MIN_S, give_up_s);
+    let fresh = fresh.expect("a storm one minute in is found");
+    assert!(fresh <= STORM_FOUND_BY_S, "{fresh} s");
+    // Judged over the dated-back job window, a day allows 2,880 errors: two hours of storm.
+    assert_eq!(day_old, Some(fresh), "the dated-back job's storm, as fast");
+}
+
+#[test]
+fn a_drills_error_jump_in_a_job_dated_back_a_day_fails_at_the_next_sample_over_the_sliding_hour() {
+    // `error_counters`: symbol_error +500 at once, 20 s into the job as the watch sees it
+    // 86,420 s.
+    let mut node = Node::new().dated_back(DAY_S);
+    assert!(!node.run_until(20, 1), "quiet before the jump");
+    let v = node.counter("mlx5_1", "symbol_error");
+    node.set_counter("mlx5_1", "symbol_error", v + 500);
+    let s = node
+        .sample_after(1)
+        .expect("a counter that can fail changed");
+    let f = counter_failure(&s).expect("a fail at the next sample");
+    assert!(
+        f.message.contains("symbol_error rose by 500")
+            && f.message.contains("over the sliding hour"),
+        "{}",
+        f.message
+    );
+    let elapsed_s = f.observed["elapsed_s"].as_f64().unwrap();
+    assert!(
+        elapsed_s < 60.0,
+        "judged since the snapshot as taken, not over the dated-back day: {elapsed_s} s"
+    );
+}
+
+#[test]
+fn a_storm_already_there_at_the_first_sample_of_a_dated_back_job_is_found_at_that_sample() {
+    // Had the sliding hour started at the dated-back snapshot, the first sample would allow a
+    // day's 2,880 errors, and the next one would start its window past the storm.
+    let mut node = Node::new().dated_back(DAY_S);
+    let v = node.counter("mlx5_1", "symbol_error");
+    node.set_counter("mlx5_1", "symbol_error", v + 200);
+    let first = node
+        .sample_after(1)
+        .expect("the first sample is a full one");
+    assert!(
+        counter_failure(&first).is_some(),
+        "{:?}",
+        first.report.findings
+    );
+}
+
+#[test]
+fn the_dated_back_day_of_silence_is_no_finding_and_one_error_or_a_burst_within_the_bound_are_none()
+{
+    let mut node = Node::new().dated_back(DAY_S);
+    let mut any = Vec::new();
+    let mut run = |node: &mut Node, until_s: u64| {
+        while node.job_age_s() < until_s {
+            if let Some(s) = node.sample_after(10) {
+                any.extend(
+                    s.report
+                        .findings
+                        .iter()
+                        .filter(|f| f.severity >= Severity::Warn)
+                        .cloned(),
+                );
+            }
+        }
+    };
+    run(&mut node, 10 * MIN_S);
+    let v = node.counter("mlx5_1", "symbol_error");
+    node.set_counter("mlx5_1", "symbol_error", v + 1);
+    run(&mut node, HOUR_S);
+    // 100 errors in a second, under the hour's 120 with the one before.
+    node.set_counter("mlx5_1", "symbol_error", v + 101);
+    run(&mut node, 3 * HOUR_S);
+    assert!(any.is_empty(), "{any:?}");
+}
+
+#[test]
+fn a_link_downed_in_a_dated_back_job_is_a_failure_over_the_whole_job() {
+    let mut node = Node::new().dated_back(DAY_S);
+    assert!(!node.run_until(2 * HOUR_S, MIN_S));
+    let v = node.counter("mlx5_3", "link_downed");
+    node.set_counter("mlx5_3", "link_downed", v + 1);
+    let s = node
+        .sample_after(1)
+        .expect("a counter that can fail changed");
+    let f = counter_failure(&s).expect("link_downed: any rise fails");
+    assert!(f.message.contains("link_downed rose by 1"), "{}", f.message);
 }
