@@ -102,6 +102,13 @@ impl Loads {
                 }
                 Ok(())
             }
+            Undo::Cgroup { dir, back } => {
+                crate::stragglers::cgroup::put_back(dir, back).map_err(|source| InjectError::Io {
+                    what: "put back the processes of the CPU cgroup",
+                    path: dir.clone(),
+                    source,
+                })
+            }
             Undo::Remove { path } => match std::fs::remove_dir_all(path) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
