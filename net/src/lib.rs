@@ -6,6 +6,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`rendezvous`] | MUNGE-authenticated rendezvous of a job's nodes at rank 0 |
+//! | [`sealed`] | datagrams sealed with a job's session key (the straggler figures between two rendezvous) |
 //! | [`collective`] | `fabric-check collective`: ring all-reduce (TCP, NCCL, RDMA verbs), figures, outlier nodes |
 //!
 //! `fabric-core` reaches these through its job step's seams (`Meet` for the rendezvous,
@@ -18,3 +19,4 @@
 
 pub mod collective;
 pub mod rendezvous;
+pub mod sealed;

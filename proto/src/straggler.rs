@@ -12,6 +12,12 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_WINDOW_S: u64 = 10;
 /// How a node's steps must compare with the job's median to count as slow in a window.
 pub const SLOW_RATIO: f64 = 1.10;
+/// The figures' own jitter, taken off [`SLOW_RATIO`] where a window is judged (a window counts
+/// as slow at 1.07 or more): a node that really is 1.10× slower measures 1.08–1.12× from window
+/// to window (a median of about ten steps, on a loaded host; docs/drill.md), so at 1.10 exactly
+/// three windows in a row above it were luck and it was named in one round of two, 21–43 s
+/// after it slowed. A clean node's windows stay within ±3 % of the job's.
+pub const SLOW_MARGIN: f64 = 0.03;
 /// How many consecutive slow windows name a node.
 pub const WINDOWS_TO_NAME: u32 = 3;
 /// The most step times a node keeps for one window (a job faster than this many steps a
@@ -48,6 +54,50 @@ pub struct WindowSteps {
 /// The largest payload a node sends (the rendezvous refuses longer lines).
 pub const MAX_WINDOW_STEPS_BYTES: usize = 512;
 
+/// How often the job's nodes meet at the rendezvous (every this many hops: a minute with the
+/// default window): between two meetings each node sends its figure in a datagram sealed with
+/// the job's session key, which the last meeting handed out. A node that has no key yet meets
+/// at every hop, and so does the first node while a node was not heard at the last hop.
+pub const MEET_EVERY_HOPS: u64 = 12;
+
+/// What a node brings to a straggler meeting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HopMeet {
+    /// Its figure for the hop.
+    pub figure: WindowSteps,
+    /// The first node's session (the first node only; in its signed answer to every node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionOffer>,
+}
+
+/// Where and how to send figures between meetings.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionOffer {
+    /// The first node's UDP port.
+    pub port: u16,
+    /// The job's session key, hex (64 digits).
+    pub key: String,
+}
+
+impl std::fmt::Debug for SessionOffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionOffer")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The body of a node's sealed datagram: its figure, and whose and when it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HopDatagram {
+    /// The job.
+    pub job: u32,
+    /// The sender's rank.
+    pub rank: usize,
+    /// The figure (its `hop` is the hop it counts at).
+    pub figure: WindowSteps,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,6 +114,32 @@ mod tests {
         let line = serde_json::to_string(&w).unwrap();
         assert!(line.len() < MAX_WINDOW_STEPS_BYTES, "{line}");
         assert_eq!(serde_json::from_str::<WindowSteps>(&line).unwrap(), w);
+    }
+
+    #[test]
+    fn a_datagram_body_with_the_largest_figure_fits_a_sealed_datagram() {
+        let d = HopDatagram {
+            job: u32::MAX,
+            rank: usize::MAX,
+            figure: WindowSteps {
+                hop: u64::MAX,
+                steps: u32::MAX,
+                median_ms: Some(u64::MAX),
+                checkpoint: true,
+                fault: Some("x".repeat(64)),
+            },
+        };
+        // fabric_net::sealed::MAX_BODY_BYTES (1024).
+        assert!(serde_json::to_vec(&d).unwrap().len() < 1024);
+    }
+
+    #[test]
+    fn a_session_offer_never_prints_its_key() {
+        let o = SessionOffer {
+            port: 17001,
+            key: "ab".repeat(32),
+        };
+        assert!(!format!("{o:?}").contains("abab"), "{o:?}");
     }
 
     #[test]

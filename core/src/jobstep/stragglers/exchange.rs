@@ -1,6 +1,7 @@
 //! The hop loop of one node's straggler thread, and its seam to the other nodes
-//! ([`Exchange`]; the real one is [`RendezvousExchange`]: the job's MUNGE-authenticated
-//! rendezvous, a meeting per hop at the first node, root's credentials only).
+//! ([`Exchange`]; the real one is [`super::session::SessionExchange`]: the job's
+//! MUNGE-authenticated rendezvous once a minute, root's credentials only, and datagrams sealed
+//! with the key it hands out between).
 //!
 //! At each hop boundary (Unix time a multiple of the hop, plus a settle for the last records
 //! to land) every node reads its new records, makes its figure, and meets the first node; the
@@ -12,15 +13,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fabric_net::rendezvous::typed::decode;
-use fabric_net::rendezvous::{RendezvousConfig, gather};
 use fabric_proto::straggler::WindowSteps;
 
 use super::judge::{Event, Judge};
 use super::steps::{MAX_READ_BYTES, StepTail};
-use crate::jobstep::meet::{Meeting, meeting_id};
 use crate::record::{JobDir, ReadLimits, RecordError};
 
 /// One hop's meeting with the job's other nodes.
@@ -32,51 +30,10 @@ pub trait Exchange: Send {
         hop: u64,
         mine: &WindowSteps,
     ) -> Result<Option<BTreeMap<String, WindowSteps>>, String>;
-}
 
-/// The real exchange: a rendezvous per hop (its id [`Meeting::Stragglers`]), bounded by
-/// `timeout` (under a hop).
-#[derive(Debug, Clone)]
-pub struct RendezvousExchange {
-    /// The job's rendezvous, its addresses resolved once.
-    pub base: RendezvousConfig,
-    /// The job id.
-    pub job: u32,
-    /// This node's rank.
-    pub rank: usize,
-    /// The longest a hop's meeting waits.
-    pub timeout: Duration,
-}
-
-impl Exchange for RendezvousExchange {
-    fn meet(
-        &mut self,
-        hop: u64,
-        mine: &WindowSteps,
-    ) -> Result<Option<BTreeMap<String, WindowSteps>>, String> {
-        let mut cfg = self.base.clone();
-        cfg.job_id = meeting_id(self.job, Meeting::Stragglers(hop));
-        cfg.timeout = self.timeout;
-        cfg.hard_deadline = Some(Instant::now() + self.timeout * 2);
-        // One admitting thread is plenty for a figure a node a hop: the default pool of eight,
-        // started at every meeting, cost the first node more than its MUNGE work (measured
-        // with scripts/bench-stragglers, medians of three 120 s four-node jobs: 0.0147 % of a
-        // core with eight and 1 s sleep slices, 0.0106 % with two and one sleep a hop, 0.0108 %
-        // with one: the rest is the MUNGE work, two calls a follower).
-        cfg.workers = 1;
-        let payload = serde_json::to_value(mine).map_err(|e| e.to_string())?;
-        let g = gather(&cfg, self.rank, &payload).map_err(|e| e.to_string())?;
-        if g.my_rank != 0 {
-            return Ok(None);
-        }
-        let met = decode::<WindowSteps>(&cfg.nodes, g);
-        // A figure for another hop (a node whose clock is far off) is not this hop's.
-        Ok(Some(
-            met.payloads
-                .into_iter()
-                .filter(|(_, f)| f.hop == hop)
-                .collect(),
-        ))
+    /// Lines for the log since the last call (datagrams refused, a port that did not bind).
+    fn lines(&mut self) -> Vec<String> {
+        Vec::new()
     }
 }
 
@@ -182,6 +139,7 @@ impl NodeSide {
                 "straggler figures: hop {hop}'s meeting failed ({e})"
             ))),
         }
+        said.extend(self.exchange.lines().into_iter().map(Said::Line));
         said
     }
 
@@ -260,6 +218,7 @@ pub fn spawn(
 mod tests {
     use super::*;
     use crate::jobstep::stragglers::judge::Rules;
+    use std::time::Instant;
 
     /// A meeting that hands back what it was given: the leader's sees every node at `ms`
     /// except its own figure, which is the node's real one.

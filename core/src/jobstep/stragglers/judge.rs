@@ -27,12 +27,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use fabric_proto::straggler::{SLOW_RATIO, WINDOWS_TO_NAME, WindowSteps};
+use fabric_proto::straggler::{SLOW_MARGIN, SLOW_RATIO, WINDOWS_TO_NAME, WindowSteps};
 
 /// The verdict's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Rules {
-    /// A node's ratio to the job's median that makes a window slow (1.10).
+    /// A node's ratio to the job's median that makes a window slow: 1.10 less the figures'
+    /// jitter ([`SLOW_MARGIN`]), 1.07.
     pub ratio: f64,
     /// Slow windows in a row that name a node; calm ones that clear it (3).
     pub windows: u32,
@@ -47,7 +48,7 @@ pub struct Rules {
 impl Default for Rules {
     fn default() -> Self {
         Rules {
-            ratio: SLOW_RATIO,
+            ratio: SLOW_RATIO - SLOW_MARGIN,
             windows: WINDOWS_TO_NAME,
             baseline: 3,
             lookback: 12,

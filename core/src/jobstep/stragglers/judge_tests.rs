@@ -102,11 +102,46 @@ fn one_node_slowed_to_one_and_a_half_is_named_within_thirty_seconds() {
 }
 
 #[test]
-fn a_node_only_ten_percent_slower_is_named_and_five_percent_is_not() {
-    let at_110 = play(40, |h, i| Some(if i == 1 && h >= 10 { 1.16 } else { 1.0 }));
+fn a_node_only_ten_percent_slower_is_named_and_three_percent_is_not() {
+    let at_110 = play(40, |h, i| Some(if i == 1 && h >= 10 { 1.10 } else { 1.0 }));
     assert_eq!(named(&at_110).len(), 1, "{at_110:?}");
-    let at_105 = play(40, |h, i| Some(if i == 1 && h >= 10 { 1.05 } else { 1.0 }));
-    assert!(named(&at_105).is_empty(), "{at_105:?}");
+    let at_103 = play(40, |h, i| Some(if i == 1 && h >= 10 { 1.03 } else { 1.0 }));
+    assert!(named(&at_103).is_empty(), "{at_103:?}");
+}
+
+/// Noise that changes every window: ±`pct` %, a fixed pseudo-random series per node.
+fn noise(hop: u64, node: usize, pct: f64) -> f64 {
+    let x = (hop.wrapping_mul(2_654_435_761) ^ (node as u64).wrapping_mul(40_503)) % 1001;
+    1.0 + pct / 100.0 * (x as f64 / 500.0 - 1.0)
+}
+
+#[test]
+fn a_node_exactly_ten_percent_slower_in_noisy_windows_is_named_within_thirty_seconds() {
+    // Every window's figure off by up to ±2 % (the drill measured 1.08-1.12x for 1.10x), on
+    // every node: the slow node is named at its third slow window, whatever the noise says.
+    for seed in 0..20u64 {
+        let ev = play(40, |h, i| {
+            let slow = if i == 2 && h >= 10 { 1.10 } else { 1.0 };
+            Some(slow * noise(h + seed * 100, i, 2.0))
+        });
+        let n = named(&ev);
+        assert_eq!(n.len(), 1, "seed {seed}: {ev:?}");
+        assert_eq!(n[0].1, "n3");
+        assert!(
+            (n[0].0 - 10 + 1) * HOP_S <= 30,
+            "seed {seed}: named at hop {}",
+            n[0].0
+        );
+    }
+}
+
+#[test]
+fn a_clean_job_in_noisy_windows_names_nobody_in_a_week() {
+    // The same ±2 % on every window of every node, a week of 5 s hops in all.
+    for seed in 0..7u64 {
+        let ev = play(17_280, |h, i| Some(noise(h + seed * 100_000, i, 2.0)));
+        assert!(named(&ev).is_empty(), "seed {seed}: {ev:?}");
+    }
 }
 
 #[test]

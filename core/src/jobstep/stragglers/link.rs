@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::exchange::{NodeSide, Records, RendezvousExchange, Said, spawn};
+use super::exchange::{NodeSide, Records, Said, spawn};
 use super::judge::{Event, Judge, Rules};
+use super::session::{SessionExchange, rendezvous_meeting};
 use super::{log_line, watch_event};
-use crate::jobstep::meet::{MeetRequest, Meeting};
+use crate::jobstep::meet::{MeetRequest, Meeting, meeting_id};
 use crate::jobstep::policy::{self, Found, Phase};
 use crate::jobstep::tag_write::{TagWrite, Target, write_tag_to};
 use crate::jobstep::watch::{Act, NoticeFile, bump_metrics, events_path};
@@ -202,12 +203,17 @@ impl Link {
         });
         let side = NodeSide {
             records,
-            exchange: Box::new(RendezvousExchange {
-                base,
-                job: setup.inv.job_id,
+            exchange: Box::new(SessionExchange::new(
+                setup.inv.job_id,
                 rank,
-                timeout: Duration::from_millis(hop / 2),
-            }),
+                base.nodes.clone(),
+                base.addrs.clone(),
+                &base
+                    .window
+                    .candidates(meeting_id(setup.inv.job_id, Meeting::Stragglers(0))),
+                Duration::from_millis(hop / 2),
+                rendezvous_meeting(base, setup.inv.job_id, rank, Duration::from_millis(hop / 2)),
+            )),
             judge: (rank == 0).then(|| Judge::new(Rules::default())),
             window_ms: window_s * 1000,
             hop_ms: hop,

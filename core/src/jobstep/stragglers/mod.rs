@@ -8,7 +8,8 @@
 //! | [`steps`] | a node's side: its records followed, a hop's figure |
 //! | [`judge`] | the verdict, pure: figures in, [`judge::Event`]s out |
 //! | [`link`] | the watch's side: the thread started, the node's faults passed to it, the first node's events acted on |
-//! | [`exchange`] | the hop loop in its own thread, and the [`exchange::Exchange`] seam (the real one a rendezvous per hop) |
+//! | [`exchange`] | the hop loop in its own thread, and the [`exchange::Exchange`] seam |
+//! | [`session`] | the real exchange: a rendezvous once a minute (the session's key and port), sealed datagrams between |
 //! | this file | what an event becomes: its message and its entry in the job's tag |
 //!
 //! A straggler is evidence: the policy table tags it and tells the job, and **never drains**
@@ -18,6 +19,7 @@
 pub mod exchange;
 pub mod judge;
 pub mod link;
+pub mod session;
 pub mod steps;
 
 #[cfg(test)]
