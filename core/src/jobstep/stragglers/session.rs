@@ -76,6 +76,111 @@ struct Lead {
     blocked_said: Vec<bool>,
 }
 
+/// The job as the first node checks a datagram against it.
+struct Roster<'a> {
+    job: u32,
+    nodes: &'a [String],
+    addrs: &'a [IpAddr],
+}
+
+impl Lead {
+    /// Whether this hop is a meeting: no session, the minute's meeting, or a node not heard at
+    /// the last hop (it may have no key).
+    fn must_meet(&self, hop: u64) -> bool {
+        self.session.is_none()
+            || hop.is_multiple_of(MEET_EVERY_HOPS)
+            || self.heard.iter().skip(1).any(|h| h + 1 < hop)
+    }
+
+    /// The figures a meeting brought (this hop's only); a node that met has the key.
+    fn take_met(
+        &mut self,
+        nodes: &[String],
+        hop: u64,
+        g: Gathered,
+        all: &mut BTreeMap<String, WindowSteps>,
+    ) {
+        for (node, m) in decode::<HopMeet>(nodes, g).payloads {
+            let Some(r) = nodes.iter().position(|x| *x == node) else {
+                continue;
+            };
+            if r != 0 && m.figure.hop == hop {
+                self.heard[r] = hop;
+                if self.keyed_at[r] == 0 {
+                    self.keyed_at[r] = hop;
+                }
+                all.insert(node, m.figure);
+            }
+        }
+    }
+
+    /// This hop's sealed datagrams, until every node was heard or `deadline`; what was refused
+    /// is said in one line a reason.
+    fn take_sealed(
+        &mut self,
+        roster: &Roster<'_>,
+        hop: u64,
+        deadline: Instant,
+        all: &mut BTreeMap<String, WindowSteps>,
+        lines: &mut Vec<String>,
+    ) {
+        let Some((socket, key, _)) = &self.session else {
+            return;
+        };
+        let n = roster.nodes.len();
+        let mut refused = Rejections::default();
+        let (heard, sealed_seen) = (&mut self.heard, &mut self.sealed_seen);
+        receive(
+            socket,
+            key,
+            deadline,
+            roster.addrs,
+            &mut refused,
+            |src, d: HopDatagram| {
+                if d.job != roster.job || d.rank == 0 || d.rank >= n {
+                    return Err("names another job or a rank outside it");
+                }
+                if roster.addrs[d.rank] != src {
+                    return Err("came from another node's address than its rank's");
+                }
+                // Late for its hop (or a clock far off), or a second one: not counted.
+                if d.figure.hop != hop || heard[d.rank] == hop {
+                    return Ok(false);
+                }
+                heard[d.rank] = hop;
+                sealed_seen[d.rank] = true;
+                all.insert(roster.nodes[d.rank].clone(), d.figure);
+                Ok(all.len() == n)
+            },
+        );
+        lines.extend(
+            refused
+                .into_lines()
+                .into_iter()
+                .map(|l| format!("straggler figures: hop {hop}: datagram refused: {l}")),
+        );
+    }
+
+    /// Says, once a node, a node that has had the key for three hops and never sent a
+    /// datagram that counted (UDP blocked between the nodes, most likely).
+    fn say_blocked(&mut self, roster: &Roster<'_>, hop: u64, lines: &mut Vec<String>) {
+        let Some((socket, _, _)) = &self.session else {
+            return;
+        };
+        for r in 1..roster.nodes.len() {
+            let keyed = self.keyed_at[r];
+            if keyed > 0 && hop >= keyed + 3 && !self.sealed_seen[r] && !self.blocked_said[r] {
+                self.blocked_said[r] = true;
+                lines.push(format!(
+                    "straggler figures: {} has had the job's key since hop {keyed} and no datagram of it came to UDP port {}: is UDP open between the nodes in the rendezvous window (docs/operations.md, Ports)?",
+                    roster.nodes[r],
+                    socket.local_addr().map_or(0, |a| a.port())
+                ));
+            }
+        }
+    }
+}
+
 /// A follower's side.
 struct Follow {
     socket: Option<UdpSocket>,
@@ -189,88 +294,27 @@ impl SessionExchange {
         let Side::Lead(lead) = &mut self.side else {
             unreachable!("lead() runs on the first node only")
         };
-        let n = self.nodes.len();
-        let mut all = BTreeMap::new();
-        all.insert(self.nodes[0].clone(), mine.clone());
+        let mut all = BTreeMap::from([(self.nodes[0].clone(), mine.clone())]);
         lead.heard[0] = hop;
-        let someone_unheard = (1..n).any(|r| lead.heard[r] + 1 < hop);
-        let must_meet =
-            lead.session.is_none() || hop.is_multiple_of(MEET_EVERY_HOPS) || someone_unheard;
         let mut failed = None;
-        if must_meet {
+        if lead.must_meet(hop) {
             let payload = HopMeet {
                 figure: mine.clone(),
                 session: lead.session.as_ref().map(|s| s.2.clone()),
             };
             let value = serde_json::to_value(&payload).map_err(|e| e.to_string())?;
             match (self.meet)(hop, &value) {
-                Ok(g) => {
-                    let met = decode::<HopMeet>(&self.nodes, g);
-                    for (node, m) in met.payloads {
-                        let Some(r) = self.nodes.iter().position(|x| *x == node) else {
-                            continue;
-                        };
-                        if r != 0 && m.figure.hop == hop {
-                            lead.heard[r] = hop;
-                            if lead.keyed_at[r] == 0 {
-                                lead.keyed_at[r] = hop;
-                            }
-                            all.insert(node, m.figure);
-                        }
-                    }
-                }
+                Ok(g) => lead.take_met(&self.nodes, hop, g, &mut all),
                 Err(e) => failed = Some(e),
             }
         }
-        if let Some((socket, key, _)) = &lead.session {
-            let mut refused = Rejections::default();
-            let job = self.job;
-            receive(
-                socket,
-                key,
-                deadline,
-                &self.addrs,
-                &mut refused,
-                |src, d: HopDatagram| {
-                    if d.job != job || d.rank == 0 || d.rank >= n {
-                        return Err("names another job or a rank outside it");
-                    }
-                    if self.addrs[d.rank] != src {
-                        return Err("came from another node's address than its rank's");
-                    }
-                    if d.figure.hop != hop {
-                        // Late for its hop (or a clock far off): not this hop's figure.
-                        return Ok(false);
-                    }
-                    if lead.heard[d.rank] == hop {
-                        return Ok(false);
-                    }
-                    lead.heard[d.rank] = hop;
-                    lead.sealed_seen[d.rank] = true;
-                    all.insert(self.nodes[d.rank].clone(), d.figure);
-                    Ok(all.len() == n)
-                },
-            );
-            for r in 1..n {
-                let keyed = lead.keyed_at[r];
-                if keyed > 0 && hop >= keyed + 3 && !lead.sealed_seen[r] && !lead.blocked_said[r] {
-                    lead.blocked_said[r] = true;
-                    self.lines.push(format!(
-                        "straggler figures: {} has had the job's key since hop {keyed} and no datagram of it came to UDP port {}: is UDP open between the nodes in the rendezvous window (docs/operations.md, Ports)?",
-                        self.nodes[r],
-                        socket.local_addr().map_or(0, |a| a.port())
-                    ));
-                }
-            }
-            if !refused.is_empty() {
-                self.lines.extend(
-                    refused
-                        .into_lines()
-                        .into_iter()
-                        .map(|l| format!("straggler figures: hop {hop}: datagram refused: {l}")),
-                );
-            }
-        }
+        let roster = Roster {
+            job: self.job,
+            nodes: &self.nodes,
+            addrs: &self.addrs,
+        };
+        lead.take_sealed(&roster, hop, deadline, &mut all, &mut self.lines);
+        lead.say_blocked(&roster, hop, &mut self.lines);
         match failed {
             Some(e) if all.len() == 1 => Err(e),
             _ => Ok(all),
