@@ -279,10 +279,10 @@ pub enum CounterSource {
 /// The threshold key of a counter: every driver's pause counter names map to one key and
 /// per-priority names lose their priority (`rx_prio3_pause`, `rx_pfc_ena_frames_pri3` and
 /// `port.rx_priority_3_xoff_rx` are all `rx_prio_pause`; see [`crate::probe::pause`]).
-pub fn threshold_key(name: &str) -> String {
+pub fn threshold_key(name: &str) -> std::borrow::Cow<'_, str> {
     match crate::probe::pause::classify(name) {
-        Some(c) => c.threshold_key(),
-        None => name.to_string(),
+        Some(c) => std::borrow::Cow::Owned(c.threshold_key()),
+        None => std::borrow::Cow::Borrowed(name),
     }
 }
 
@@ -433,7 +433,7 @@ pub fn judge_counters(
     for (name, &v) in now.iter().filter(|(n, _)| select(n)) {
         let Some(&b) = before.get(name) else { continue };
         let key = threshold_key(name);
-        let Some(t) = ctx.expect.thresholds.get(&key) else {
+        let Some(t) = ctx.expect.thresholds.get(&*key) else {
             continue;
         };
         // The rate window's value (never below the baseline's: a counter only rises).
