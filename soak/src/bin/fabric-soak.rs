@@ -17,6 +17,9 @@ struct Args {
     /// Nodes in the emulated cluster.
     #[arg(long, default_value_t = 20)]
     nodes: usize,
+    /// Node threads that run at once (default: the CPUs this process may use).
+    #[arg(long)]
+    cores: Option<usize>,
     /// Leave out the health check at `slurmd`'s start that sees ports still training.
     #[arg(long)]
     no_boot_race: bool,
@@ -33,6 +36,9 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut opts = fabric_soak::run::Options::new(args.node_days, args.seed);
     opts.nodes = args.nodes;
+    if let Some(c) = args.cores {
+        opts.cores = c;
+    }
     opts.model.boot_race = !args.no_boot_race;
     opts.accept_unprovisioned = !args.no_accept;
     opts.health_every_h = args.health_every_h;
