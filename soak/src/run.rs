@@ -1,6 +1,6 @@
 //! The soak's loop: every node lives its emulated days in its own thread (jobs with their
-//! prolog, in-job watch and epilog; periodic health checks; noise), side by side, waiting for
-//! each other at each emulated day's end. The cluster's node states (drains, the mass-drain
+//! prolog, in-job watch and epilog; periodic health checks; noise), side by side (as many at
+//! once as [`Options::cores`]), waiting for each other at each emulated day's end. The cluster's node states (drains, the mass-drain
 //! guard's count) are one [`SharedCluster`] every node's steps see. Each node draws from its
 //! own seeded generator, so a seed repeats a run; only the order of two drains racing the
 //! mass-drain guard within one emulated day can differ, as it can on a real cluster.
