@@ -51,6 +51,10 @@ enum Command {
     /// Inject fabric faults on reserved (or testbed) nodes and score how well fabric-check finds
     /// them: recall, precision, false drains, time to detect, job cost.
     Drill(Box<cmd::drill::Args>),
+    /// The synthetic trainer of a straggler drill's rounds (`drill --stragglers`), run by
+    /// their jobs as the job user under `fabric-run`.
+    #[command(hide = true)]
+    DrillTrainer(cmd::drill::TrainerArgs),
     /// Run by the SPANK plugin in the job prolog (as root).
     #[command(hide = true)]
     Prolog(cmd::jobstep::Args),
@@ -106,6 +110,7 @@ fn main() {
         Command::Resume(a) => cmd::nodes::resume(a),
         Command::Health(a) => cmd::nodes::health(a),
         Command::Drill(a) => cmd::drill::run(*a),
+        Command::DrillTrainer(a) => cmd::drill::trainer(a),
         Command::Prolog(a) => cmd::jobstep::prolog(a),
         Command::Epilog(a) => cmd::jobstep::epilog(a),
         Command::StepEnd(a) => cmd::jobstep::step_end(a),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use fabric_base::exec::{run_bounded, safe_command};
 use fabric_proto::job_state::JobState;
+use fabric_proto::tag::JobTag;
 
 use crate::observe::{JobView, NodeView};
 use crate::plan::JobSpec;
@@ -48,6 +49,9 @@ pub trait Cluster {
     fn queue_state(&mut self, id: u32) -> Result<Option<String>, ClusterError>;
     /// The job's accounting record and tag.
     fn job(&mut self, id: u32) -> Result<JobView, ClusterError>;
+    /// The job's tag as it is now: while slurmctld holds the job, its live `AdminComment`
+    /// (what the in-job watch writes as it goes), else accounting's; `None` without a tag.
+    fn live_tag(&mut self, id: u32) -> Result<Option<JobTag>, ClusterError>;
     /// Cancels a job.
     fn cancel(&mut self, id: u32) -> Result<(), ClusterError>;
     /// Resumes a node.
@@ -136,6 +140,23 @@ pub fn parse_reservation(name: &str, text: &str) -> Result<Vec<String>, String> 
     fabric_proto::hostlist::Hostlist::parse(&nodes)
         .and_then(|h| h.expand())
         .map_err(|e| format!("reservation {name}'s Nodes={nodes} is not a hostlist: {e}"))
+}
+
+/// The `AdminComment` of job `id` in `squeue -h -O jobid:0|,admin_comment:0` output (squeue
+/// prints an unset one as `(null)`); `None` when the job is not listed.
+pub fn parse_squeue_comment(id: u32, text: &str) -> Option<String> {
+    let want = id.to_string();
+    text.lines().find_map(|l| {
+        let (job, comment) = l.split_once('|')?;
+        (job.trim() == want).then(|| {
+            let c = comment.trim_end_matches(['\n', '\r']);
+            if c == "(null)" {
+                String::new()
+            } else {
+                c.to_owned()
+            }
+        })
+    })
 }
 
 /// The real cluster, through `sbatch`, `squeue`, `sacct`, `sinfo`, `scontrol` and `scancel`.
@@ -411,6 +432,26 @@ impl Cluster for SlurmCluster {
         Ok(parse_sacct(id, &text))
     }
 
+    fn live_tag(&mut self, id: u32) -> Result<Option<JobTag>, ClusterError> {
+        // One job's record, no field its owner controls before the comment (squeue's -O, as
+        // on Slurm 22.05, which has no `scontrol --json`).
+        let text = self.ok(&[
+            "squeue",
+            "-h",
+            "--local",
+            &format!("--jobs={id}"),
+            "--states=all",
+            "-O",
+            "jobid:0|,admin_comment:0",
+        ]);
+        if let Ok(text) = text
+            && let Some(comment) = parse_squeue_comment(id, &text)
+        {
+            return Ok(fabric_proto::tag::extract(&comment).and_then(Result::ok));
+        }
+        Ok(self.job(id)?.tag)
+    }
+
     fn cancel(&mut self, id: u32) -> Result<(), ClusterError> {
         self.ok(&["scancel", &id.to_string()]).map(|_| ())
     }
@@ -490,6 +531,20 @@ mod tests {
         let tag = v.tag.unwrap();
         assert_eq!(tag.probed_at, Some(1_700_000_002));
         assert!(tag.nodes.contains_key("n1"));
+    }
+
+    #[test]
+    fn the_live_comment_is_the_asked_jobs_whatever_it_holds_and_null_is_none() {
+        let text = "41|fabric-check/v1 {\"a\":\"x|y\"}\n412|other\n";
+        assert_eq!(
+            parse_squeue_comment(41, text).as_deref(),
+            Some("fabric-check/v1 {\"a\":\"x|y\"}")
+        );
+        assert_eq!(
+            parse_squeue_comment(412, "412|(null)\n").as_deref(),
+            Some("")
+        );
+        assert_eq!(parse_squeue_comment(4, text), None);
     }
 
     #[test]

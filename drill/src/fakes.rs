@@ -204,6 +204,9 @@ impl Cluster for FakeCluster {
             ..JobView::default()
         })
     }
+    fn live_tag(&mut self, id: u32) -> Result<Option<JobTag>, ClusterError> {
+        Ok(self.job(id)?.tag)
+    }
     fn cancel(&mut self, id: u32) -> Result<(), ClusterError> {
         self.cancelled.push(id);
         Ok(())

@@ -210,6 +210,53 @@ impl RunDir {
             })?;
         Ok(path)
     }
+
+    /// Writes `text` as `name` in the round's folder, replacing what is there by rename (a
+    /// reader sees the old text or the new, never half): a file the drill changes while the
+    /// job runs (a straggler round's `ctl-<node>`). Never through a link.
+    pub fn replace_file(&self, name: &str, text: &str) -> Result<PathBuf, FolderError> {
+        let tmp = format!(".{name}.new");
+        match unlinkat(&self.fd, tmp.as_str(), AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => {}
+            Err(e) => return Err(io("remove", &self.path.join(&tmp))(e)),
+        }
+        self.write_script(&tmp, text)?;
+        let path = self.path.join(name);
+        rustix::fs::renameat(&self.fd, tmp.as_str(), &self.fd, name)
+            .map_err(io("replace", &path))?;
+        Ok(path)
+    }
+
+    /// Reads the file `name` of the job's folder (the job user's): a plain file opened without
+    /// following a link (the folder too), at most `max` bytes. `None` when it is missing or is
+    /// not such a file.
+    pub fn read_job_file(&self, name: &str, max: u64) -> Option<String> {
+        use std::io::Read;
+        let job = openat(
+            &self.fd,
+            JOB_SUBDIR,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let fd = openat(
+            &job,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let st = fstat(&fd).ok()?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return None;
+        }
+        let mut text = String::new();
+        std::fs::File::from(fd)
+            .take(max)
+            .read_to_string(&mut text)
+            .ok()?;
+        Some(text)
+    }
 }
 
 #[cfg(test)]
@@ -246,6 +293,33 @@ mod tests {
         );
         // A second write of the same name is refused: never over a file already there.
         assert!(d.write_script("job.sh", "x").is_err());
+    }
+
+    #[test]
+    fn a_replaced_file_is_whole_and_a_job_file_is_never_read_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = prepare(&dir.path().join("work"), "stragglers-001", None).unwrap();
+        d.replace_file("ctl-n1", "factor=1\n").unwrap();
+        d.replace_file("ctl-n1", "factor=1.5\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.path.join("ctl-n1")).unwrap(),
+            "factor=1.5\n"
+        );
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "root's").unwrap();
+        std::fs::write(d.job_dir.join("trainer-n1"), "pid=7\n").unwrap();
+        std::os::unix::fs::symlink(&secret, d.job_dir.join("trainer-n2")).unwrap();
+        assert_eq!(
+            d.read_job_file("trainer-n1", 64).as_deref(),
+            Some("pid=7\n")
+        );
+        assert_eq!(
+            d.read_job_file("trainer-n2", 64),
+            None,
+            "a link is not read"
+        );
+        assert_eq!(d.read_job_file("trainer-n1", 3).as_deref(), Some("pid"));
+        assert_eq!(d.read_job_file("missing", 64), None);
     }
 
     #[test]

@@ -252,19 +252,39 @@ impl Gates {
         }
         let r = self
             .class(round.class)
-            .and_then(
-                |()| match touched.iter().find(|n| !self.nodes.contains(n)) {
-                    Some(n) => Err(GateError::NotADrillNode {
-                        node: n.clone(),
-                        nodes: list(&self.nodes),
-                    }),
-                    None => Ok(()),
-                },
-            )
-            .and_then(|()| self.reserved(cluster, &touched))
-            .and_then(|()| self.no_foreign_jobs(cluster))
-            .and_then(|()| self.in_service(cluster, &touched));
+            .and_then(|()| self.touchable(cluster, &touched));
         r.map_err(|e| self.stop(e))
+    }
+
+    /// The check before a change the round loop's classes do not make (a straggler round's
+    /// slowdown, [`crate::stragglers`]): [`Gates::before_injection`] without the class. `nodes`
+    /// among the drill's and still in its reservation, no job the drill did not submit on any
+    /// of its nodes, `nodes` in service. A refusal stops the drill.
+    pub fn before_change(
+        &mut self,
+        cluster: &mut dyn Cluster,
+        nodes: &[String],
+    ) -> Result<(), GateError> {
+        self.halted();
+        if let Some(e) = &self.stopped {
+            return Err(e.clone());
+        }
+        let r = self.touchable(cluster, nodes);
+        r.map_err(|e| self.stop(e))
+    }
+
+    /// `touched` among the drill's nodes and in its reservation, no foreign job, in service.
+    fn touchable(&self, cluster: &mut dyn Cluster, touched: &[String]) -> Result<(), GateError> {
+        match touched.iter().find(|n| !self.nodes.contains(n)) {
+            Some(n) => Err(GateError::NotADrillNode {
+                node: n.clone(),
+                nodes: list(&self.nodes),
+            }),
+            None => Ok(()),
+        }
+        .and_then(|()| self.reserved(cluster, touched))
+        .and_then(|()| self.no_foreign_jobs(cluster))
+        .and_then(|()| self.in_service(cluster, touched))
     }
 
     fn reserved(&self, cluster: &mut dyn Cluster, nodes: &[String]) -> Result<(), GateError> {

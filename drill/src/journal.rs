@@ -51,6 +51,15 @@ pub enum Undo {
         /// The path.
         path: PathBuf,
     },
+    /// Move every process of the CPU cgroup `dir` back into the cgroup `back`, then remove
+    /// `dir` (and its parent, the drill's own folder, once that is empty): a node's CPU cap
+    /// (`drill --stragglers`, `cpu_capped`).
+    Cgroup {
+        /// The cgroup the drill made.
+        dir: PathBuf,
+        /// The cgroup its processes came from.
+        back: PathBuf,
+    },
 }
 
 /// One line of the journal.

@@ -25,6 +25,7 @@
 //! | [`session`] | a whole drill from a plain spec: open, undo what is pending, check, set up, rounds, restore, score |
 //! | [`score`] | recall, precision, false drains, time to detect, job cost, findings (pure) |
 //! | [`workload`] | step 3: the admin's own job script per fabric, clean and faulted |
+//! | [`stragglers`] | `--stragglers`: one node's training steps slowed three ways and the controls, scored against the in-job straggler verdict |
 //! | [`render`] | text table, JSON, Prometheus gauges, the HTML section with charts |
 //!
 //! Dependencies point inward: `fabric-proto` (tags, verdicts, check ids), `fabric-base` (the
@@ -48,4 +49,5 @@ pub mod render;
 pub mod run;
 pub mod score;
 pub mod session;
+pub mod stragglers;
 pub mod workload;

@@ -23,6 +23,7 @@ use crate::journal::{Journal, JournalError, Pending};
 use crate::plan::{DrillNode, Plan, PlanError, PlanSpec};
 use crate::run::{Drill, RunConfig};
 use crate::score::{self, Prices, RoundOutcome, Scores};
+use crate::stragglers::{self, levers::Lever};
 
 /// Where a real cluster's drill keeps its restore journal unless the spec says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/fabric-check/drill";
@@ -118,6 +119,29 @@ pub enum SessionError {
         "--size {0}: no class the drill runs takes sizes of this kind; write CLASS=SIZES (congestion=50%, error_counters=2x, link_flap=2)"
     )]
     SizeFitsNoClass(String),
+    /// A straggler drill asked for on a real cluster.
+    #[error(
+        "the straggler drill (--stragglers) runs on the testbed only: it caps a node's CPU through a cgroup and shapes its path in the testbed's network namespaces; use --testbed"
+    )]
+    StragglersOnTestbedOnly,
+    /// A straggler plan that cannot be drawn.
+    #[error("--stragglers: {0}")]
+    StragglerPlan(String),
+}
+
+/// A straggler drill's own settings (`--stragglers`; docs/drill.md, "Stragglers").
+#[derive(Debug, Clone, PartialEq)]
+pub struct StragglerSpec {
+    /// The classes and controls to run (empty: every one).
+    pub kinds: Vec<stragglers::plan::Kind>,
+    /// The sizes of each class, thousandths of the usual step (empty: 1.1×, 1.25×, 1.5×, 2×).
+    pub sizes: Vec<u32>,
+    /// Rounds per class and size.
+    pub per_size: usize,
+    /// Rounds per control.
+    pub per_control: usize,
+    /// Clean rounds.
+    pub clean: usize,
 }
 
 /// One `--size` argument: `[CLASS=]SIZE[,SIZE...]`.
@@ -298,6 +322,10 @@ pub enum Event<'a> {
     },
     /// A round ended.
     Round(&'a RoundOutcome),
+    /// A straggler round ended.
+    StragglerRound(&'a stragglers::score::Outcome),
+    /// Something the drill found out as it set up (how a class is injected here, or why not).
+    Note(String),
 }
 
 /// One drill on its nodes: the cluster, the injector, the journal, the gates.
@@ -537,6 +565,94 @@ impl Session {
         }
         self.journal.compact()?;
         Ok(score::score(plan.seed, &outcomes, prices))
+    }
+
+    /// The straggler drill's plan for `seed` (the testbed only).
+    pub fn straggler_plan(
+        &self,
+        spec: &StragglerSpec,
+        seed: u64,
+    ) -> Result<stragglers::plan::Plan, SessionError> {
+        use stragglers::plan::{DEFAULT_SIZES, Kind, Plan, PlanSpec};
+        if self.testbed.is_none() || *self.gates.place() != Place::Testbed {
+            return Err(SessionError::StragglersOnTestbedOnly);
+        }
+        let kinds = if spec.kinds.is_empty() {
+            Kind::ALL.to_vec()
+        } else {
+            spec.kinds.clone()
+        };
+        Plan::draw(&PlanSpec {
+            nodes: self.node_names(),
+            kinds,
+            sizes: if spec.sizes.is_empty() {
+                DEFAULT_SIZES.to_vec()
+            } else {
+                spec.sizes.clone()
+            },
+            per_size: spec.per_size,
+            per_control: spec.per_control,
+            clean: spec.clean,
+            seed,
+            inject_after_ms: (25_000, 30_000),
+        })
+        .map_err(SessionError::StragglerPlan)
+    }
+
+    /// Runs a straggler plan on the testbed: checks the nodes, sets up the levers (the CPU
+    /// controller, the path relays), runs the rounds, restores, scores.
+    pub fn stragglers(
+        &mut self,
+        plan: &stragglers::plan::Plan,
+        on: &mut dyn FnMut(Event<'_>),
+    ) -> Result<stragglers::score::Scores, SessionError> {
+        use stragglers::plan::Kind;
+        let Some(dir) = self.testbed.clone() else {
+            return Err(SessionError::StragglersOnTestbedOnly);
+        };
+        let names = self.node_names();
+        self.gates.start(self.cluster.as_mut())?;
+        on(Event::Started {
+            seed: plan.seed,
+            rounds: plan.rounds.len(),
+            nodes: &names,
+        });
+        let mut cfg = stragglers::run::Config::new(self.cfg.work_dir.clone(), names.clone());
+        cfg.job_uid = self.cfg.job_uid;
+        cfg.bin_dir = self.cfg.bin_dir.clone();
+        cfg.records_dir = Some(dir.join("runs"));
+        let mut lever = stragglers::levers::TestbedLever::open(
+            &dir,
+            &names,
+            cfg.transfer_bytes,
+            &mut self.journal,
+        );
+        match lever.cgroup() {
+            Ok(cg) => on(Event::Note(format!(
+                "cpu_capped: {} under {}",
+                cg.version(),
+                cg.root().display()
+            ))),
+            Err(why) => on(Event::Note(format!("cpu_capped is blocked: {why}"))),
+        }
+        if let Some(why) = lever.blocked(Kind::PathShaped) {
+            on(Event::Note(format!("path_shaped is blocked: {why}")));
+        }
+        let outcomes = stragglers::run::Drill {
+            cluster: self.cluster.as_mut(),
+            lever: &mut lever,
+            journal: &mut self.journal,
+            gates: &mut self.gates,
+            cfg,
+        }
+        .run(plan, |o| on(Event::StragglerRound(o)));
+        let closed = lever.close(&mut self.journal);
+        if self.gates.halted() {
+            self.undo_pending(on)?;
+        }
+        closed?;
+        self.journal.compact()?;
+        Ok(stragglers::score::score(plan.seed, &outcomes))
     }
 
     /// On the testbed, the nodes of the `roce` partition get RoCE trees for the drill; the
@@ -869,6 +985,8 @@ mod tests {
                 Event::Undoing(p) => format!("undo {} {}", p.what, p.node),
                 Event::Started { seed, rounds, .. } => format!("start {seed} {rounds}"),
                 Event::Round(o) => format!("round {} {}", o.round.class.id(), o.round.moment.id()),
+                Event::StragglerRound(o) => format!("straggler round {}", o.round.index),
+                Event::Note(n) => n,
             });
         };
         assert!(session.has_pending().unwrap());

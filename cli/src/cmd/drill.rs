@@ -14,7 +14,7 @@ use fabric_drill::score::{self, Prices, RoundOutcome};
 use fabric_drill::session::{
     self, Event, ReservationSpec, Session, SessionError, SessionSpec, SizeArg, Source, TestbedSpec,
 };
-use fabric_drill::{render, workload};
+use fabric_drill::{render, stragglers, workload};
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -147,6 +147,19 @@ pub struct Args {
     /// The fault of the workload's faulted runs.
     #[arg(long, default_value = "port_down", requires = "workload")]
     pub workload_fault: String,
+    /// The straggler drill (testbed only): one node's steps slowed (`step_sleep`,
+    /// `cpu_capped`, `path_shaped`) at each size of --slowdowns, --per-class rounds each, the
+    /// controls (`all_slow`, `rotating`, `checkpoint_burst`) --straggler-controls times each
+    /// and --controls clean rounds; scores recall, time to name, and what the controls and clean
+    /// jobs were wrongly told. --classes picks among those.
+    #[arg(long, conflicts_with_all = ["graded", "size", "workload", "reservation"])]
+    pub stragglers: bool,
+    /// With --stragglers: the slowdowns, times the usual step (`1.1,1.25,1.5,2`).
+    #[arg(long, value_delimiter = ',', value_parser = parse_slowdown, requires = "stragglers")]
+    pub slowdowns: Vec<u32>,
+    /// With --stragglers: rounds of each control.
+    #[arg(long, default_value_t = 2)]
+    pub straggler_controls: usize,
     /// Run the faulted runs once more with K spare nodes (`--fabric-check-spares=K`; the
     /// cluster's plugstack must allow it with `spares_max=`), side by side with those without.
     #[arg(long, value_name = "K", default_value_t = 0, requires = "workload", value_parser = clap::value_parser!(u32).range(0..=64))]
@@ -175,6 +188,11 @@ fn parse_during_job_s(s: &str) -> Result<f64, String> {
 /// `--job-age-s`: whole seconds, 1 to a week.
 fn parse_job_age_s(s: &str) -> Result<u64, String> {
     fabric_proto::drill_age::parse_age_s(s)
+}
+
+/// `--slowdowns`: a multiple of the usual step, more than 1.
+fn parse_slowdown(s: &str) -> Result<u32, String> {
+    fabric_drill::stragglers::plan::parse_factor(s)
 }
 
 /// `--size`: `[CLASS=]SIZE[,SIZE...]`.
@@ -263,6 +281,8 @@ fn tell(e: Event<'_>) {
             nodes.join(",")
         ),
         Event::Round(o) => eprintln!("{}", round_line(o)),
+        Event::StragglerRound(o) => eprintln!("{}", stragglers::score::round_line(o)),
+        Event::Note(n) => eprintln!("fabric-check drill: {n}"),
     }
 }
 
@@ -293,6 +313,9 @@ pub fn run(a: Args) -> anyhow::Result<i32> {
     }
     if let Some(w) = &a.workload {
         return run_workload(&a, &mut s, w);
+    }
+    if a.stragglers {
+        return run_stragglers(&a, &mut s);
     }
     let seed = s.seed();
     let plan = s.plan(seed)?;
@@ -433,6 +456,97 @@ fn prices(a: &Args) -> anyhow::Result<Prices> {
         }
     }
     Ok(p)
+}
+
+/// `--stragglers`: the plan, the rounds, the table and, with `--summary-line`, the
+/// `drill-stragglers:` line last.
+fn run_stragglers(a: &Args, s: &mut Session) -> anyhow::Result<i32> {
+    let kinds = a
+        .classes
+        .iter()
+        .map(|c| stragglers::plan::Kind::parse(c))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
+    let spec = session::StragglerSpec {
+        kinds,
+        sizes: a.slowdowns.clone(),
+        per_size: a.per_class,
+        per_control: a.straggler_controls,
+        clean: a.controls,
+    };
+    let seed = s.seed();
+    let plan = s.straggler_plan(&spec, seed)?;
+    if a.dry_run {
+        print!("{}", plan.describe());
+        return Ok(0);
+    }
+    let scores = s.stragglers(&plan, &mut tell)?;
+    match a.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&scores)?),
+        _ => print!("{}", stragglers::score::table(&scores)),
+    }
+    if a.summary_line {
+        println!("{}", stragglers::score::summary_line(&scores));
+    }
+    Ok(report_gates(&s.gates))
+}
+
+/// Arguments of `fabric-check drill-trainer` (hidden): the synthetic trainer a straggler
+/// round runs on every node, as the job user, under `fabric-run`.
+#[derive(Debug, clap::Args)]
+pub struct TrainerArgs {
+    /// The round's folder (its control files).
+    #[arg(long)]
+    pub control: PathBuf,
+    /// The job's own folder (the trainer's status and checkpoints).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// This node (default: $SLURMD_NODENAME).
+    #[arg(long)]
+    pub node: Option<String>,
+    /// A step's usual length, milliseconds.
+    #[arg(long, default_value_t = 500)]
+    pub step_ms: u64,
+    /// CPU time each step burns, milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pub busy_ms: u64,
+    /// Bytes each step sends over the node's path (through the drill's relay).
+    #[arg(long, default_value_t = 0)]
+    pub transfer_bytes: usize,
+    /// Bytes a checkpoint writes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub ckpt_bytes: usize,
+    /// How long a checkpoint pauses, milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    pub ckpt_ms: u64,
+    /// The longest the trainer runs, seconds.
+    #[arg(long, default_value_t = 240)]
+    pub max_s: u64,
+}
+
+/// `fabric-check drill-trainer`.
+pub fn trainer(a: TrainerArgs) -> anyhow::Result<i32> {
+    let node = match a.node.or_else(|| std::env::var("SLURMD_NODENAME").ok()) {
+        Some(n) => n,
+        None => bail!("--node NODE is needed outside a Slurm task (no SLURMD_NODENAME)"),
+    };
+    if node.is_empty() || node.contains('/') {
+        bail!("{node:?} is not a node name");
+    }
+    let spec = stragglers::trainer::TrainerSpec {
+        control: a.control,
+        out: a.out,
+        node,
+        step_ms: a.step_ms,
+        busy_ms: a.busy_ms.min(a.step_ms),
+        transfer_bytes: a.transfer_bytes.min(64 << 20),
+        ckpt_bytes: a.ckpt_bytes.min(1 << 30),
+        ckpt_ms: a.ckpt_ms,
+        max_s: a.max_s,
+    };
+    let stdout = std::io::stdout();
+    stragglers::trainer::run(&spec, &mut stdout.lock())?;
+    Ok(0)
 }
 
 fn run_workload(a: &Args, s: &mut Session, script: &std::path::Path) -> anyhow::Result<i32> {
@@ -583,6 +697,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--reservation"), "{e}");
+    }
+
+    #[test]
+    fn the_straggler_drill_takes_its_slowdowns_as_multiples_and_refuses_graded_sizes_beside_it() {
+        let a = args(&["--testbed", "--stragglers", "--slowdowns", "1.25,2x"]);
+        assert!(a.stragglers);
+        assert_eq!(a.slowdowns, vec![1250, 2000]);
+        let e = T::try_parse_from(["drill", "--testbed", "--stragglers", "--slowdowns", "1"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a slowdown"), "{e}");
+        assert!(T::try_parse_from(["drill", "--testbed", "--stragglers", "--graded"]).is_err());
+        assert!(T::try_parse_from(["drill", "--testbed", "--slowdowns", "2"]).is_err());
     }
 
     #[test]

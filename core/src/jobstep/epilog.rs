@@ -6,6 +6,13 @@
 //! this node slow) lives in the user-writable spool: it goes into the tag marked as reported by
 //! the job (`"reported_by":"job"`, [`fabric_proto::tag::JobReported`]) and never drains a node, so it
 //! never counts toward the mass-drain guard either. A drain needs evidence root gathered.
+//!
+//! [`run`] goes through its stages in order, each a function of its own: the watch stopped,
+//! `probe_job_window` (the probe against the prolog's snapshot; `drain_on_probe`),
+//! `with_watch_events` and `say_rises`; a node that tags nothing (`tags_nothing`) only clears
+//! its files; the others `gather_payload` (with `slow_claims`), `meet_peers` (the first node's
+//! `lead`: `merge_payloads` into the tag, `untagged` for a job without a verdict) and
+//! `clear_delivered`.
 
 use super::JobStep;
 use super::meet::{Delivery, deliver};
@@ -26,12 +33,12 @@ use fabric_proto::tag::{
 /// The most slow-node claims of one node the tag keeps.
 const MAX_CLAIMS_PER_NODE: usize = 8;
 
-/// `fabric-check epilog`: always lets the job end normally.
+/// `fabric-check epilog`: always lets the job end normally. Its stages are the module's, in
+/// order.
 pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let setup = step.setup;
     let _span =
         tracing::info_span!("epilog", job = setup.inv.job_id, node = %setup.inv.node).entered();
-    let plugin = &setup.plugin;
     let node = step.node();
     let job = step.job_id();
     // The in-job watch first: its log goes to slurmd's; the events it kept go into this
@@ -39,6 +46,38 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
     // own write lands).
     let watched = super::watch::finish(step);
     super::spares::forget(step);
+    let during = probe_job_window(step);
+    let during = with_watch_events(node, during, watched);
+    say_rises(step, during.as_ref());
+    if tags_nothing(step) {
+        // Observe tags nothing, so nothing reads this node's fabric-run records; they are still
+        // ours to clear, or the spool fills with one folder per job.
+        if let Some(dir) = open_job_dir(step) {
+            remove_node_files(node, &dir);
+        }
+        return JobStepExit::Proceed;
+    }
+    let spool = open_job_dir(step);
+    // The watch is stopped: the job's wish to be requeued on a fault has served. Gone whatever
+    // happens to the records, or a requeued run of the job (same id, same folder) inherits it.
+    if let Some(dir) = &spool {
+        let wish = fabric_proto::notice::requeue_wish_name(node);
+        dir.remove(|name| name == wish);
+    }
+    let payload = gather_payload(step, spool.as_ref(), during);
+    let delivered = meet_peers(step, payload);
+    clear_delivered(step, spool.as_ref(), delivered);
+    // The step ends' kept summaries served the live tag; the job's own merge is done.
+    record::forget_peer_runs(&step.setup.state_dir, job);
+    step.say(&JobStepExit::Proceed.line());
+    JobStepExit::Proceed
+}
+
+/// Probes the node against the prolog's snapshot (then removes it): this node's `during` row
+/// of counter rises over the job window, draining on what the probe found where the policy
+/// says so ([`drain_on_probe`]). None without a snapshot or when the probe could not run.
+fn probe_job_window(step: &JobStep<'_>) -> Option<DuringJob> {
+    let node = step.node();
     let snapshot = step.snapshot_path();
     let during = match Baseline::load(&snapshot) {
         Ok(base) => {
@@ -56,18 +95,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
                         "probe",
                         &format!("epilog probe verdict {} on {node}", report.verdict.as_str()),
                     );
-                    if policy::verdict_drains(Phase::Epilog, report.verdict, plugin)
-                        && let Some((check, message)) = super::worst_finding(&report)
-                    {
-                        step.drain_self(
-                            &check,
-                            &fabric_proto::during::drain_message(
-                                fabric_proto::during::SeenBy::Epilog,
-                                job,
-                                &message,
-                            ),
-                        );
-                    }
+                    drain_on_probe(step, &report);
                     Some(d)
                 }
                 Err(why) => {
@@ -77,6 +105,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             }
         }
         Err(e) => {
+            let job = step.job_id();
             step.say(&format!(
                 "no prolog snapshot for job {job} ({e}); no job-window counters"
             ));
@@ -84,46 +113,93 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         }
     };
     let _ = std::fs::remove_file(&snapshot);
-    let during = with_watch_events(node, during, watched);
-    if let Some(d) = &during
+    during
+}
+
+/// Drains the node when the epilog probe's verdict drains ([`policy`]) and a finding says why,
+/// the message saying the epilog saw it.
+fn drain_on_probe(step: &JobStep<'_>, report: &crate::probe::Report) {
+    if policy::verdict_drains(Phase::Epilog, report.verdict, &step.setup.plugin)
+        && let Some((check, message)) = super::worst_finding(report)
+    {
+        step.drain_self(
+            &check,
+            &fabric_proto::during::drain_message(
+                fabric_proto::during::SeenBy::Epilog,
+                step.job_id(),
+                &message,
+            ),
+        );
+    }
+}
+
+/// Says the counters that rose during the job on this node, if any.
+fn say_rises(step: &JobStep<'_>, during: Option<&DuringJob>) {
+    if let Some(d) = during
         && !d.rises.is_empty()
     {
+        let (job, node) = (step.job_id(), step.node());
         let list: Vec<String> = d.rises.iter().map(|(k, v)| format!("{k}+{v}")).collect();
         step.say(&format!(
             "counters rose during job {job} on {node}: {}",
             list.join(" ")
         ));
     }
+}
+
+/// Whether this node's epilog tags nothing: the node was given up by its job (spares: said;
+/// the job's first node writes its tag), or the policy tags nothing.
+fn tags_nothing(step: &JobStep<'_>) -> bool {
     let given_up = super::spares::was_given_up(step);
     if given_up {
+        let (job, node) = (step.job_id(), step.node());
         step.say(&format!(
             "{node} was given up by job {job} (spares): the job's first node writes its tag"
         ));
     }
-    if given_up || !policy::tags(plugin.policy) {
-        // Observe tags nothing, so nothing reads this node's fabric-run records; they are still
-        // ours to clear, or the spool fills with one folder per job.
-        if let Some(dir) = open_job_dir(step) {
-            remove_node_files(node, &dir);
-        }
-        return JobStepExit::Proceed;
-    }
-    let spool = open_job_dir(step);
-    // The watch is stopped: the job's wish to be requeued on a fault has served. Gone whatever
-    // happens to the records, or a requeued run of the job (same id, same folder) inherits it.
-    if let Some(dir) = &spool {
-        let wish = fabric_proto::notice::requeue_wish_name(node);
-        dir.remove(|name| name == wish);
-    }
-    let run = spool.as_ref().and_then(|d| read_run_summary(step, d));
+    given_up || !policy::tags(step.setup.plugin.policy)
+}
+
+/// This node's payload for the first node: root's `during` row, and what the job left in its
+/// spool (its `fabric-run` summary, its step gates' results and their slow-node claims,
+/// [`slow_claims`]), shrunk to fit a join (what was dropped is said).
+fn gather_payload(
+    step: &JobStep<'_>,
+    spool: Option<&JobDir>,
+    during: Option<DuringJob>,
+) -> EpilogPayload {
+    let run = spool.and_then(|d| read_run_summary(step, d));
     let step_results = spool
-        .as_ref()
         .map(|d| read_step_results(step, d))
         .unwrap_or_default();
-    // The step gates ran as the job's user and wrote these results into the user-writable
-    // spool: they are reported in the tag as the job's, never a reason to drain.
-    // Every string in them is the job's: scrubbed (no segment marker, no control character)
-    // and bounded before it goes anywhere.
+    let slow = slow_claims(step, &step_results);
+    let steps = bounded_steps(step_results.into_iter().map(|r| r.collective));
+    let mut payload = EpilogPayload {
+        during,
+        run,
+        steps,
+        slow,
+    };
+    let dropped = payload.fit(fabric_net::rendezvous::MAX_PAYLOAD_BYTES);
+    if !dropped.is_empty() {
+        let (job, node) = (step.job_id(), step.node());
+        step.say(&format!(
+            "job {job}: what the job wrote on {node} is too large to travel with root's evidence; \
+             dropped {}",
+            dropped.join(", ")
+        ));
+    }
+    payload
+}
+
+/// The steps whose gate named this node slow (at most [`MAX_CLAIMS_PER_NODE`]), each said.
+///
+/// The step gates ran as the job's user and wrote these results into the user-writable
+/// spool: they are reported in the tag as the job's, never a reason to drain.
+/// Every string in them is the job's: scrubbed (no segment marker, no control character)
+/// and bounded before it goes anywhere.
+fn slow_claims(step: &JobStep<'_>, step_results: &[stepgate::StepResult]) -> Vec<SlowClaim> {
+    let (job, node) = (step.job_id(), step.node());
     let slow: Vec<SlowClaim> = step_results
         .iter()
         .filter(|r| r.slow_here)
@@ -144,24 +220,16 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             c.step
         ));
     }
-    let steps = bounded_steps(step_results.into_iter().map(|r| r.collective));
-    let mut payload = EpilogPayload {
-        during,
-        run,
-        steps,
-        slow,
-    };
-    let dropped = payload.fit(fabric_net::rendezvous::MAX_PAYLOAD_BYTES);
-    if !dropped.is_empty() {
-        step.say(&format!(
-            "job {job}: what the job wrote on {node} is too large to travel with root's evidence; \
-             dropped {}",
-            dropped.join(", ")
-        ));
-    }
-    let first = setup.nodes.first().is_some_and(|n| n == node);
+    slow
+}
+
+/// The rendezvous: every node sends the first node its payload, and the first node merges
+/// them into the tag ([`lead`]); a first node that met nobody still writes its own part, so
+/// that a checked job never ends without a tag. Whether this node's payload was delivered.
+fn meet_peers(step: &JobStep<'_>, payload: EpilogPayload) -> bool {
+    let first = step.setup.nodes.first().is_some_and(|n| n == step.node());
     let own = first.then(|| payload.clone());
-    let delivered = match deliver(step, payload) {
+    match deliver(step, payload) {
         Delivery::Leader(met) => lead(step, met, None),
         Delivery::Acknowledged => true,
         // The first node met nobody: it still writes what it knows, its own part, so that a
@@ -170,21 +238,23 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             Some(own) => lead(step, alone(step, own), Some(why)),
             None => false,
         },
-    };
-    if let Some(dir) = &spool {
+    }
+}
+
+/// Removes this node's files from the job's spool once delivered; otherwise says where they
+/// were kept.
+fn clear_delivered(step: &JobStep<'_>, spool: Option<&JobDir>, delivered: bool) {
+    if let Some(dir) = spool {
         if delivered {
             remove_node_files(step.node(), dir);
         } else {
+            let job = step.job_id();
             step.say(&format!(
                 "job {job}: this node's records were not delivered; kept in {}",
                 dir.path().display()
             ));
         }
     }
-    // The step ends' kept summaries served the live tag; the job's own merge is done.
-    record::forget_peer_runs(&step.setup.state_dir, job);
-    step.say(&JobStepExit::Proceed.line());
-    JobStepExit::Proceed
 }
 
 /// This node's `during` row with the events its watch kept (a row of its own when the epilog's
@@ -299,6 +369,35 @@ fn lead(
     // test's, a step end's run summary before the prolog's write lands) is not ours to fill.
     let untagged = (prolog_failed.is_some() || epilog_failed.is_some())
         .then(|| untagged(step, &met, prolog_failed.as_ref(), epilog_failed.as_deref()));
+    let merge = merge_payloads(step, met, untagged);
+    if merge.is_empty() && prolog_failed.is_none() && epilog_failed.is_none() {
+        step.say(&format!(
+            "job {job}: no counter rose and no fabric-run records; tag unchanged"
+        ));
+        true
+    } else {
+        let had_pending = merge.pending.is_some();
+        let written = write_tag(step, |prev| merge.apply(prev));
+        if written != TagWrite::NotWritten {
+            if had_pending {
+                PendingPrologTag::remove(step);
+            }
+            if prolog_failed.is_some() {
+                RendezvousFailed::remove(step);
+            }
+        }
+        written != TagWrite::NotWritten
+    }
+}
+
+/// Every node's payload as one merge for the tag: the prolog's part kept here (if any), the
+/// `during` rows that say something, the nodes' run summaries merged, their step results and
+/// slow-node claims (bounded again: a peer of another build may send more), and `untagged`.
+fn merge_payloads(
+    step: &JobStep<'_>,
+    met: fabric_net::rendezvous::typed::Met<EpilogPayload>,
+    untagged: Option<Untagged>,
+) -> EpilogMerge {
     let runs: Vec<RunSummary> = met
         .payloads
         .values()
@@ -329,31 +428,13 @@ fn lead(
         .filter(|d| !d.rises.is_empty() || d.verdict != Verdict::Pass)
         .collect();
     rows.sort_by(|a, b| a.node.cmp(&b.node));
-    let merge = EpilogMerge {
+    EpilogMerge {
         pending: PendingPrologTag::load(step),
         rows,
         run,
         steps,
         slow,
         untagged,
-    };
-    if merge.is_empty() && prolog_failed.is_none() && epilog_failed.is_none() {
-        step.say(&format!(
-            "job {job}: no counter rose and no fabric-run records; tag unchanged"
-        ));
-        true
-    } else {
-        let had_pending = merge.pending.is_some();
-        let written = write_tag(step, |prev| merge.apply(prev));
-        if written != TagWrite::NotWritten {
-            if had_pending {
-                PendingPrologTag::remove(step);
-            }
-            if prolog_failed.is_some() {
-                RendezvousFailed::remove(step);
-            }
-        }
-        written != TagWrite::NotWritten
     }
 }
 

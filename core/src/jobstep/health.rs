@@ -6,6 +6,11 @@
 //! `warn` adds one, an `error` (the probe could not look) leaves it. A prolog or epilog drain
 //! resets it too ([`reset_streak`]), so a node the epilog drained is not resumed by the next
 //! health run.
+//!
+//! [`run`] goes through its stages in order, each a function of its own: `probe_node`, this
+//! node's Slurm state, `spare_training_ports` (a port still training is not drained at first
+//! sight), `act_on_verdict` (a `fail` drained, a clean probe counted by `count_clean_probe`,
+//! our drain resumed after the streak) and `check_tags`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,7 +20,7 @@ use super::runner::{Against, ProbeRequest, ProbeRunner};
 use crate::deadline::Deadline;
 use crate::drain::{self, DrainRequest, ResumeAction};
 use crate::relay::Relay;
-use crate::slurm::{Slurm, SlurmError};
+use crate::slurm::{NodeInfo, Slurm, SlurmError};
 use fabric_proto::plugin_args::{PluginArgs, expand_node};
 use fabric_proto::tag::Verdict;
 use fabric_proto::verdict::Severity;
@@ -185,7 +190,7 @@ fn write_training(path: &Path, ports: &std::collections::BTreeSet<String>) -> st
 }
 
 /// One health run; returns the exit code (the probe's verdict code, or
-/// [`EXIT_COULD_NOT_RUN`]).
+/// [`EXIT_COULD_NOT_RUN`]). Its stages are the module's, in order.
 pub fn run(
     setup: &HealthSetup,
     slurm: &dyn Slurm,
@@ -194,6 +199,30 @@ pub fn run(
 ) -> Result<i32, HealthError> {
     let node = setup.node.as_str();
     let _span = tracing::info_span!("health", node).entered();
+    let Some(report) = probe_node(setup, runner, relay) else {
+        return Ok(EXIT_COULD_NOT_RUN);
+    };
+    let all = slurm.nodes()?;
+    let me = all
+        .iter()
+        .find(|n| n.name == node)
+        .ok_or_else(|| HealthError::UnknownNode(node.to_owned()))?;
+    if spare_training_ports(setup, &report, relay)? {
+        return Ok(report.verdict.exit_code());
+    }
+    act_on_verdict(setup, &report, me, slurm, relay)?;
+    check_tags(setup, slurm, relay);
+    Ok(report.verdict.exit_code())
+}
+
+/// Probes the idle node against its state folder; none, said, when the probe could not run
+/// (the node's state unchanged).
+fn probe_node(
+    setup: &HealthSetup,
+    runner: &dyn ProbeRunner,
+    relay: &dyn Relay,
+) -> Option<crate::probe::Report> {
+    let node = setup.node.as_str();
     let plugin = &setup.plugin;
     let req = ProbeRequest {
         node: node.to_owned(),
@@ -206,26 +235,32 @@ pub fn run(
         save: None,
         known: None,
     };
-    let report = match runner.probe(&req, setup.deadline.limit(plugin.timeout)) {
-        Ok(r) => r,
+    match runner.probe(&req, setup.deadline.limit(plugin.timeout)) {
+        Ok(r) => Some(r),
         Err(e) => {
             tracing::debug!(error = %e, "probe gave no document");
             relay.line(&format!(
                 "{node}: the probe could not run; node state unchanged"
             ));
-            return Ok(EXIT_COULD_NOT_RUN);
+            None
         }
-    };
-    let all = slurm.nodes()?;
-    let me = all
-        .iter()
-        .find(|n| n.name == node)
-        .ok_or_else(|| HealthError::UnknownNode(node.to_owned()))?;
-    let streak_path = setup.streak_path();
+    }
+}
+
+/// Keeps the ports the report saw training ([`TRAINING_FILE`]) and whether the run ends here:
+/// when every failing finding is of a port still training (INIT or ARMED, its link up) that
+/// the previous health check did not see training, the node is not drained at first sight (the
+/// streak starts over, and that is said).
+fn spare_training_ports(
+    setup: &HealthSetup,
+    report: &crate::probe::Report,
+    relay: &dyn Relay,
+) -> Result<bool, HealthError> {
+    let node = setup.node.as_str();
     // A port still training (INIT or ARMED, its link up) is drained only when the previous
     // health check saw it training too: a driver reload or a subnet manager's late sweep ends
     // within one HealthCheckInterval (the false-drain soak: every drain it still saw was that).
-    let training = training_ports(&report);
+    let training = training_ports(report);
     let training_path = setup.state_dir.join(TRAINING_FILE);
     let seen_before = read_training(&training_path);
     if let Err(e) = write_training(&training_path, &training) {
@@ -241,18 +276,34 @@ pub fn run(
             .filter(|f| f.severity == Severity::Fail)
             .all(|f| f.check == fabric_proto::check_id::IB_PORT_STATE && is_training(f));
     if only_training && !training.is_subset(&seen_before) {
-        write_streak(&streak_path, 0)?;
+        write_streak(&setup.streak_path(), 0)?;
         relay.line(&format!(
             "{node}: {} not ACTIVE yet but training (link up, waiting for the subnet manager); not drained on first sight: drained if still so at the next health check",
             training.iter().cloned().collect::<Vec<_>>().join(", ")
         ));
-        return Ok(report.verdict.exit_code());
+        return Ok(true);
     }
+    Ok(false)
+}
+
+/// Acts on the probe's verdict: a `fail` starts the streak over and drains through the one
+/// drain path (or, where the policy does not drain, says so); a `pass` or `warn` counts a clean
+/// probe ([`count_clean_probe`]); an `error` changes nothing.
+fn act_on_verdict(
+    setup: &HealthSetup,
+    report: &crate::probe::Report,
+    me: &NodeInfo,
+    slurm: &dyn Slurm,
+    relay: &dyn Relay,
+) -> Result<(), HealthError> {
+    let node = setup.node.as_str();
+    let plugin = &setup.plugin;
+    let streak_path = setup.streak_path();
     match report.verdict {
         Verdict::Fail if !policy::verdict_drains(Phase::Health, Verdict::Fail, plugin) => {
             write_streak(&streak_path, 0)?;
             let (check, message) =
-                super::results::worst_finding(&report).unwrap_or(("probe".into(), "fail".into()));
+                super::results::worst_finding(report).unwrap_or(("probe".into(), "fail".into()));
             relay.line(&format!(
                 "{node}: {check}: {message}; not drained (policy={})",
                 plugin.policy.as_str()
@@ -261,7 +312,7 @@ pub fn run(
         Verdict::Fail => {
             write_streak(&streak_path, 0)?;
             let (check, message) =
-                super::results::worst_finding(&report).unwrap_or(("probe".into(), "fail".into()));
+                super::results::worst_finding(report).unwrap_or(("probe".into(), "fail".into()));
             drain::drain_node(
                 slurm,
                 &DrainRequest {
@@ -276,34 +327,45 @@ pub fn run(
                 &|| {},
             );
         }
-        Verdict::Pass | Verdict::Warn => {
-            let streak = read_streak(&streak_path).saturating_add(1);
-            write_streak(&streak_path, streak)?;
-            if drain::decide_resume(me) == ResumeAction::Resume {
-                if streak >= setup.clean_probes {
-                    if plugin.dry_run {
-                        relay.line(&format!(
-                            "dry run: would resume {node} after {streak} clean probes"
-                        ));
-                    } else {
-                        slurm.resume(node)?;
-                        relay.line(&format!(
-                            "resumed {node} after {streak} clean probes (was: {})",
-                            me.reason
-                        ));
-                    }
-                } else {
-                    relay.line(&format!(
-                        "{node}: clean probe {streak} of {} before resuming",
-                        setup.clean_probes
-                    ));
-                }
-            }
-        }
+        Verdict::Pass | Verdict::Warn => count_clean_probe(setup, me, slurm, relay)?,
         Verdict::Error => relay.line(&format!("{node}: probe error; node state unchanged")),
     }
-    check_tags(setup, slurm, relay);
-    Ok(report.verdict.exit_code())
+    Ok(())
+}
+
+/// A clean probe: the streak grows by one, and a node we drained is resumed once the streak
+/// reaches `clean_probes` (a dry run says it would); until then, how far it is is said.
+fn count_clean_probe(
+    setup: &HealthSetup,
+    me: &NodeInfo,
+    slurm: &dyn Slurm,
+    relay: &dyn Relay,
+) -> Result<(), HealthError> {
+    let node = setup.node.as_str();
+    let streak_path = setup.streak_path();
+    let streak = read_streak(&streak_path).saturating_add(1);
+    write_streak(&streak_path, streak)?;
+    if drain::decide_resume(me) == ResumeAction::Resume {
+        if streak >= setup.clean_probes {
+            if setup.plugin.dry_run {
+                relay.line(&format!(
+                    "dry run: would resume {node} after {streak} clean probes"
+                ));
+            } else {
+                slurm.resume(node)?;
+                relay.line(&format!(
+                    "resumed {node} after {streak} clean probes (was: {})",
+                    me.reason
+                ));
+            }
+        } else {
+            relay.line(&format!(
+                "{node}: clean probe {streak} of {} before resuming",
+                setup.clean_probes
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Logs every prolog verdict kept here that never reached Slurm ([`super::pending::stranded`]),

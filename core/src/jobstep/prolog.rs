@@ -1,5 +1,12 @@
 //! The job prolog: probe, policy, the collective (`--fabric-check=full`), the rendezvous, and the
 //! leader's tag.
+//!
+//! [`run`] goes through its stages in order, each a function of its own: `prepare_spool` (the
+//! job's spool folder), `ask_watch_room` (whether the job can be watched), `probe_node` and
+//! `say_probe_verdict`, `drain_on_verdict` (the policy), `run_collective` and
+//! `judge_collective`, `meet_peers` (the rendezvous: the first node's `lead_tag`, with spares a
+//! failed follower's `give_up_if_failed`), and `answer` (the decision line; the watch started).
+//! What the stages find on the node travels between them in an `Outcome`.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +21,7 @@ use fabric_proto::check_id;
 use fabric_proto::fabric_option::FabricMode;
 use fabric_proto::invocation::JobStepExit;
 use fabric_proto::plugin_args::expand_node;
-use fabric_proto::tag::{NodeResult, Verdict};
+use fabric_proto::tag::{CollectiveSummary, NodeResult, Verdict};
 
 /// The probe's request for this node (`save` the snapshot, or compare with a `baseline`).
 pub fn probe_request(
@@ -109,24 +116,62 @@ fn prepare_spool(step: &JobStep<'_>) {
     }
 }
 
+/// What the prolog's stages find on this node and hand on, into the payload it sends the
+/// first node: its result, its notes, its fabric in brief and the collective's summary.
+struct Outcome {
+    /// The node's result for the tag.
+    result: NodeResult,
+    /// Why the node could not look, if so (and why the job goes unwatched).
+    notes: Vec<String>,
+    /// The node's fabric in brief ([`super::job_peers`]); none when the probe could not run.
+    fingerprint: Option<super::job_peers::Fingerprint>,
+    /// The collective's summary (`--fabric-check=full`).
+    collective: Option<CollectiveSummary>,
+}
+
 /// `fabric-check prolog`: returns the answer for the plugin (also printed as the decision line).
+/// Its stages are the module's, in order.
 pub fn run(step: &JobStep<'_>) -> JobStepExit {
     let setup = step.setup;
     let _span =
         tracing::info_span!("prolog", job = setup.inv.job_id, node = %setup.inv.node).entered();
-    let plugin = &setup.plugin;
-    let node = step.node();
     let mut notes = Vec::new();
     let t0 = Instant::now();
     prepare_spool(step);
     // Asked before the tag, so that the tag says when the job goes unwatched.
+    let no_watch = ask_watch_room(step, &mut notes);
+    let (mut outcome, failing) = probe_node(step, notes);
+    let probe_ms = t0.elapsed().as_millis();
+    say_probe_verdict(step, &outcome.result);
+    drain_on_verdict(step, &mut outcome.result, failing.as_ref());
+    run_collective(step, &mut outcome);
+    let (result, given_up) = meet_peers(step, outcome);
+    step.say(&format!(
+        "timing: probe {} ms, policy+rendezvous+tag {} ms; {} ms left",
+        probe_ms,
+        t0.elapsed().as_millis().saturating_sub(probe_ms),
+        step.deadline().left_ms()
+    ));
+    answer(step, &result, given_up, no_watch.is_none())
+}
+
+/// Whether the job can be watched ([`super::watch::no_room`]); when it cannot, says why and
+/// notes it for the tag. The reason, when there is no room.
+fn ask_watch_room(step: &JobStep<'_>, notes: &mut Vec<String>) -> Option<String> {
     let no_watch = super::watch::no_room(step);
     if let Some(why) = &no_watch {
         step.say(why);
+        let node = step.node();
         notes.push(format!("{node}: {why}"));
     }
+    no_watch
+}
 
-    // Probe.
+/// Probes the node, saving the snapshot the epilog compares with: its result, its worst
+/// failing finding (the check and its message) and its fabric in brief; a probe that could
+/// not run is an `error` result, noted.
+fn probe_node(step: &JobStep<'_>, mut notes: Vec<String>) -> (Outcome, Option<(String, String)>) {
+    let node = step.node();
     let snapshot = step.snapshot_path();
     let ran = {
         let _p = tracing::info_span!("probe").entered();
@@ -136,7 +181,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         )
     };
     let mut fingerprint = None;
-    let (mut result, failing) = match ran {
+    let (result, failing) = match ran {
         Ok(report) => {
             for why in super::results::save_failures(&report) {
                 step.say(&format!("{node}: {why}"));
@@ -156,7 +201,18 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             (r, Some((check.to_owned(), why.to_string())))
         }
     };
-    let probe_ms = t0.elapsed().as_millis();
+    let outcome = Outcome {
+        result,
+        notes,
+        fingerprint,
+        collective: None,
+    };
+    (outcome, failing)
+}
+
+/// Says the probe's verdict and its findings (the `probe` phase line).
+fn say_probe_verdict(step: &JobStep<'_>, result: &NodeResult) {
+    let node = step.node();
     step.say_phase(
         "probe",
         &format!(
@@ -169,126 +225,169 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
             }
         ),
     );
+}
 
-    // Policy.
+/// The policy: drains the node when its verdict drains in the prolog ([`wants_drain`]) and a
+/// finding says why.
+fn drain_on_verdict(
+    step: &JobStep<'_>,
+    result: &mut NodeResult,
+    failing: Option<&(String, String)>,
+) {
     if wants_drain(step, result.verdict)
-        && let Some((check, message)) = &failing
+        && let Some((check, message)) = failing
     {
         result.drained = step.drain_self(check, message).out_of_service();
     }
+}
 
-    // The collective.
-    let mut collective = None;
-    if setup.inv.option == FabricMode::Full && setup.nodes.len() > 1 {
-        let _c = tracing::info_span!("collective").entered();
-        let ran = collective_request(step).and_then(|req| {
-            let limit = step
-                .deadline()
-                .limit(step.setup.budget().collective_process());
-            step.seams
-                .runner
-                .collective(&req, limit)
-                .map_err(|e| e.to_string())
-        });
-        match ran {
-            Ok(report) => {
-                step.say_phase(
-                    "collective",
-                    &format!(
-                        "collective verdict {} among {} nodes{}",
-                        report.verdict.as_str(),
-                        report.nodes.len(),
-                        report.named()
-                    ),
-                );
-                // A latency tail is reported, never drained: round trips are what a busy host
-                // disturbs first (docs/collective.md, "Latency tails").
-                if report.tails.iter().any(|o| o == node) {
-                    result.verdict = result.verdict.max(Verdict::Warn);
-                    result.checks.push(check_id::COLLECTIVE_LATENCY_TAIL.into());
-                }
-                // The local rule's names too: a node whose ranks lost their CPU to other work
-                // measures so as well (docs/collective.md, "Link probes and the slow node").
-                if report.suspects.iter().any(|o| o == node) {
-                    result.verdict = result.verdict.max(Verdict::Warn);
-                    result.checks.push(check_id::COLLECTIVE_SLOW_SUSPECT.into());
-                }
-                if report.outliers.iter().any(|o| o == node) {
-                    result.verdict = result.verdict.max(Verdict::Fail);
-                    result.checks.push(check_id::COLLECTIVE_SLOW_NODE.into());
-                    if policy::decide(Phase::Prolog, Found::SlowNode, plugin).drain
-                        && !result.drained
-                    {
-                        let msg = report
-                            .messages
-                            .first()
-                            .cloned()
-                            .unwrap_or_else(|| "slowest node of the ring".into());
-                        result.drained = step
-                            .drain_self(check_id::COLLECTIVE_SLOW_NODE, &msg)
-                            .out_of_service();
-                    }
-                }
-                collective = Some(report.summary());
-            }
-            Err(why) => {
-                step.say(&why);
-                notes.push(format!("{node}: {why}"));
-            }
+/// The collective (`--fabric-check=full`, a job of more than one node): this node's rank of
+/// it, judged ([`judge_collective`]); a collective that could not run is said and noted.
+fn run_collective(step: &JobStep<'_>, outcome: &mut Outcome) {
+    let setup = step.setup;
+    if !(setup.inv.option == FabricMode::Full && setup.nodes.len() > 1) {
+        return;
+    }
+    let _c = tracing::info_span!("collective").entered();
+    let ran = collective_request(step).and_then(|req| {
+        let limit = step
+            .deadline()
+            .limit(step.setup.budget().collective_process());
+        step.seams
+            .runner
+            .collective(&req, limit)
+            .map_err(|e| e.to_string())
+    });
+    match ran {
+        Ok(report) => {
+            outcome.collective = Some(judge_collective(step, &report, &mut outcome.result));
+        }
+        Err(why) => {
+            step.say(&why);
+            let node = step.node();
+            outcome.notes.push(format!("{node}: {why}"));
         }
     }
+}
 
-    // Rendezvous and tag; with spares, the leader keeps N good nodes.
+/// Says the collective's verdict and puts what it named of this node into `result`: a latency
+/// tail or a slow suspect warns, the slow node fails (and drains where the policy says so).
+/// The collective's summary, for the tag.
+fn judge_collective(
+    step: &JobStep<'_>,
+    report: &fabric_net::collective::Report,
+    result: &mut NodeResult,
+) -> CollectiveSummary {
+    let node = step.node();
+    step.say_phase(
+        "collective",
+        &format!(
+            "collective verdict {} among {} nodes{}",
+            report.verdict.as_str(),
+            report.nodes.len(),
+            report.named()
+        ),
+    );
+    // A latency tail is reported, never drained: round trips are what a busy host
+    // disturbs first (docs/collective.md, "Latency tails").
+    if report.tails.iter().any(|o| o == node) {
+        result.verdict = result.verdict.max(Verdict::Warn);
+        result.checks.push(check_id::COLLECTIVE_LATENCY_TAIL.into());
+    }
+    // The local rule's names too: a node whose ranks lost their CPU to other work
+    // measures so as well (docs/collective.md, "Link probes and the slow node").
+    if report.suspects.iter().any(|o| o == node) {
+        result.verdict = result.verdict.max(Verdict::Warn);
+        result.checks.push(check_id::COLLECTIVE_SLOW_SUSPECT.into());
+    }
+    if report.outliers.iter().any(|o| o == node) {
+        result.verdict = result.verdict.max(Verdict::Fail);
+        result.checks.push(check_id::COLLECTIVE_SLOW_NODE.into());
+        if policy::decide(Phase::Prolog, Found::SlowNode, &step.setup.plugin).drain
+            && !result.drained
+        {
+            let msg = report
+                .messages
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "slowest node of the ring".into());
+            result.drained = step
+                .drain_self(check_id::COLLECTIVE_SLOW_NODE, &msg)
+                .out_of_service();
+        }
+    }
+    report.summary()
+}
+
+/// The rendezvous and the tag (when the policy tags): every node sends the first node its
+/// payload; the first node writes the tag ([`lead_tag`]), with spares keeping N good nodes. A
+/// follower that failed in a job with spares is given up ([`give_up_if_failed`]); the first
+/// node that met nobody keeps its verdict for its epilog. This node's result, and whether it
+/// was given up.
+fn meet_peers(step: &JobStep<'_>, outcome: Outcome) -> (NodeResult, bool) {
+    let setup = step.setup;
+    let plugin = &setup.plugin;
     let spares = super::spares::effective(setup.inv.spares, plugin, setup.nodes.len());
+    let mut result = outcome.result;
     let mut given_up = false;
-    if policy::tags(plugin.policy) {
-        let payload = PrologPayload {
-            result: result.clone(),
-            notes,
-            collective,
-            fingerprint,
-        };
-        match deliver(step, payload) {
-            Delivery::Leader(met) => lead_tag(step, met, spares),
-            // A follower that failed, in a job with spares, leaves the job to the leader:
-            // it gives this node up (or requeues the job). Only when the leader has its verdict.
-            Delivery::Acknowledged => {
-                given_up = spares > 0 && super::spares::failed(&result, plugin);
-                if given_up {
-                    super::spares::mark_given_up(step);
-                    step.say(&format!(
-                        "spares: {node} failed; the first node gives it up (job {})",
-                        step.job_id()
-                    ));
-                    // Fail closed: the job goes on past this failed node only once slurmctld
-                    // no longer lists it among the job's nodes.
-                    if !super::spares::wait_given_back(step) {
-                        given_up = false;
-                        result.drained = true;
-                    }
-                }
-            }
-            // The first node writes the tag, and had no meeting to write: it keeps why and its
-            // own verdict, and its epilog writes a tag that says so.
-            Delivery::Failed(why) => {
-                if setup.nodes.first().map(String::as_str) == Some(node) {
-                    super::pending::RendezvousFailed::new(
-                        &why,
-                        setup.inv.option.as_str(),
-                        now_unix(),
-                        result.clone(),
-                    )
-                    .keep(step);
-                }
+    if !policy::tags(plugin.policy) {
+        return (result, given_up);
+    }
+    let payload = PrologPayload {
+        result: result.clone(),
+        notes: outcome.notes,
+        collective: outcome.collective,
+        fingerprint: outcome.fingerprint,
+    };
+    match deliver(step, payload) {
+        Delivery::Leader(met) => lead_tag(step, met, spares),
+        // A follower that failed, in a job with spares, leaves the job to the leader:
+        // it gives this node up (or requeues the job). Only when the leader has its verdict.
+        Delivery::Acknowledged => given_up = give_up_if_failed(step, &mut result, spares),
+        // The first node writes the tag, and had no meeting to write: it keeps why and its
+        // own verdict, and its epilog writes a tag that says so.
+        Delivery::Failed(why) => {
+            if setup.nodes.first().map(String::as_str) == Some(step.node()) {
+                super::pending::RendezvousFailed::new(
+                    &why,
+                    setup.inv.option.as_str(),
+                    now_unix(),
+                    result.clone(),
+                )
+                .keep(step);
             }
         }
     }
+    (result, given_up)
+}
+
+/// With spares, a follower whose result failed is given up: marked, said, and the job goes on
+/// only once slurmctld no longer lists this node among its nodes (fail closed: otherwise the
+/// node counts as drained). Whether it was given up.
+fn give_up_if_failed(step: &JobStep<'_>, result: &mut NodeResult, spares: u32) -> bool {
+    let given_up = spares > 0 && super::spares::failed(result, &step.setup.plugin);
+    if !given_up {
+        return false;
+    }
+    super::spares::mark_given_up(step);
+    let node = step.node();
     step.say(&format!(
-        "timing: probe {} ms, policy+rendezvous+tag {} ms; {} ms left",
-        probe_ms,
-        t0.elapsed().as_millis().saturating_sub(probe_ms),
-        step.deadline().left_ms()
+        "spares: {node} failed; the first node gives it up (job {})",
+        step.job_id()
     ));
+    // Fail closed: the job goes on past this failed node only once slurmctld
+    // no longer lists it among the job's nodes.
+    if !super::spares::wait_given_back(step) {
+        result.drained = true;
+        return false;
+    }
+    true
+}
+
+/// The answer for the plugin, said as the decision line: a node given up (spares) proceeds, a
+/// drained one is `drained`; otherwise the job runs here, watched until the epilog when
+/// `watch` (there is room).
+fn answer(step: &JobStep<'_>, result: &NodeResult, given_up: bool, watch: bool) -> JobStepExit {
     let exit = if given_up {
         // Spares: this node leaves the job; its prolog does not fail it.
         JobStepExit::Proceed
@@ -296,7 +395,7 @@ pub fn run(step: &JobStep<'_>) -> JobStepExit {
         JobStepExit::Drained
     } else {
         // The job runs here: watch the node until the epilog, when there is room.
-        if no_watch.is_none() {
+        if watch {
             super::watch::start(step);
         }
         JobStepExit::Proceed

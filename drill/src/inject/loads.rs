@@ -102,6 +102,13 @@ impl Loads {
                 }
                 Ok(())
             }
+            Undo::Cgroup { dir, back } => {
+                crate::stragglers::cgroup::put_back(dir, back).map_err(|source| InjectError::Io {
+                    what: "put back the processes of the CPU cgroup",
+                    path: dir.clone(),
+                    source,
+                })
+            }
             // A folder with what is in it; a file (or a link: never followed) by itself.
             Undo::Remove { path } => match std::fs::symlink_metadata(path).and_then(|m| {
                 if m.is_dir() {

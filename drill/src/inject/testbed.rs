@@ -59,7 +59,7 @@ impl TestbedInjector {
     }
 
     /// A node's address on the collective's path (`etc/collective-hosts`: `n3 10.77.2.3`).
-    fn address(&self, node: &str) -> Result<std::net::Ipv4Addr, InjectError> {
+    pub(crate) fn address(&self, node: &str) -> Result<std::net::Ipv4Addr, InjectError> {
         let path = self.dir.join("etc/collective-hosts");
         let text = std::fs::read_to_string(&path).map_err(|source| InjectError::Io {
             what: "read",
@@ -158,7 +158,49 @@ impl TestbedInjector {
         Ok(id)
     }
 
-    fn index(node: &str) -> Result<String, InjectError> {
+    /// `tc tbf` at `rate` (as tc reads it: `100mbit`, `4200kbit`) with a `burst`-byte bucket
+    /// and `latency` of queue on both ends of `node`'s veth (the hub's side shapes what goes to
+    /// the node, the node's `eth0` what leaves it, like a NIC that trained low); each undo,
+    /// the qdisc deleted, journaled first as `what`.
+    pub(crate) fn shape(
+        &self,
+        node: &str,
+        what: &str,
+        rate: &str,
+        burst: &str,
+        latency: &str,
+        journal: &mut Journal,
+    ) -> Result<Vec<u64>, InjectError> {
+        let i = Self::index(node)?;
+        let p = &self.netns_prefix;
+        let (ns, hub) = (format!("{p}-n{i}"), format!("{p}-hub"));
+        let mut ids = Vec::new();
+        for (ns, dev) in [
+            (hub.as_str(), format!("h{i}")),
+            (ns.as_str(), "eth0".into()),
+        ] {
+            ids.push(journal.record(
+                node,
+                what,
+                Undo::Run {
+                    argv: words(&[
+                        "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", &dev, "root",
+                    ]),
+                },
+            )?);
+            run(
+                node,
+                &words(&[
+                    "ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", &dev, "root",
+                    "tbf", "rate", rate, "burst", burst, "latency", latency,
+                ]),
+                self.loads.command_limit(),
+            )?;
+        }
+        Ok(ids)
+    }
+
+    pub(crate) fn index(node: &str) -> Result<String, InjectError> {
         node.strip_prefix('n')
             .filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
             .map(str::to_owned)
@@ -187,9 +229,6 @@ impl Injector for TestbedInjector {
             FaultClass::CheckpointBurst => self.loads.checkpoint_burst(round, ckpt_dir, journal),
             FaultClass::BackgroundLoad => self.loads.background_load(round, journal),
             FaultClass::Congestion => {
-                let i = Self::index(node)?;
-                let p = &self.netns_prefix;
-                let (ns, hub) = (format!("{p}-n{i}"), format!("{p}-hub"));
                 // A graded round: the share of the peers' path, measured between two of the
                 // round's other nodes just before.
                 let peers: Vec<&String> = round
@@ -232,30 +271,7 @@ impl Injector for TestbedInjector {
                     Some((_, pct, _)) if *pct < 100 => GRADED_BURST_BYTES.to_string(),
                     _ => burst_for(&rate),
                 };
-                let mut ids = Vec::new();
-                for (ns, dev) in [
-                    (hub.as_str(), format!("h{i}")),
-                    (ns.as_str(), "eth0".into()),
-                ] {
-                    ids.push(journal.record(
-                        node,
-                        "congestion",
-                        Undo::Run {
-                            argv: words(&[
-                                "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", &dev,
-                                "root",
-                            ]),
-                        },
-                    )?);
-                    run(
-                        node,
-                        &words(&[
-                            "ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", &dev,
-                            "root", "tbf", "rate", &rate, "burst", &burst, "latency", "100ms",
-                        ]),
-                        self.loads.command_limit(),
-                    )?;
-                }
+                let ids = self.shape(node, "congestion", &rate, &burst, "100ms", journal)?;
                 if let Some((peer_bps, _, from)) = graded {
                     let capped = self.measure(&from, node)?;
                     self.measured_pct = Some(100.0 * capped / peer_bps.max(1.0));

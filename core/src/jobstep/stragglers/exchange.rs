@@ -58,9 +58,12 @@ impl Exchange for RendezvousExchange {
         cfg.job_id = meeting_id(self.job, Meeting::Stragglers(hop));
         cfg.timeout = self.timeout;
         cfg.hard_deadline = Some(Instant::now() + self.timeout * 2);
-        // Two admitting threads are plenty for a figure a node a hop (the default pool of eight,
-        // started at every meeting, cost the first node more than its MUNGE work).
-        cfg.workers = 2;
+        // One admitting thread is plenty for a figure a node a hop: the default pool of eight,
+        // started at every meeting, cost the first node more than its MUNGE work (measured
+        // with scripts/bench-stragglers, medians of three 120 s four-node jobs: 0.0147 % of a
+        // core with eight and 1 s sleep slices, 0.0106 % with two and one sleep a hop, 0.0108 %
+        // with one: the rest is the MUNGE work, two calls a follower).
+        cfg.workers = 1;
         let payload = serde_json::to_value(mine).map_err(|e| e.to_string())?;
         let g = gather(&cfg, self.rank, &payload).map_err(|e| e.to_string())?;
         if g.my_rank != 0 {

@@ -13,9 +13,10 @@
 //!   judged window on (a node already slow when the job starts is named like one that slows
 //!   down later; the job's own pattern is told apart by the rules below, not by the node's past).
 //!   [`Rules::windows`] slow windows in a row **name** it ([`Named`]), unless the slowness
-//!   **rotates**: another node was slow, while this one was not, in at least two windows of the
-//!   last [`Rules::lookback`]; then it is the workload's ([`WorkloadKind::Rotating`]) and the
-//!   node is not named. Two nodes slow together are both named.
+//!   **rotates**: another node took a turn at being slow (two windows in a row at least),
+//!   while this one was not, in at least two windows of the last [`Rules::lookback`]; then it
+//!   is the workload's ([`WorkloadKind::Rotating`]) and the node is not named. A single slow
+//!   window of another node is noise, not a turn: it never holds a straggler back. Two nodes slow together are both named.
 //! - **Every node slow together** leaves every ratio near 1 and names nobody; the job's median
 //!   against its own first windows says it ([`WorkloadKind::Together`]).
 //! - A named node is **cleared** after [`Rules::windows`] windows in a row that are not slow.
@@ -401,19 +402,31 @@ impl Judge {
         }
     }
 
-    /// The other nodes that were slow while `node` was not, when that happened in at least two
-    /// windows of the last `lookback` (empty otherwise).
+    /// The other nodes that took a turn at being slow while `node` was not: slow in two
+    /// windows in a row at least (one slow window is noise, not a turn), in at least two
+    /// windows of the last `lookback` in all; empty otherwise.
     fn rotating_with(&self, node: &str, hop: u64) -> Vec<String> {
         let from = hop.saturating_sub(u64::from(self.rules.lookback));
+        let recent: BTreeMap<u64, &BTreeSet<String>> = self
+            .slow_log
+            .iter()
+            .filter(|(h, slow)| *h >= from && !slow.contains(node))
+            .map(|(h, slow)| (*h, slow))
+            .collect();
         let mut windows = 0;
         let mut others = BTreeSet::new();
-        for (h, slow) in &self.slow_log {
-            if *h < from || slow.contains(node) {
-                continue;
-            }
-            if !slow.is_empty() {
+        for (h, slow) in &recent {
+            let turns: Vec<&String> = slow
+                .iter()
+                .filter(|n| {
+                    let before = h.checked_sub(1).and_then(|p| recent.get(&p));
+                    let after = recent.get(&(h + 1));
+                    before.is_some_and(|s| s.contains(*n)) || after.is_some_and(|s| s.contains(*n))
+                })
+                .collect();
+            if !turns.is_empty() {
                 windows += 1;
-                others.extend(slow.iter().cloned());
+                others.extend(turns.into_iter().cloned());
             }
         }
         if windows >= 2 {

@@ -147,6 +147,26 @@ fn a_slow_rank_that_rotates_every_few_windows_is_said_to_be_the_workloads() {
 }
 
 #[test]
+fn single_slow_windows_of_other_nodes_early_in_the_job_do_not_hold_a_straggler_back() {
+    // Seen in the straggler drill: start-up noise (one slow window here and there on n2, n3
+    // and n4) was still in the lookback when n1 slowed to 1.25x, and read as a rotation.
+    let noisy = [(4, 1), (6, 2), (9, 3), (11, 1)];
+    let onset = 14;
+    let ev = play(40, |h, i| {
+        Some(if i == 0 && h >= onset {
+            1.25
+        } else if noisy.contains(&(h, i)) {
+            1.3
+        } else {
+            1.0
+        })
+    });
+    let n = named(&ev);
+    assert_eq!(n, vec![(onset + 2, "n1".to_owned())], "{ev:?}");
+    assert!(workload(&ev).is_empty(), "{ev:?}");
+}
+
+#[test]
 fn a_checkpoint_burst_on_one_node_names_nobody() {
     // n1 writes the checkpoint: its windows with one are slow and marked.
     let ev = play_with(

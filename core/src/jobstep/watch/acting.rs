@@ -1,5 +1,10 @@
 //! The watch's acting: its loop ([`run`]: sample, compare, act), the job step of each action
 //! ([`Act`]), the drain, the live tag, the requeue the job asked for, and the job told.
+//!
+//! The loop's stages are the methods of its state, a `Watch`: `turn` (one sample: stop when
+//! told or when the job is gone, sample, compare, act, wait), `act_on` (what changed, after
+//! the node's [`act_delay`]), `appeared` (a fault: counted and kept, then `drain_and_tag`, the
+//! job step that says, drains, requeues and writes the live tag, and `tell_job`) and `cleared`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -7,8 +12,8 @@ use std::time::{Duration, Instant};
 use super::life::Pace;
 use super::outputs::{EventLog, NoticeFile, bump_metrics, events_path};
 use super::sampling::Sampler;
-use super::tracker::{Change, HOLD_DOWN, Tracker};
-use crate::jobstep::policy::{self, Found, Phase};
+use super::tracker::{Change, Fault, HOLD_DOWN, Tracker};
+use crate::jobstep::policy::{self, Action, Found, Phase};
 use crate::jobstep::tag_write::{TagWrite, Target, write_tag_to};
 use crate::jobstep::{JobStep, Setup, now_unix};
 use fabric_proto::notice::FabricNotice;
@@ -139,7 +144,7 @@ pub(super) fn requeue_if_asked(step: &JobStep<'_>, setup: &Setup) -> bool {
 /// The watch's loop: sample, compare, act, until `pace` says stop.
 ///
 /// `started_at_s` is the prolog's time (the job's start on this node), for "how long into the
-/// job"; `at_start` the prolog's findings.
+/// job"; `at_start` the prolog's findings. Its stages are the module's.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     setup: &Setup,
@@ -149,7 +154,7 @@ pub fn run(
     sampler: &mut dyn Sampler,
     act: &dyn Act,
     pace: &mut dyn Pace,
-    mut notice: Option<&mut NoticeFile>,
+    notice: Option<&mut NoticeFile>,
     metrics: Option<&Path>,
 ) -> WatchSummary {
     let node = setup.inv.node.clone();
@@ -161,147 +166,230 @@ pub fn run(
     let job = setup.inv.job_id;
     let _span = tracing::info_span!("watch", job, node = %node).entered();
     let mut tracker = Tracker::new(at_start).hold_down(HOLD_DOWN);
-    let mut summary = WatchSummary::default();
-    let mut events = EventLog::start(events_path(&setup.state_dir, job));
-    loop {
+    let mut watch = Watch {
+        setup,
+        act,
+        node,
+        job,
+        started_at_s,
+        delay,
+        notice,
+        metrics,
+        events: EventLog::start(events_path(&setup.state_dir, job)),
+        summary: WatchSummary::default(),
+    };
+    while watch.turn(sampler, &mut tracker, pace, interval) {}
+    watch.summary
+}
+
+/// What the watch's stages share from turn to turn: its job and node, where it acts and
+/// writes, and what it did so far.
+struct Watch<'a> {
+    /// The job's and the plugin's settings.
+    setup: &'a Setup,
+    /// How it acts (a job step per action).
+    act: &'a dyn Act,
+    /// This node.
+    node: String,
+    /// The job.
+    job: u32,
+    /// The prolog's time (the job's start on this node).
+    started_at_s: u64,
+    /// This node's wait before it acts on a fault ([`act_delay`]).
+    delay: Duration,
+    /// The job's notice file, when it has one.
+    notice: Option<&'a mut NoticeFile>,
+    /// The metrics file, when there is one.
+    metrics: Option<&'a Path>,
+    /// The events kept on the node for the epilog.
+    events: EventLog,
+    /// What the watch did.
+    summary: WatchSummary,
+}
+
+impl Watch<'_> {
+    /// One turn of the loop: ends it when `pace` says stop or the job no longer runs; otherwise
+    /// samples, compares with what was seen ([`Tracker`]), acts on what changed
+    /// ([`Watch::act_on`]) and waits out the interval. Whether the loop goes on.
+    fn turn(
+        &mut self,
+        sampler: &mut dyn Sampler,
+        tracker: &mut Tracker,
+        pace: &mut dyn Pace,
+        interval: Duration,
+    ) -> bool {
         if pace.should_stop() {
-            break;
+            return false;
         }
-        if pace.job_unseen_for_long() && !job_still_runs(setup, act, pace) {
+        if pace.job_unseen_for_long() && !job_still_runs(self.setup, self.act, pace) {
+            let (job, node) = (self.job, &self.node);
             tracing::info!("watch: job {job} no longer runs on {node}; ending");
-            summary.job_gone = true;
-            break;
+            self.summary.job_gone = true;
+            return false;
         }
         let t0 = Instant::now();
         let sample = sampler.sample();
-        summary.samples += 1;
+        self.summary.samples += 1;
         let Some(sample) = sample else {
             pace.sleep(interval.saturating_sub(t0.elapsed()));
-            continue;
+            return true;
         };
-        summary.full_samples += 1;
+        self.summary.full_samples += 1;
         let changes = tracker.observe_at(&sample.report.findings, sample.tools_ran, pace.now_s());
-        if !changes.is_empty() && !job_still_runs(setup, act, pace) {
+        if !changes.is_empty() && !job_still_runs(self.setup, self.act, pace) {
+            let (job, node) = (self.job, &self.node);
             tracing::warn!(
                 "watch: job {job} no longer runs on {node}; ending without acting on what changed"
             );
-            summary.job_gone = true;
-            break;
+            self.summary.job_gone = true;
+            return false;
         }
+        self.act_on(changes, pace);
+        pace.sleep(interval.saturating_sub(t0.elapsed()));
+        true
+    }
+
+    /// Acts on what changed, after this node's wait ([`act_delay`]) when a fault appeared.
+    fn act_on(&mut self, changes: Vec<Change>, pace: &mut dyn Pace) {
         let now = now_unix();
-        if !delay.is_zero() && changes.iter().any(|c| matches!(c, Change::Appeared(_))) {
-            pace.sleep(delay);
+        if !self.delay.is_zero() && changes.iter().any(|c| matches!(c, Change::Appeared(_))) {
+            pace.sleep(self.delay);
         }
         for change in changes {
             match change {
-                Change::Appeared(fault) => {
-                    let into = now.saturating_sub(started_at_s);
-                    let found = if fault.warn { Found::Warn } else { Found::Fail };
-                    let action = policy::decide(Phase::Watch, found, &setup.plugin);
-                    if !fault.warn
-                        && let Some(m) = metrics
-                    {
-                        bump_metrics(&setup.state_dir, m, &node, &fault.check);
-                    }
-                    summary.appeared.push(fault.check.clone());
-                    let mut ev = WatchEvent {
-                        check: fault.check.clone(),
-                        message: fabric_proto::tag::scrub_text(&fault.message, 160),
-                        seen_at_s: now,
-                        into_job_s: into,
-                        cleared_at_s: None,
-                        drained: false,
-                        requeued: false,
-                        warn: fault.warn,
-                    };
-                    if action.tag {
-                        // Kept on the node before acting: the epilog puts it into the tag even
-                        // when the job ends before this watch's own write lands.
-                        events.record(&fault.key, &ev);
-                    }
-                    let mut drained = false;
-                    let mut requeued = false;
-                    act.with_step(setup, &mut |step| {
-                        step.say(&format!(
-                            "watch: {}: {} ({}s into job {job}; policy={} → {})",
-                            fault.check,
-                            fault.message,
-                            into,
-                            setup.plugin.policy.as_str(),
-                            action.words()
-                        ));
-                        if action.drain {
-                            drained = step
-                                .drain_self(
-                                    &fault.check,
-                                    &fabric_proto::during::drain_message(
-                                        fabric_proto::during::SeenBy::Watch,
-                                        job,
-                                        &fault.message,
-                                    ),
-                                )
-                                .out_of_service();
-                        }
-                        if drained && !summary.requeued {
-                            requeued = requeue_if_asked(step, setup);
-                        }
-                        if action.tag {
-                            ev.drained = drained;
-                            ev.requeued = requeued;
-                            if drained || requeued {
-                                events.record(&fault.key, &ev);
-                            }
-                            let w = write_tag_to(step, Target::LiveOnly, |prev| {
-                                let mut t = prev.unwrap_or_default();
-                                crate::jobstep::tag_update::add_watch_event(&mut t, &node, ev.clone());
-                                t
-                            });
-                            if w == TagWrite::NotWritten {
-                                step.say("watch: the live tag was not written; the epilog records the fault");
-                            }
-                        }
-                    });
-                    summary.drained |= drained;
-                    summary.requeued |= requeued;
-                    if action.tell_job
-                        && let Some(n) = notice.as_deref_mut()
-                    {
-                        let mut msg =
-                            FabricNotice::new(job, &node, &fault.check, &fault.message, now);
-                        msg.into_job_s = into;
-                        msg.drained = drained;
-                        msg.requeued = requeued;
-                        msg.warn = fault.warn;
-                        if let Err(e) = n.append(&msg) {
-                            tracing::warn!("cannot write the notice {}: {e}", n.path().display());
-                        }
-                    }
-                }
-                Change::Cleared(fault) => {
-                    summary.cleared.push(fault.check.clone());
-                    let found = if fault.warn { Found::Warn } else { Found::Fail };
-                    let action = policy::decide(Phase::Watch, found, &setup.plugin);
-                    act.with_step(setup, &mut |step| {
-                        step.say(&format!(
-                            "watch: {} cleared: {} (recorded; a node the watch drained is resumed only by the usual etiquette)",
-                            fault.check, fault.message
-                        ));
-                        // Only an event the watch kept is in the tag to be marked (past the
-                        // tag's share, nothing is written).
-                        if action.tag
-                            && let Some(ev) = events.clear(&fault.key, now)
-                        {
-                            write_tag_to(step, Target::LiveOnly, |prev| {
-                                let mut t = prev.unwrap_or_default();
-                                crate::jobstep::tag_update::clear_watch_event(&mut t, &node, &ev, now);
-                                t
-                            });
-                        }
-                    });
-                }
+                Change::Appeared(fault) => self.appeared(&fault, now),
+                Change::Cleared(fault) => self.cleared(&fault, now),
             }
         }
-        pace.sleep(interval.saturating_sub(t0.elapsed()));
     }
-    summary
+
+    /// A fault that appeared at `now`: counted (a `fail` in the metrics too), its event kept on
+    /// the node before acting when the policy tags, acted on ([`Watch::drain_and_tag`]), and
+    /// the job told when the policy says so ([`Watch::tell_job`]).
+    fn appeared(&mut self, fault: &Fault, now: u64) {
+        let into = now.saturating_sub(self.started_at_s);
+        let found = if fault.warn { Found::Warn } else { Found::Fail };
+        let action = policy::decide(Phase::Watch, found, &self.setup.plugin);
+        if !fault.warn
+            && let Some(m) = self.metrics
+        {
+            bump_metrics(&self.setup.state_dir, m, &self.node, &fault.check);
+        }
+        self.summary.appeared.push(fault.check.clone());
+        let ev = WatchEvent {
+            check: fault.check.clone(),
+            message: fabric_proto::tag::scrub_text(&fault.message, 160),
+            seen_at_s: now,
+            into_job_s: into,
+            cleared_at_s: None,
+            drained: false,
+            requeued: false,
+            warn: fault.warn,
+        };
+        if action.tag {
+            // Kept on the node before acting: the epilog puts it into the tag even
+            // when the job ends before this watch's own write lands.
+            self.events.record(&fault.key, &ev);
+        }
+        let (drained, requeued) = self.drain_and_tag(fault, action, ev);
+        self.summary.drained |= drained;
+        self.summary.requeued |= requeued;
+        if action.tell_job {
+            self.tell_job(fault, into, now, drained, requeued);
+        }
+    }
+
+    /// The job step of a fault that appeared: says it and what the policy does; drains the
+    /// node where it says so, then requeues the job when it asked ([`requeue_if_asked`]);
+    /// writes the live tag where it tags (the event kept again when drained or requeued).
+    /// Whether the node was drained, and whether the job was requeued.
+    fn drain_and_tag(&mut self, fault: &Fault, action: Action, mut ev: WatchEvent) -> (bool, bool) {
+        let (act, setup, job, node) = (self.act, self.setup, self.job, &self.node);
+        let (events, already_requeued) = (&mut self.events, self.summary.requeued);
+        let mut drained = false;
+        let mut requeued = false;
+        act.with_step(setup, &mut |step| {
+            step.say(&format!(
+                "watch: {}: {} ({}s into job {job}; policy={} → {})",
+                fault.check,
+                fault.message,
+                ev.into_job_s,
+                setup.plugin.policy.as_str(),
+                action.words()
+            ));
+            if action.drain {
+                drained = step
+                    .drain_self(
+                        &fault.check,
+                        &fabric_proto::during::drain_message(
+                            fabric_proto::during::SeenBy::Watch,
+                            job,
+                            &fault.message,
+                        ),
+                    )
+                    .out_of_service();
+            }
+            if drained && !already_requeued {
+                requeued = requeue_if_asked(step, setup);
+            }
+            if action.tag {
+                ev.drained = drained;
+                ev.requeued = requeued;
+                if drained || requeued {
+                    events.record(&fault.key, &ev);
+                }
+                let w = write_tag_to(step, Target::LiveOnly, |prev| {
+                    let mut t = prev.unwrap_or_default();
+                    crate::jobstep::tag_update::add_watch_event(&mut t, node, ev.clone());
+                    t
+                });
+                if w == TagWrite::NotWritten {
+                    step.say("watch: the live tag was not written; the epilog records the fault");
+                }
+            }
+        });
+        (drained, requeued)
+    }
+
+    /// Tells the job through its notice file (when it has one) of a fault that appeared `into`
+    /// seconds into it, and of what was done.
+    fn tell_job(&mut self, fault: &Fault, into: u64, now: u64, drained: bool, requeued: bool) {
+        let Some(n) = self.notice.as_deref_mut() else {
+            return;
+        };
+        let mut msg = FabricNotice::new(self.job, &self.node, &fault.check, &fault.message, now);
+        msg.into_job_s = into;
+        msg.drained = drained;
+        msg.requeued = requeued;
+        msg.warn = fault.warn;
+        if let Err(e) = n.append(&msg) {
+            tracing::warn!("cannot write the notice {}: {e}", n.path().display());
+        }
+    }
+
+    /// A fault that cleared at `now`: counted and said; where the policy tags, the event the
+    /// watch kept is marked cleared, on the node and in the live tag.
+    fn cleared(&mut self, fault: &Fault, now: u64) {
+        self.summary.cleared.push(fault.check.clone());
+        let found = if fault.warn { Found::Warn } else { Found::Fail };
+        let action = policy::decide(Phase::Watch, found, &self.setup.plugin);
+        let (act, setup, node, events) = (self.act, self.setup, &self.node, &mut self.events);
+        act.with_step(setup, &mut |step| {
+            step.say(&format!(
+                "watch: {} cleared: {} (recorded; a node the watch drained is resumed only by the usual etiquette)",
+                fault.check, fault.message
+            ));
+            // Only an event the watch kept is in the tag to be marked (past the
+            // tag's share, nothing is written).
+            if action.tag
+                && let Some(ev) = events.clear(&fault.key, now)
+            {
+                write_tag_to(step, Target::LiveOnly, |prev| {
+                    let mut t = prev.unwrap_or_default();
+                    crate::jobstep::tag_update::clear_watch_event(&mut t, node, &ev, now);
+                    t
+                });
+            }
+        });
+    }
 }
