@@ -748,6 +748,11 @@ impl SharedCluster {
         self.lock().nodes.clone()
     }
 
+    /// Node `name` as it is now (`None` when the cluster has no such node).
+    pub fn node(&self, name: &str) -> Option<NodeInfo> {
+        self.lock().nodes.iter().find(|n| n.name == name).cloned()
+    }
+
     /// The virtual wall clock, as `sinfo` prints a reason time.
     fn now_text(&self) -> String {
         let s = (self.started.elapsed().as_nanos() / self.second.as_nanos().max(1)) as u64;

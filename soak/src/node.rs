@@ -59,11 +59,72 @@ pub struct Hardware {
     pending: BTreeMap<(usize, &'static str), u64>,
     /// `ethtool -S` rises not yet written: statistic → rise (every Ethernet netdev alike).
     pending_ethtool: BTreeMap<&'static str, u64>,
+    /// Each port's folder (`ports[i].dir`), opened once (`O_PATH`) for [`Hardware::flush`]:
+    /// the device folders it resolves to stay for the node's life (a reload moves only the
+    /// links of `class/infiniband`).
+    port_dirs: Vec<Option<rustix::fd::OwnedFd>>,
+    /// The counter files [`Hardware::flush`] has rewritten, held open with what it last wrote
+    /// in them (see [`OpenCounter`]).
+    open_counters: BTreeMap<(usize, &'static str), OpenCounter>,
+    /// [`files_replaced_generation`] when `open_counters` was filled: another one, and every
+    /// file is opened again.
+    opened_at: u64,
+    /// [`tree_generation`] right after the last [`Hardware::flush`]: the same at the next one,
+    /// and nothing but the flush has written the trees since, so each held file still holds
+    /// what the flush wrote in it.
+    flushed_at: Option<u64>,
 }
 
+/// A counter file held open by [`Hardware::flush`], and what it holds when known (what the
+/// flush wrote in it last, while nothing else has written the trees since).
+#[derive(Debug)]
+struct OpenCounter {
+    file: std::fs::File,
+    now: Option<InPlace>,
+}
+
+#[cfg(test)]
 fn read_u64(path: &Path) -> Result<u64, HardwareError> {
     let text = std::fs::read_to_string(path).map_err(io(path))?;
     Ok(text.trim().parse().unwrap_or(0))
+}
+
+/// A counter file's value as [`read_u64`] takes it, and its length in bytes.
+#[derive(Debug, Clone, Copy)]
+struct InPlace {
+    value: u64,
+    len: usize,
+}
+
+/// Reads an open counter file from its start (one `pread` when it is shorter than a page).
+fn read_in_place(file: &std::fs::File) -> std::io::Result<InPlace> {
+    use std::os::unix::fs::FileExt;
+    let mut page = [0u8; 4096];
+    let n = file.read_at(&mut page, 0)?;
+    let mut all = Vec::new();
+    let bytes = if n < page.len() {
+        &page[..n]
+    } else {
+        std::io::Read::read_to_end(&mut &*file, &mut all)?;
+        &all[..]
+    };
+    // As `std::fs::read_to_string`: text or an error.
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    Ok(InPlace {
+        value: text.trim().parse().unwrap_or(0),
+        len: bytes.len(),
+    })
+}
+
+/// Writes `text` over an open file of `old_len` bytes, as `std::fs::write` would leave it.
+fn rewrite_in_place(file: &std::fs::File, text: &[u8], old_len: usize) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(text, 0)?;
+    if text.len() < old_len {
+        file.set_len(text.len() as u64)?;
+    }
+    Ok(())
 }
 
 fn write_text(path: &Path, text: &str) -> Result<(), HardwareError> {
@@ -74,6 +135,23 @@ fn write_text(path: &Path, text: &str) -> Result<(), HardwareError> {
 std::thread_local! {
     /// How many times this thread has changed a tree (see [`tree_generation`]).
     static TREE_GENERATION: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// How many times this thread has put a file or folder of a tree in another's place (see
+    /// [`files_replaced_generation`]).
+    static FILES_REPLACED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Notes that a file or folder of this thread's node's trees may now be another one than
+/// before (a tree written anew, a file broken or restored, a reload, a GPU gone or back): a
+/// descriptor opened before may no longer be the file its path names. Writing a file's
+/// contents (truncated and written again) keeps it the same file.
+fn files_replaced() {
+    FILES_REPLACED.with(|g| g.set(g.get() + 1));
+}
+
+/// The generation of this thread's trees' files: unchanged since an earlier reading, every
+/// path still names the file it named then.
+fn files_replaced_generation() -> u64 {
+    FILES_REPLACED.with(std::cell::Cell::get)
 }
 
 /// Notes a change to a tree of this thread's node: every write, rename, removal or link the
@@ -93,6 +171,7 @@ impl Hardware {
     /// Writes fixture scenario `scenario` at `root` and finds its ports.
     pub fn write(scenario: &str, root: &Path) -> Result<Self, HardwareError> {
         tree_changes();
+        files_replaced();
         fabric_testkit::sysfs::write(scenario, root)?;
         let class = root.join("class/infiniband");
         let mut devs: Vec<String> = std::fs::read_dir(&class)
@@ -126,12 +205,22 @@ impl Hardware {
             .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
         ethtool.sort();
+        let flags =
+            rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC;
+        let port_dirs = ports
+            .iter()
+            .map(|p| rustix::fs::open(&p.dir, flags, rustix::fs::Mode::empty()).ok())
+            .collect();
         Ok(Self {
             root: root.to_owned(),
             ports,
             ethtool,
             pending: BTreeMap::new(),
             pending_ethtool: BTreeMap::new(),
+            port_dirs,
+            open_counters: BTreeMap::new(),
+            opened_at: files_replaced_generation(),
+            flushed_at: None,
         })
     }
 
@@ -152,30 +241,88 @@ impl Hardware {
 
     /// Writes every pending rise. Legacy `counters/` files stop at the maximum of their IBA
     /// width, as the kernel's do.
+    ///
+    /// Each counter is read and rewritten in place through one descriptor opened relative to
+    /// its port's folder (opened once): four system calls a counter, where reading and writing
+    /// it by its whole path took eight and walked the path (through the `class/infiniband`
+    /// link) twice (this was a tenth of the soak's CPU). The file is the same one the path
+    /// names (a broken file, a link to itself, fails alike: `ELOOP`).
+    ///
+    /// The files stay open from one flush to the next, until a file of the trees is put in
+    /// another's place (a tree written anew, a file broken or restored, a reload, a GPU gone or
+    /// back); and while nothing but the flushes has written the trees ([`tree_generation`]), a
+    /// held file holds what the last flush wrote there, so it is not read again: one `pwrite` a
+    /// counter where it was four system calls (issue 40).
     pub fn flush(&mut self) -> Result<(), HardwareError> {
-        for ((port, counter), by) in std::mem::take(&mut self.pending) {
-            let path = self.ports[port].dir.join(counter);
-            let now = read_u64(&path)?;
+        if self.opened_at != files_replaced_generation() {
+            self.open_counters.clear();
+            self.opened_at = files_replaced_generation();
+        }
+        // Unless nothing but the flushes wrote the trees since the last one, what the held files
+        // hold is read again.
+        if self.flushed_at != Some(tree_generation()) {
+            for held in self.open_counters.values_mut() {
+                held.now = None;
+            }
+        }
+        let pending = std::mem::take(&mut self.pending);
+        for ((port, counter), by) in pending {
+            let folder = &self.ports[port].dir;
+            let path = || folder.join(counter);
+            let (held, now) = match self.open_counters.entry((port, counter)) {
+                std::collections::btree_map::Entry::Occupied(o) => {
+                    let held = o.into_mut();
+                    let now = match held.now {
+                        Some(now) => now,
+                        None => read_in_place(&held.file).map_err(|e| io(&path())(e))?,
+                    };
+                    (held, now)
+                }
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    let flags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC;
+                    let file = match &self.port_dirs[port] {
+                        Some(fd) => {
+                            rustix::fs::openat(fd, counter, flags, rustix::fs::Mode::empty())
+                        }
+                        None => rustix::fs::open(path(), flags, rustix::fs::Mode::empty()),
+                    }
+                    .map(std::fs::File::from)
+                    .map_err(|e| io(&path())(e.into()))?;
+                    let now = read_in_place(&file).map_err(|e| io(&path())(e))?;
+                    (v.insert(OpenCounter { file, now: None }), now)
+                }
+            };
             let name = counter.rsplit('/').next().unwrap_or(counter);
-            let mut next = now.saturating_add(by);
+            let mut next = now.value.saturating_add(by);
             if counter.starts_with("counters/")
                 && let Some(max) = saturation_max(name)
             {
                 next = next.min(max);
             }
-            write_text(&path, &format!("{next}\n"))?;
+            tree_changes();
+            // `{next}\n`, written in place without a string.
+            let mut buf = [0u8; 24];
+            let len = {
+                let mut w = &mut buf[..];
+                std::io::Write::write_fmt(&mut w, format_args!("{next}\n"))
+                    .map_err(|e| io(&path())(e))?;
+                24 - w.len()
+            };
+            rewrite_in_place(&held.file, &buf[..len], now.len).map_err(|e| io(&path())(e))?;
+            // As `read_in_place` would read it back.
+            held.now = Some(InPlace { value: next, len });
         }
         let rises = std::mem::take(&mut self.pending_ethtool);
-        if rises.is_empty() {
-            return Ok(());
+        if !rises.is_empty() {
+            for file in &self.ethtool {
+                let text = std::fs::read_to_string(file).map_err(io(file))?;
+                let out = map_ethtool(&text, |name, v| {
+                    rises.get(name).map_or(v, |by| v.saturating_add(*by))
+                });
+                write_text(file, &out)?;
+            }
         }
-        for file in &self.ethtool {
-            let text = std::fs::read_to_string(file).map_err(io(file))?;
-            let out = map_ethtool(&text, |name, v| {
-                rises.get(name).map_or(v, |by| v.saturating_add(*by))
-            });
-            write_text(file, &out)?;
-        }
+        self.flushed_at = Some(tree_generation());
         Ok(())
     }
 
@@ -252,6 +399,7 @@ impl Hardware {
     /// function folder go away, kept aside) or is back (`false`).
     pub fn gpu_gone(&self, bdf: &str, gone: bool) -> Result<(), HardwareError> {
         tree_changes();
+        files_replaced();
         let entry = self.root.join("bus/pci/devices").join(bdf);
         let driver = self.root.join("bus/pci/drivers/nvidia").join(bdf);
         let aside = self.root.join(format!(".gone-{bdf}"));
@@ -305,6 +453,7 @@ impl Hardware {
     /// `max_link_speed` 16 GT/s.
     pub fn gen5_card_in_gen4_slot(&self, ports: &[usize]) -> Result<(), HardwareError> {
         tree_changes();
+        files_replaced();
         for &p in ports {
             let dev = self.root.join("class/infiniband").join(&self.ports[p].dev);
             write_text(&dev.join("hca_type"), "MT4129\n")?;
@@ -398,6 +547,7 @@ impl Timeline {
 
     fn apply(&self, c: &Change) -> Result<(), HardwareError> {
         tree_changes();
+        files_replaced();
         match c {
             Change::ClassEmpty(empty) => {
                 let class = self.root.join("class/infiniband");
@@ -493,6 +643,36 @@ mod tests {
         assert_eq!(read_u64(&sym).unwrap(), 0);
         let eth = std::fs::read_to_string(&hw.ethtool[0]).unwrap();
         assert!(eth.contains("     rx_prio3_pause: 0\n"), "{eth}");
+    }
+
+    #[test]
+    fn the_flush_holds_its_files_and_reads_again_what_another_write_changed() {
+        let (_d, mut hw) = node();
+        let sym = hw.ports[0].dir.join("counters/symbol_error");
+        let oob = hw.ports[1].dir.join("hw_counters/out_of_buffer");
+        let sym0 = read_u64(&sym).unwrap();
+        hw.rise(0, "counters/symbol_error", 7);
+        hw.rise(1, "hw_counters/out_of_buffer", 3);
+        hw.flush().unwrap();
+        hw.rise(0, "counters/symbol_error", 5);
+        hw.flush().unwrap();
+        assert_eq!(read_u64(&sym).unwrap(), sym0 + 12);
+        // A reset writes past the held files; one flush later (of another counter) the held
+        // symbol_error is not taken for what the flush wrote there.
+        hw.reset_counters().unwrap();
+        hw.rise(1, "hw_counters/out_of_buffer", 1);
+        hw.flush().unwrap();
+        hw.rise(0, "counters/symbol_error", 2);
+        hw.flush().unwrap();
+        assert_eq!(read_u64(&sym).unwrap(), 2);
+        assert_eq!(read_u64(&oob).unwrap(), 1);
+        // A file broken and restored is another file: opened again.
+        let t = Timeline::of(&hw);
+        t.break_for(vec![sym.clone()], 1, 2).unwrap();
+        t.flush_all().unwrap();
+        hw.rise(0, "counters/symbol_error", 100);
+        hw.flush().unwrap();
+        assert_eq!(read_u64(&sym).unwrap(), 102);
     }
 
     fn node() -> (tempfile::TempDir, Hardware) {

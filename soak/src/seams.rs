@@ -49,10 +49,16 @@ pub fn real_unix_ms() -> u64 {
 /// `b` with its time moved onto the real clock: as old, on the real clock now, as it is on the
 /// node's emulated clock at `node_now_ms` (younger than zero when that clock went back).
 pub fn on_real_clock(mut b: Baseline, node_now_ms: u64) -> Baseline {
-    let age_ms = i128::from(node_now_ms) - i128::from(b.counters.taken_unix_ms);
-    let moved = i128::from(real_unix_ms()) - age_ms;
-    b.counters.taken_unix_ms = moved.clamp(0, i128::from(u64::MAX)) as u64;
+    b.counters.taken_unix_ms = real_clock_ms(b.counters.taken_unix_ms, node_now_ms);
     b
+}
+
+/// The real clock's time that is as old now as `taken_ms` is on the node's emulated clock at
+/// `node_now_ms` ([`on_real_clock`] of a baseline taken then).
+pub fn real_clock_ms(taken_ms: u64, node_now_ms: u64) -> u64 {
+    let age_ms = i128::from(node_now_ms) - i128::from(taken_ms);
+    let moved = i128::from(real_unix_ms()) - age_ms;
+    moved.clamp(0, i128::from(u64::MAX)) as u64
 }
 
 /// The second look's settle, as `fabric-check probe` waits by default (`--second-look-ms`).
@@ -251,9 +257,8 @@ impl Sampler for ClockedSampler<'_> {
     fn sample(&mut self) -> Option<Sample> {
         let now = self.now_ms.get();
         if let Some(b) = self.inner.baseline_mut() {
-            b.counters.taken_unix_ms = self.base_taken_ms;
-            let moved = on_real_clock(b.clone(), now);
-            b.counters.taken_unix_ms = moved.counters.taken_unix_ms;
+            // Only its time moves (it was cloned whole each sample: 5 % of the soak's CPU).
+            b.counters.taken_unix_ms = real_clock_ms(self.base_taken_ms, now);
         }
         self.samples += 1;
         let mut s = self.inner.sample()?;

@@ -87,8 +87,28 @@ fn prio(s: &str) -> Option<u8> {
     s.parse::<u8>().ok().filter(|p| *p < 8)
 }
 
+/// Whether `name` has `pause`, `pfc` or `xo` (`xoff`, `xon`) in it: every name [`classify`]
+/// knows has.
+fn may_be_pause(name: &str) -> bool {
+    let b = name.as_bytes();
+    (0..b.len()).any(|i| {
+        let rest = &b[i..];
+        rest.starts_with(b"xo") || rest.starts_with(b"pfc") || rest.starts_with(b"pause")
+    })
+}
+
 /// What an `ethtool -S` statistic counts, when it is a pause counter of a known driver.
 pub fn classify(name: &str) -> Option<PauseCounter> {
+    // Every name below has `pause`, `pfc`, `xoff` or `xon` in it: any other (an IB or RDMA
+    // counter, judged by every probe and watch sample) is none, without the searches below.
+    if !may_be_pause(name) {
+        return None;
+    }
+    classify_named(name)
+}
+
+/// [`classify`] without its quick test.
+fn classify_named(name: &str) -> Option<PauseCounter> {
     if let Some(base) = name.strip_suffix(".nic") {
         return classify(base).filter(|c| c.family == "ice");
     }
@@ -300,6 +320,77 @@ mod tests {
         assert_eq!(classify("rx_packets"), None);
         assert_eq!(classify("rx_prio9_pause"), None);
         assert_eq!(classify("rx_prio3_bytes"), None);
+    }
+
+    #[test]
+    fn the_quick_test_passes_every_name_the_table_knows() {
+        let mut names: Vec<String> = [
+            "rx_pause_ctrl_phy",
+            "rx_global_pause",
+            "tx_pause_ctrl_phy",
+            "tx_global_pause",
+            "rx_global_pause_duration",
+            "tx_global_pause_duration",
+            "rx_global_pause_transition",
+            "tx_pause_storm_warning_events",
+            "tx_pause_storm_error_events",
+            "pause_ctrl_rx",
+            "pause_ctrl_tx",
+            "rx_pause",
+            "tx_pause",
+            "rx_pause_duration",
+            "tx_pause_duration",
+            "rx_pause_transition",
+            "tx_pause_transition",
+            "rx_pause_frames",
+            "rx_pfc_frames",
+            "tx_pause_frames",
+            "tx_pfc_frames",
+            "port.link_xoff_rx",
+            "port.link_xoff_tx",
+            "port.link_xon_rx",
+            "port.link_xon_tx",
+            "link_xoff_rx",
+            "link_xoff_tx",
+            "link_xon_rx",
+            "link_xon_tx",
+        ]
+        .map(String::from)
+        .to_vec();
+        for d in ["rx", "tx"] {
+            for q in 0..8 {
+                for t in ["pause", "pause_duration", "pause_transition"] {
+                    names.push(format!("{d}_prio{q}_{t}"));
+                    names.push(format!("{d}_{t}_prio_{q}"));
+                }
+                names.push(format!("{d}_pfc_ena_frames_pri{q}"));
+                for w in ["xoff", "xon", "xon_2_xoff"] {
+                    for tail in ["", "_rx", "_tx"] {
+                        names.push(format!("port.{d}_priority_{q}_{w}{tail}"));
+                        names.push(format!("{d}_priority_{q}_{w}{tail}"));
+                    }
+                }
+            }
+        }
+        let with_nic: Vec<String> = names.iter().map(|n| format!("{n}.nic")).collect();
+        let mut known = 0;
+        for n in names.iter().chain(&with_nic) {
+            if classify_named(n).is_some() {
+                known += 1;
+                assert!(may_be_pause(n), "{n}");
+                assert_eq!(classify(n), classify_named(n), "{n}");
+            }
+        }
+        assert!(known > 300, "{known}");
+        for n in [
+            "symbol_error",
+            "port_xmit_wait",
+            "np_cnp_sent",
+            "out_of_buffer",
+            "rx_bytes",
+        ] {
+            assert!(!may_be_pause(n), "{n}");
+        }
     }
 
     #[test]

@@ -53,7 +53,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{NodeExpectations, Threshold};
 use crate::probe::CounterSnapshot;
-use crate::probe::gather::ToolSource;
+use crate::probe::gather::{Dir, ToolSource};
 
 /// Every this many samples the watch runs the whole gather, changed or not.
 pub const FULL_EVERY: u32 = 60;
@@ -149,16 +149,35 @@ fn warning_counters(expect: &NodeExpectations) -> Vec<(&String, &Threshold)> {
         .collect()
 }
 
-fn dir_names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(Result::ok)
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+/// The folder `name` below `parent`, opened relative to it, and its names (sorted).
+fn listed(parent: &Dir, name: &str) -> (Dir, Vec<String>) {
+    match parent.list_sub(name) {
+        Ok((dir, mut names)) => {
+            names.sort();
+            (dir, names)
+        }
+        Err(_) => (parent.sub(name), Vec::new()),
+    }
+}
+
+/// The files to watch: each a folder (an index into `dirs`), a name relative to it, and the
+/// value above which it is a change (`None`: any change). Every folder is opened once and each
+/// file relative to it (the kernel walked the whole path from the root for each before).
+#[derive(Default)]
+struct Watched {
+    dirs: Vec<Dir>,
+    files: Vec<(usize, String, Option<u64>)>,
+}
+
+impl Watched {
+    fn dir(&mut self, d: Dir) -> usize {
+        self.dirs.push(d);
+        self.dirs.len() - 1
+    }
+
+    fn file(&mut self, dir: usize, name: impl Into<String>, above: Option<u64>) {
+        self.files.push((dir, name.into(), above));
+    }
 }
 
 impl Vitals {
@@ -179,69 +198,81 @@ impl Vitals {
         } else {
             Vec::new()
         };
-        // Each path with the value above which it is a change (`None`: any change).
-        let mut paths: Vec<(PathBuf, Option<u64>)> = Vec::new();
-        let ib = sysfs.join("class/infiniband");
-        for dev in dir_names(&ib) {
+        let mut w = Watched::default();
+        let tool_dirs: Vec<(&str, usize)> = match tools {
+            ToolSource::Files(dir) => ["dcb-pfc", "mlnx_qos", "ethtool-S"]
+                .into_iter()
+                .map(|t| (t, w.dir(Dir::open(dir.join(t)))))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let root = Dir::open(sysfs.to_path_buf());
+        let (ib, devs) = listed(&root, "class/infiniband");
+        for dev in devs {
             if expect.ignores(&dev) {
                 continue;
             }
-            let d = ib.join(&dev);
-            let ports = d.join("ports");
-            for port in dir_names(&ports) {
-                let p = ports.join(&port);
+            let (ports, port_names) = listed(&ib, &format!("{dev}/ports"));
+            for port in port_names {
+                let p = ports.sub(&port);
+                let (types, gids) = listed(&p, "gid_attrs/types");
+                let p = w.dir(p);
                 for f in ["state", "phys_state", "rate", "link_layer"] {
-                    paths.push((p.join(f), None));
+                    w.file(p, f, None);
                 }
                 for c in &counters {
-                    paths.push((p.join("counters").join(c), None));
-                    paths.push((p.join("hw_counters").join(c), None));
+                    w.file(p, format!("counters/{c}"), None);
+                    w.file(p, format!("hw_counters/{c}"), None);
                 }
                 if let (Some(b), Ok(num)) = (bases, port.parse::<u32>()) {
                     let key = crate::probe::port_key(&dev, num);
                     for (c, t) in &warning {
                         for (set, hw) in [("counters", false), ("hw_counters", true)] {
                             if let Some(level) = b.warn_level(&key, hw, c, t) {
-                                paths.push((p.join(set).join(c), Some(level)));
+                                w.file(p, format!("{set}/{c}"), Some(level));
                             }
                         }
                     }
                 }
-                let types = p.join("gid_attrs/types");
-                for i in dir_names(&types) {
-                    paths.push((types.join(i), None));
+                let types = w.dir(types);
+                for i in gids {
+                    w.file(types, i, None);
                 }
             }
-            let net = d.join("device/net");
-            for nd in dir_names(&net) {
-                let n = net.join(&nd);
+            let (net, netdevs) = listed(&ib, &format!("{dev}/device/net"));
+            for nd in netdevs {
+                let n = net.sub(&nd);
+                let ecn: Vec<_> = ["ecn/roce_np/enable", "ecn/roce_rp/enable"]
+                    .into_iter()
+                    .map(|side| listed(&n, side))
+                    .collect();
+                let n = w.dir(n);
                 for f in ["mtu", "operstate"] {
-                    paths.push((n.join(f), None));
+                    w.file(n, f, None);
                 }
-                for side in ["ecn/roce_np/enable", "ecn/roce_rp/enable"] {
-                    for prio in dir_names(&n.join(side)) {
-                        paths.push((n.join(side).join(prio), None));
+                for (side, prios) in ecn {
+                    let side = w.dir(side);
+                    for prio in prios {
+                        w.file(side, prio, None);
                     }
                 }
-                if let ToolSource::Files(dir) = tools {
-                    for t in ["dcb-pfc", "mlnx_qos", "ethtool-S"] {
-                        paths.push((dir.join(t).join(&nd), None));
-                    }
+                for &(_, t) in &tool_dirs {
+                    w.file(t, nd.clone(), None);
                 }
             }
         }
         let mut v = Self {
             root: sysfs.to_path_buf(),
             root_id: (meta.dev(), meta.ino()),
-            files: Vec::with_capacity(paths.len()),
+            files: Vec::with_capacity(w.files.len()),
             warn_files: Vec::new(),
             warn_next: 0,
             buf: vec![0; READ_BYTES],
         };
-        for (path, above) in paths {
+        for (dir, name, above) in w.files {
             // A counter the driver does not have (hw_counters on IB, counters on irdma), or a
             // GID slot that is empty (it fails to read) is not there: nothing to watch.
-            let Ok(file) = File::open(&path) else {
+            let Ok(file) = open_in(&w.dirs[dir], &name) else {
                 continue;
             };
             let Ok(n) = file.read_at(&mut v.buf, 0) else {
@@ -319,7 +350,9 @@ impl Vital {
     /// warn-bound counter that stays at or under its level does not). A change is kept as the
     /// last read.
     fn changed(&mut self, buf: &mut [u8]) -> bool {
-        match self.file.read_at(buf, 0) {
+        // The `pread` system call itself (std's goes through the C library's cancellable
+        // wrapper, a tenth of this read's cost in the soak's profile).
+        match rustix::io::pread(&self.file, &mut *buf, 0) {
             Ok(n) if buf[..n] == self.last[..] => false,
             Ok(n)
                 if self.above.is_some_and(|level| {
@@ -335,6 +368,17 @@ impl Vital {
             }
             Err(_) => true,
         }
+    }
+}
+
+/// Opens `name` in `dir` for reading, as `File::open` opens the whole path.
+fn open_in(dir: &Dir, name: &str) -> std::io::Result<File> {
+    use rustix::fs::{Mode, OFlags};
+    match dir.fd() {
+        Some(fd) => rustix::fs::openat(fd, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
+            .map(File::from)
+            .map_err(Into::into),
+        None => File::open(dir.join(name)),
     }
 }
 
@@ -406,7 +450,8 @@ mod tests {
         std::fs::write(net.join("ecn/roce_np/enable/3"), "0\n").unwrap();
         assert!(v.changed(), "ECN switched off");
         let gid_types = root.join("class/infiniband/mlx5_8/ports/1/gid_attrs/types");
-        let first = dir_names(&gid_types)
+        let first = listed(&Dir::open(gid_types.clone()), ".")
+            .1
             .into_iter()
             .next()
             .expect("a GID type");

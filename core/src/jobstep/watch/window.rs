@@ -63,7 +63,7 @@ impl Clock {
 pub fn has_rate_bound(expect: &NodeExpectations, name: &str) -> bool {
     expect
         .thresholds
-        .get(&threshold_key(name))
+        .get(&*threshold_key(name))
         .is_some_and(|t| t.warn_per_hour.is_some() || t.fail_per_hour.is_some())
 }
 

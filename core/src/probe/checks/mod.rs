@@ -279,10 +279,10 @@ pub enum CounterSource {
 /// The threshold key of a counter: every driver's pause counter names map to one key and
 /// per-priority names lose their priority (`rx_prio3_pause`, `rx_pfc_ena_frames_pri3` and
 /// `port.rx_priority_3_xoff_rx` are all `rx_prio_pause`; see [`crate::probe::pause`]).
-pub fn threshold_key(name: &str) -> String {
+pub fn threshold_key(name: &str) -> std::borrow::Cow<'_, str> {
     match crate::probe::pause::classify(name) {
-        Some(c) => c.threshold_key(),
-        None => name.to_string(),
+        Some(c) => std::borrow::Cow::Owned(c.threshold_key()),
+        None => std::borrow::Cow::Borrowed(name),
     }
 }
 
@@ -379,13 +379,13 @@ fn fmt_elapsed(s: f64) -> String {
 /// The counters of one port or netdev from `source` in `snap`.
 fn counters_of<'a>(
     snap: &'a CounterSnapshot,
-    dev: &Device,
+    key: &str,
     port: &Port,
     source: CounterSource,
 ) -> Option<&'a Counters> {
     match source {
         CounterSource::Counters | CounterSource::HwCounters => {
-            let pc = snap.ports.get(&port_key(&dev.name, port.num))?;
+            let pc = snap.ports.get(key)?;
             Some(match source {
                 CounterSource::Counters => &pc.counters,
                 _ => &pc.hw_counters,
@@ -420,20 +420,24 @@ pub fn judge_counters(
     let Ok((base, elapsed_s)) = usable_baseline(ctx) else {
         return Vec::new();
     };
+    // The port's key made once for its three maps, and its label only when a finding needs it
+    // (this runs for every port and counter of every look: issue 40).
+    let pk = port_key(&dev.name, port.num);
     let (Some(now), Some(before)) = (
-        counters_of(ctx.now, dev, port, source),
-        counters_of(base, dev, port, source),
+        counters_of(ctx.now, &pk, port, source),
+        counters_of(base, &pk, port, source),
     ) else {
         return Vec::new();
     };
     let window =
-        rate_window(ctx).and_then(|(w, el)| counters_of(w, dev, port, source).map(|c| (c, el)));
-    let label = where_(dev, port);
+        rate_window(ctx).and_then(|(w, el)| counters_of(w, &pk, port, source).map(|c| (c, el)));
+    let label = std::cell::OnceCell::new();
+    let label = || label.get_or_init(|| where_(dev, port));
     let mut out = Vec::new();
     for (name, &v) in now.iter().filter(|(n, _)| select(n)) {
         let Some(&b) = before.get(name) else { continue };
         let key = threshold_key(name);
-        let Some(t) = ctx.expect.thresholds.get(&key) else {
+        let Some(t) = ctx.expect.thresholds.get(&*key) else {
             continue;
         };
         // The rate window's value (never below the baseline's: a counter only rises).
@@ -447,7 +451,7 @@ pub fn judge_counters(
                 Some(port.num),
                 json!({"counter": name, "before": went_back_from, "now": v}),
                 Value::Null,
-                format!("{label}: {name} went from {went_back_from} to {v} (counters reset or driver reloaded); its delta is skipped"),
+                format!("{}: {name} went from {went_back_from} to {v} (counters reset or driver reloaded); its delta is skipped", label()),
             ));
             continue;
         }
@@ -490,7 +494,8 @@ pub fn judge_counters(
             json!({"counter": name, "delta": delta, "elapsed_s": (elapsed_s * 1000.0).round() / 1000.0}),
             json!({"counter": key, "threshold": t}),
             format!(
-                "{label}: {name} rose by {delta}{sat} in {} ({bound})",
+                "{}: {name} rose by {delta}{sat} in {} ({bound})",
+                label(),
                 fmt_elapsed(elapsed_s),
             ),
         ));

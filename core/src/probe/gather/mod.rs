@@ -25,6 +25,7 @@
 //! `sysfs.rs` walks sysfs (and procfs), `tools.rs` runs or reads `ethtool -S` and
 //! `dcb pfc show`; [`gather`] here ties them together.
 
+mod dir;
 mod snapshot;
 mod sysfs;
 mod tools;
@@ -32,6 +33,7 @@ mod tools;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub(crate) use dir::Dir;
 pub use snapshot::*;
 pub use sysfs::{
     counters_ext_legacy_name, device_age_s, gpu_model, natural_cmp, parse_counter,
@@ -39,7 +41,7 @@ pub use sysfs::{
 };
 pub use tools::{parse_dcb_pfc, parse_ethtool_stats, parse_pfc_config};
 
-use sysfs::{Dir, Read1, Reader, gather_device, gather_gpus, gather_netdev, list_dir, read_capped};
+use sysfs::{Read1, Reader, gather_device, gather_gpus, gather_netdev, read_capped};
 use tools::gather_tools;
 
 /// Sysfs attributes are at most one page; anything longer is not one.
@@ -132,11 +134,18 @@ pub fn gather(roots: &Roots, ignore: impl Fn(&str) -> bool) -> Snapshot {
     let mut r = Reader {
         problems: &mut problems,
     };
+    // `bus/pci/devices/` is listed here, for the GPUs below, and its descriptor serves the
+    // slot maxima of every HCA and GPU.
+    let bus_path = roots.sysfs.join("bus").join("pci").join("devices");
+    let (bus, bus_names) = match Dir::list(bus_path.clone()) {
+        Ok((d, names)) => (d, Ok(names)),
+        Err(e) => (Dir::open(bus_path), Err(e)),
+    };
     let class = roots.sysfs.join("class").join("infiniband");
-    match list_dir(&class) {
-        Ok(names) => {
+    match Dir::list(class.clone()) {
+        Ok((class_dir, names)) => {
             for name in names.iter().filter(|n| !ignore(n)) {
-                if let Some(d) = gather_device(&mut r, &class, name) {
+                if let Some(d) = gather_device(&mut r, (&class_dir, &bus), name) {
                     snap.devices.push(d);
                 }
             }
@@ -166,15 +175,14 @@ pub fn gather(roots: &Roots, ignore: impl Fn(&str) -> bool) -> Snapshot {
         }
     }
     gather_tools(&mut r, &roots.tools, &mut snap.netdevs, &roce);
-    match gather_gpus(&mut r, &roots.sysfs) {
+    match gather_gpus(&mut r, &bus, bus_names) {
         Ok(g) => snap.gpus = g,
         Err(why) => snap.gpus_unreadable = Some(why),
     }
     let module_dir = roots.sysfs.join("module");
     // Listed once (it was listed twice), each `version` opened relative to the directory.
-    match list_dir(&module_dir) {
-        Ok(mods) => {
-            let dir = Dir::open(module_dir);
+    match Dir::list(module_dir.clone()) {
+        Ok((dir, mods)) => {
             for m in mods {
                 if let Read1::Text(v) = dir.read(&format!("{m}/version"), MAX_ATTR_BYTES) {
                     snap.module_versions.insert(m.clone(), v);

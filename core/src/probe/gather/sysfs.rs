@@ -1,126 +1,20 @@
 //! The sysfs walk: RDMA devices, their ports and netdevs, and GPUs on the PCI bus.
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+pub use super::dir::natural_cmp;
+pub(super) use super::dir::{Dir, Read1, read_capped};
 use super::{
     Device, Gid, Gpu, GpuVendor, MAX_ATTR_BYTES, NetDev, PcieLink, Port, PortState, Problem, Rate,
 };
 
-/// How one attribute read went.
-#[derive(Debug)]
-pub(super) enum Read1 {
-    Missing,
-    Text(String),
-    /// The file is there but could not be opened or read (permissions, EINVAL, EIO): the
-    /// probe could not look, which says nothing about the port.
-    Unreadable(String),
-    /// The file was read but is not what the attribute holds (too long, not UTF-8).
-    Bad(String),
-}
-
-pub(super) fn read_capped(path: &Path, cap: usize) -> Read1 {
-    // O_NONBLOCK: a FIFO planted in the tree must not hang the probe (no effect on files).
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => read_open(f, cap),
-        Err(e) => open_failed(e),
-    }
-}
-
-fn open_failed(e: std::io::Error) -> Read1 {
-    if e.kind() == std::io::ErrorKind::NotFound {
-        Read1::Missing
-    } else {
-        Read1::Unreadable(format!("cannot open: {e}"))
-    }
-}
-
-/// Reads an opened attribute: at most `cap` bytes, trimmed.
-fn read_open(mut file: std::fs::File, cap: usize) -> Read1 {
-    if cap <= MAX_ATTR_BYTES {
-        // One read: sysfs hands an attribute over whole (at most a page) and a regular file's
-        // read returns everything up to the size asked for; one syscall fewer per file.
-        let mut page = [0u8; MAX_ATTR_BYTES + 1];
-        match file.read(&mut page[..cap + 1]) {
-            Ok(n) => text_of(&page[..n], cap),
-            Err(e) => Read1::Unreadable(format!("cannot read: {e}")),
-        }
-    } else {
-        let mut v = Vec::new();
-        if let Err(e) = file.take(cap as u64 + 1).read_to_end(&mut v) {
-            return Read1::Unreadable(format!("cannot read: {e}"));
-        }
-        text_of(&v, cap)
-    }
-}
-
-/// The trimmed text of an attribute's bytes (one allocation, of the trimmed text only).
-fn text_of(buf: &[u8], cap: usize) -> Read1 {
-    if buf.len() > cap {
-        return Read1::Bad(format!(
-            "longer than {cap} bytes, which no sysfs attribute is"
-        ));
-    }
-    match std::str::from_utf8(buf) {
-        Ok(s) => Read1::Text(s.trim().to_string()),
-        Err(_) => Read1::Bad("not UTF-8 text".to_string()),
-    }
-}
-
-/// A directory whose attributes are read by name: opened once (`O_PATH`), each file then
-/// opened relative to it (`openat`), so the kernel walks one component per file instead of
-/// the whole path (`/sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error` is eight,
-/// one of them a symlink). Measured on the soak (issue 40): the path walk was a third of the
-/// probe's open cost. When the directory cannot be opened, each read goes by path as before,
-/// so every "missing" and "cannot open" reads exactly as it did.
-pub(super) struct Dir {
-    path: PathBuf,
-    fd: Option<std::os::fd::OwnedFd>,
-}
-
-impl Dir {
-    pub(super) fn open(path: PathBuf) -> Self {
-        use rustix::fs::{Mode, OFlags};
-        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(&path, flags, Mode::empty()).ok();
-        Self { path, fd }
-    }
-
-    /// The path of `name` in it (for problems and fallbacks).
-    pub(super) fn join(&self, name: &str) -> PathBuf {
-        self.path.join(name)
-    }
-
-    pub(super) fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Reads attribute `name` (one component, or a short relative path) as [`read_capped`].
-    pub(super) fn read(&self, name: &str, cap: usize) -> Read1 {
-        use rustix::fs::{Mode, OFlags};
-        let Some(dir) = &self.fd else {
-            return read_capped(&self.join(name), cap);
-        };
-        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        match rustix::fs::openat(dir, name, flags, Mode::empty()) {
-            Ok(fd) => read_open(std::fs::File::from(fd), cap),
-            Err(e) => open_failed(e.into()),
-        }
-    }
-}
-
-/// Where a sysfs symlink points, resolved lexically against its own directory (sysfs links are
-/// relative and `devices/` has no further links, so this equals the canonical path without a
-/// syscall per component).
-fn resolve_link(path: &Path) -> Option<PathBuf> {
-    let target = std::fs::read_link(path).ok()?;
-    let joined = path.parent().unwrap_or(Path::new("")).join(target);
+/// Where the sysfs symlink `name` in `dir` points, resolved lexically against `dir` (sysfs
+/// links are relative and `devices/` has no further links, so this equals the canonical path
+/// without a syscall per component).
+fn resolve_link(dir: &Dir, name: &str) -> Option<PathBuf> {
+    let target = dir.read_link(name)?;
+    let joined = dir.path().join(target);
     let mut out = PathBuf::new();
     for c in joined.components() {
         match c {
@@ -269,29 +163,6 @@ impl Reader<'_> {
     }
 }
 
-pub(super) fn list_dir(path: &Path) -> std::io::Result<Vec<String>> {
-    let mut v: Vec<String> = std::fs::read_dir(path)?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
-    v.sort_by(|a, b| natural_cmp(a, b));
-    Ok(v)
-}
-
-/// `mlx5_2` before `mlx5_10`.
-pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
-    let split = |s: &str| {
-        let cut = s.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-        let (head, tail) = s.split_at(cut);
-        (
-            head.to_string(),
-            tail.parse::<u64>().unwrap_or(0),
-            s.to_string(),
-        )
-    };
-    split(a).cmp(&split(b))
-}
-
 fn is_bdf(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() == 12 && b[4] == b':' && b[7] == b':' && b[10] == b'.'
@@ -414,13 +285,13 @@ pub(super) fn read_pcie(r: &mut Reader<'_>, check: &'static str, dev: &str, dir:
 /// The slot's maxima of a function at `pci_path` (root port first): the upstream port's
 /// `max_link_speed` and `max_link_width` under `bus/pci/devices/`. Read quietly: a bridge that
 /// does not say (or a function straight on a root complex) leaves them unknown, and the link
-/// is judged against the function's own maxima as before.
-pub(super) fn read_slot_max(sysfs: &Path, pci_path: &[String], link: &mut PcieLink) {
+/// is judged against the function's own maxima as before. `bus` is `bus/pci/devices/`.
+pub(super) fn read_slot_max(bus: &Dir, pci_path: &[String], link: &mut PcieLink) {
     let Some(up) = pci_path.len().checked_sub(2).map(|i| &pci_path[i]) else {
         return;
     };
-    let dir = Dir::open(sysfs.join("bus/pci/devices").join(up));
-    let text = |f: &str| match dir.read(f, MAX_ATTR_BYTES) {
+    // Relative to `bus/pci/devices/`, opened once for the whole gather.
+    let text = |f: &str| match bus.read(&format!("{up}/{f}"), MAX_ATTR_BYTES) {
         Read1::Text(t) => Some(t),
         _ => None,
     };
@@ -431,11 +302,17 @@ pub(super) fn read_slot_max(sysfs: &Path, pci_path: &[String], link: &mut PcieLi
 /// How long ago the device at `dev_dir` (`class/infiniband/<dev>`) made its `ports/` folder,
 /// in seconds ([`crate::probe::gather::Device::age_s`]); `None` when that cannot be told.
 pub fn device_age_s(dev_dir: &Path) -> Option<f64> {
-    let made = std::fs::metadata(dev_dir.join("ports"))
-        .and_then(|m| m.modified())
-        .ok()?;
+    age_s(
+        std::fs::metadata(dev_dir.join("ports"))
+            .and_then(|m| m.modified())
+            .ok(),
+    )
+}
+
+/// Seconds since `made` on the real clock.
+fn age_s(made: Option<std::time::SystemTime>) -> Option<f64> {
     std::time::SystemTime::now()
-        .duration_since(made)
+        .duration_since(made?)
         .ok()
         .map(|d| d.as_secs_f64())
 }
@@ -454,15 +331,18 @@ pub fn parse_counter(s: &str) -> Result<Option<u64>, String> {
     })
 }
 
+/// The counters in folder `sub` of `parent` (`counters`, `hw_counters`, ...), by name; `None`
+/// when the folder is not there.
 fn read_counters(
     r: &mut Reader<'_>,
-    dir: &Path,
+    (parent, sub): (&Dir, &str),
     check: &'static str,
     dev: &str,
     port: u32,
     no_pma: Option<&mut Vec<String>>,
 ) -> Option<BTreeMap<String, u64>> {
-    let names = match list_dir(dir) {
+    // Listed and read through one descriptor of the folder.
+    let (files, names) = match parent.list_sub(sub) {
         Ok(n) => n,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => {
@@ -470,7 +350,7 @@ fn read_counters(
                 check,
                 Some(dev),
                 Some(port),
-                dir,
+                &parent.join(sub),
                 format!("cannot list: {e}"),
             );
             return None;
@@ -478,19 +358,19 @@ fn read_counters(
     };
     let mut out = BTreeMap::new();
     let mut na = Vec::new();
-    let files = Dir::open(dir.to_owned());
     for name in names {
         if name == "lifespan" {
             // mlx5's hw_counters refresh interval in ms: a setting, not a counter.
             continue;
         }
-        match files.read(&name, MAX_ATTR_BYTES) {
+        // Parsed from the read's own buffer (no copy of the text).
+        match files.read_map(&name, MAX_ATTR_BYTES, parse_counter) {
             Read1::Missing => {}
             Read1::Unreadable(m) => {
                 r.unreadable(check, Some(dev), Some(port), &files.join(&name), m)
             }
             Read1::Bad(m) => r.problem(check, Some(dev), Some(port), &files.join(&name), m),
-            Read1::Text(t) => match parse_counter(&t) {
+            Read1::Text(parsed) => match parsed {
                 Ok(Some(v)) => {
                     out.insert(name, v);
                 }
@@ -528,9 +408,9 @@ fn hw_counter_check(name: &str) -> &'static str {
     }
 }
 
-fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port {
-    let p = dev_dir.join("ports").join(num.to_string());
-    let pd = Dir::open(p.clone());
+/// Port `num` of device `dev`: `ports` is its `ports/` folder, `dev_dir` the device's.
+fn gather_port(r: &mut Reader<'_>, dev: &str, (dev_dir, ports): (&Dir, &Dir), num: u32) -> Port {
+    let pd = ports.sub(&num.to_string());
     let mut port = Port {
         num,
         ..Port::default()
@@ -551,7 +431,7 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
     let mut no_pma = Vec::new();
     port.counters = read_counters(
         r,
-        &p.join("counters"),
+        (&pd, "counters"),
         "ib.counters",
         dev,
         num,
@@ -559,7 +439,7 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
     );
     port.no_pma = no_pma;
     if let Some(counters) = port.counters.as_mut() {
-        let ext = read_counters(r, &p.join("counters_ext"), "ib.counters", dev, num, None);
+        let ext = read_counters(r, (&pd, "counters_ext"), "ib.counters", dev, num, None);
         for (name, v) in ext.unwrap_or_default() {
             let legacy = counters_ext_legacy_name(&name);
             counters.insert(legacy.clone(), v);
@@ -568,17 +448,16 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
     }
     // hw_counters problems are attributed by name after the fact.
     let before = r.problems.len();
-    port.hw_counters = read_counters(r, &p.join("hw_counters"), "roce.retrans", dev, num, None);
+    port.hw_counters = read_counters(r, (&pd, "hw_counters"), "roce.retrans", dev, num, None);
     for prob in &mut r.problems[before..] {
         if let Some(name) = prob.path.file_name().and_then(|s| s.to_str()) {
             prob.check = hw_counter_check(name);
         }
     }
     if port.is_ethernet() {
-        let types = p.join("gid_attrs").join("types");
-        if let Ok(idx) = list_dir(&types) {
+        if let Ok((types, idx)) = pd.list_sub("gid_attrs/types") {
             port.gid_table_read = true;
-            let (types, ndevs) = (Dir::open(types), Dir::open(p.join("gid_attrs/ndevs")));
+            let ndevs = pd.sub("gid_attrs/ndevs");
             for i in idx {
                 let Ok(index) = i.parse::<u32>() else {
                     continue;
@@ -603,11 +482,9 @@ fn gather_port(r: &mut Reader<'_>, dev: &str, dev_dir: &Path, num: u32) -> Port 
 }
 
 /// The PCI function's netdev whose `dev_port` is `port - 1` (missing `dev_port` reads as 0).
-fn netdev_by_dev_port(dev_dir: &Path, port: u32) -> Option<String> {
-    let net = dev_dir.join("device").join("net");
-    let names = list_dir(&net).ok()?;
+fn netdev_by_dev_port(dev_dir: &Dir, port: u32) -> Option<String> {
+    let (net, names) = dev_dir.list_sub("device/net").ok()?;
     let want = port.saturating_sub(1);
-    let net = Dir::open(net);
     names.into_iter().find(|n| {
         let dp = match net.read(&format!("{n}/dev_port"), MAX_ATTR_BYTES) {
             Read1::Text(s) => s.parse::<u32>().unwrap_or(0),
@@ -617,10 +494,15 @@ fn netdev_by_dev_port(dev_dir: &Path, port: u32) -> Option<String> {
     })
 }
 
-pub(super) fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) -> Option<Device> {
-    let dev_dir = class_dir.join(name);
+/// Device `name` of `class/infiniband/` (`class`); `bus` is `bus/pci/devices/`.
+pub(super) fn gather_device(
+    r: &mut Reader<'_>,
+    (class, bus): (&Dir, &Dir),
+    name: &str,
+) -> Option<Device> {
+    let dev_dir = class.join(name);
     let d = Some(name);
-    if let Err(e) = std::fs::metadata(&dev_dir) {
+    if let Err(e) = class.stat(name) {
         r.unreadable(
             "ib.port_count",
             d,
@@ -634,35 +516,34 @@ pub(super) fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) ->
         name: name.to_string(),
         ..Device::default()
     };
-    let dd = Dir::open(dev_dir.clone());
+    let dd = class.sub(name);
     dev.fw_ver = r.text("bom.drift", d, None, &dd, "fw_ver");
     dev.hca_type = r.text("bom.drift", d, None, &dd, "hca_type");
     dev.board_id = r.text("bom.drift", d, None, &dd, "board_id");
     dev.node_guid = r.text("bom.drift", d, None, &dd, "node_guid");
     dev.node_type = r.text("ib.link_layer", d, None, &dd, "node_type");
-    if let Some(resolved) = resolve_link(&dev_dir) {
+    if let Some(resolved) = resolve_link(class, name) {
         dev.pci_path = pci_chain(&resolved);
         dev.pci = dev.pci_path.last().cloned();
     }
-    let pci = Dir::open(dev_dir.join("device"));
+    let pci = dd.sub("device");
     dev.numa_node = match pci.read("numa_node", MAX_ATTR_BYTES) {
         Read1::Text(s) => s.parse().ok(),
         _ => None,
     };
     dev.pcie = read_pcie(r, "pcie.link", name, &pci);
-    if let Some(sysfs) = class_dir.parent().and_then(Path::parent) {
-        read_slot_max(sysfs, &dev.pci_path, &mut dev.pcie);
-    }
-    dev.driver = std::fs::read_link(pci.join("driver"))
-        .ok()
+    read_slot_max(bus, &dev.pci_path, &mut dev.pcie);
+    dev.driver = pci
+        .read_link("driver")
         .and_then(|l| l.file_name().and_then(|s| s.to_str()).map(str::to_string));
     let ports_dir = dev_dir.join("ports");
-    dev.age_s = device_age_s(&dev_dir);
-    match list_dir(&ports_dir) {
-        Ok(ports) => {
-            for p in ports {
+    match dd.list_sub("ports") {
+        Ok((ports, names)) => {
+            // The age of `ports/` from the descriptor just opened (as [`device_age_s`]).
+            dev.age_s = age_s(ports.modified());
+            for p in names {
                 match p.parse::<u32>() {
-                    Ok(num) => dev.ports.push(gather_port(r, name, &dev_dir, num)),
+                    Ok(num) => dev.ports.push(gather_port(r, name, (&dd, &ports), num)),
                     Err(_) => r.problem(
                         "ib.port_count",
                         d,
@@ -673,14 +554,18 @@ pub(super) fn gather_device(r: &mut Reader<'_>, class_dir: &Path, name: &str) ->
                 }
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => r.unreadable(
-            "ib.port_count",
-            d,
-            None,
-            &ports_dir,
-            format!("cannot list: {e}"),
-        ),
+        Err(e) => {
+            dev.age_s = device_age_s(&dev_dir);
+            if e.kind() != std::io::ErrorKind::NotFound {
+                r.unreadable(
+                    "ib.port_count",
+                    d,
+                    None,
+                    &ports_dir,
+                    format!("cannot list: {e}"),
+                );
+            }
+        }
     }
     dev.ports.sort_by_key(|p| p.num);
     Some(dev)
@@ -717,9 +602,7 @@ pub(super) fn gather_netdev(
         });
     nd.operstate = r.text("ib.port_state", d, n, &dir, "operstate");
     let ecn = |r: &mut Reader<'_>, side: &str| -> Option<BTreeMap<u8, bool>> {
-        let base = dir.path().join("ecn").join(side).join("enable");
-        let prios = list_dir(&base).ok()?;
-        let base = Dir::open(base);
+        let (base, prios) = dir.list_sub(&format!("ecn/{side}/enable")).ok()?;
         let mut m = BTreeMap::new();
         for p in prios {
             let Ok(q) = p.parse::<u8>() else { continue };
@@ -764,13 +647,17 @@ pub fn gpu_model(device_id: &str) -> Option<&'static str> {
     })
 }
 
-pub(super) fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, String> {
-    let bus = sysfs.join("bus").join("pci").join("devices");
-    let names = list_dir(&bus).map_err(|e| format!("cannot list {}: {e}", bus.display()))?;
+/// The GPUs among `bus/pci/devices/` (`bus`, listed as `names`).
+pub(super) fn gather_gpus(
+    r: &mut Reader<'_>,
+    bus: &Dir,
+    names: std::io::Result<Vec<String>>,
+) -> Result<Vec<Gpu>, String> {
+    let names = names.map_err(|e| format!("cannot list {}: {e}", bus.path().display()))?;
     let mut gpus = Vec::new();
     for n in names {
-        let dir = Dir::open(bus.join(&n));
-        let Read1::Text(vendor) = dir.read("vendor", MAX_ATTR_BYTES) else {
+        // Each function's `vendor` relative to the bus folder; only a GPU's folder is opened.
+        let Read1::Text(vendor) = bus.read(&format!("{n}/vendor"), MAX_ATTR_BYTES) else {
             continue;
         };
         let vendor = match vendor.as_str() {
@@ -778,6 +665,7 @@ pub(super) fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, 
             "0x1002" => GpuVendor::Amd,
             _ => continue,
         };
+        let dir = bus.sub(&n);
         let class = r
             .text("gpu.count", Some(&n), None, &dir, "class")
             .unwrap_or_default();
@@ -792,11 +680,11 @@ pub(super) fn gather_gpus(r: &mut Reader<'_>, sysfs: &Path) -> Result<Vec<Gpu>, 
             Read1::Text(s) => s.parse().ok(),
             _ => None,
         };
-        let pci_path = resolve_link(dir.path())
+        let pci_path = resolve_link(bus, &n)
             .map(|p| pci_chain(&p))
             .unwrap_or_default();
         let mut pcie = read_pcie(r, "pcie.link", &n, &dir);
-        read_slot_max(sysfs, &pci_path, &mut pcie);
+        read_slot_max(bus, &pci_path, &mut pcie);
         gpus.push(Gpu {
             pci: n.clone(),
             vendor,
