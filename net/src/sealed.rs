@@ -30,7 +30,7 @@
 //! never drains).
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -143,10 +143,7 @@ impl SessionKey {
 /// port (port 0: the one the kernel chose); a port something else holds is skipped, as the
 /// rendezvous's listener skips it.
 pub fn bind_first(like: IpAddr, ports: &[u16]) -> io::Result<(UdpSocket, u16)> {
-    let any = match like {
-        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-    };
+    let any = crate::rendezvous::unspecified_like(like);
     let mut last = io::Error::new(io::ErrorKind::InvalidInput, "no port to bind");
     for p in ports {
         match UdpSocket::bind(SocketAddr::new(any, *p)) {
@@ -168,6 +165,7 @@ pub fn sender(like: IpAddr) -> io::Result<UdpSocket> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     #[test]
     fn a_sealed_body_opens_with_its_key_and_with_no_other() {

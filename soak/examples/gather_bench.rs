@@ -26,6 +26,19 @@ fn cpu() -> (f64, f64) {
     (t(11), t(12))
 }
 
+/// A probe of node `n1` on `roots` with the default configuration and no saved state.
+fn probe_input(roots: &Roots) -> ProbeInput {
+    ProbeInput {
+        node: "n1".into(),
+        roots: roots.clone(),
+        expect: fabric_core::config::Config::default().for_node("n1"),
+        baseline: None,
+        bom_pin: None,
+        known: None,
+        second_look: None,
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let what = args.next().unwrap_or("gather".into());
@@ -108,29 +121,13 @@ fn main() {
             return;
         }
         "probe" => {
-            let input = ProbeInput {
-                node: "n1".into(),
-                roots: roots.clone(),
-                expect: fabric_core::config::Config::default().for_node("n1"),
-                baseline: None,
-                bom_pin: None,
-                known: None,
-                second_look: None,
-            };
+            let input = probe_input(&roots);
             for _ in 0..n {
                 std::hint::black_box(fabric_core::probe::run(&input));
             }
         }
         "quick" => {
-            let input = ProbeInput {
-                node: "n1".into(),
-                roots: roots.clone(),
-                expect: fabric_core::config::Config::default().for_node("n1"),
-                baseline: None,
-                bom_pin: None,
-                known: None,
-                second_look: None,
-            };
+            let input = probe_input(&roots);
             let base = fabric_core::probe::run(&input);
             let bp = dir.path().join("base.json");
             eprintln!(

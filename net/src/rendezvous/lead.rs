@@ -238,10 +238,7 @@ pub(super) fn lead(cfg: &RendezvousConfig, payload: &Value) -> Result<Gathered, 
 /// Listen stage: the first port of the job's span that binds, on the unspecified address of
 /// the leader's family, non-blocking.
 fn bind(cfg: &RendezvousConfig, admit_cap: usize) -> Result<(TcpListener, u16), RendezvousError> {
-    let unspecified = match cfg.addrs[0] {
-        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
-    };
+    let unspecified = super::unspecified_like(cfg.addrs[0]);
     let ports = cfg.ports();
     let mut bound = None;
     let mut last_err = String::from("no port to try");

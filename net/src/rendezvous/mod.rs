@@ -593,6 +593,15 @@ struct DoneClaim {
     payloads: Option<Vec<Option<Value>>>,
 }
 
+/// The unspecified address of `ip`'s family (`0.0.0.0` or `::`): where a leader's listener
+/// binds, and the straggler figures' UDP socket.
+pub fn unspecified_like(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    }
+}
+
 /// A fresh random 128-bit value, hex-encoded.
 pub fn random_hex() -> Result<String, RendezvousError> {
     let mut b = [0u8; 16];

@@ -272,7 +272,7 @@ impl Vitals {
         for (dir, name, above) in w.files {
             // A counter the driver does not have (hw_counters on IB, counters on irdma), or a
             // GID slot that is empty (it fails to read) is not there: nothing to watch.
-            let Ok(file) = open_in(&w.dirs[dir], &name) else {
+            let Ok(file) = w.dirs[dir].open_file(&name) else {
                 continue;
             };
             let Ok(n) = file.read_at(&mut v.buf, 0) else {
@@ -368,17 +368,6 @@ impl Vital {
             }
             Err(_) => true,
         }
-    }
-}
-
-/// Opens `name` in `dir` for reading, as `File::open` opens the whole path.
-fn open_in(dir: &Dir, name: &str) -> std::io::Result<File> {
-    use rustix::fs::{Mode, OFlags};
-    match dir.fd() {
-        Some(fd) => rustix::fs::openat(fd, name, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())
-            .map(File::from)
-            .map_err(Into::into),
-        None => File::open(dir.join(name)),
     }
 }
 

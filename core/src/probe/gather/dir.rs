@@ -190,6 +190,7 @@ impl Dir {
     }
 
     /// Its descriptor, when it could be opened.
+    #[cfg(test)]
     pub(crate) fn fd(&self) -> Option<&OwnedFd> {
         self.fd.as_ref()
     }
@@ -207,14 +208,27 @@ impl Dir {
         cap: usize,
         f: impl FnOnce(&str) -> T,
     ) -> Read1<T> {
-        let opened = match &self.fd {
-            Some(dir) => rustix::fs::openat(dir, name, file_flags(), Mode::empty()),
-            None => rustix::fs::open(self.join(name), file_flags(), Mode::empty()),
-        };
-        match opened {
+        match self.open_fd(name) {
             Ok(fd) => read_fd(fd, cap, f),
             Err(e) => open_failed(e.into()),
         }
+    }
+
+    /// Opens file `name` for reading, relative to this directory (by path when it could not
+    /// be opened), with an attribute's flags.
+    fn open_fd(&self, name: &str) -> rustix::io::Result<OwnedFd> {
+        match &self.fd {
+            Some(dir) => rustix::fs::openat(dir, name, file_flags(), Mode::empty()),
+            None => rustix::fs::open(self.join(name), file_flags(), Mode::empty()),
+        }
+    }
+
+    /// File `name` opened for reading as [`Dir::read`] opens it, kept to be read again in
+    /// place (the watch's counters).
+    pub(crate) fn open_file(&self, name: &str) -> std::io::Result<std::fs::File> {
+        self.open_fd(name)
+            .map(std::fs::File::from)
+            .map_err(Into::into)
     }
 
     /// Whether `name` can be resolved (`stat`, following links): the error when not.
