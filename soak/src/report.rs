@@ -21,6 +21,18 @@ pub fn summary_line(o: &Outcome) -> String {
     )
 }
 
+/// Outage drains still held a day after their reload was over (counted false as well).
+fn overdue(o: &Outcome) -> usize {
+    o.false_drains
+            .iter()
+            .filter(|f| {
+                o.outage_drains
+                    .iter()
+                    .any(|d| d.node == f.node && d.hour == f.hour && d.phase == f.phase)
+            })
+            .count()
+}
+
 fn drain_line(d: &Drain) -> String {
     let recent: Vec<&str> = d.recent.iter().map(|k| k.as_str()).collect();
     format!(
@@ -44,7 +56,7 @@ pub fn text(o: &Outcome) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "soak ran {} node-days in {:.1} s: {} jobs, {} probes (prolog, epilog, health; {} looks, {} of an unchanged tree), {} watch samples (1 s, in windows), {} health checks",
+        "soak ran {} node-days in {:.1} s: {} jobs, {} probes (prolog, epilog, health; {} looks, {} of an unchanged tree), {} watch samples (1 s, in windows; {} of a tree unchanged since the last full sample), {} health checks",
         o.node_days,
         o.elapsed.as_secs_f64(),
         o.jobs,
@@ -52,6 +64,7 @@ pub fn text(o: &Outcome) -> String {
         o.looks.0,
         o.looks.1,
         o.watch_samples,
+        o.watch_unread,
         o.health_runs
     );
     let _ = writeln!(
@@ -83,6 +96,22 @@ pub fn text(o: &Outcome) -> String {
             let _ = writeln!(s, "{}", drain_line(d));
         }
     }
+    if !o.outage_drains.is_empty() {
+        let mut back = o.outage_back_min.clone();
+        back.sort_by(f64::total_cmp);
+        let median = back.get(back.len() / 2).copied().unwrap_or(f64::NAN);
+        let longest = back.last().copied().unwrap_or(f64::NAN);
+        let _ = writeln!(
+            s,
+            "\ndrains while a driver reload had the node's fabric out (devices gone, or a port not yet ACTIVE again; the probe failed as it should, not counted as false while the node came back by itself): {}, back in service {} of them, median {median:.0} min after the reload was over, longest {longest:.0} min; a day later still drained (counted false above): {}",
+            o.outage_drains.len(),
+            back.len(),
+            overdue(o),
+        );
+        for d in &o.outage_drains {
+            let _ = writeln!(s, "{}", drain_line(d));
+        }
+    }
     let _ = writeln!(
         s,
         "\ncontrols (real faults, not counted above): {} injected, {} drained, {} missed",
@@ -98,8 +127,14 @@ pub fn text(o: &Outcome) -> String {
             d.control.map_or("", |c| c.as_str())
         );
     }
-    for (node, c) in &o.controls_missed {
-        let _ = writeln!(s, "  MISSED: {} on {node}", c.as_str());
+    for (node, c, hour, port) in &o.controls_missed {
+        let _ = writeln!(
+            s,
+            "  MISSED: {} on {node} day {} hour {:02} (rail {port})",
+            c.as_str(),
+            hour / 24,
+            hour % 24
+        );
     }
     for (node, c, hour) in &o.false_resumes {
         let _ = writeln!(

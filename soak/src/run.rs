@@ -60,6 +60,12 @@ pub struct Options {
     /// Whether the admin accepts the inventory of a node with an unprovisioned port at its
     /// installation (else it drains at its first probe and stays drained).
     pub accept_unprovisioned: bool,
+    /// Runs this node's life alone (its index from 0), the others' left out: to repeat one
+    /// node's days of a run with the same seed (its draws do not depend on the others').
+    pub only_node: Option<usize>,
+    /// Ends every node's life at this emulated day (the run's schedule stays that of
+    /// `node_days`): with [`Options::only_node`], to look at one finding again quickly.
+    pub until_day: Option<u64>,
     /// The noise.
     pub model: Model,
 }
@@ -78,6 +84,8 @@ impl Options {
             watch_window_s: 60,
             accept_unprovisioned: true,
             controls: (node_days / 1000).max(Control::ALL.len() as u64) as usize,
+            only_node: None,
+            until_day: None,
             model: Model::default(),
         }
     }
@@ -182,10 +190,20 @@ pub struct Outcome {
     pub false_drains: Vec<Drain>,
     /// Drains of nodes with a control fault.
     pub control_drains: Vec<Drain>,
+    /// Drains while a driver reload really had the node's fabric out (`class/infiniband`
+    /// empty, or a port not yet ACTIVE again): the prolog or health failed as it should (issue
+    /// 40: "a driver reload that outlasts the budget fails the prolog"). Not false drains as
+    /// long as the node came back by itself; one still drained a day after its reload was over
+    /// is counted false as well.
+    pub outage_drains: Vec<Drain>,
+    /// For each outage drain that ended, minutes from the reload's end (every port ACTIVE) to
+    /// the resume by `health`.
+    pub outage_back_min: Vec<f64>,
     /// Control faults injected, by kind.
     pub controls_injected: Vec<(String, Control)>,
-    /// Control faults never drained within two days.
-    pub controls_missed: Vec<(String, Control)>,
+    /// Control faults never drained within two days: node, fault, the hour it was injected,
+    /// its port.
+    pub controls_missed: Vec<(String, Control, u64, usize)>,
     /// Nodes put back into service by health while their control fault was still there.
     pub false_resumes: Vec<(String, Control, u64)>,
     /// Noise events, by kind.
@@ -196,6 +214,8 @@ pub struct Outcome {
     pub health_runs: u64,
     /// In-job watch samples.
     pub watch_samples: u64,
+    /// Of those, quick samples that read nothing: the tree as the last full sample found it.
+    pub watch_unread: u64,
     /// Probe runs of the prolog, the epilog and health.
     pub probes: u64,
     /// Their looks (a second look is a look), and those whose tree had not changed since the
@@ -213,6 +233,8 @@ impl Outcome {
     fn absorb(&mut self, o: NodeTally) {
         self.false_drains.extend(o.false_drains);
         self.control_drains.extend(o.control_drains);
+        self.outage_drains.extend(o.outage_drains);
+        self.outage_back_min.extend(o.outage_back_min);
         self.controls_injected.extend(o.controls_injected);
         self.controls_missed.extend(o.controls_missed);
         self.false_resumes.extend(o.false_resumes);
@@ -222,6 +244,7 @@ impl Outcome {
         self.jobs += o.jobs;
         self.health_runs += o.health_runs;
         self.watch_samples += o.watch_samples;
+        self.watch_unread += o.watch_unread;
         self.probes += o.probes;
         self.looks.0 += o.looks.0;
         self.looks.1 += o.looks.1;
@@ -234,13 +257,16 @@ impl Outcome {
 struct NodeTally {
     false_drains: Vec<Drain>,
     control_drains: Vec<Drain>,
+    outage_drains: Vec<Drain>,
+    outage_back_min: Vec<f64>,
     controls_injected: Vec<(String, Control)>,
-    controls_missed: Vec<(String, Control)>,
+    controls_missed: Vec<(String, Control, u64, usize)>,
     false_resumes: Vec<(String, Control, u64)>,
     events: BTreeMap<Kind, u64>,
     jobs: u64,
     health_runs: u64,
     watch_samples: u64,
+    watch_unread: u64,
     probes: u64,
     looks: (u64, u64),
     guard_refusals: u64,
@@ -459,6 +485,11 @@ struct Life<'a> {
     /// Per port: its symbol BER and whether it is a PAM4 background.
     ber: Vec<(f64, bool)>,
     control: Cell<Option<(Control, u64, usize)>>,
+    /// Until when (cluster ms) a driver reload has the fabric out: its devices gone, then its
+    /// ports training until the last is ACTIVE.
+    out_until_ms: Cell<u64>,
+    /// An outage drain not yet resumed: the drain, and the end of its reload (cluster ms).
+    outage: RefCell<Option<(Drain, u64)>>,
     control_due: Cell<Option<u64>>,
     /// The last control fault and the hour it was repaired.
     last_control: Cell<Option<(Control, u64)>>,
@@ -628,12 +659,19 @@ impl<'a> Life<'a> {
             let mut t = self.tally.borrow_mut();
             if control.is_some() {
                 t.control_drains.push(d);
+            } else if self.cluster_ms.get() <= self.out_until_ms.get() {
+                t.outage_drains.push(d.clone());
+                *self.outage.borrow_mut() = Some((d, self.out_until_ms.get()));
             } else {
                 t.false_drains.push(d);
             }
         } else if was && !ours {
             let mut t = self.tally.borrow_mut();
             t.resumes += 1;
+            if let Some((_, over_ms)) = self.outage.borrow_mut().take() {
+                t.outage_back_min
+                    .push(self.cluster_ms.get().saturating_sub(over_ms) as f64 / 60_000.0);
+            }
             if let Some((c, _, _)) = self.control.get()
                 && c.lasting()
                 && self.caught_at.get().is_some()
@@ -794,6 +832,7 @@ impl<'a> Life<'a> {
             self.maintenance(kind)?;
         }
         self.control_tick()?;
+        self.outage_tick();
         self.pass_to(end)?;
         self.hw.borrow_mut().flush()?;
         let every = self.sh.opts.health_every_h.max(1);
@@ -895,6 +934,11 @@ impl<'a> Life<'a> {
                         continue;
                     }
                     let active = rng.random_range(m.port_active_at_s.0..=m.port_active_at_s.1);
+                    self.out_until_ms.set(
+                        self.out_until_ms
+                            .get()
+                            .max(back + (active * 1000.0) as u64),
+                    );
                     self.timeline
                         .at(back, Change::PortState(i, "2: INIT", "5: LinkUp"));
                     self.timeline.at(
@@ -1014,7 +1058,7 @@ impl<'a> Life<'a> {
                     self.tally
                         .borrow_mut()
                         .controls_missed
-                        .push((self.name.clone(), c));
+                        .push((self.name.clone(), c, since, port));
                 }
                 self.repair(c, port)?;
                 self.control.set(None);
@@ -1057,6 +1101,19 @@ impl<'a> Life<'a> {
             }
         }
         Ok(())
+    }
+
+    /// An outage drain still held a day after its reload was over is a false drain as well:
+    /// the node did not come back by itself.
+    fn outage_tick(&self) {
+        let late = self
+            .outage
+            .borrow()
+            .as_ref()
+            .is_some_and(|(_, over_ms)| self.cluster_ms.get() > over_ms + 24 * HOUR_MS);
+        if late && let Some((d, _)) = self.outage.borrow_mut().take() {
+            self.tally.borrow_mut().false_drains.push(d);
+        }
     }
 
     /// The GPU paired with compute rail `port`.
@@ -1143,7 +1200,8 @@ impl<'a> Life<'a> {
     /// the end of the soak.
     fn next_hour(&self) -> Result<bool, SoakError> {
         let next = self.hour.get() + 1;
-        if next >= self.sh.hours {
+        let until = self.sh.opts.until_day.map_or(u64::MAX, |d| d * 24);
+        if next >= self.sh.hours.min(until) {
             self.over.set(true);
             return Ok(false);
         }
@@ -1246,6 +1304,9 @@ impl<'a> Life<'a> {
             base_taken_ms: jw.base_taken_ms,
             now_ms: self.now_ms,
             samples: 0,
+            timeline: self.timeline,
+            full_at: None,
+            unread: 0,
         };
         let act = SoakAct {
             cluster: &self.sh.cluster,
@@ -1280,7 +1341,9 @@ impl<'a> Life<'a> {
             None,
         );
         self.observe("watch");
-        self.tally.borrow_mut().watch_samples += sampler.samples;
+        let mut tally = self.tally.borrow_mut();
+        tally.watch_samples += sampler.samples;
+        tally.watch_unread += sampler.unread;
         // The next window judges against the snapshot as this one left it (rebased on resets).
         if let Some(b) = sampler.inner.baseline_mut() {
             let mut b = b.clone();
@@ -1363,20 +1426,29 @@ pub fn run_in(opts: &Options, base: &Path) -> Result<Outcome, SoakError> {
         opts,
         base,
         cluster: SharedCluster::new(&name_refs, Duration::from_millis(1)),
-        baton: Baton::new(nodes, opts.cores),
+        baton: Baton::new(
+            if opts.only_node.is_some() { 1 } else { nodes },
+            opts.cores,
+        ),
         hours,
         controller_down,
         controls,
     };
     let seeds: Vec<u64> = (0..nodes).map(|_| rng.random()).collect();
     let mut out = Outcome {
-        node_days: days * nodes as u64,
+        node_days: opts.until_day.map_or(days, |d| d.min(days))
+            * if opts.only_node.is_some() {
+                1
+            } else {
+                nodes as u64
+            },
         ..Outcome::default()
     };
     let results: Vec<Result<NodeTally, SoakError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = names
             .iter()
             .enumerate()
+            .filter(|(i, _)| opts.only_node.is_none_or(|o| o == *i))
             .map(|(i, name)| {
                 let sh = &sh;
                 let proc_root = proc_root.clone();
@@ -1398,7 +1470,13 @@ pub fn run_in(opts: &Options, base: &Path) -> Result<Outcome, SoakError> {
             .collect();
         handles
             .into_iter()
-            .zip(&names)
+            .zip(
+                names
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| opts.only_node.is_none_or(|o| o == *i))
+                    .map(|(_, n)| n),
+            )
             .map(|(h, n)| {
                 h.join()
                     .unwrap_or_else(|_| Err(SoakError::Panicked(n.clone())))
@@ -1583,6 +1661,8 @@ fn node_life(
         util: Cell::new(m.util_idle),
         ber,
         control: Cell::new(None),
+        out_until_ms: Cell::new(0),
+        outage: RefCell::new(None),
         control_due: Cell::new(None),
         last_control: Cell::new(None),
         job_start: Cell::new(0),
@@ -1643,6 +1723,61 @@ mod tests {
             ),
             "{report}"
         );
+    }
+
+    #[test]
+    fn a_drain_while_a_reload_has_the_fabric_out_is_no_false_drain_and_the_node_comes_back() {
+        let mut opts = short(5);
+        opts.node_days = 2 * 20;
+        opts.controls = 0;
+        opts.model.boot_race = false;
+        opts.model.reboots_per_day = 0.0;
+        // Reloads every few hours whose devices stay gone past the second look and whose
+        // ports train for minutes: health's 5-min grid lands in them.
+        opts.model.reloads_per_day = 6.0;
+        opts.model.reload_gone_s = (20.0, 40.0);
+        opts.model.port_active_at_s = (240.0, 300.0);
+        let dir = tempfile::tempdir().unwrap();
+        let out = run_in(&opts, dir.path()).unwrap();
+        let report = crate::report::text(&out);
+        assert!(!out.outage_drains.is_empty(), "{report}");
+        assert!(out.false_drains.is_empty(), "{report}");
+        assert_eq!(
+            out.outage_back_min.len(),
+            out.outage_drains.len(),
+            "{report}"
+        );
+        assert!(
+            report.contains("drains while a driver reload had the node's fabric out"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn one_node_alone_lives_the_life_it_lives_in_the_whole_run() {
+        let drains = |only: Option<usize>| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut o = short(13);
+            o.nodes = 3;
+            o.node_days = 3 * 30;
+            o.controls = Control::ALL.len();
+            o.only_node = only;
+            let out = run_in(&o, dir.path()).unwrap();
+            let mut lines: Vec<String> = out
+                .control_drains
+                .iter()
+                .chain(&out.false_drains)
+                .filter(|d| d.node == "gpu002")
+                .map(|d| format!("{} {} {}", d.hour, d.phase, d.reason))
+                .collect();
+            lines.sort();
+            (lines, out.node_days)
+        };
+        let (whole, _) = drains(None);
+        let (alone, days) = drains(Some(1));
+        assert!(!whole.is_empty());
+        assert_eq!(whole, alone);
+        assert_eq!(days, 30);
     }
 
     #[test]

@@ -251,17 +251,41 @@ pub struct ClockedSampler<'a> {
     pub now_ms: &'a Cell<u64>,
     /// Samples taken (quick and full).
     pub samples: u64,
+    /// The node's scheduled changes: none pending means no file of the tree is broken now.
+    pub timeline: &'a Timeline,
+    /// The tree's generation at the last full sample, when its files were opened and read.
+    pub full_at: Option<u64>,
+    /// Quick samples that read nothing: the tree was as the last full sample found it.
+    pub unread: u64,
 }
 
 impl Sampler for ClockedSampler<'_> {
     fn sample(&mut self) -> Option<Sample> {
+        // Nothing written to the tree since the full sample read every file the quick samples
+        // read (the soak is the only writer and notes each write), and no file broken now:
+        // each would read what it read then, so the quick sample would find no change.
+        // Measured (issue 40, seed 1, 2,000 node-days): the quick samples' `pread`s were an
+        // eighth of the soak's CPU.
+        if self.full_at == Some(tree_generation())
+            && self.timeline.is_idle()
+            && self.inner.unchanged_sample()
+        {
+            self.samples += 1;
+            self.unread += 1;
+            return None;
+        }
         let now = self.now_ms.get();
         if let Some(b) = self.inner.baseline_mut() {
             // Only its time moves (it was cloned whole each sample: 5 % of the soak's CPU).
             b.counters.taken_unix_ms = real_clock_ms(self.base_taken_ms, now);
         }
         self.samples += 1;
-        let mut s = self.inner.sample()?;
+        let full = self.inner.full_samples;
+        let sample = self.inner.sample();
+        if self.inner.full_samples != full {
+            self.full_at = Some(tree_generation());
+        }
+        let mut s = sample?;
         s.report.counters.taken_unix_ms = now;
         Some(s)
     }

@@ -185,6 +185,23 @@ impl QuickSampler {
         self.full.input.baseline.as_mut()
     }
 
+    /// A sample that its caller knows would find the files as the last full sample left them:
+    /// a harness that is the only writer to the node's tree and has written nothing since (the
+    /// false-drain soak). It counts as a quick sample that found no change, and reads nothing;
+    /// `false` (nothing counted) when a full sample is due anyway: then call
+    /// [`Sampler::sample`].
+    pub fn unchanged_sample(&mut self) -> bool {
+        let Some(v) = &mut self.vitals else {
+            return false;
+        };
+        if self.since_full + 1 >= vitals::FULL_EVERY {
+            return false;
+        }
+        self.since_full += 1;
+        v.skip_unchanged();
+        true
+    }
+
     /// How many files a quick sample reads (0 before the first sample).
     pub fn files_read_in_place(&self) -> usize {
         self.vitals.as_ref().map_or(0, vitals::Vitals::len)

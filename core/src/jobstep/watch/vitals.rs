@@ -318,6 +318,16 @@ impl Vitals {
         self.files.is_empty() && self.warn_files.is_empty()
     }
 
+    /// Takes a turn without reading, for a caller that knows no file changed since these were
+    /// opened and read (the only writer to the tree, with nothing written since): the turn
+    /// of the warn-bound files moves on as [`Vitals::changed`] would have moved it.
+    pub fn skip_unchanged(&mut self) {
+        let n = self.warn_files.len();
+        if n > 0 {
+            self.warn_next = (self.warn_next + self.warn_turn()) % n;
+        }
+    }
+
     /// Reads the files again; whether anything changed since the last read (a read error and
     /// a swapped root count as a change). It stops at the first change, which it keeps as the
     /// last read: the caller then looks at everything and opens the files again.
