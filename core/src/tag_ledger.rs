@@ -20,6 +20,7 @@
 //! prolog-time tag over a later run summary); the ledger keeps the verdict and length to make
 //! that comparison possible on the node that wrote last.
 
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 
@@ -199,23 +200,34 @@ pub fn compare(
     now_s: u64,
     grace_s: u64,
 ) -> Outcome {
+    // Keyed by job, in first-write order: a full ledger (4 MiB, ~40,000 lines) is compared
+    // in one pass, where a search of the list for each line was quadratic.
     let mut latest: Vec<&Written> = Vec::new();
+    let mut slot: HashMap<&str, usize> = HashMap::new();
     for w in entries {
-        match latest.iter_mut().find(|l| l.job == w.job) {
-            Some(l) if l.at_s <= w.at_s => *l = w,
+        match slot.get(w.job.as_str()) {
+            Some(&i) if latest[i].at_s <= w.at_s => latest[i] = w,
             Some(_) => {}
-            None => latest.push(w),
+            None => {
+                slot.insert(&w.job, latest.len());
+                latest.push(w);
+            }
         }
+    }
+    let asked: HashSet<&str> = asked.iter().map(String::as_str).collect();
+    let mut last_record: HashMap<&str, &JobRecord> = HashMap::new();
+    for r in records {
+        last_record.insert(&r.job, r);
     }
     let mut out = Outcome::default();
     for w in latest {
-        if !asked.contains(&w.job) {
+        if !asked.contains(w.job.as_str()) {
             out.keep.push(w.clone());
             continue;
         }
         // The job's last record: a job shrunk while it ran (spare nodes) has a `RESIZING`
         // record of the same id before its own.
-        let Some(r) = records.iter().rev().find(|r| r.job == w.job) else {
+        let Some(&r) = last_record.get(w.job.as_str()) else {
             if now_s.saturating_sub(w.at_s) < FORGET_AFTER_S {
                 out.keep.push(w.clone());
             }
@@ -254,8 +266,12 @@ pub fn check(
 ) -> Result<Vec<Loss>, LedgerError> {
     let all = entries(state_dir)?;
     let mut asked: Vec<String> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
     for w in &all {
-        if w.at_s + grace_s <= now_s && !asked.contains(&w.job) && asked.len() < MAX_ASKED {
+        if asked.len() >= MAX_ASKED {
+            break;
+        }
+        if w.at_s + grace_s <= now_s && seen.insert(&w.job) {
             asked.push(w.job.clone());
         }
     }
@@ -274,20 +290,25 @@ pub fn check(
     let mut text = String::new();
     f.rewind().map_err(io)?;
     f.read_to_string(&mut text).map_err(io)?;
-    let settled: Vec<&String> = asked
+    let kept_at: HashMap<&str, u64> = outcome
+        .keep
         .iter()
-        .filter(|j| !outcome.keep.iter().any(|k| &&k.job == j))
+        .map(|k| (k.job.as_str(), k.at_s))
+        .collect();
+    let settled: HashSet<&str> = asked
+        .iter()
+        .map(String::as_str)
+        .filter(|j| !kept_at.contains_key(j))
         .collect();
     let mut kept = String::new();
     for w in parse(&text) {
         let written_before_check = w.at_s + grace_s <= now_s;
-        if settled.contains(&&w.job) && written_before_check {
+        if settled.contains(w.job.as_str()) && written_before_check {
             continue;
         }
-        if outcome
-            .keep
-            .iter()
-            .any(|k| k.job == w.job && k.at_s > w.at_s)
+        if kept_at
+            .get(w.job.as_str())
+            .is_some_and(|&at_s| at_s > w.at_s)
         {
             continue; // an older write of a job kept for later: its latest stands for it
         }

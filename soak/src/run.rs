@@ -656,6 +656,11 @@ impl<'a> Life<'a> {
                 recent,
                 control,
             };
+            // The fault in place now is caught: a flap's drain can be resumed (the flap is
+            // over) before the hour's end looks at the node again.
+            if self.control.get().is_some() && self.caught_at.get().is_none() {
+                self.caught_at.set(Some(hour));
+            }
             let mut t = self.tally.borrow_mut();
             if control.is_some() {
                 t.control_drains.push(d);
@@ -686,7 +691,13 @@ impl<'a> Life<'a> {
         let Ok(mut setup) = HealthSetup::new(self.name.clone(), self.plugin.clone(), 3) else {
             return;
         };
-        setup.tag_grace = Duration::from_secs(3600);
+        // The tag check judges ages on the real clock, and the soak's hours pass in
+        // milliseconds: with any grace no tag written this run was ever old enough to be asked
+        // of accounting, and every node's ledger grew for the whole run (950 KB a node an hour
+        // into a 150,000 node-day run, read whole at each health check: the cost of a node-day
+        // grew with the run's length). With none, each check asks accounting (the shared
+        // cluster's, which knows every job) and the ledger keeps only the jobs since the last.
+        setup.tag_grace = Duration::ZERO;
         let inv_setup = self.setup(Script::Prolog, 0);
         let slurm = slurm_view(&self.sh.cluster, self.controller_down.get(), &inv_setup);
         let _ = health::run(&setup, &slurm, &self.runner, &self.relay);
