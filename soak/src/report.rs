@@ -24,13 +24,13 @@ pub fn summary_line(o: &Outcome) -> String {
 /// Outage drains still held a day after their reload was over (counted false as well).
 fn overdue(o: &Outcome) -> usize {
     o.false_drains
-            .iter()
-            .filter(|f| {
-                o.outage_drains
-                    .iter()
-                    .any(|d| d.node == f.node && d.hour == f.hour && d.phase == f.phase)
-            })
-            .count()
+        .iter()
+        .filter(|f| {
+            o.outage_drains
+                .iter()
+                .any(|d| d.node == f.node && d.hour == f.hour && d.phase == f.phase)
+        })
+        .count()
 }
 
 fn drain_line(d: &Drain) -> String {

@@ -945,11 +945,8 @@ impl<'a> Life<'a> {
                         continue;
                     }
                     let active = rng.random_range(m.port_active_at_s.0..=m.port_active_at_s.1);
-                    self.out_until_ms.set(
-                        self.out_until_ms
-                            .get()
-                            .max(back + (active * 1000.0) as u64),
-                    );
+                    self.out_until_ms
+                        .set(self.out_until_ms.get().max(back + (active * 1000.0) as u64));
                     self.timeline
                         .at(back, Change::PortState(i, "2: INIT", "5: LinkUp"));
                     self.timeline.at(
@@ -1066,10 +1063,12 @@ impl<'a> Life<'a> {
             };
             if repair {
                 if !caught {
-                    self.tally
-                        .borrow_mut()
-                        .controls_missed
-                        .push((self.name.clone(), c, since, port));
+                    self.tally.borrow_mut().controls_missed.push((
+                        self.name.clone(),
+                        c,
+                        since,
+                        port,
+                    ));
                 }
                 self.repair(c, port)?;
                 self.control.set(None);
@@ -1437,10 +1436,7 @@ pub fn run_in(opts: &Options, base: &Path) -> Result<Outcome, SoakError> {
         opts,
         base,
         cluster: SharedCluster::new(&name_refs, Duration::from_millis(1)),
-        baton: Baton::new(
-            if opts.only_node.is_some() { 1 } else { nodes },
-            opts.cores,
-        ),
+        baton: Baton::new(if opts.only_node.is_some() { 1 } else { nodes }, opts.cores),
         hours,
         controller_down,
         controls,

@@ -134,7 +134,7 @@ impl SoakRunner<'_> {
     /// (issue 40, seed 1, 10,000 node-days): 24 % of the looks of prolog, epilog and health find
     /// the tree as the last look left it (a second look, health's 5-min grid inside an hour),
     /// a gather is ~1,100 files, and the soak's CPU per node-day fell from 97 to 86 ms. The
-    /// watch's samples always read the files.
+    /// watch's quick samples skip their reads alike ([`ClockedSampler`]); its full samples read.
     fn look(&self, roots: &Roots, expect: &fabric_core::config::NodeExpectations) -> Snapshot {
         let (looks, reused) = self.looks.get();
         let generation = tree_generation();
