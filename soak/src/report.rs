@@ -21,18 +21,6 @@ pub fn summary_line(o: &Outcome) -> String {
     )
 }
 
-/// Outage drains still held a day after their reload was over (counted false as well).
-fn overdue(o: &Outcome) -> usize {
-    o.false_drains
-        .iter()
-        .filter(|f| {
-            o.outage_drains
-                .iter()
-                .any(|d| d.node == f.node && d.hour == f.hour && d.phase == f.phase)
-        })
-        .count()
-}
-
 fn drain_line(d: &Drain) -> String {
     let recent: Vec<&str> = d.recent.iter().map(|k| k.as_str()).collect();
     format!(
@@ -106,7 +94,7 @@ pub fn text(o: &Outcome) -> String {
             "\ndrains while a driver reload had the node's fabric out (devices gone, or a port not yet ACTIVE again; the probe failed as it should, not counted as false while the node came back by itself): {}, back in service {} of them, median {median:.0} min after the reload was over, longest {longest:.0} min; a day later still drained (counted false above): {}",
             o.outage_drains.len(),
             back.len(),
-            overdue(o),
+            o.outage_overdue,
         );
         for d in &o.outage_drains {
             let _ = writeln!(s, "{}", drain_line(d));

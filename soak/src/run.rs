@@ -60,9 +60,10 @@ pub struct Options {
     /// Whether the admin accepts the inventory of a node with an unprovisioned port at its
     /// installation (else it drains at its first probe and stays drained).
     pub accept_unprovisioned: bool,
-    /// Runs this node's life alone (its index from 0), the others' left out: to repeat one
-    /// node's days of a run with the same seed (its draws do not depend on the others').
-    pub only_node: Option<usize>,
+    /// Runs this node's life alone (`gpu017`, as the report names it), the others' left out: to
+    /// repeat one node's days of a run with the same seed (its draws do not depend on the
+    /// others').
+    pub only_node: Option<String>,
     /// Ends every node's life at this emulated day (the run's schedule stays that of
     /// `node_days`): with [`Options::only_node`], to look at one finding again quickly.
     pub until_day: Option<u64>,
@@ -111,6 +112,14 @@ pub enum SoakError {
     /// A node's thread could not have a file table of its own.
     #[error("cannot give a node's thread its own file table: {0}")]
     Thread(String),
+    /// `only_node` names no node of the run.
+    #[error("no node {name:?} in this run: name one of gpu001 to {last}")]
+    NoSuchNode {
+        /// The name asked for.
+        name: String,
+        /// The run's last node.
+        last: String,
+    },
 }
 
 /// A real fault injected to show the harness sees a drain.
@@ -199,6 +208,8 @@ pub struct Outcome {
     /// For each outage drain that ended, minutes from the reload's end (every port ACTIVE) to
     /// the resume by `health`.
     pub outage_back_min: Vec<f64>,
+    /// Outage drains still held a day after their reload was over (among the false drains).
+    pub outage_overdue: u64,
     /// Control faults injected, by kind.
     pub controls_injected: Vec<(String, Control)>,
     /// Control faults never drained within two days: node, fault, the hour it was injected,
@@ -235,6 +246,7 @@ impl Outcome {
         self.control_drains.extend(o.control_drains);
         self.outage_drains.extend(o.outage_drains);
         self.outage_back_min.extend(o.outage_back_min);
+        self.outage_overdue += o.outage_overdue;
         self.controls_injected.extend(o.controls_injected);
         self.controls_missed.extend(o.controls_missed);
         self.false_resumes.extend(o.false_resumes);
@@ -259,6 +271,7 @@ struct NodeTally {
     control_drains: Vec<Drain>,
     outage_drains: Vec<Drain>,
     outage_back_min: Vec<f64>,
+    outage_overdue: u64,
     controls_injected: Vec<(String, Control)>,
     controls_missed: Vec<(String, Control, u64, usize)>,
     false_resumes: Vec<(String, Control, u64)>,
@@ -656,8 +669,7 @@ impl<'a> Life<'a> {
                 recent,
                 control,
             };
-            // The fault in place now is caught: a flap's drain can be resumed (the flap is
-            // over) before the hour's end looks at the node again.
+            // The fault in place now is caught.
             if self.control.get().is_some() && self.caught_at.get().is_none() {
                 self.caught_at.set(Some(hour));
             }
@@ -1053,10 +1065,9 @@ impl<'a> Life<'a> {
     fn control_tick(&self) -> Result<(), SoakError> {
         let hour = self.hour.get();
         if let Some((c, since, port)) = self.control.get() {
-            let caught = self.drained.get() || self.caught_at.get().is_some();
-            if caught && self.caught_at.get().is_none() {
-                self.caught_at.set(Some(hour));
-            }
+            // Set by `observe` at the drain: a flap's drain can be resumed (the flap is over)
+            // before the hour's end gets here.
+            let caught = self.caught_at.get().is_some();
             let repair = match self.caught_at.get() {
                 Some(at) => !c.lasting() || hour >= at + HOLD_H,
                 None => hour >= since + 48,
@@ -1122,7 +1133,9 @@ impl<'a> Life<'a> {
             .as_ref()
             .is_some_and(|(_, over_ms)| self.cluster_ms.get() > over_ms + 24 * HOUR_MS);
         if late && let Some((d, _)) = self.outage.borrow_mut().take() {
-            self.tally.borrow_mut().false_drains.push(d);
+            let mut t = self.tally.borrow_mut();
+            t.false_drains.push(d);
+            t.outage_overdue += 1;
         }
     }
 
@@ -1411,6 +1424,20 @@ pub fn run_in(opts: &Options, base: &Path) -> Result<Outcome, SoakError> {
     let hours = days * 24;
     let names: Vec<String> = (1..=nodes).map(|i| format!("gpu{i:03}")).collect();
     let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    // The nodes whose lives run: all, or the one asked for.
+    let lives: Vec<(usize, &String)> = match &opts.only_node {
+        None => names.iter().enumerate().collect(),
+        Some(only) => vec![
+            names
+                .iter()
+                .enumerate()
+                .find(|(_, n)| *n == only)
+                .ok_or_else(|| SoakError::NoSuchNode {
+                    name: only.clone(),
+                    last: names.last().cloned().unwrap_or_default(),
+                })?,
+        ],
+    };
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let mut controller_down = BTreeSet::new();
     for h in 0..hours {
@@ -1436,27 +1463,20 @@ pub fn run_in(opts: &Options, base: &Path) -> Result<Outcome, SoakError> {
         opts,
         base,
         cluster: SharedCluster::new(&name_refs, Duration::from_millis(1)),
-        baton: Baton::new(if opts.only_node.is_some() { 1 } else { nodes }, opts.cores),
+        baton: Baton::new(lives.len(), opts.cores),
         hours,
         controller_down,
         controls,
     };
     let seeds: Vec<u64> = (0..nodes).map(|_| rng.random()).collect();
     let mut out = Outcome {
-        node_days: opts.until_day.map_or(days, |d| d.min(days))
-            * if opts.only_node.is_some() {
-                1
-            } else {
-                nodes as u64
-            },
+        node_days: opts.until_day.map_or(days, |d| d.min(days)) * lives.len() as u64,
         ..Outcome::default()
     };
     let results: Vec<Result<NodeTally, SoakError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = names
+        let handles: Vec<_> = lives
             .iter()
-            .enumerate()
-            .filter(|(i, _)| opts.only_node.is_none_or(|o| o == *i))
-            .map(|(i, name)| {
+            .map(|&(i, name)| {
                 let sh = &sh;
                 let proc_root = proc_root.clone();
                 let seed = seeds[i];
@@ -1477,16 +1497,10 @@ pub fn run_in(opts: &Options, base: &Path) -> Result<Outcome, SoakError> {
             .collect();
         handles
             .into_iter()
-            .zip(
-                names
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| opts.only_node.is_none_or(|o| o == *i))
-                    .map(|(_, n)| n),
-            )
-            .map(|(h, n)| {
+            .zip(&lives)
+            .map(|(h, (_, n))| {
                 h.join()
-                    .unwrap_or_else(|_| Err(SoakError::Panicked(n.clone())))
+                    .unwrap_or_else(|_| Err(SoakError::Panicked((*n).clone())))
             })
             .collect()
     });
@@ -1762,13 +1776,13 @@ mod tests {
 
     #[test]
     fn one_node_alone_lives_the_life_it_lives_in_the_whole_run() {
-        let drains = |only: Option<usize>| {
+        let drains = |only: Option<&str>| {
             let dir = tempfile::tempdir().unwrap();
             let mut o = short(13);
             o.nodes = 3;
             o.node_days = 3 * 30;
             o.controls = Control::ALL.len();
-            o.only_node = only;
+            o.only_node = only.map(str::to_owned);
             let out = run_in(&o, dir.path()).unwrap();
             let mut lines: Vec<String> = out
                 .control_drains
@@ -1781,7 +1795,7 @@ mod tests {
             (lines, out.node_days)
         };
         let (whole, _) = drains(None);
-        let (alone, days) = drains(Some(1));
+        let (alone, days) = drains(Some("gpu002"));
         assert!(!whole.is_empty());
         assert_eq!(whole, alone);
         assert_eq!(days, 30);

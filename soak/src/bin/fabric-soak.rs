@@ -58,19 +58,7 @@ fn main() -> anyhow::Result<()> {
     opts.model.boot_race = !args.no_boot_race;
     opts.accept_unprovisioned = !args.no_accept;
     opts.health_every_h = args.health_every_h;
-    if let Some(node) = &args.only_node {
-        let index = node
-            .strip_prefix("gpu")
-            .and_then(|n| n.parse::<usize>().ok())
-            .filter(|&n| (1..=args.nodes).contains(&n))
-            .with_context(|| {
-                format!(
-                    "--only-node {node:?}: name a node of this run, gpu001 to gpu{:03}",
-                    args.nodes
-                )
-            })?;
-        opts.only_node = Some(index - 1);
-    }
+    opts.only_node = args.only_node;
     opts.until_day = args.until_day;
     // The node trees are read thousands of times: in memory (tmpfs) when the system has one and
     // TMPDIR does not say otherwise.
